@@ -1,0 +1,156 @@
+"""What every eager adapter shares: turning one framework's arrays into a plan and a launch.
+
+An adapter subclasses :class:`EagerFramework` and says, for its array type, how to
+read shape/dtype, pointer/strides and device, how to allocate an output, and which
+stream to launch on. :meth:`EagerFramework.forward` does the rest.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Sequence
+
+import numpy as np
+
+from interop._description import INPUT, OUTPUT, Param
+from interop._plan import ArraySpec, CallPlan, ScalarSpec, check_layout
+
+
+class EagerFramework:
+    """Base of eager adapters (NumPy, Warp, PyTorch, Paddle, CuPy)."""
+
+    name = "?"
+
+    # ---- to implement -------------------------------------------------------------
+    def is_array(self, x: Any) -> bool:
+        raise NotImplementedError
+
+    def spec(self, x: Any) -> ArraySpec:
+        raise NotImplementedError
+
+    def layout(self, x: Any) -> tuple[int, tuple[int, ...], int]:
+        """(data pointer, byte strides of every dim, item size in bytes)."""
+        raise NotImplementedError
+
+    def device(self, x: Any) -> str:
+        """Warp device name of array ``x`` (``"cpu"``, ``"cuda:0"``)."""
+        raise NotImplementedError
+
+    def alloc(self, spec: ArraySpec, device: str, zero: bool, elem: Any = None) -> Any:
+        """A new array for an output: ``spec`` is its framework shape/dtype, ``elem`` its Warp element type."""
+        raise NotImplementedError
+
+    def stream(self, device: str, arrays: Sequence[Any]) -> Any:
+        """Warp stream to launch on (CUDA), or None."""
+        return None
+
+    def writable(self, x: Any) -> bool:
+        return True
+
+    def default_device(self) -> str:
+        return "cpu"
+
+    # ---- shared ---------------------------------------------------------------------
+    def scalar_spec(self, op, p: Param, x: Any) -> tuple[Any, Any]:
+        """(spec, value) of a scalar argument; arrays of this framework become references."""
+        if self.is_array(x):
+            return self.spec(x), "ref"
+        if isinstance(x, bool):
+            return ScalarSpec("py", bool), x
+        if isinstance(x, numbers.Integral):
+            return ScalarSpec("py", np.dtype(x.dtype) if isinstance(x, np.generic) else int), x
+        if isinstance(x, numbers.Real):
+            return ScalarSpec("py", np.dtype(x.dtype) if isinstance(x, np.generic) else float), x
+        if p.inner and isinstance(x, (tuple, list)) or hasattr(x, "_wp_scalar_type_"):
+            return ScalarSpec("py", tuple), x
+        raise TypeError(
+            f"op {op.description.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number), got {type(x).__name__}"
+        )
+
+    def forward(
+        self,
+        op,
+        args: Sequence[Any],
+        launch_dims: Any,
+        output_dims: Any,
+        *,
+        arrays_of_refs: bool = True,
+    ) -> tuple[CallPlan, list, list, str, Any]:
+        """Validate, plan, allocate outputs and launch.
+
+        Returns:
+            (plan, values, returned arrays, device, stream); ``values`` are the per-parameter
+            launch values (pointer/strides or scalars), usable again for the adjoint.
+        """
+        desc = op.description
+        params = desc.call_params
+        if len(args) != len(params):
+            raise TypeError(
+                f"op {op.description.label!r} takes {len(params)} argument(s) {[p.name for p in params]} "
+                f"(outputs are returned, not passed), got {len(args)}"
+            )
+        specs = []
+        device = None
+        dev_param = None
+        arrays = []
+        for p, x in zip(params, args):
+            if p.is_array:
+                if not self.is_array(x):
+                    raise TypeError(
+                        f"op {op.description.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got "
+                        f"{type(x).__name__}"
+                    )
+                specs.append(self.spec(x))
+                arrays.append(x)
+                d = self.device(x)
+            else:
+                spec, _ = self.scalar_spec(op, p, x)
+                specs.append(spec)
+                d = self.device(x) if self.is_array(x) else None
+            if d is not None:
+                if device is None:
+                    device, dev_param = d, p.name
+                elif d != device:
+                    raise ValueError(
+                        f"op {op.description.label!r}: parameter {dev_param!r} is on {device} but parameter {p.name!r} "
+                        f"is on {d}; move them to one device"
+                    )
+        if device is None:
+            device = self.default_device()
+        plan = op.plan(specs, launch_dims, output_dims)
+        values: list[Any] = [None] * len(desc.params)
+        for p, x in zip(params, args):
+            if p.is_array or self.is_array(x):
+                ptr, strides, itemsize = self.layout(x)
+                outer = check_layout(desc, p, self.spec(x).shape, strides, itemsize)
+                values[p.index] = (ptr, outer if p.is_array else None)
+                if p.role != INPUT and not self.writable(x):
+                    raise ValueError(
+                        f"op {op.description.label!r}, parameter {p.name!r}: the in-out array is read-only; pass a writable array"
+                    )
+            else:
+                values[p.index] = x
+        returned = []
+        it = iter(plan.out_specs)
+        for p in desc.returned_params:
+            spec = next(it)
+            if p.role == OUTPUT:
+                out = self.alloc(spec, device, desc.zero_outputs, plan.types[p.index])
+                ptr, strides, itemsize = self.layout(out)
+                values[p.index] = (ptr, None)
+                returned.append(out)
+            else:
+                returned.append(args[params.index(p)])
+        stream = self.stream(device, arrays)
+        plan.runner.forward(device, values, stream)
+        return plan, values, returned, device, stream
+
+    def call(self, op, args, launch_dims, output_dims, kwargs):
+        if kwargs:
+            raise TypeError(f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for {self.name} arrays")
+        _, _, returned, _, _ = self.forward(op, args, launch_dims, output_dims)
+        return returned[0] if len(returned) == 1 else tuple(returned)
+
+
+def pack_result(returned: Sequence[Any]) -> Any:
+    return returned[0] if len(returned) == 1 else tuple(returned)

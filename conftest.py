@@ -1,0 +1,37 @@
+"""Shared pytest setup: quiet Warp, initialise it once, and report what is installed."""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("WARP_INTEROP_QUIET", "1")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import warp as wp  # noqa: E402
+
+wp.config.quiet = True
+wp.init()
+
+
+def has_module(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def has_cuda() -> bool:
+    return wp.get_cuda_device_count() > 0
+
+
+def pytest_report_header(config):
+    found = [m for m in ("torch", "jax", "paddle", "cupy") if has_module(m)]
+    return [f"warp {wp.__version__}; frameworks installed: {', '.join(found) or 'none'}; CUDA: {has_cuda()}"]
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (none found: wp.get_cuda_device_count() == 0)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

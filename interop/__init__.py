@@ -1,0 +1,18 @@
+"""warp-interop: describe a Warp kernel once, call it from NumPy, Warp, PyTorch, JAX, Paddle and CuPy.
+
+Public names:
+
+- :func:`op` describes a ``wp.kernel`` (or an annotated Python function) as an :class:`Op`;
+- :class:`Op` is called with any framework's arrays and returns that framework's arrays;
+- :func:`convert` exchanges an array between frameworks without copying.
+
+Importing this package imports Warp and NumPy only; each framework adapter is loaded
+the first time one of its arrays is seen.
+"""
+
+from ._convert import convert
+from ._description import OpDescription, Param
+from ._op import Op, op
+
+__all__ = ["op", "Op", "convert", "OpDescription", "Param"]
+__version__ = "0.1.0"

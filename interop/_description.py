@@ -1,0 +1,444 @@
+"""Reading a Warp kernel or annotated Python function into an immutable op description.
+
+The description knows nothing of frameworks. It is frozen and hashable, and
+every option that changes behaviour is one of its fields, so adapters can key
+their caches (registered operators, FFI targets, traced callables) on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import warp as wp
+from warp._src import codegen as _wpc
+from warp._src import types as _wpt
+
+from . import _dtypes
+
+INPUT = "input"
+IN_OUT = "in_out"
+OUTPUT = "output"
+
+Dims = typing.Union[int, Sequence[int]]
+VMAP_METHODS = ("sequential", "loop", "broadcast_all", "expand_dims")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an op, in kernel order.
+
+    Attributes:
+        name: parameter name in the kernel signature.
+        index: position in the kernel signature.
+        role: ``"input"``, ``"in_out"`` or ``"output"``.
+        is_array: a Warp array (else a scalar, vector or matrix value).
+        dtype: Warp element dtype as annotated (may be generic, e.g. ``typing.Any``).
+        scalar: Warp scalar type of the elements (generic when ``dtype`` is).
+        inner: trailing vec/mat dims, ``(3,)`` for ``vec3``, ``(2, 2)`` for ``mat22``.
+        ndim: number of Warp (outer) dimensions; 0 for scalars.
+        generic: the dtype is resolved per call from the arguments.
+        differentiable: may receive a gradient (float, not excluded, kernel has a backward).
+            For generic parameters this holds if the resolved dtype is float.
+    """
+
+    name: str
+    index: int
+    role: str
+    is_array: bool
+    dtype: Any
+    scalar: Any
+    inner: tuple[int, ...]
+    ndim: int
+    generic: bool
+    differentiable: bool
+    annotation: Any = field(compare=False, hash=False, repr=False)
+
+    @property
+    def framework_ndim(self) -> int:
+        """Number of dimensions of the matching framework array (outer + inner)."""
+        return self.ndim + len(self.inner)
+
+    def expected_text(self) -> str:
+        elem = _dtypes.describe_element(self.scalar, self.inner, self.dtype)
+        if not self.is_array:
+            return elem
+        if self.inner:
+            return f"a {self.ndim}-d array of {elem}, i.e. a {self.framework_ndim}-d framework array"
+        return f"a {self.ndim}-d array of {elem}"
+
+
+@dataclass(frozen=True)
+class OpDescription:
+    """Immutable description of one op: its parameters and every behaviour option."""
+
+    fn: Any
+    kind: str  # "kernel" or "function"
+    key: str
+    name: str
+    params: tuple[Param, ...]
+    launch_dims: tuple[int, ...] | None
+    output_dims: tuple | None  # normalized: ("all", dims) or ("by_name", ((name, dims), ...))
+    zero_outputs: bool
+    enable_backward: bool
+    backward: OpDescription | None
+    vmap_method: str | None
+    label: str = field(default="", compare=False, hash=False)
+
+    # -- derived views (cheap properties; dataclass stays the identity) ------------
+    @property
+    def call_params(self) -> tuple[Param, ...]:
+        """Parameters a caller passes, in order: inputs and in-out parameters."""
+        return tuple(p for p in self.params if p.role != OUTPUT)
+
+    @property
+    def returned_params(self) -> tuple[Param, ...]:
+        """Parameters a call returns, in order: in-out parameters then outputs."""
+        return tuple(p for p in self.params if p.role != INPUT)
+
+    @property
+    def output_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.role == OUTPUT)
+
+    @property
+    def diff_array_inputs(self) -> tuple[Param, ...]:
+        """Array inputs (role input) that can receive a gradient, in order."""
+        return tuple(p for p in self.params if p.role == INPUT and p.is_array and p.differentiable)
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{p.name}:{p.role}" for p in self.params)
+        return f"OpDescription({self.name!r}, {self.kind}, [{sig}])"
+
+
+def _fn_params(fn: Any) -> tuple[str, list[tuple[str, Any]], bool, str]:
+    """(kind, [(name, annotation)], enable_backward, key) of a kernel or annotated function."""
+    if isinstance(fn, wp.Kernel):
+        args = [(a.label, a.type) for a in fn.adj.args]
+        opts = dict(getattr(fn.module, "options", {}) or {})
+        opts.update(fn.options or {})
+        return "kernel", args, bool(opts.get("enable_backward", True)), str(fn.key)
+    if callable(fn) and inspect.isfunction(fn):
+        sig = inspect.signature(fn)
+        try:
+            hints = inspect.get_annotations(fn, eval_str=True)
+        except Exception as e:  # a forward reference we cannot evaluate
+            raise TypeError(f"interop.op: cannot read the annotations of function {fn.__qualname__!r}: {e}") from e
+        args = []
+        for pname, p in sig.parameters.items():
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                raise TypeError(
+                    f"interop.op({fn.__qualname__}): parameter {pname!r} must be positional "
+                    f"(got {p.kind.description}); annotate it like a Warp kernel parameter"
+                )
+            if pname not in hints:
+                raise TypeError(
+                    f"interop.op({fn.__qualname__}): parameter {pname!r} has no annotation; "
+                    "annotate every parameter like a Warp kernel (e.g. wp.array(dtype=float) or float)"
+                )
+            args.append((pname, hints[pname]))
+        return "function", args, True, f"{fn.__module__}.{fn.__qualname__}"
+    raise TypeError(
+        f"interop.op: fn must be a wp.kernel or an annotated Python function, got {type(fn).__name__}"
+    )
+
+
+def normalize_dims(value: Any, what: str, opname: str) -> tuple[int, ...]:
+    """An int or a sequence of ints as a tuple of non-negative ints, else a clear error."""
+    if isinstance(value, bool):
+        raise TypeError(f"op {opname!r}: {what} must be an int or a tuple of ints, got bool")
+    if isinstance(value, int) or (hasattr(value, "__index__") and not hasattr(value, "__len__")):
+        dims = (int(value.__index__() if hasattr(value, "__index__") else value),)
+    elif isinstance(value, (tuple, list)):
+        try:
+            dims = tuple(operator_index(v) for v in value)
+        except TypeError:
+            raise TypeError(
+                f"op {opname!r}: {what} must be an int or a tuple of ints, got {value!r}"
+            ) from None
+    else:
+        raise TypeError(
+            f"op {opname!r}: {what} must be an int or a tuple of ints, got {type(value).__name__} {value!r}"
+        )
+    if not dims or len(dims) > 4:
+        raise ValueError(f"op {opname!r}: {what} must have 1 to 4 dimensions, got {dims}")
+    if any(d < 0 for d in dims):
+        raise ValueError(f"op {opname!r}: {what} must be non-negative, got {dims}")
+    return dims
+
+
+def operator_index(v: Any) -> int:
+    if isinstance(v, bool):
+        raise TypeError("bool is not a dimension")
+    try:
+        return int(v.__index__())
+    except AttributeError:
+        raise TypeError(f"{v!r} is not an integer") from None
+
+
+def normalize_output_dims(value: Any, outputs: Sequence[Param], opname: str) -> tuple | None:
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        names = {p.name for p in outputs}
+        items = []
+        for k, v in value.items():
+            if k not in names:
+                raise ValueError(
+                    f"op {opname!r}: output_dims names {k!r}, which is not an output; "
+                    f"outputs are {sorted(names) or 'none'} (in-out arrays take the shape of the array passed)"
+                )
+            items.append((k, normalize_dims(v, f"output_dims[{k!r}]", opname)))
+        return ("by_name", tuple(sorted(items)))
+    return ("all", normalize_dims(value, "output_dims", opname))
+
+
+def _check_vmap_method(value: Any, opname: str) -> str | None:
+    if value is None:
+        return None
+    if value not in VMAP_METHODS:
+        raise ValueError(f"op {opname!r}: vmap_method must be one of {VMAP_METHODS}, got {value!r}")
+    return value
+
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def _default_name(key: str, fn: Any, options_hash: str) -> str:
+    base = re.sub(r"[^A-Za-z0-9_]", "_", key.rsplit(".", 1)[-1])
+    # the id keeps two different kernels with the same qualified name apart
+    return f"interop::{base}_{id(fn) & 0xFFFFFF:06x}_{options_hash}"
+
+
+def describe(
+    fn: Any,
+    *,
+    outputs: int | Sequence[str] = 1,
+    in_out: Sequence[str] = (),
+    launch_dims: Dims | None = None,
+    output_dims: Any = None,
+    name: str | None = None,
+    backward: Any = None,
+    zero_outputs: bool = True,
+    nondifferentiable: Sequence[str] = (),
+    vmap_method: str | None = None,
+) -> OpDescription:
+    """Build (and validate) the description of ``fn``. See :func:`interop.op`."""
+    kind, args, enable_backward, key = _fn_params(fn)
+    opname = name or key
+    if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
+        raise ValueError(
+            f"interop.op({key}): name must look like 'namespace::name' (letters, digits, '_'), got {name!r}"
+        )
+    names = [a[0] for a in args]
+
+    # ---- which parameters are returned ------------------------------------------------
+    if isinstance(in_out, str):
+        in_out = (in_out,)
+    in_out = tuple(in_out)
+    for n in in_out:
+        if n not in names:
+            raise ValueError(f"op {opname!r}: in_out names {n!r}, which is not a parameter; parameters are {names}")
+    if len(set(in_out)) != len(in_out):
+        raise ValueError(f"op {opname!r}: in_out lists a parameter twice: {list(in_out)}")
+
+    if isinstance(outputs, bool) or not isinstance(outputs, (int, list, tuple)):
+        raise TypeError(
+            f"op {opname!r}: outputs must be an int or a list of parameter names, got {type(outputs).__name__}"
+        )
+    if isinstance(outputs, int):
+        if outputs < 1:
+            raise ValueError(f"op {opname!r}: outputs must be at least 1, got {outputs}")
+        if outputs > len(args):
+            raise ValueError(
+                f"op {opname!r}: outputs={outputs} but the {kind} has only {len(args)} parameters ({names})"
+            )
+        returned = names[len(names) - outputs :]
+    else:
+        returned = list(outputs)
+        for n in returned:
+            if n not in names:
+                raise ValueError(f"op {opname!r}: outputs names {n!r}, which is not a parameter; parameters are {names}")
+        if not returned:
+            raise ValueError(f"op {opname!r}: outputs must name at least one parameter")
+        if returned != names[len(names) - len(returned) :]:
+            raise ValueError(
+                f"op {opname!r}: outputs {returned} must be the trailing parameters in kernel order "
+                f"(the parameter order is inputs, in-out, outputs); the trailing {len(returned)} are "
+                f"{names[len(names) - len(returned):]}"
+            )
+    for n in in_out:
+        if n not in returned:
+            raise ValueError(
+                f"op {opname!r}: in_out parameter {n!r} is not among the {len(returned)} returned parameter(s) "
+                f"{returned}; in-out parameters count among `outputs` (order: inputs, in-out, outputs), "
+                f"so pass outputs={len(names) - names.index(n)}"
+            )
+    seen_output = None
+    for n in returned:
+        if n in in_out:
+            if seen_output is not None:
+                raise ValueError(
+                    f"op {opname!r}: in-out parameter {n!r} comes after output {seen_output!r}; "
+                    "in-out parameters must precede the pure outputs (order: inputs, in-out, outputs)"
+                )
+        else:
+            seen_output = n
+
+    nondiff = tuple(nondifferentiable)
+    for n in nondiff:
+        if n not in names:
+            raise ValueError(
+                f"op {opname!r}: nondifferentiable names {n!r}, which is not a parameter; parameters are {names}"
+            )
+
+    # ---- parameters -------------------------------------------------------------------
+    params = []
+    for i, (pname, ann) in enumerate(args):
+        role = IN_OUT if pname in in_out else OUTPUT if pname in returned else INPUT
+        if _wpt.is_array(ann):
+            if type(ann) is not wp.array:
+                raise TypeError(
+                    f"op {opname!r}: parameter {pname!r} is a {type(ann).__name__}; only plain wp.array "
+                    "parameters are supported (not indexed/fabric arrays)"
+                )
+            dtype = _dtypes.normalize(ann.dtype)
+            ndim = int(ann.ndim)
+            is_array = True
+        else:
+            if role != INPUT:
+                raise TypeError(
+                    f"op {opname!r}: parameter {pname!r} is returned ({'in-out' if role == IN_OUT else 'output'}) "
+                    f"but is not an array (annotation {_dtypes.type_name(ann)}); outputs and in-out "
+                    "parameters must be wp.array"
+                )
+            dtype = _dtypes.normalize(ann)
+            ndim = 0
+            is_array = False
+        if isinstance(dtype, _wpc.Struct):
+            raise TypeError(f"op {opname!r}: parameter {pname!r} is a struct; structs are not supported")
+        generic = _dtypes.is_generic(dtype)
+        scalar, inner = _dtypes.split(dtype)
+        if not generic and not isinstance(dtype, type):
+            raise TypeError(
+                f"op {opname!r}: parameter {pname!r} has unsupported type {dtype!r}; "
+                "use Warp scalar, vector, matrix or array types"
+            )
+        if not generic and inner == () and scalar not in _dtypes._WP_TO_NP:
+            raise TypeError(
+                f"op {opname!r}: parameter {pname!r} has unsupported type {_dtypes.type_name(dtype)}; "
+                "supported: Warp scalar, vector and matrix types and arrays of them"
+            )
+        float_ok = generic or _dtypes.is_float(scalar)
+        differentiable = bool(enable_backward and float_ok and pname not in nondiff)
+        params.append(
+            Param(
+                name=pname,
+                index=i,
+                role=role,
+                is_array=is_array,
+                dtype=dtype,
+                scalar=scalar,
+                inner=inner,
+                ndim=ndim,
+                generic=generic,
+                differentiable=differentiable,
+                annotation=ann,
+            )
+        )
+    params = tuple(params)
+
+    outs = [p for p in params if p.role == OUTPUT]
+    ld = None if launch_dims is None else normalize_dims(launch_dims, "launch_dims", opname)
+    if kind == "function" and ld is not None:
+        raise ValueError(
+            f"op {opname!r}: launch_dims does not apply to a Python-function op (it launches its own kernels); "
+            "use output_dims to size its outputs"
+        )
+    od = normalize_output_dims(output_dims, outs, opname)
+
+    if not isinstance(zero_outputs, bool):
+        raise TypeError(f"op {opname!r}: zero_outputs must be a bool, got {zero_outputs!r}")
+
+    vm = _check_vmap_method(vmap_method, opname)
+
+    bwd = None
+    if backward is not None:
+        bwd = _describe_backward(backward, params, opname)
+    if name is None:
+        # options are part of the derived name, so describing one kernel two ways gives two ops
+        ident = repr((tuple((p.name, p.role, p.differentiable) for p in params), ld, od, zero_outputs, vm,
+                      None if bwd is None else bwd.name))
+        desc_name = _default_name(key, fn, hashlib.sha1(ident.encode()).hexdigest()[:8])
+    else:
+        desc_name = name
+    return OpDescription(
+        fn=fn,
+        kind=kind,
+        key=key,
+        name=desc_name,
+        params=params,
+        launch_dims=ld,
+        output_dims=od,
+        zero_outputs=zero_outputs,
+        enable_backward=enable_backward,
+        backward=bwd,
+        vmap_method=vm,
+        label=name or key.rsplit(".", 1)[-1],
+    )
+
+
+def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) -> OpDescription:
+    """Describe a hand-written backward and check it follows the parameter convention.
+
+    Convention: the backward takes the forward's call parameters (inputs and in-out, in
+    order), then one adjoint array per returned array (in-out then outputs, in order),
+    and writes one gradient array per differentiable array input (role ``input``).
+    """
+    from ._op import Op  # local: _op imports this module
+
+    call = [p for p in params if p.role != OUTPUT]
+    returned = [p for p in params if p.role != INPUT]
+    diff = [p for p in params if p.role == INPUT and p.is_array and p.differentiable]
+    if not diff:
+        raise ValueError(f"op {opname!r}: backward= given, but the op has no differentiable array input")
+    if isinstance(backward, Op):
+        bdesc = backward.description
+    elif isinstance(backward, OpDescription):
+        bdesc = backward
+    elif isinstance(backward, wp.Kernel):
+        bdesc = describe(backward, outputs=len(diff))
+    else:
+        raise TypeError(
+            f"op {opname!r}: backward must be a wp.kernel or an interop op, got {type(backward).__name__}"
+        )
+    expected = len(call) + len(returned) + len(diff)
+    if len(bdesc.params) != expected:
+        raise ValueError(
+            f"op {opname!r}: backward {bdesc.key!r} has {len(bdesc.params)} parameters, expected {expected}: "
+            f"the forward's inputs {[p.name for p in call]}, one adjoint per returned array "
+            f"{['adj_' + p.name for p in returned]}, then one gradient output per differentiable input "
+            f"{['grad_' + p.name for p in diff]}"
+        )
+    if len(bdesc.output_params) != len(diff) or any(p.role == IN_OUT for p in bdesc.params):
+        raise ValueError(
+            f"op {opname!r}: backward {bdesc.key!r} must return exactly {len(diff)} gradient array(s) "
+            f"(for {[p.name for p in diff]}) and have no in-out parameters"
+        )
+    fwd_like = list(call) + list(returned) + list(diff)
+    for bp, fp in zip(bdesc.params, fwd_like):
+        if bp.is_array != fp.is_array or (not fp.generic and not bp.generic and (bp.dtype != fp.dtype or bp.ndim != fp.ndim)):
+            raise TypeError(
+                f"op {opname!r}: backward parameter {bp.name!r} should match forward parameter {fp.name!r} "
+                f"({fp.expected_text()}), got {bp.expected_text()}"
+            )
+    return bdesc

@@ -1,0 +1,91 @@
+"""Warp dtype <-> framework (NumPy-style) dtype and trailing-dimension packing.
+
+A Warp array of ``vec3`` is, in every framework, an array with one extra
+trailing dimension of size 3; ``mat22`` adds two trailing dimensions ``(2, 2)``.
+This module knows those rules and nothing about any framework.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+import numpy as np
+import warp as wp
+from warp._src import types as _wpt  # Warp's type tables (no public equivalent in 1.19)
+
+# Warp's own generic placeholders: typing.Any, Scalar, Float, Int
+GENERIC_TYPES = tuple(_wpt.generic_types)
+
+_PY_SCALARS = {float: wp.float32, int: wp.int32, bool: wp.bool}
+
+# Warp scalar type -> NumPy dtype (bfloat16 has no NumPy dtype: it is refused explicitly)
+_WP_TO_NP: dict[Any, np.dtype] = {
+    k: np.dtype(v) for k, v in _wpt.warp_type_to_np_dtype.items() if k not in (_wpt.handle, _wpt.bfloat16)
+}
+_NP_TO_WP: dict[np.dtype, Any] = {v: k for k, v in _WP_TO_NP.items()}
+
+FLOAT_TYPES = (wp.float16, wp.float32, wp.float64)
+
+
+def normalize(t: Any) -> Any:
+    """Map Python ``float``/``int``/``bool`` annotations to Warp scalar types."""
+    return _PY_SCALARS.get(t, t)
+
+
+def is_generic(t: Any) -> bool:
+    return _wpt.type_is_generic(t)
+
+
+def split(dtype: Any) -> tuple[Any, tuple[int, ...]]:
+    """Split a Warp element dtype into (scalar type, trailing inner shape)."""
+    dtype = normalize(dtype)
+    shape = getattr(dtype, "_shape_", None)
+    if shape is not None and hasattr(dtype, "_wp_scalar_type_"):
+        return normalize(dtype._wp_scalar_type_), tuple(int(s) for s in shape)
+    return dtype, ()
+
+
+def np_dtype(scalar: Any) -> np.dtype:
+    """NumPy dtype of a concrete Warp scalar type."""
+    try:
+        return _WP_TO_NP[scalar]
+    except KeyError:
+        raise TypeError(f"Warp scalar type {type_name(scalar)} has no array-framework equivalent") from None
+
+
+def wp_scalar(dtype: Any) -> Any | None:
+    """Warp scalar type of a NumPy dtype, or None."""
+    return _NP_TO_WP.get(np.dtype(dtype))
+
+
+def compose(scalar: Any, inner: tuple[int, ...]) -> Any:
+    """Warp element dtype made of a scalar type and an inner shape."""
+    if not inner:
+        return scalar
+    if len(inner) == 1:
+        return wp.types.vector(inner[0], scalar)
+    if len(inner) == 2:
+        return wp.types.matrix(inner, scalar)
+    raise TypeError(f"cannot build a Warp element type with inner shape {inner}")
+
+
+def is_float(scalar: Any) -> bool:
+    return scalar in FLOAT_TYPES
+
+
+def type_name(t: Any) -> str:
+    if t is typing.Any:
+        return "Any"
+    t = normalize(t)
+    scalar, inner = split(t)
+    if inner:
+        return getattr(t, "__name__", repr(t))
+    return getattr(t, "__name__", repr(t))
+
+
+def describe_element(scalar: Any, inner: tuple[int, ...], dtype: Any) -> str:
+    """Human text for an element type: 'float32', 'vec3 of float32 (trailing dims (3,))'."""
+    if not inner:
+        return type_name(scalar)
+    return f"{type_name(dtype)} (trailing dims {inner} of {type_name(scalar)})"

@@ -1,0 +1,377 @@
+"""Launching forward and adjoint passes from raw pointers, with cached launch records.
+
+Adapters hand over each array as ``(pointer, outer byte strides or None)``; nothing
+here allocates framework memory or copies data. For a kernel op, a ``wp.Launch``
+record is built once per (plan, device, direction) and replayed with updated
+pointers, which is cheaper than a plain ``wp.launch``.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import ctypes
+import threading
+import types as _pytypes
+from typing import Any, Sequence
+
+import warp as wp
+from warp._src.types import array_t, type_size_in_bytes
+
+from . import _dtypes
+
+_devices: dict[Any, Any] = {}
+_init_done = False
+
+
+def ensure_init() -> None:
+    """Initialise Warp on first use (``wp.from_*`` helpers fail before ``wp.init()``)."""
+    global _init_done
+    if not _init_done:
+        wp.init()
+        _init_done = True
+
+
+def get_device(device: Any):
+    if not isinstance(device, str):
+        return device
+    d = _devices.get(device)
+    if d is None:
+        ensure_init()
+        d = wp.get_device(device)
+        _devices[device] = d
+    return d
+
+
+def contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    acc = itemsize
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+# ---------------------------------------------------------------------------------------
+# Scalars as one-element arrays: the only sound way to get a scalar's adjoint, since
+# wp.launch(adjoint=True) never writes a scalar parameter's adjoint back.
+# ---------------------------------------------------------------------------------------
+class _ScalarsAsArrays(ast.NodeTransformer):
+    """Rename uses of scalar ``s`` to a local read once from the 1-element array ``s``."""
+
+    def __init__(self, names: Sequence[str]):
+        self.names = set(names)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef):
+        node.body = [self.visit(stmt) for stmt in node.body]
+        loads = [
+            ast.Assign(
+                targets=[ast.Name(id=f"{n}__interop_value", ctx=ast.Store())],
+                value=ast.Subscript(value=ast.Name(id=n, ctx=ast.Load()), slice=ast.Constant(0), ctx=ast.Load()),
+            )
+            for n in sorted(self.names)
+        ]
+        node.body = loads + node.body
+        node.decorator_list = []
+        return ast.fix_missing_locations(ast.copy_location(node, node))
+
+    def visit_Name(self, node: ast.Name):
+        if node.id in self.names:
+            return ast.copy_location(ast.Name(id=f"{node.id}__interop_value", ctx=node.ctx), node)
+        return node
+
+
+_variants: dict[tuple, Any] = {}
+_variant_lock = threading.Lock()
+
+
+def scalar_ref_kernel(kernel, names: tuple[str, ...]):
+    """A copy of ``kernel`` where each scalar parameter in ``names`` is a 1-element array.
+
+    The body reads the value once (``s = s_arr[0]``), so the adjoint accumulates the
+    scalar's gradient into the gradient array, summed over all threads.
+    """
+    key = (kernel, names)
+    with _variant_lock:
+        k = _variants.get(key)
+        if k is not None:
+            return k
+        f = kernel.func
+        ann = dict(kernel.adj.arg_types)
+        for n in names:
+            ann[n] = wp.array(dtype=ann[n], ndim=1)
+        fn = _pytypes.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+        fn.__annotations__ = ann
+        fn.__qualname__ = f.__qualname__
+        fn.__module__ = f.__module__
+        suffix = "_".join(names)
+        module = wp.get_module(f"interop_scalar_ref.{kernel.key}.{suffix}")
+        k = wp.Kernel(
+            fn,
+            key=f"{kernel.key}__scalar_ref_{suffix}",
+            module=module,
+            options=dict(kernel.options or {}),
+            code_transformers=[_ScalarsAsArrays(names)],
+            source=kernel.adj.source,
+        )
+        _variants[key] = k
+        return k
+
+
+class _Slot:
+    __slots__ = ("lock", "launch", "fwd", "adj", "strides", "adj_strides", "scalars")
+
+
+class Runner:
+    """Launches one :class:`CallPlan` on any device; caches launch records per device."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        desc = plan.desc
+        self.array_idx = tuple(p.index for p in desc.params if p.is_array)
+        self.scalar_idx = tuple(p.index for p in desc.params if not p.is_array)
+        self.ref_idx = tuple(desc.param(n).index for n in plan.scalar_refs)
+        self.itemsize = {i: type_size_in_bytes(plan.types[i]) for i in self.array_idx}
+        self._slots: dict[tuple, _Slot] = {}
+        self._slot_lock = threading.Lock()
+
+    # -- kernel ops ------------------------------------------------------------------
+    def _kernel(self, adjoint: bool):
+        if self.ref_idx:
+            return scalar_ref_kernel(self.plan.kernel, self.plan.scalar_refs)
+        return self.plan.kernel
+
+    def _new_slot(self, device, adjoint: bool) -> _Slot:
+        plan = self.plan
+        kernel = self._kernel(adjoint)
+        slot = _Slot()
+        slot.lock = threading.Lock()
+        slot.fwd = {}
+        slot.adj = {}
+        slot.strides = {}
+        slot.adj_strides = {}
+        slot.scalars = {}
+        inputs = []
+        refs = set(self.ref_idx)
+        for p in plan.desc.params:
+            i = p.index
+            if p.is_array or i in refs:
+                if i in refs:
+                    shape, itemsize = (1,), type_size_in_bytes(plan.types[i])
+                else:
+                    shape, itemsize = plan.warp_shapes[i], self.itemsize[i]
+                strides = contiguous_strides(shape, itemsize)
+                at = array_t(data=0, grad=0, ndim=len(shape), shape=shape, strides=strides)
+                slot.fwd[i] = at
+                slot.strides[i] = strides
+                inputs.append(at)
+            else:
+                v = _zero_of(plan.types[i])
+                slot.scalars[i] = None
+                inputs.append(v)
+        kw = {}
+        if adjoint:
+            adj_inputs = []
+            for p in plan.desc.params:
+                i = p.index
+                if p.is_array or i in refs:
+                    at = array_t(
+                        data=0, grad=0, ndim=slot.fwd[i].ndim, shape=slot.fwd[i].shape, strides=slot.strides[i]
+                    )
+                    slot.adj[i] = at
+                    slot.adj_strides[i] = slot.strides[i]
+                    adj_inputs.append(at)
+                else:
+                    adj_inputs.append(_zero_of(plan.types[i]))
+            kw = {"adj_inputs": adj_inputs, "adjoint": True}
+        slot.launch = wp.launch(kernel, dim=plan.launch_dims, inputs=inputs, device=device, record_cmd=True, **kw)
+        # the launch record keeps the array_t objects it was given; we update them in place
+        for i, at in slot.fwd.items():
+            slot.launch.set_param_at_index_from_ctype(i, at)
+        for i, at in slot.adj.items():
+            slot.launch.set_param_at_index_from_ctype(i, at, adjoint=True)
+        return slot
+
+    def _slot(self, device, adjoint: bool) -> tuple[_Slot, bool]:
+        key = (device.alias, adjoint)
+        slot = self._slots.get(key)
+        if slot is None:
+            with self._slot_lock:
+                slot = self._slots.get(key)
+                if slot is None:
+                    slot = self._new_slot(device, adjoint)
+                    self._slots[key] = slot
+        if slot.lock.acquire(blocking=False):
+            return slot, True
+        # another thread is using the cached record: use a private one
+        s = self._new_slot(device, adjoint)
+        s.lock.acquire()
+        return s, False
+
+    def _fill(self, slot: _Slot, values: Sequence[Any], adj: Sequence[Any] | None) -> None:
+        launch = slot.launch
+        for i, at in slot.fwd.items():
+            v = values[i]
+            if v is None:
+                at.data = 0
+                continue
+            ptr, strides = v
+            at.data = ptr
+            if strides is not None and strides != slot.strides[i]:
+                for k, s in enumerate(strides):
+                    at.strides[k] = s
+                slot.strides[i] = strides
+        for i in self.scalar_idx:
+            if i in slot.fwd:
+                continue
+            v = values[i]
+            if v is not slot.scalars[i]:
+                launch.set_param_at_index(i, v)
+                slot.scalars[i] = v
+        if adj is not None:
+            for i, at in slot.adj.items():
+                v = adj[i]
+                if v is None:
+                    at.data = 0
+                    continue
+                ptr, strides = v
+                at.data = ptr
+                if strides is not None and strides != slot.adj_strides[i]:
+                    for k, s in enumerate(strides):
+                        at.strides[k] = s
+                    slot.adj_strides[i] = strides
+
+    def forward(self, device, values: Sequence[Any], stream=None) -> None:
+        """Run the forward pass.
+
+        Args:
+            device: Warp device (object or name).
+            values: per parameter in kernel order: ``(ptr, strides|None)`` for arrays and for
+                scalars passed by reference (``plan.scalar_refs``), the value for other scalars.
+            stream: Warp stream to launch on (CUDA), or None for the device's current stream.
+        """
+        device = get_device(device)
+        if self.plan.desc.kind == "function":
+            self._call_function(device, values, stream)
+            return
+        slot, cached = self._slot(device, False)
+        try:
+            self._fill(slot, values, None)
+            slot.launch.launch(stream)
+        finally:
+            slot.lock.release()
+
+    def adjoint(self, device, values: Sequence[Any], adj: Sequence[Any], stream=None) -> None:
+        """Run Warp's adjoint: accumulate input gradients into the ``adj`` buffers.
+
+        Args:
+            values: as for :meth:`forward` (outputs may be None when the kernel never reads them).
+            adj: per parameter: ``(ptr, strides|None)`` of the gradient buffer (zero-filled by the
+                caller for inputs; the upstream gradient for outputs and in-out arrays), or None.
+        """
+        device = get_device(device)
+        if self.plan.desc.kind == "function":
+            self._tape_backward(device, values, adj, stream)
+            return
+        slot, cached = self._slot(device, True)
+        try:
+            self._fill(slot, values, adj)
+            slot.launch.launch(stream)
+        finally:
+            slot.lock.release()
+
+    # -- Python-function ops ---------------------------------------------------------
+    def _wp_array(self, device, i: int, v, grad=None, shape=None):
+        ptr, strides = v
+        shape = self.plan.warp_shapes[i] if shape is None else shape
+        a = wp.array(
+            ptr=ptr,
+            dtype=self.plan.types[i],
+            shape=shape,
+            strides=strides,
+            device=device,
+        )
+        if grad is not None:
+            a.requires_grad = True
+            a.grad = grad
+        return a
+
+    def _function_args(self, device, values, adj=None, scratch_outputs=False):
+        plan = self.plan
+        args = []
+        for p in plan.desc.params:
+            i = p.index
+            if i in self.ref_idx:
+                v = values[i]
+                if device.is_cuda:
+                    raise TypeError(
+                        f"op {plan.desc.label!r}, parameter {p.name!r}: a Python-function op needs its scalars "
+                        "as host values; on CUDA pass a Python number (a traced or device value would need a sync)"
+                    )
+                arr = self._wp_array(device, i, v, shape=(1,))
+                args.append(arr.numpy()[0].item() if not _dtypes.split(plan.types[i])[1] else plan.types[i](*arr.numpy()[0].flatten()))
+                continue
+            if not p.is_array:
+                args.append(values[i])
+                continue
+            g = None
+            if adj is not None and adj[i] is not None:
+                g = self._wp_array(device, i, adj[i])
+            if scratch_outputs and p.role != "input":
+                # recompute into scratch: in-out arrays only accumulate (documented rule), so
+                # their adjoint does not depend on the value they held
+                a = wp.zeros(self.plan.warp_shapes[i], dtype=plan.types[i], device=device, requires_grad=g is not None)
+                if g is not None:
+                    a.grad = g
+                args.append(a)
+                continue
+            if values[i] is None:
+                raise ValueError(f"op {plan.desc.label!r}: missing array for parameter {p.name!r}")
+            arr = self._wp_array(device, i, values[i], grad=g)
+            if g is None and p.role == "input" and plan.differentiable[i] and adj is not None:
+                # keep the tape from dropping intermediate gradients: give it a throwaway buffer
+                arr.requires_grad = True
+                arr.grad = wp.zeros_like(arr)
+            args.append(arr)
+        return args
+
+    def _call_function(self, device, values, stream) -> None:
+        args = self._function_args(device, values)
+        with wp.ScopedDevice(device):
+            if stream is not None:
+                with wp.ScopedStream(stream, sync_enter=False, sync_exit=False):
+                    self.plan.kernel(*args)
+            else:
+                self.plan.kernel(*args)
+
+    def _tape_backward(self, device, values, adj, stream) -> None:
+        if self.ref_idx:
+            names = ", ".join(self.plan.scalar_refs)
+            raise NotImplementedError(
+                f"op {self.plan.desc.label!r}: gradients with respect to scalar parameters ({names}) of a "
+                "Python-function op are not supported (wp.Tape does not record scalar adjoints); pass the "
+                "scalar as a 1-element array parameter instead"
+            )
+        args = self._function_args(device, values, adj, scratch_outputs=True)
+        tape = wp.Tape()
+        with wp.ScopedDevice(device):
+            ctx = wp.ScopedStream(stream, sync_enter=False, sync_exit=False) if stream is not None else _null()
+            with ctx:
+                with tape:
+                    self.plan.kernel(*args)
+                tape.backward()
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _zero_of(t: Any):
+    scalar, inner = _dtypes.split(t)
+    if inner:
+        return t()
+    return scalar(0) if scalar is not wp.bool else False

@@ -1,0 +1,210 @@
+"""The public op object: describe once, call with any framework's arrays."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+from ._description import OpDescription, describe
+from ._frameworks import adapter, framework_of
+from ._plan import CallPlan, make_plan
+
+_ops: dict[OpDescription, "Op"] = {}
+_ops_lock = threading.Lock()
+
+
+class Op:
+    """A Warp kernel (or annotated Python function) callable from every framework.
+
+    Create it with :func:`interop.op`. Calling it dispatches on the arrays passed:
+    the result comes back in the caller's framework, on the same device.
+
+    Attributes:
+        description: the immutable :class:`OpDescription` (hashable; keys all caches).
+    """
+
+    __slots__ = ("description", "_plans", "_bound", "__weakref__")
+
+    def __init__(self, description: OpDescription):
+        self.description = description
+        self._plans: dict[tuple, CallPlan] = {}
+        self._bound: dict[str, Any] = {}
+
+    @property
+    def name(self) -> str:
+        """The op's qualified name, ``namespace::name`` (the PyTorch operator name)."""
+        return self.description.name
+
+    def plan(self, specs: Sequence[Any], launch_dims: Any = None, output_dims: Any = None) -> CallPlan:
+        """Resolve a call from argument specs (cached). Used by adapters."""
+        key = (tuple(specs), _freeze(launch_dims), _freeze(output_dims))
+        p = self._plans.get(key)
+        if p is None:
+            p = make_plan(self.description, specs, launch_dims, output_dims)
+            self._plans[key] = p
+        return p
+
+    def bound(self, framework: str) -> Any:
+        """This op bound to one framework by its adapter (e.g. the registered torch operator)."""
+        b = self._bound.get(framework)
+        if b is None:
+            b = adapter(framework).bind(self)
+            self._bound[framework] = b
+        return b
+
+    def __call__(self, *args: Any, launch_dims: Any = None, output_dims: Any = None, **kwargs: Any) -> Any:
+        """Call the op.
+
+        Args:
+            *args: the non-output parameters in kernel order: arrays of one framework
+                (NumPy, Warp, PyTorch, JAX, Paddle, CuPy) and scalars.
+            launch_dims: overrides the launch dimensions for this call.
+            output_dims: overrides output shapes: an int, a tuple, or a dict by output name.
+            **kwargs: adapter options (``framework=`` picks the framework when no array
+                is passed; JAX accepts ``vmap_method=``).
+
+        Returns:
+            The in-out arrays and outputs in kernel order: one bare, several as a tuple.
+        """
+        fw = kwargs.pop("framework", None)
+        found = None
+        found_name = None
+        params = self.description.call_params
+        for i, a in enumerate(args):
+            f = framework_of(a)
+            if f is None:
+                continue
+            pname = params[i].name if i < len(params) else f"#{i}"
+            if f == "unsupported":
+                raise TypeError(
+                    f"op {self.description.label!r}, parameter {pname!r}: unsupported array type {type(a).__module__}."
+                    f"{type(a).__qualname__}; expected a NumPy, Warp, PyTorch, JAX, Paddle or CuPy array"
+                )
+            if found is None:
+                found, found_name = f, pname
+            elif f != found:
+                raise TypeError(
+                    f"op {self.description.label!r}: arrays from two frameworks in one call: parameter {found_name!r} is a "
+                    f"{found} array, parameter {pname!r} is a {f} array; convert one with interop.convert"
+                )
+        if found is None:
+            found = fw or "numpy"
+        elif fw is not None and fw != found:
+            raise TypeError(f"op {self.description.label!r}: framework={fw!r} but the arrays passed are {found} arrays")
+        return adapter(found).call(self, args, launch_dims, output_dims, kwargs)
+
+    def __repr__(self) -> str:
+        d = self.description
+        ins = ", ".join(p.name for p in d.call_params)
+        outs = ", ".join(p.name for p in d.returned_params)
+        return f"<interop.Op {d.name} ({ins}) -> ({outs})>"
+
+    def __reduce__(self):
+        raise TypeError(f"op {self.description.label!r} cannot be pickled; describe it again with interop.op in each process")
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, dict):
+        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+def op(
+    fn: Any,
+    *,
+    outputs: int | Sequence[str] = 1,
+    in_out: Sequence[str] = (),
+    launch_dims: Any = None,
+    output_dims: Any = None,
+    name: str | None = None,
+    backward: Any = None,
+    zero_outputs: bool = True,
+    nondifferentiable: Sequence[str] = (),
+    vmap_method: str | None = None,
+) -> Op:
+    """Describe a Warp kernel (or annotated Python function) once, as an op every framework can call.
+
+    Args:
+        fn: a ``@wp.kernel``, or a Python function annotated like a kernel that launches
+            kernels itself (Warp's ``jax_callable`` case).
+        outputs: the number of trailing array parameters the call returns, or their names.
+            In-out parameters count among them (order: inputs, in-out, outputs).
+        in_out: names of parameters read and updated in place (e.g. accumulators).
+        launch_dims: default launch dimensions (int or tuple); default: the Warp shape of
+            the first array argument. Not for Python-function ops.
+        output_dims: default output shapes: int, tuple, or dict by output name; Warp or
+            framework convention (trailing vec/mat dims optional). Default: launch dims.
+        name: ``"namespace::name"`` (the PyTorch operator is ``torch.ops.namespace.name``).
+        backward: a hand-written backward, a ``wp.kernel`` or another op. Its parameters:
+            the forward's call parameters (inputs, in-out) in order, then one adjoint array per
+            returned array (in-out, outputs) in order, then one gradient output per
+            differentiable array input in order. Its own adjoint gives second derivatives.
+        zero_outputs: zero-fill outputs before the launch (default True).
+        nondifferentiable: parameter names that never receive a gradient.
+        vmap_method: JAX batching rule (``"sequential"`` default, ``"broadcast_all"``,
+            ``"expand_dims"``); see the README for when the faster ones are valid.
+
+    Returns:
+        An :class:`Op`. Describing the same kernel with the same options again returns
+        an op with an equal description (and the same registered framework operators).
+
+    Raises:
+        TypeError, ValueError: naming the op and parameter, for anything wrong in the
+            description (unknown ``in_out`` names, an in-out after an output, an output
+            that is not an array, ``outputs`` larger than the parameter list...).
+
+    Example:
+        >>> import numpy as np, warp as wp, interop
+        >>> @wp.kernel
+        ... def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float,
+        ...           out: wp.array(dtype=float)):
+        ...     i = wp.tid()
+        ...     out[i] = a * x[i] + y[i]
+        >>> f = interop.op(saxpy)
+        >>> f(np.ones(3, np.float32), np.ones(3, np.float32), 2.0)
+        array([3., 3., 3.], dtype=float32)
+    """
+    desc = describe(
+        fn,
+        outputs=outputs,
+        in_out=in_out,
+        launch_dims=launch_dims,
+        output_dims=output_dims,
+        name=name,
+        backward=backward,
+        zero_outputs=zero_outputs,
+        nondifferentiable=nondifferentiable,
+        vmap_method=vmap_method,
+    )
+    with _ops_lock:
+        existing = _ops.get(desc)
+        if existing is not None:
+            return existing
+        for other in _ops.values():
+            if other.description.name == desc.name:
+                raise ValueError(
+                    f"op name {desc.name!r} is already used by {other.description.key!r} with other options; "
+                    "pick another name="
+                )
+        o = Op(desc)
+        _ops[desc] = o
+    _notify_adapters(o)
+    return o
+
+
+def _notify_adapters(o: Op) -> None:
+    """Let loaded adapters register eagerly (e.g. torch registers before any tracing)."""
+    import sys
+
+    for name in ("torch", "jax", "paddle"):
+        fw_loaded = name in sys.modules
+        if fw_loaded:
+            try:
+                mod = adapter(name)
+            except ImportError:
+                continue
+            hook = getattr(mod, "on_describe", None)
+            if hook is not None:
+                hook(o)

@@ -1,0 +1,362 @@
+"""Resolving one call: dtypes, launch dims and output shapes, from shapes and dtypes only.
+
+A plan needs no data, only each argument's framework shape and dtype, so the same
+code answers PyTorch's fake (meta) tensors, JAX's abstract evaluation and an eager
+call. Plans are cached per op by their argument specs.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import warp as wp
+from warp._src import types as _wpt
+
+from . import _dtypes
+from ._description import IN_OUT, INPUT, OUTPUT, OpDescription, Param, normalize_dims, normalize_output_dims
+
+
+class ArraySpec(NamedTuple):
+    """Framework view of an array argument: full shape (outer + vec/mat dims) and NumPy dtype."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+class ScalarSpec(NamedTuple):
+    """A scalar argument: ``kind`` is ``"py"`` (a Python/NumPy number, ``dtype`` its type) or
+    ``"ref"`` (a value held in device memory, e.g. a 0-d tensor or a traced JAX value,
+    with its framework ``shape`` and ``dtype``)."""
+
+    kind: str
+    dtype: Any
+    shape: tuple[int, ...] = ()
+
+
+class CallPlan:
+    """Everything about one call that depends on shapes and dtypes only.
+
+    Attributes:
+        desc: the op description.
+        kernel: the concrete Warp kernel (an overload for generic kernels), or the function.
+        launch_dims: launch dimensions (None for function ops).
+        types: per parameter, the concrete Warp element type.
+        warp_shapes: per parameter, the Warp (outer) shape; None for scalars.
+        out_specs: per returned parameter, its framework ArraySpec.
+        differentiable: per parameter, can it receive a gradient in this call.
+        scalar_refs: names of scalar parameters passed by reference (in memory).
+    """
+
+    __slots__ = (
+        "desc",
+        "kernel",
+        "launch_dims",
+        "types",
+        "warp_shapes",
+        "out_specs",
+        "differentiable",
+        "scalar_refs",
+        "_runner",
+        "__weakref__",
+    )
+
+    def __init__(self, desc, kernel, launch_dims, types, warp_shapes, out_specs, differentiable, scalar_refs):
+        self.desc = desc
+        self.kernel = kernel
+        self.launch_dims = launch_dims
+        self.types = types
+        self.warp_shapes = warp_shapes
+        self.out_specs = out_specs
+        self.differentiable = differentiable
+        self.scalar_refs = scalar_refs
+        self._runner = None
+
+    @property
+    def runner(self):
+        if self._runner is None:
+            from ._launch import Runner
+
+            self._runner = Runner(self)
+        return self._runner
+
+    def framework_shape(self, param: Param) -> tuple[int, ...]:
+        return tuple(self.warp_shapes[param.index]) + self._inner(param)
+
+    def _inner(self, param: Param) -> tuple[int, ...]:
+        return _dtypes.split(self.types[param.index])[1]
+
+    def __repr__(self) -> str:
+        return f"CallPlan({self.desc.name!r}, launch_dims={self.launch_dims}, outputs={list(self.out_specs)})"
+
+
+def _err(desc: OpDescription, p: Param, expected: str, got: str) -> TypeError:
+    return TypeError(f"op {desc.label!r}, parameter {p.name!r}: expected {expected}, got {got}")
+
+
+def _spec_text(spec: ArraySpec) -> str:
+    return f"an array of shape {tuple(spec.shape)} and dtype {np.dtype(spec.dtype).name}"
+
+
+def _resolve_array(desc: OpDescription, p: Param, spec: ArraySpec) -> tuple[Any, tuple[int, ...]]:
+    """(concrete Warp element type, warp outer shape) of array argument ``spec`` for ``p``."""
+    shape = tuple(int(s) for s in spec.shape)
+    scalar = _dtypes.wp_scalar(spec.dtype)
+    if scalar is None:
+        raise _err(desc, p, p.expected_text(), f"{_spec_text(spec)} (dtype not supported by Warp)")
+    if p.generic:
+        extra = len(shape) - p.ndim
+        inner = p.inner
+        if not inner:
+            if extra not in (0, 1, 2):
+                raise _err(
+                    desc,
+                    p,
+                    f"a {p.ndim}-d array (plus up to 2 trailing vec/mat dims)",
+                    _spec_text(spec),
+                )
+            inner = shape[p.ndim :]
+        elif tuple(shape[p.ndim :]) != tuple(inner):
+            raise _err(desc, p, p.expected_text(), _spec_text(spec))
+        gscalar = p.scalar
+        if gscalar is not typing.Any and not _dtypes.is_generic(gscalar) and gscalar != scalar:
+            raise _err(desc, p, p.expected_text(), _spec_text(spec))
+        if gscalar is _wpt.Float and not _dtypes.is_float(scalar):
+            raise _err(desc, p, "a float array (generic Float)", _spec_text(spec))
+        if gscalar is _wpt.Int and _dtypes.is_float(scalar):
+            raise _err(desc, p, "an integer array (generic Int)", _spec_text(spec))
+        return _dtypes.compose(scalar, tuple(inner)), shape[: p.ndim]
+    expected_ndim = p.framework_ndim
+    if len(shape) != expected_ndim or tuple(shape[p.ndim :]) != p.inner:
+        if len(shape) == expected_ndim and p.inner:
+            got = f"{_spec_text(spec)}: trailing dims {tuple(shape[p.ndim:])}, expected {p.inner}"
+        else:
+            got = _spec_text(spec)
+        raise _err(desc, p, p.expected_text(), got)
+    if scalar != p.scalar:
+        raise _err(
+            desc,
+            p,
+            f"{p.expected_text()} (dtype {np.dtype(_dtypes.np_dtype(p.scalar)).name})",
+            f"{_spec_text(spec)}; arrays are never cast, convert it first",
+        )
+    return p.dtype, shape[: p.ndim]
+
+
+def _as_output_shape(desc: OpDescription, p: Param, elem: Any, dims: tuple[int, ...], source: str) -> tuple[int, ...]:
+    inner = _dtypes.split(elem)[1]
+    if len(dims) == p.ndim:
+        return dims
+    if inner and len(dims) == p.ndim + len(inner) and tuple(dims[p.ndim :]) == inner:
+        return dims[: p.ndim]
+    accepted = f"{p.ndim} dims" + (f", or {p.ndim + len(inner)} ending in {inner}" if inner else "")
+    raise ValueError(
+        f"op {desc.label!r}, output {p.name!r}: {source} {dims} does not fit a {p.ndim}-d array of "
+        f"{_dtypes.type_name(elem)} (expected {accepted}); pass output_dims={{{p.name!r}: ...}}"
+    )
+
+
+def _scalar_type(desc: OpDescription, p: Param, spec: ScalarSpec, generic_scalar: Any) -> Any:
+    """Concrete Warp type for scalar parameter ``p`` given ``spec``."""
+    target = p.dtype
+    if p.generic:
+        if generic_scalar is not None:
+            target = _dtypes.compose(generic_scalar, p.inner) if p.inner else generic_scalar
+        elif spec.kind == "ref" or (spec.kind == "py" and isinstance(spec.dtype, np.dtype)):
+            s = _dtypes.wp_scalar(spec.dtype)
+            if s is None:
+                raise _err(desc, p, "a number", f"dtype {spec.dtype}")
+            target = s
+        else:
+            target = _dtypes.normalize(spec.dtype)
+            if target not in _dtypes._WP_TO_NP:
+                raise _err(desc, p, "a number", f"{spec.dtype!r}")
+    tscalar, tinner = _dtypes.split(target)
+    if spec.kind == "ref":
+        got_scalar = _dtypes.wp_scalar(spec.dtype)
+        if got_scalar != tscalar or tuple(spec.shape) != tuple(tinner):
+            raise _err(
+                desc,
+                p,
+                f"a {_dtypes.type_name(target)} value (a 0-d array of {np.dtype(_dtypes.np_dtype(tscalar)).name}"
+                + (f" of shape {tinner}" if tinner else "")
+                + " or a Python number)",
+                f"an array of shape {tuple(spec.shape)} and dtype {np.dtype(spec.dtype).name}",
+            )
+    elif spec.kind == "py":
+        kind = spec.dtype
+        if isinstance(kind, np.dtype):
+            ok = (kind.kind == "f" and _dtypes.is_float(tscalar)) or (
+                kind.kind in "iu" and not _dtypes.is_float(tscalar) and tscalar is not wp.bool
+            ) or (kind.kind == "b" and tscalar is wp.bool)
+            if kind.kind in "iu" and _dtypes.is_float(tscalar):
+                ok = True  # an integer value is exact in a float parameter
+        elif kind is bool:
+            ok = tscalar is wp.bool
+        elif kind is int:
+            ok = tscalar is not wp.bool
+        elif kind is float:
+            ok = _dtypes.is_float(tscalar)
+        else:
+            ok = bool(tinner)  # sequences / Warp vector values for vec/mat params
+        if not ok:
+            raise _err(desc, p, f"a {_dtypes.type_name(target)} value", f"{getattr(kind, '__name__', kind)}")
+    return target
+
+
+def make_plan(
+    desc: OpDescription,
+    specs: Sequence[Any],
+    launch_dims: Any = None,
+    output_dims: Any = None,
+) -> CallPlan:
+    """Resolve a call of ``desc`` from the specs of its call parameters (in order).
+
+    Args:
+        desc: op description.
+        specs: one :class:`ArraySpec` per array call parameter and one :class:`ScalarSpec`
+            per scalar, in the order of ``desc.call_params``.
+        launch_dims: per-call override (int or tuple), or None.
+        output_dims: per-call override (int, tuple, or dict by output name), or None.
+
+    Raises:
+        TypeError / ValueError naming the op and parameter.
+    """
+    call_params = desc.call_params
+    if len(specs) != len(call_params):
+        raise TypeError(
+            f"op {desc.label!r} takes {len(call_params)} argument(s) {[p.name for p in call_params]}, "
+            f"got {len(specs)}"
+        )
+    n = len(desc.params)
+    types: list[Any] = [None] * n
+    shapes: list[Any] = [None] * n
+    generic_elem = None
+    generic_scalar = None
+    # arrays first: they fix generic types
+    for p, spec in zip(call_params, specs):
+        if not p.is_array:
+            continue
+        if not isinstance(spec, ArraySpec):
+            raise _err(desc, p, p.expected_text(), "a scalar")
+        elem, wshape = _resolve_array(desc, p, spec)
+        types[p.index] = elem
+        shapes[p.index] = wshape
+        if p.generic and generic_elem is None:
+            generic_elem = elem
+            generic_scalar = _dtypes.split(elem)[0]
+    scalar_refs = []
+    for p, spec in zip(call_params, specs):
+        if p.is_array:
+            continue
+        if isinstance(spec, ArraySpec):
+            spec = ScalarSpec("ref", spec.dtype, tuple(spec.shape))
+        types[p.index] = _scalar_type(desc, p, spec, generic_scalar)
+        if spec.kind == "ref":
+            scalar_refs.append(p.name)
+
+    # launch dims
+    ld = desc.launch_dims if launch_dims is None else normalize_dims(launch_dims, "launch_dims", desc.label)
+    if desc.kind == "function" and launch_dims is not None:
+        raise ValueError(
+            f"op {desc.label!r}: launch_dims does not apply to a Python-function op (it launches its own "
+            "kernels); use output_dims to size its outputs"
+        )
+    first = next((p for p in call_params if p.is_array), None)
+    default_dims = ld if ld is not None else (tuple(shapes[first.index]) if first is not None else None)
+
+    od = desc.output_dims
+    if output_dims is not None:
+        od = normalize_output_dims(output_dims, desc.output_params, desc.label)
+    by_name = dict(od[1]) if od is not None and od[0] == "by_name" else {}
+    for p in desc.output_params:
+        elem = p.dtype
+        if p.generic:
+            if generic_elem is None:
+                raise TypeError(
+                    f"op {desc.label!r}, output {p.name!r}: its dtype is generic and no generic array input "
+                    "fixes it; give the output a concrete dtype"
+                )
+            elem = generic_elem if not p.inner else _dtypes.compose(generic_scalar, p.inner)
+        types[p.index] = elem
+        if od is not None and od[0] == "all":
+            dims, source = od[1], "output_dims"
+        elif p.name in by_name:
+            dims, source = by_name[p.name], f"output_dims[{p.name!r}]"
+        elif default_dims is not None:
+            dims = default_dims
+            source = "launch_dims" if ld is not None else f"the shape of the first array input {first.name!r}"
+        else:
+            raise ValueError(
+                f"op {desc.label!r}: cannot size output {p.name!r}: the op has no array input; "
+                "pass launch_dims= (or output_dims=)"
+            )
+        shapes[p.index] = _as_output_shape(desc, p, elem, tuple(dims), source)
+
+    if desc.kind == "kernel":
+        if default_dims is None:
+            raise ValueError(
+                f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
+            )
+        launch = tuple(default_dims)
+        kernel = desc.fn
+        if kernel.is_generic:
+            arg_types = []
+            for p in desc.params:
+                if p.is_array:
+                    arg_types.append(wp.array(dtype=types[p.index], ndim=p.ndim))
+                else:
+                    arg_types.append(types[p.index])
+            kernel = kernel.add_overload(arg_types)
+    else:
+        launch = None
+        kernel = desc.fn
+
+    out_specs = []
+    for p in desc.returned_params:
+        scalar, inner = _dtypes.split(types[p.index])
+        out_specs.append(ArraySpec(tuple(shapes[p.index]) + inner, _dtypes.np_dtype(scalar)))
+
+    diff = []
+    for p in desc.params:
+        ok = p.differentiable and _dtypes.is_float(_dtypes.split(types[p.index])[0])
+        diff.append(ok)
+    return CallPlan(
+        desc,
+        kernel,
+        launch,
+        tuple(types),
+        tuple(None if s is None else tuple(s) for s in shapes),
+        tuple(out_specs),
+        tuple(diff),
+        tuple(scalar_refs),
+    )
+
+
+def check_layout(desc: OpDescription, p: Param, shape: Sequence[int], strides: Sequence[int], itemsize: int) -> tuple:
+    """Outer byte strides of an array argument, or an error if a kernel cannot read it.
+
+    Warp reads any positive outer strides, but the vec/mat components of one element
+    must be packed (C order) and every stride must be a multiple of the item size.
+    """
+    nd = len(shape)
+    inner = nd - p.ndim if p.is_array else nd
+    expected = itemsize
+    for k in range(nd - 1, nd - 1 - inner, -1):
+        if shape[k] > 1 and strides[k] != expected:
+            raise ValueError(
+                f"op {desc.label!r}, parameter {p.name!r}: the vec/mat components of each element must be "
+                f"contiguous, got strides {tuple(strides)} (bytes) for shape {tuple(shape)}; "
+                "pass a contiguous array (e.g. .copy() / .contiguous())"
+            )
+        expected *= shape[k]
+    outer = tuple(strides[: nd - inner])
+    for k, s in enumerate(outer):
+        if s < 0 or s % itemsize:
+            raise ValueError(
+                f"op {desc.label!r}, parameter {p.name!r}: a Warp kernel cannot read strides {tuple(strides)} "
+                f"(bytes) for shape {tuple(shape)}: strides must be non-negative multiples of the item size "
+                f"{itemsize}; pass a contiguous array"
+            )
+    return outer
