@@ -60,6 +60,9 @@ def main() -> int:
         if fw not in ("numpy", "warp") and importlib.util.find_spec(fw) is None:
             print(f"{fw:10s} not installed")
             continue
+        if importlib.util.find_spec(f"demo_{fw}") is None:
+            print(f"{fw:10s} installed, but this demo has no runner for it")
+            continue
         mod = importlib.import_module(f"demo_{fw}")
         try:
             res = mod.run(OP, INPUTS)
