@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import ctypes
+
 import numpy as np
 
 from interop._plan import ArraySpec
 
 from ._common import EagerFramework
+
+
+_c_char = ctypes.c_char
+_addressof = ctypes.addressof
 
 
 class _NumPy(EagerFramework):
@@ -32,6 +38,15 @@ class _NumPy(EagerFramework):
 
     def writable(self, x: np.ndarray) -> bool:
         return bool(x.flags.writeable)
+
+    def fast_key(self, args):
+        return tuple((a.shape, a.dtype, a.strides) if type(a) is np.ndarray else type(a) for a in args)
+
+    def ptr(self, x: np.ndarray) -> int:
+        try:
+            return _addressof(_c_char.from_buffer(x))
+        except (TypeError, ValueError, BufferError):  # read-only or non-contiguous: slower but general
+            return x.__array_interface__["data"][0]
 
     def alloc(self, spec: ArraySpec, device: str, zero: bool, elem: Any = None) -> np.ndarray:
         return np.zeros(spec.shape, spec.dtype) if zero else np.empty(spec.shape, spec.dtype)

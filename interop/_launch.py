@@ -16,6 +16,7 @@ import types as _pytypes
 from typing import Any, Sequence
 
 import warp as wp
+from warp._src import context as _wpctx
 from warp._src.types import array_t, type_size_in_bytes
 
 from . import _dtypes
@@ -241,6 +242,53 @@ class Runner:
                         at.strides[k] = s
                     slot.adj_strides[i] = strides
 
+    def fast_forward(self, device):
+        """A launcher for repeated forward calls on ``device``: ``go(values, stream)``.
+
+        On the CPU it calls the compiled kernel entry point with an argument struct built
+        once and updated in place (only pointers and scalars change between calls); this is
+        the replay path of ``wp.launch(record_cmd=True)`` without rebuilding the struct.
+        """
+        device = get_device(device)
+        if self.plan.desc.kind == "function":
+            return lambda values, stream=None: self._call_function(device, values, stream)
+        slot = self._new_slot(device, False)
+        launch = slot.launch
+        direct = _direct_cpu_invoker(launch, slot) if device.is_cpu else None
+        fill = self._fill
+        lock = slot.lock
+
+        if direct is not None:
+            bounds_ref, args_ref, hook, sync_struct = direct
+
+            def go(values, stream=None):
+                if not lock.acquire(blocking=False):
+                    return self.forward(device, values, stream)
+                try:
+                    fill(slot, values, None)
+                    if _apic_active():
+                        for i, at in slot.fwd.items():
+                            launch.set_param_at_index_from_ctype(i, at)
+                        launch.launch(stream)
+                    else:
+                        sync_struct()
+                        hook(bounds_ref, args_ref)
+                finally:
+                    lock.release()
+
+            return go
+
+        def go(values, stream=None):
+            if not lock.acquire(blocking=False):
+                return self.forward(device, values, stream)
+            try:
+                fill(slot, values, None)
+                launch.launch(stream)
+            finally:
+                lock.release()
+
+        return go
+
     def forward(self, device, values: Sequence[Any], stream=None) -> None:
         """Run the forward pass.
 
@@ -368,6 +416,42 @@ class _null:
 
     def __exit__(self, *a):
         return False
+
+
+def _apic_active() -> bool:
+    rt = _wpctx.runtime
+    return rt is not None and getattr(rt, "_apic_capture", None) is not None
+
+
+def _direct_cpu_invoker(launch, slot):
+    """(bounds ref, args ref, entry point, sync) to call a CPU kernel without rebuilding its arg struct.
+
+    Mirrors ``warp._src.context.invoke`` (Warp 1.19): one ctypes struct with a field per
+    kernel parameter. Array descriptors are nested structs we update through views;
+    scalars are copied in by ``sync``. Returns None where that path does not apply
+    (tile kernels with block_dim > 1).
+    """
+    if launch.block_dim > 1 or launch.adjoint:
+        return None
+    kernel = launch.kernel
+    params = launch.params
+    fields = [(a.label, type(params[1 + i])) for i, a in enumerate(kernel.adj.args)]
+    ArgsStruct = type("ArgsStruct", (ctypes.Structure,), {"_fields_": fields})
+    args = ArgsStruct()
+    scalar_fields = []
+    for i, (name, _) in enumerate(fields):
+        setattr(args, name, params[1 + i])
+        if i in slot.fwd:
+            # the struct holds its own copy of the descriptor: update that copy from now on
+            slot.fwd[i] = getattr(args, name)
+        else:
+            scalar_fields.append((name, 1 + i))
+
+    def sync():
+        for name, k in scalar_fields:
+            setattr(args, name, params[k])
+
+    return ctypes.byref(launch.bounds), ctypes.byref(args), launch.hooks.forward, sync
 
 
 def _zero_of(t: Any):

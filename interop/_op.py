@@ -23,12 +23,13 @@ class Op:
         description: the immutable :class:`OpDescription` (hashable; keys all caches).
     """
 
-    __slots__ = ("description", "_plans", "_bound", "__weakref__")
+    __slots__ = ("description", "_plans", "_bound", "_fast", "__weakref__")
 
     def __init__(self, description: OpDescription):
         self.description = description
         self._plans: dict[tuple, CallPlan] = {}
         self._bound: dict[str, Any] = {}
+        self._fast: dict[tuple, Any] = {}  # adapters' per-signature fast paths
 
     @property
     def name(self) -> str:
