@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-os.environ.setdefault("WARP_INTEROP_QUIET", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import warp as wp  # noqa: E402

@@ -16,7 +16,7 @@ FRAMEWORKS = ".[torch,jax,paddle,test]"
 def tests(session):
     """Run the test suite against every framework that installs here (CPU)."""
     session.install("-e", FRAMEWORKS)
-    session.run("pytest", "-q", *session.posargs, env={"WARP_INTEROP_QUIET": "1"})
+    session.run("pytest", "-q", *session.posargs)
 
 
 @nox.session
@@ -31,7 +31,9 @@ def bench(session):
     """Per-call overhead against the alternatives, ratios printed."""
     session.install("-e", ".[torch,jax,paddle]")
     # NVIDIA's warp_custom_op, compared against in the torch rows; --no-deps keeps torch pinned
-    session.run("python", "-m", "pip", "install", "-q", "--no-deps", "nvalchemi-toolkit-ops==0.5.0", success_codes=[0, 1])
+    session.run(
+        "python", "-m", "pip", "install", "-q", "--no-deps", "nvalchemi-toolkit-ops==0.5.0", success_codes=[0, 1]
+    )
     session.run("python", "-m", "benchmarks", *session.posargs)
 
 

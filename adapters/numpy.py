@@ -6,16 +6,14 @@ zero-copy on the caller's arrays.
 
 from __future__ import annotations
 
-from typing import Any
-
 import ctypes
+from typing import Any
 
 import numpy as np
 
 from interop._plan import ArraySpec
 
 from ._common import EagerFramework
-
 
 _c_char = ctypes.c_char
 _addressof = ctypes.addressof

@@ -27,9 +27,15 @@ def run(quick: bool = False) -> dict:
         rec = wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu", record_cmd=True)
         kw = {"min_time": 0.05, "repeat": 3} if quick else {}
         rows = [
-            ("raw wp.launch, prebuilt Warp arrays", per_call(lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"), **kw)),
+            (
+                "raw wp.launch, prebuilt Warp arrays",
+                per_call(lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"), **kw),
+            ),
             ("wp.launch replay (record_cmd=True)", per_call(rec.launch, **kw)),
-            ("wp.launch, NumPy arrays passed directly", per_call(lambda: wp.launch(saxpy, dim=n, inputs=[x, y, 2.0, out_np], device="cpu"), **kw)),
+            (
+                "wp.launch, NumPy arrays passed directly",
+                per_call(lambda: wp.launch(saxpy, dim=n, inputs=[x, y, 2.0, out_np], device="cpu"), **kw),
+            ),
             ("interop op(x, y, 2.0), NumPy in/out (allocates output)", per_call(lambda: op(x, y, 2.0), **kw)),
         ]
         np.testing.assert_allclose(op(x, y, 2.0), 2.0 * x + y, rtol=1e-6)

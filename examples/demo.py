@@ -25,8 +25,9 @@ wp.config.quiet = True
 
 
 @wp.kernel
-def wave(x: wp.array(dtype=float), v: wp.array(dtype=wp.vec3), a: float,
-         y: wp.array(dtype=float), w: wp.array(dtype=wp.vec3)):
+def wave(
+    x: wp.array(dtype=float), v: wp.array(dtype=wp.vec3), a: float, y: wp.array(dtype=float), w: wp.array(dtype=wp.vec3)
+):
     i = wp.tid()
     y[i] = a * wp.sin(x[i]) + wp.dot(v[i], v[i])
     w[i] = v[i] * x[i]

@@ -89,8 +89,9 @@ def _to_warp(x: Any, fw: str, dtype: Any):
             return x
         return x.view(dtype) if hasattr(x, "view") else wp.from_dlpack(x, dtype=dtype)
     if fw == "numpy":
-        return wp.array(x, dtype=dtype if dtype is not None else wp.types.np_dtype_to_warp_type[x.dtype],
-                        device="cpu", copy=False)
+        return wp.array(
+            x, dtype=dtype if dtype is not None else wp.types.np_dtype_to_warp_type[x.dtype], device="cpu", copy=False
+        )
     return wp.from_dlpack(x, dtype=dtype) if dtype is not None else wp.from_dlpack(x)
 
 

@@ -12,7 +12,7 @@ import inspect
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import warp as wp
 from warp._src import codegen as _wpc
@@ -147,9 +147,7 @@ def _fn_params(fn: Any) -> tuple[str, list[tuple[str, Any]], bool, str]:
                 )
             args.append((pname, hints[pname]))
         return "function", args, True, f"{fn.__module__}.{fn.__qualname__}"
-    raise TypeError(
-        f"interop.op: fn must be a wp.kernel or an annotated Python function, got {type(fn).__name__}"
-    )
+    raise TypeError(f"interop.op: fn must be a wp.kernel or an annotated Python function, got {type(fn).__name__}")
 
 
 def normalize_dims(value: Any, what: str, opname: str) -> tuple[int, ...]:
@@ -162,9 +160,7 @@ def normalize_dims(value: Any, what: str, opname: str) -> tuple[int, ...]:
         try:
             dims = tuple(operator_index(v) for v in value)
         except TypeError:
-            raise TypeError(
-                f"op {opname!r}: {what} must be an int or a tuple of ints, got {value!r}"
-            ) from None
+            raise TypeError(f"op {opname!r}: {what} must be an int or a tuple of ints, got {value!r}") from None
     else:
         raise TypeError(
             f"op {opname!r}: {what} must be an int or a tuple of ints, got {type(value).__name__} {value!r}"
@@ -267,14 +263,16 @@ def describe(
         returned = list(outputs)
         for n in returned:
             if n not in names:
-                raise ValueError(f"op {opname!r}: outputs names {n!r}, which is not a parameter; parameters are {names}")
+                raise ValueError(
+                    f"op {opname!r}: outputs names {n!r}, which is not a parameter; parameters are {names}"
+                )
         if not returned:
             raise ValueError(f"op {opname!r}: outputs must name at least one parameter")
         if returned != names[len(names) - len(returned) :]:
             raise ValueError(
                 f"op {opname!r}: outputs {returned} must be the trailing parameters in kernel order "
                 f"(the parameter order is inputs, in-out, outputs); the trailing {len(returned)} are "
-                f"{names[len(names) - len(returned):]}"
+                f"{names[len(names) - len(returned) :]}"
             )
     for n in in_out:
         if n not in returned:
@@ -376,8 +374,16 @@ def describe(
         bwd = _describe_backward(backward, params, opname)
     if name is None:
         # options are part of the derived name, so describing one kernel two ways gives two ops
-        ident = repr((tuple((p.name, p.role, p.differentiable) for p in params), ld, od, zero_outputs, vm,
-                      None if bwd is None else bwd.name))
+        ident = repr(
+            (
+                tuple((p.name, p.role, p.differentiable) for p in params),
+                ld,
+                od,
+                zero_outputs,
+                vm,
+                None if bwd is None else bwd.name,
+            )
+        )
         desc_name = _default_name(key, fn, hashlib.sha1(ident.encode()).hexdigest()[:8])
     else:
         desc_name = name
@@ -418,9 +424,7 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
     elif isinstance(backward, wp.Kernel):
         bdesc = describe(backward, outputs=len(diff))
     else:
-        raise TypeError(
-            f"op {opname!r}: backward must be a wp.kernel or an interop op, got {type(backward).__name__}"
-        )
+        raise TypeError(f"op {opname!r}: backward must be a wp.kernel or an interop op, got {type(backward).__name__}")
     expected = len(call) + len(returned) + len(diff)
     if len(bdesc.params) != expected:
         raise ValueError(
@@ -436,7 +440,9 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
         )
     fwd_like = list(call) + list(returned) + list(diff)
     for bp, fp in zip(bdesc.params, fwd_like):
-        if bp.is_array != fp.is_array or (not fp.generic and not bp.generic and (bp.dtype != fp.dtype or bp.ndim != fp.ndim)):
+        if bp.is_array != fp.is_array or (
+            not fp.generic and not bp.generic and (bp.dtype != fp.dtype or bp.ndim != fp.ndim)
+        ):
             raise TypeError(
                 f"op {opname!r}: backward parameter {bp.name!r} should match forward parameter {fp.name!r} "
                 f"({fp.expected_text()}), got {bp.expected_text()}"

@@ -9,7 +9,6 @@ pointers, which is cheaper than a plain ``wp.launch``.
 from __future__ import annotations
 
 import ast
-import copy
 import ctypes
 import threading
 import types as _pytypes
@@ -357,7 +356,11 @@ class Runner:
                         "as host values; on CUDA pass a Python number (a traced or device value would need a sync)"
                     )
                 arr = self._wp_array(device, i, v, shape=(1,))
-                args.append(arr.numpy()[0].item() if not _dtypes.split(plan.types[i])[1] else plan.types[i](*arr.numpy()[0].flatten()))
+                args.append(
+                    arr.numpy()[0].item()
+                    if not _dtypes.split(plan.types[i])[1]
+                    else plan.types[i](*arr.numpy()[0].flatten())
+                )
                 continue
             if not p.is_array:
                 args.append(values[i])

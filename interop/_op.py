@@ -9,7 +9,7 @@ from ._description import OpDescription, describe
 from ._frameworks import adapter, framework_of
 from ._plan import CallPlan, make_plan
 
-_ops: dict[OpDescription, "Op"] = {}
+_ops: dict[OpDescription, Op] = {}
 _ops_lock = threading.Lock()
 
 
@@ -101,7 +101,9 @@ class Op:
         return f"<interop.Op {d.name} ({ins}) -> ({outs})>"
 
     def __reduce__(self):
-        raise TypeError(f"op {self.description.label!r} cannot be pickled; describe it again with interop.op in each process")
+        raise TypeError(
+            f"op {self.description.label!r} cannot be pickled; describe it again with interop.op in each process"
+        )
 
 
 def _freeze(v: Any) -> Any:

@@ -15,7 +15,7 @@ import warp as wp
 from warp._src import types as _wpt
 
 from . import _dtypes
-from ._description import IN_OUT, INPUT, OUTPUT, OpDescription, Param, normalize_dims, normalize_output_dims
+from ._description import OpDescription, Param, normalize_dims, normalize_output_dims
 
 
 class ArraySpec(NamedTuple):
@@ -109,6 +109,9 @@ def _resolve_array(desc: OpDescription, p: Param, spec: ArraySpec) -> tuple[Any,
         extra = len(shape) - p.ndim
         inner = p.inner
         if not inner:
+            if p.scalar is not typing.Any and extra != 0:
+                # a generic scalar type (wp.Float, wp.Int, wp.Scalar) takes no vec/mat trailing dims
+                raise _err(desc, p, f"a {p.ndim}-d array of {_dtypes.type_name(p.scalar)}", _spec_text(spec))
             if extra not in (0, 1, 2):
                 raise _err(
                     desc,
@@ -130,7 +133,7 @@ def _resolve_array(desc: OpDescription, p: Param, spec: ArraySpec) -> tuple[Any,
     expected_ndim = p.framework_ndim
     if len(shape) != expected_ndim or tuple(shape[p.ndim :]) != p.inner:
         if len(shape) == expected_ndim and p.inner:
-            got = f"{_spec_text(spec)}: trailing dims {tuple(shape[p.ndim:])}, expected {p.inner}"
+            got = f"{_spec_text(spec)}: trailing dims {tuple(shape[p.ndim :])}, expected {p.inner}"
         else:
             got = _spec_text(spec)
         raise _err(desc, p, p.expected_text(), got)
@@ -187,9 +190,11 @@ def _scalar_type(desc: OpDescription, p: Param, spec: ScalarSpec, generic_scalar
     elif spec.kind == "py":
         kind = spec.dtype
         if isinstance(kind, np.dtype):
-            ok = (kind.kind == "f" and _dtypes.is_float(tscalar)) or (
-                kind.kind in "iu" and not _dtypes.is_float(tscalar) and tscalar is not wp.bool
-            ) or (kind.kind == "b" and tscalar is wp.bool)
+            ok = (
+                (kind.kind == "f" and _dtypes.is_float(tscalar))
+                or (kind.kind in "iu" and not _dtypes.is_float(tscalar) and tscalar is not wp.bool)
+                or (kind.kind == "b" and tscalar is wp.bool)
+            )
             if kind.kind in "iu" and _dtypes.is_float(tscalar):
                 ok = True  # an integer value is exact in a float parameter
         elif kind is bool:
@@ -226,8 +231,7 @@ def make_plan(
     call_params = desc.call_params
     if len(specs) != len(call_params):
         raise TypeError(
-            f"op {desc.label!r} takes {len(call_params)} argument(s) {[p.name for p in call_params]}, "
-            f"got {len(specs)}"
+            f"op {desc.label!r} takes {len(call_params)} argument(s) {[p.name for p in call_params]}, got {len(specs)}"
         )
     n = len(desc.params)
     types: list[Any] = [None] * n
@@ -278,7 +282,11 @@ def make_plan(
                     f"op {desc.label!r}, output {p.name!r}: its dtype is generic and no generic array input "
                     "fixes it; give the output a concrete dtype"
                 )
-            elem = generic_elem if not p.inner else _dtypes.compose(generic_scalar, p.inner)
+            if p.inner or p.scalar is not typing.Any:
+                # a generic vec/mat or a generic scalar type (wp.Float...) takes only the resolved scalar
+                elem = _dtypes.compose(generic_scalar, p.inner)
+            else:
+                elem = generic_elem
         types[p.index] = elem
         if od is not None and od[0] == "all":
             dims, source = od[1], "output_dims"
@@ -352,7 +360,7 @@ def check_layout(desc: OpDescription, p: Param, shape: Sequence[int], strides: S
             )
         expected *= shape[k]
     outer = tuple(strides[: nd - inner])
-    for k, s in enumerate(outer):
+    for s in outer:
         if s < 0 or s % itemsize:
             raise ValueError(
                 f"op {desc.label!r}, parameter {p.name!r}: a Warp kernel cannot read strides {tuple(strides)} "

@@ -132,9 +132,7 @@ _add(
         "mat33",
         interop.op(mat33_kernel),
         lambda rng, dt: (_f(rng, (N, 3, 3), dt), _f(rng, (N, 3), dt)),
-        lambda m, v: (
-            np.einsum("nij,nj->ni", m, v) + np.einsum("nji,nj->ni", m, np.einsum("nij,nj->ni", m, v)),
-        ),
+        lambda m, v: (np.einsum("nij,nj->ni", m, v) + np.einsum("nji,nj->ni", m, np.einsum("nij,nj->ni", m, v)),),
         dtypes=(np.float32,),
     )
 )
