@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from interop._description import INPUT, OUTPUT, Param
+from interop._errors import ArgumentError
 from interop._plan import ArraySpec, CallPlan, ScalarSpec, check_layout
 
 
@@ -63,7 +64,7 @@ class EagerFramework:
             return ScalarSpec("py", np.dtype(x.dtype) if isinstance(x, np.generic) else float), x
         if p.inner and isinstance(x, (tuple, list)) or hasattr(x, "_wp_scalar_type_"):
             return ScalarSpec("py", tuple), x
-        raise TypeError(
+        raise ArgumentError(
             f"op {op.description.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number), got {type(x).__name__}"
         )
 
@@ -85,7 +86,7 @@ class EagerFramework:
         desc = op.description
         params = desc.call_params
         if len(args) != len(params):
-            raise TypeError(
+            raise ArgumentError(
                 f"op {op.description.label!r} takes {len(params)} argument(s) {[p.name for p in params]} "
                 f"(outputs are returned, not passed), got {len(args)}"
             )
@@ -96,7 +97,7 @@ class EagerFramework:
         for p, x in zip(params, args):
             if p.is_array:
                 if not self.is_array(x):
-                    raise TypeError(
+                    raise ArgumentError(
                         f"op {op.description.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got "
                         f"{type(x).__name__}"
                     )
@@ -111,7 +112,7 @@ class EagerFramework:
                 if device is None:
                     device, dev_param = d, p.name
                 elif d != device:
-                    raise ValueError(
+                    raise ArgumentError(
                         f"op {op.description.label!r}: parameter {dev_param!r} is on {device} but parameter {p.name!r} "
                         f"is on {d}; move them to one device"
                     )
@@ -125,7 +126,7 @@ class EagerFramework:
                 outer = check_layout(desc, p, self.spec(x).shape, strides, itemsize)
                 values[p.index] = (ptr, outer if p.is_array else None)
                 if p.role != INPUT and not self.writable(x):
-                    raise ValueError(
+                    raise ArgumentError(
                         f"op {op.description.label!r}, parameter {p.name!r}: the in-out array is read-only; pass a writable array"
                     )
             else:
@@ -155,7 +156,7 @@ class EagerFramework:
 
     def call(self, op, args, launch_dims, output_dims, kwargs):
         if kwargs:
-            raise TypeError(
+            raise ArgumentError(
                 f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for {self.name} arrays"
             )
         key = self.fast_key(args)
@@ -205,7 +206,7 @@ class EagerFramework:
             for ai, pi, inout, strides in arrays:
                 x = args[ai]
                 if inout and not writable(x):
-                    raise ValueError(
+                    raise ArgumentError(
                         f"op {label!r}, parameter {names[pi]!r}: the in-out array is read-only; pass a writable array"
                     )
                 vals[pi] = (ptr(x), strides)

@@ -12,7 +12,8 @@ the first time one of its arrays is seen.
 
 from ._convert import convert
 from ._description import OpDescription, Param
+from ._errors import ArgumentError, InteropError, UnsupportedError
 from ._op import Op, op
 
-__all__ = ["op", "Op", "convert", "OpDescription", "Param"]
+__all__ = ["op", "Op", "convert", "OpDescription", "Param", "InteropError", "ArgumentError", "UnsupportedError"]
 __version__ = "0.1.0"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ._errors import ArgumentError
 from ._frameworks import FRAMEWORKS, data_ptr, framework_of
 from ._launch import ensure_init
 
@@ -37,7 +38,7 @@ def _to_numpy(x: Any, fw: str):
         return x
     if fw == "warp":
         if not x.device.is_cpu:
-            raise ValueError("array is on " + str(x.device))
+            raise ArgumentError("array is on " + str(x.device))
         return x.numpy()
     if fw == "torch":
         return x.detach().numpy()
@@ -135,15 +136,15 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
         ((4,), True)
     """
     if to not in FRAMEWORKS:
-        raise ValueError(f"convert: to must be one of {FRAMEWORKS}, got {to!r}")
+        raise ArgumentError(f"convert: to must be one of {FRAMEWORKS}, got {to!r}")
     fw = framework_of(x)
     if fw is None or fw == "unsupported":
-        raise TypeError(
+        raise ArgumentError(
             f"convert: x must be a NumPy, Warp, PyTorch, JAX, Paddle or CuPy array, got {type(x).__module__}."
             f"{type(x).__qualname__}"
         )
     if dtype is not None and to != "warp":
-        raise TypeError(f"convert: dtype= applies only to to='warp' (a Warp element type), got to={to!r}")
+        raise ArgumentError(f"convert: dtype= applies only to to='warp' (a Warp element type), got to={to!r}")
     try:
         importlib.import_module(to if to != "paddle" else "paddle")
     except ImportError as e:
@@ -159,7 +160,7 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
     if error is None:
         return out
     if not copy:
-        raise ValueError(
+        raise ArgumentError(
             f"convert: a {fw} array of shape {tuple(x.shape)} cannot be handed to {to} without a copy "
             f"({error}); pass copy=True to allow one"
         ) from (error if not isinstance(error, ValueError) else None)

@@ -19,6 +19,7 @@ from warp._src import codegen as _wpc
 from warp._src import types as _wpt
 
 from . import _dtypes
+from ._errors import ArgumentError
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -132,53 +133,53 @@ def _fn_params(fn: Any) -> tuple[str, list[tuple[str, Any]], bool, str]:
         try:
             hints = inspect.get_annotations(fn, eval_str=True)
         except Exception as e:  # a forward reference we cannot evaluate
-            raise TypeError(f"interop.op: cannot read the annotations of function {fn.__qualname__!r}: {e}") from e
+            raise ArgumentError(f"interop.op: cannot read the annotations of function {fn.__qualname__!r}: {e}") from e
         args = []
         for pname, p in sig.parameters.items():
             if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-                raise TypeError(
+                raise ArgumentError(
                     f"interop.op({fn.__qualname__}): parameter {pname!r} must be positional "
                     f"(got {p.kind.description}); annotate it like a Warp kernel parameter"
                 )
             if pname not in hints:
-                raise TypeError(
+                raise ArgumentError(
                     f"interop.op({fn.__qualname__}): parameter {pname!r} has no annotation; "
                     "annotate every parameter like a Warp kernel (e.g. wp.array(dtype=float) or float)"
                 )
             args.append((pname, hints[pname]))
         return "function", args, True, f"{fn.__module__}.{fn.__qualname__}"
-    raise TypeError(f"interop.op: fn must be a wp.kernel or an annotated Python function, got {type(fn).__name__}")
+    raise ArgumentError(f"interop.op: fn must be a wp.kernel or an annotated Python function, got {type(fn).__name__}")
 
 
 def normalize_dims(value: Any, what: str, opname: str) -> tuple[int, ...]:
     """An int or a sequence of ints as a tuple of non-negative ints, else a clear error."""
     if isinstance(value, bool):
-        raise TypeError(f"op {opname!r}: {what} must be an int or a tuple of ints, got bool")
+        raise ArgumentError(f"op {opname!r}: {what} must be an int or a tuple of ints, got bool")
     if isinstance(value, int) or (hasattr(value, "__index__") and not hasattr(value, "__len__")):
         dims = (int(value.__index__() if hasattr(value, "__index__") else value),)
     elif isinstance(value, (tuple, list)):
         try:
             dims = tuple(operator_index(v) for v in value)
         except TypeError:
-            raise TypeError(f"op {opname!r}: {what} must be an int or a tuple of ints, got {value!r}") from None
+            raise ArgumentError(f"op {opname!r}: {what} must be an int or a tuple of ints, got {value!r}") from None
     else:
-        raise TypeError(
+        raise ArgumentError(
             f"op {opname!r}: {what} must be an int or a tuple of ints, got {type(value).__name__} {value!r}"
         )
     if not dims or len(dims) > 4:
-        raise ValueError(f"op {opname!r}: {what} must have 1 to 4 dimensions, got {dims}")
+        raise ArgumentError(f"op {opname!r}: {what} must have 1 to 4 dimensions, got {dims}")
     if any(d < 0 for d in dims):
-        raise ValueError(f"op {opname!r}: {what} must be non-negative, got {dims}")
+        raise ArgumentError(f"op {opname!r}: {what} must be non-negative, got {dims}")
     return dims
 
 
 def operator_index(v: Any) -> int:
     if isinstance(v, bool):
-        raise TypeError("bool is not a dimension")
+        raise ArgumentError("bool is not a dimension")
     try:
         return int(v.__index__())
     except AttributeError:
-        raise TypeError(f"{v!r} is not an integer") from None
+        raise ArgumentError(f"{v!r} is not an integer") from None
 
 
 def normalize_output_dims(value: Any, outputs: Sequence[Param], opname: str) -> tuple | None:
@@ -189,7 +190,7 @@ def normalize_output_dims(value: Any, outputs: Sequence[Param], opname: str) -> 
         items = []
         for k, v in value.items():
             if k not in names:
-                raise ValueError(
+                raise ArgumentError(
                     f"op {opname!r}: output_dims names {k!r}, which is not an output; "
                     f"outputs are {sorted(names) or 'none'} (in-out arrays take the shape of the array passed)"
                 )
@@ -202,7 +203,7 @@ def _check_vmap_method(value: Any, opname: str) -> str | None:
     if value is None:
         return None
     if value not in VMAP_METHODS:
-        raise ValueError(f"op {opname!r}: vmap_method must be one of {VMAP_METHODS}, got {value!r}")
+        raise ArgumentError(f"op {opname!r}: vmap_method must be one of {VMAP_METHODS}, got {value!r}")
     return value
 
 
@@ -232,7 +233,7 @@ def describe(
     kind, args, enable_backward, key = _fn_params(fn)
     opname = name or key
     if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
-        raise ValueError(
+        raise ArgumentError(
             f"interop.op({key}): name must look like 'namespace::name' (letters, digits, '_'), got {name!r}"
         )
     names = [a[0] for a in args]
@@ -243,19 +244,19 @@ def describe(
     in_out = tuple(in_out)
     for n in in_out:
         if n not in names:
-            raise ValueError(f"op {opname!r}: in_out names {n!r}, which is not a parameter; parameters are {names}")
+            raise ArgumentError(f"op {opname!r}: in_out names {n!r}, which is not a parameter; parameters are {names}")
     if len(set(in_out)) != len(in_out):
-        raise ValueError(f"op {opname!r}: in_out lists a parameter twice: {list(in_out)}")
+        raise ArgumentError(f"op {opname!r}: in_out lists a parameter twice: {list(in_out)}")
 
     if isinstance(outputs, bool) or not isinstance(outputs, (int, list, tuple)):
-        raise TypeError(
+        raise ArgumentError(
             f"op {opname!r}: outputs must be an int or a list of parameter names, got {type(outputs).__name__}"
         )
     if isinstance(outputs, int):
         if outputs < 1:
-            raise ValueError(f"op {opname!r}: outputs must be at least 1, got {outputs}")
+            raise ArgumentError(f"op {opname!r}: outputs must be at least 1, got {outputs}")
         if outputs > len(args):
-            raise ValueError(
+            raise ArgumentError(
                 f"op {opname!r}: outputs={outputs} but the {kind} has only {len(args)} parameters ({names})"
             )
         returned = names[len(names) - outputs :]
@@ -263,20 +264,20 @@ def describe(
         returned = list(outputs)
         for n in returned:
             if n not in names:
-                raise ValueError(
+                raise ArgumentError(
                     f"op {opname!r}: outputs names {n!r}, which is not a parameter; parameters are {names}"
                 )
         if not returned:
-            raise ValueError(f"op {opname!r}: outputs must name at least one parameter")
+            raise ArgumentError(f"op {opname!r}: outputs must name at least one parameter")
         if returned != names[len(names) - len(returned) :]:
-            raise ValueError(
+            raise ArgumentError(
                 f"op {opname!r}: outputs {returned} must be the trailing parameters in kernel order "
                 f"(the parameter order is inputs, in-out, outputs); the trailing {len(returned)} are "
                 f"{names[len(names) - len(returned) :]}"
             )
     for n in in_out:
         if n not in returned:
-            raise ValueError(
+            raise ArgumentError(
                 f"op {opname!r}: in_out parameter {n!r} is not among the {len(returned)} returned parameter(s) "
                 f"{returned}; in-out parameters count among `outputs` (order: inputs, in-out, outputs), "
                 f"so pass outputs={len(names) - names.index(n)}"
@@ -285,7 +286,7 @@ def describe(
     for n in returned:
         if n in in_out:
             if seen_output is not None:
-                raise ValueError(
+                raise ArgumentError(
                     f"op {opname!r}: in-out parameter {n!r} comes after output {seen_output!r}; "
                     "in-out parameters must precede the pure outputs (order: inputs, in-out, outputs)"
                 )
@@ -295,7 +296,7 @@ def describe(
     nondiff = tuple(nondifferentiable)
     for n in nondiff:
         if n not in names:
-            raise ValueError(
+            raise ArgumentError(
                 f"op {opname!r}: nondifferentiable names {n!r}, which is not a parameter; parameters are {names}"
             )
 
@@ -305,7 +306,7 @@ def describe(
         role = IN_OUT if pname in in_out else OUTPUT if pname in returned else INPUT
         if _wpt.is_array(ann):
             if type(ann) is not wp.array:
-                raise TypeError(
+                raise ArgumentError(
                     f"op {opname!r}: parameter {pname!r} is a {type(ann).__name__}; only plain wp.array "
                     "parameters are supported (not indexed/fabric arrays)"
                 )
@@ -314,7 +315,7 @@ def describe(
             is_array = True
         else:
             if role != INPUT:
-                raise TypeError(
+                raise ArgumentError(
                     f"op {opname!r}: parameter {pname!r} is returned ({'in-out' if role == IN_OUT else 'output'}) "
                     f"but is not an array (annotation {_dtypes.type_name(ann)}); outputs and in-out "
                     "parameters must be wp.array"
@@ -323,16 +324,16 @@ def describe(
             ndim = 0
             is_array = False
         if isinstance(dtype, _wpc.Struct):
-            raise TypeError(f"op {opname!r}: parameter {pname!r} is a struct; structs are not supported")
+            raise ArgumentError(f"op {opname!r}: parameter {pname!r} is a struct; structs are not supported")
         generic = _dtypes.is_generic(dtype)
         scalar, inner = _dtypes.split(dtype)
         if not generic and not isinstance(dtype, type):
-            raise TypeError(
+            raise ArgumentError(
                 f"op {opname!r}: parameter {pname!r} has unsupported type {dtype!r}; "
                 "use Warp scalar, vector, matrix or array types"
             )
         if not generic and inner == () and scalar not in _dtypes._WP_TO_NP:
-            raise TypeError(
+            raise ArgumentError(
                 f"op {opname!r}: parameter {pname!r} has unsupported type {_dtypes.type_name(dtype)}; "
                 "supported: Warp scalar, vector and matrix types and arrays of them"
             )
@@ -358,14 +359,14 @@ def describe(
     outs = [p for p in params if p.role == OUTPUT]
     ld = None if launch_dims is None else normalize_dims(launch_dims, "launch_dims", opname)
     if kind == "function" and ld is not None:
-        raise ValueError(
+        raise ArgumentError(
             f"op {opname!r}: launch_dims does not apply to a Python-function op (it launches its own kernels); "
             "use output_dims to size its outputs"
         )
     od = normalize_output_dims(output_dims, outs, opname)
 
     if not isinstance(zero_outputs, bool):
-        raise TypeError(f"op {opname!r}: zero_outputs must be a bool, got {zero_outputs!r}")
+        raise ArgumentError(f"op {opname!r}: zero_outputs must be a bool, got {zero_outputs!r}")
 
     vm = _check_vmap_method(vmap_method, opname)
 
@@ -416,7 +417,7 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
     returned = [p for p in params if p.role != INPUT]
     diff = [p for p in params if p.role == INPUT and p.is_array and p.differentiable]
     if not diff:
-        raise ValueError(f"op {opname!r}: backward= given, but the op has no differentiable array input")
+        raise ArgumentError(f"op {opname!r}: backward= given, but the op has no differentiable array input")
     if isinstance(backward, Op):
         bdesc = backward.description
     elif isinstance(backward, OpDescription):
@@ -424,17 +425,19 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
     elif isinstance(backward, wp.Kernel):
         bdesc = describe(backward, outputs=len(diff))
     else:
-        raise TypeError(f"op {opname!r}: backward must be a wp.kernel or an interop op, got {type(backward).__name__}")
+        raise ArgumentError(
+            f"op {opname!r}: backward must be a wp.kernel or an interop op, got {type(backward).__name__}"
+        )
     expected = len(call) + len(returned) + len(diff)
     if len(bdesc.params) != expected:
-        raise ValueError(
+        raise ArgumentError(
             f"op {opname!r}: backward {bdesc.key!r} has {len(bdesc.params)} parameters, expected {expected}: "
             f"the forward's inputs {[p.name for p in call]}, one adjoint per returned array "
             f"{['adj_' + p.name for p in returned]}, then one gradient output per differentiable input "
             f"{['grad_' + p.name for p in diff]}"
         )
     if len(bdesc.output_params) != len(diff) or any(p.role == IN_OUT for p in bdesc.params):
-        raise ValueError(
+        raise ArgumentError(
             f"op {opname!r}: backward {bdesc.key!r} must return exactly {len(diff)} gradient array(s) "
             f"(for {[p.name for p in diff]}) and have no in-out parameters"
         )
@@ -443,7 +446,7 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
         if bp.is_array != fp.is_array or (
             not fp.generic and not bp.generic and (bp.dtype != fp.dtype or bp.ndim != fp.ndim)
         ):
-            raise TypeError(
+            raise ArgumentError(
                 f"op {opname!r}: backward parameter {bp.name!r} should match forward parameter {fp.name!r} "
                 f"({fp.expected_text()}), got {bp.expected_text()}"
             )

@@ -19,6 +19,7 @@ from warp._src import context as _wpctx
 from warp._src.types import array_t, type_size_in_bytes
 
 from . import _dtypes
+from ._errors import ArgumentError, UnsupportedError
 
 _devices: dict[Any, Any] = {}
 _init_done = False
@@ -351,7 +352,7 @@ class Runner:
             if i in self.ref_idx:
                 v = values[i]
                 if device.is_cuda:
-                    raise TypeError(
+                    raise ArgumentError(
                         f"op {plan.desc.label!r}, parameter {p.name!r}: a Python-function op needs its scalars "
                         "as host values; on CUDA pass a Python number (a traced or device value would need a sync)"
                     )
@@ -377,7 +378,7 @@ class Runner:
                 args.append(a)
                 continue
             if values[i] is None:
-                raise ValueError(f"op {plan.desc.label!r}: missing array for parameter {p.name!r}")
+                raise ArgumentError(f"op {plan.desc.label!r}: missing array for parameter {p.name!r}")
             arr = self._wp_array(device, i, values[i], grad=g)
             if g is None and p.role == "input" and plan.differentiable[i] and adj is not None:
                 # keep the tape from dropping intermediate gradients: give it a throwaway buffer
@@ -398,7 +399,7 @@ class Runner:
     def _tape_backward(self, device, values, adj, stream) -> None:
         if self.ref_idx:
             names = ", ".join(self.plan.scalar_refs)
-            raise NotImplementedError(
+            raise UnsupportedError(
                 f"op {self.plan.desc.label!r}: gradients with respect to scalar parameters ({names}) of a "
                 "Python-function op are not supported (wp.Tape does not record scalar adjoints); pass the "
                 "scalar as a 1-element array parameter instead"

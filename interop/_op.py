@@ -6,6 +6,7 @@ import threading
 from typing import Any, Sequence
 
 from ._description import OpDescription, describe
+from ._errors import ArgumentError
 from ._frameworks import adapter, framework_of
 from ._plan import CallPlan, make_plan
 
@@ -77,21 +78,23 @@ class Op:
                 continue
             pname = params[i].name if i < len(params) else f"#{i}"
             if f == "unsupported":
-                raise TypeError(
+                raise ArgumentError(
                     f"op {self.description.label!r}, parameter {pname!r}: unsupported array type {type(a).__module__}."
                     f"{type(a).__qualname__}; expected a NumPy, Warp, PyTorch, JAX, Paddle or CuPy array"
                 )
             if found is None:
                 found, found_name = f, pname
             elif f != found:
-                raise TypeError(
+                raise ArgumentError(
                     f"op {self.description.label!r}: arrays from two frameworks in one call: parameter {found_name!r} is a "
                     f"{found} array, parameter {pname!r} is a {f} array; convert one with interop.convert"
                 )
         if found is None:
             found = fw or "numpy"
         elif fw is not None and fw != found:
-            raise TypeError(f"op {self.description.label!r}: framework={fw!r} but the arrays passed are {found} arrays")
+            raise ArgumentError(
+                f"op {self.description.label!r}: framework={fw!r} but the arrays passed are {found} arrays"
+            )
         return adapter(found).call(self, args, launch_dims, output_dims, kwargs)
 
     def __repr__(self) -> str:
@@ -101,7 +104,7 @@ class Op:
         return f"<interop.Op {d.name} ({ins}) -> ({outs})>"
 
     def __reduce__(self):
-        raise TypeError(
+        raise ArgumentError(
             f"op {self.description.label!r} cannot be pickled; describe it again with interop.op in each process"
         )
 
@@ -187,7 +190,7 @@ def op(
             return existing
         for other in _ops.values():
             if other.description.name == desc.name:
-                raise ValueError(
+                raise ArgumentError(
                     f"op name {desc.name!r} is already used by {other.description.key!r} with other options; "
                     "pick another name="
                 )

@@ -16,6 +16,7 @@ from warp._src import types as _wpt
 
 from . import _dtypes
 from ._description import OpDescription, Param, normalize_dims, normalize_output_dims
+from ._errors import ArgumentError
 
 
 class ArraySpec(NamedTuple):
@@ -91,8 +92,8 @@ class CallPlan:
         return f"CallPlan({self.desc.name!r}, launch_dims={self.launch_dims}, outputs={list(self.out_specs)})"
 
 
-def _err(desc: OpDescription, p: Param, expected: str, got: str) -> TypeError:
-    return TypeError(f"op {desc.label!r}, parameter {p.name!r}: expected {expected}, got {got}")
+def _err(desc: OpDescription, p: Param, expected: str, got: str) -> ArgumentError:
+    return ArgumentError(f"op {desc.label!r}, parameter {p.name!r}: expected {expected}, got {got}")
 
 
 def _spec_text(spec: ArraySpec) -> str:
@@ -154,7 +155,7 @@ def _as_output_shape(desc: OpDescription, p: Param, elem: Any, dims: tuple[int, 
     if inner and len(dims) == p.ndim + len(inner) and tuple(dims[p.ndim :]) == inner:
         return dims[: p.ndim]
     accepted = f"{p.ndim} dims" + (f", or {p.ndim + len(inner)} ending in {inner}" if inner else "")
-    raise ValueError(
+    raise ArgumentError(
         f"op {desc.label!r}, output {p.name!r}: {source} {dims} does not fit a {p.ndim}-d array of "
         f"{_dtypes.type_name(elem)} (expected {accepted}); pass output_dims={{{p.name!r}: ...}}"
     )
@@ -230,7 +231,7 @@ def make_plan(
     """
     call_params = desc.call_params
     if len(specs) != len(call_params):
-        raise TypeError(
+        raise ArgumentError(
             f"op {desc.label!r} takes {len(call_params)} argument(s) {[p.name for p in call_params]}, got {len(specs)}"
         )
     n = len(desc.params)
@@ -263,7 +264,7 @@ def make_plan(
     # launch dims
     ld = desc.launch_dims if launch_dims is None else normalize_dims(launch_dims, "launch_dims", desc.label)
     if desc.kind == "function" and launch_dims is not None:
-        raise ValueError(
+        raise ArgumentError(
             f"op {desc.label!r}: launch_dims does not apply to a Python-function op (it launches its own "
             "kernels); use output_dims to size its outputs"
         )
@@ -278,7 +279,7 @@ def make_plan(
         elem = p.dtype
         if p.generic:
             if generic_elem is None:
-                raise TypeError(
+                raise ArgumentError(
                     f"op {desc.label!r}, output {p.name!r}: its dtype is generic and no generic array input "
                     "fixes it; give the output a concrete dtype"
                 )
@@ -296,7 +297,7 @@ def make_plan(
             dims = default_dims
             source = "launch_dims" if ld is not None else f"the shape of the first array input {first.name!r}"
         else:
-            raise ValueError(
+            raise ArgumentError(
                 f"op {desc.label!r}: cannot size output {p.name!r}: the op has no array input; "
                 "pass launch_dims= (or output_dims=)"
             )
@@ -304,7 +305,7 @@ def make_plan(
 
     if desc.kind == "kernel":
         if default_dims is None:
-            raise ValueError(
+            raise ArgumentError(
                 f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
             )
         launch = tuple(default_dims)
@@ -353,7 +354,7 @@ def check_layout(desc: OpDescription, p: Param, shape: Sequence[int], strides: S
     expected = itemsize
     for k in range(nd - 1, nd - 1 - inner, -1):
         if shape[k] > 1 and strides[k] != expected:
-            raise ValueError(
+            raise ArgumentError(
                 f"op {desc.label!r}, parameter {p.name!r}: the vec/mat components of each element must be "
                 f"contiguous, got strides {tuple(strides)} (bytes) for shape {tuple(shape)}; "
                 "pass a contiguous array (e.g. .copy() / .contiguous())"
@@ -362,7 +363,7 @@ def check_layout(desc: OpDescription, p: Param, shape: Sequence[int], strides: S
     outer = tuple(strides[: nd - inner])
     for s in outer:
         if s < 0 or s % itemsize:
-            raise ValueError(
+            raise ArgumentError(
                 f"op {desc.label!r}, parameter {p.name!r}: a Warp kernel cannot read strides {tuple(strides)} "
                 f"(bytes) for shape {tuple(shape)}: strides must be non-negative multiples of the item size "
                 f"{itemsize}; pass a contiguous array"
