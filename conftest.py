@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import warp as wp  # noqa: E402
 
 wp.config.quiet = True
+wp.config.log_level = wp.LOG_WARNING  # no per-module load messages
 wp.init()
 
 
