@@ -15,7 +15,7 @@ def main(argv: list[str]) -> int:
     import warp as wp
 
     wp.config.quiet = True
-wp.config.log_level = wp.LOG_WARNING  # no per-module load messages
+    wp.config.log_level = wp.LOG_WARNING  # no per-module load messages
     wp.init()
     for name in names:
         if name != "numpy" and importlib.util.find_spec(name) is None:

@@ -1,0 +1,157 @@
+"""CuPy adapter: CuPy arrays (and any ``__cuda_array_interface__`` producer) in, CuPy arrays out.
+
+Arrays are read zero-copy through the CUDA Array Interface (pointer, shape, typestr,
+strides). Outputs are allocated by CuPy on the inputs' device. Every launch runs on
+CuPy's current stream of that device; inputs from other producers (Numba, ...) that name a
+stream in their interface (CAI v3 ``"stream"``) are ordered before the launch with an event,
+as the interface asks of consumers. CuPy has no autograd, so a call is a forward launch only.
+
+CuPy is imported when first needed, so this module loads without it: a CUDA array from
+another producer then gets an error that says CuPy is needed for the outputs.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from interop._plan import ArraySpec
+
+from ._common import EagerFramework, pack_result
+
+_cupy_mod = None
+
+
+def _cupy(label: str | None = None):
+    """The ``cupy`` module, imported on first use."""
+    global _cupy_mod
+    if _cupy_mod is None:
+        try:
+            import cupy
+        except ImportError as e:
+            who = f"op {label!r}: " if label else ""
+            raise ImportError(
+                f"{who}CUDA arrays (__cuda_array_interface__) are handled by the CuPy adapter, which needs CuPy to "
+                f"allocate outputs and find the current stream ({e}); install cupy for your CUDA version"
+            ) from e
+        _cupy_mod = cupy
+    return _cupy_mod
+
+
+def _cai(x) -> dict:
+    return x.__cuda_array_interface__
+
+
+def _is_cupy_array(x) -> bool:
+    return type(x).__module__.split(".", 1)[0] == "cupy"
+
+
+class _Streams:
+    """Warp views of CuPy's current streams, one per (device, stream handle)."""
+
+    def __init__(self):
+        self._by_handle: dict[tuple[str, int], Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, device: str, handle: int, owner: Any = None):
+        key = (device, handle)
+        s = self._by_handle.get(key)
+        if s is None:
+            import warp as wp
+
+            from interop._launch import get_device
+
+            with self._lock:
+                s = self._by_handle.get(key)
+                if s is None:
+                    s = wp.Stream(get_device(device), cuda_stream=handle)
+                    s._interop_owner = owner  # keep CuPy's stream object alive with its Warp view
+                    self._by_handle[key] = s
+        return s
+
+
+_STREAMS = _Streams()
+
+
+class _CuPy(EagerFramework):
+    name = "cupy"
+
+    def is_array(self, x: Any) -> bool:
+        return hasattr(x, "__cuda_array_interface__")
+
+    def spec(self, x) -> ArraySpec:
+        cai = _cai(x)
+        return ArraySpec(tuple(cai["shape"]), np.dtype(cai["typestr"]))
+
+    def layout(self, x):
+        cai = _cai(x)
+        itemsize = np.dtype(cai["typestr"]).itemsize
+        strides = cai.get("strides")
+        if strides is None:  # C-contiguous
+            acc, out = itemsize, []
+            for s in reversed(cai["shape"]):
+                out.append(acc)
+                acc *= max(int(s), 1)
+            strides = tuple(reversed(out))
+        return int(cai["data"][0] or 0), tuple(strides), itemsize
+
+    def writable(self, x) -> bool:
+        return not _cai(x)["data"][1]
+
+    def device(self, x) -> str:
+        if _is_cupy_array(x):
+            return f"cuda:{x.device.id}"
+        ptr = int(_cai(x)["data"][0] or 0)
+        if ptr == 0:
+            return f"cuda:{_cupy().cuda.runtime.getDevice()}"
+        attrs = _cupy().cuda.runtime.pointerGetAttributes(ptr)
+        return f"cuda:{attrs.device}"
+
+    def default_device(self) -> str:
+        return f"cuda:{_cupy().cuda.runtime.getDevice()}"
+
+    def alloc(self, spec: ArraySpec, device: str, zero: bool, elem: Any = None):
+        cp = _cupy()
+        with cp.cuda.Device(int(device.split(":")[1])):
+            return cp.zeros(spec.shape, spec.dtype) if zero else cp.empty(spec.shape, spec.dtype)
+
+    def stream(self, device: str, arrays: Sequence[Any]) -> Any:
+        cp = _cupy()
+        with cp.cuda.Device(int(device.split(":")[1])):
+            current = cp.cuda.get_current_stream()
+        launch = _STREAMS.get(device, int(current.ptr), current)
+        # CAI v3: a producer names the stream its data is ready on (1: legacy default, 2: per-thread
+        # default, else a handle; None: no order needed). Order the launch after it.
+        for a in arrays:
+            if _is_cupy_array(a):
+                continue  # CuPy arrays are ready on CuPy's current stream
+            producer = _cai(a).get("stream")
+            if producer is None or int(producer) == int(current.ptr):
+                continue
+            ev = cp.cuda.Event(block=False, disable_timing=True)
+            ev.record(cp.cuda.ExternalStream(int(producer)))
+            current.wait_event(ev)
+        return launch
+
+
+FRAMEWORK = _CuPy()
+
+
+def call(op, args, launch_dims, output_dims, kwargs):
+    """Run ``op`` on CuPy arrays / CUDA Array Interface producers (see :meth:`interop.Op.__call__`)."""
+    if kwargs:
+        raise TypeError(f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for cupy arrays")
+    _cupy(op.description.label)
+    _, _, returned, _, _ = FRAMEWORK.forward(op, args, launch_dims, output_dims)
+    return pack_result(returned)
+
+
+def bind(op):
+    """A callable that runs ``op`` with CuPy arrays (outputs are CuPy arrays even with no array input)."""
+
+    def run(*args, launch_dims=None, output_dims=None):
+        return call(op, args, launch_dims, output_dims, {})
+
+    return run

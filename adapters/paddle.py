@@ -1,0 +1,481 @@
+"""PaddlePaddle adapter: Paddle tensors in, Paddle tensors out, with Paddle's autograd.
+
+A call reads each tensor's data pointer and strides (``Tensor.data_ptr()``, ``strides``):
+no copy and no ``__array__()`` (Warp reading a Paddle tensor through ``__array__`` gets a
+temporary that can be freed under it). Outputs and gradients are allocated by Paddle
+(``paddle.zeros`` on the inputs' place). On CUDA every launch runs on Paddle's current
+stream of that device.
+
+Gradients flow through one ``paddle.autograd.PyLayer`` per call:
+
+- only tensors with ``stop_gradient=False`` receive a gradient; outputs are differentiable
+  when some input is; nothing is written to ``x.grad`` by the forward;
+- the backward runs Warp's adjoint (a ``wp.Tape`` for Python-function ops) or the op's
+  hand-written backward, itself called through this adapter so that it can be
+  differentiated again; the adjoint path has no second derivative and says so;
+- in-out arrays are updated in place and returned as the same tensor; their gradient
+  passes through unchanged (the in-out rule of the core), and the update is recorded with
+  a Paddle in-place ``add_`` of a zero tensor that carries the op's autograd node, so
+  Paddle's own in-place checks (leaf tensors, saved tensors) apply;
+- scalars passed as 0-d tensors with ``stop_gradient=False`` get real gradients.
+
+``paddle.jit.to_static``: with ``full_graph=False`` (SOT, the default) Paddle runs the op
+eagerly between compiled segments (a graph break), gradients included. Under
+``full_graph=True`` Paddle hands over symbolic values with no memory; the call raises a
+``TypeError`` naming the op (see the README).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+import paddle
+from paddle.autograd import PyLayer
+
+from interop._description import IN_OUT, OUTPUT
+from interop._op import Op
+from interop._plan import ArraySpec, check_layout
+
+from ._common import EagerFramework, pack_result
+
+# ---- dtypes and places ------------------------------------------------------------------
+_NP_OF_PADDLE: dict[Any, np.dtype] = {
+    paddle.float16: np.dtype(np.float16),
+    paddle.float32: np.dtype(np.float32),
+    paddle.float64: np.dtype(np.float64),
+    paddle.int8: np.dtype(np.int8),
+    paddle.int16: np.dtype(np.int16),
+    paddle.int32: np.dtype(np.int32),
+    paddle.int64: np.dtype(np.int64),
+    paddle.uint8: np.dtype(np.uint8),
+    paddle.bool: np.dtype(np.bool_),
+}
+_PADDLE_OF_NP: dict[np.dtype, Any] = {v: k for k, v in _NP_OF_PADDLE.items()}
+# Warp's unsigned types travel as Paddle's signed types of the same width (as wp.to_paddle does)
+_PADDLE_OF_NP.update(
+    {np.dtype(np.uint16): paddle.int16, np.dtype(np.uint32): paddle.int32, np.dtype(np.uint64): paddle.int64}
+)
+
+_places: dict[str, Any] = {}
+
+
+def _place(device: str):
+    p = _places.get(device)
+    if p is None:
+        p = paddle.CPUPlace() if device == "cpu" else paddle.CUDAPlace(int(device.split(":")[1]))
+        _places[device] = p
+    return p
+
+
+def _device_of_place(place) -> str | None:
+    if place.is_gpu_place():
+        return f"cuda:{place.gpu_device_id()}"
+    if place.is_cpu_place():
+        return "cpu"
+    return None
+
+
+class _Streams:
+    """Warp views of Paddle's current CUDA streams, made once per stream handle."""
+
+    def __init__(self):
+        self._by_handle: dict[tuple[str, int], Any] = {}
+        self._lock = threading.Lock()
+
+    def current(self, device: str):
+        import warp as wp
+
+        ps = paddle.device.current_stream(_place(device))
+        handle = int(ps.stream_base.cuda_stream)
+        key = (device, handle)
+        s = self._by_handle.get(key)
+        if s is None:
+            with self._lock:
+                s = self._by_handle.get(key)
+                if s is None:
+                    from interop._launch import get_device
+
+                    s = wp.Stream(get_device(device), cuda_stream=handle)
+                    s._paddle_stream = ps  # keep Paddle's stream object alive with its Warp view
+                    self._by_handle[key] = s
+        return s
+
+
+_STREAMS = _Streams()
+
+
+class _Paddle(EagerFramework):
+    name = "paddle"
+
+    def is_array(self, x: Any) -> bool:
+        return isinstance(x, paddle.Tensor)
+
+    def spec(self, x) -> ArraySpec:
+        return ArraySpec(tuple(x.shape), _NP_OF_PADDLE[x.dtype])
+
+    def layout(self, x):
+        es = x.element_size()
+        return x.data_ptr(), tuple(s * es for s in x.strides), es
+
+    def device(self, x) -> str:
+        return _device_of_place(x.place)
+
+    def alloc(self, spec: ArraySpec, device: str, zero: bool, elem: Any = None):
+        make = paddle.zeros if zero else paddle.empty
+        return make(list(spec.shape), dtype=_PADDLE_OF_NP[spec.dtype], device=_place(device))
+
+    def stream(self, device: str, arrays: Sequence[Any]) -> Any:
+        if device == "cpu":
+            return None
+        return _STREAMS.current(device)
+
+    def default_device(self) -> str:
+        d = paddle.device.get_device()  # "cpu" or "gpu:0"
+        return d.replace("gpu", "cuda") if d.startswith("gpu") else "cpu"
+
+
+FRAMEWORK = _Paddle()
+
+
+# ---- argument checks that need the parameter name ------------------------------------------
+_call_params: dict[Any, tuple] = {}
+
+
+def _check_args(op, args: Sequence[Any]) -> bool:
+    """Reject symbolic values, unsupported dtypes and places, naming the parameter.
+
+    Returns:
+        whether some differentiable argument is a tensor with ``stop_gradient=False``.
+    """
+    desc = op.description
+    params = _call_params.get(desc)
+    if params is None:
+        params = _call_params.setdefault(desc, desc.call_params)
+    needs_grad = False
+    for p, x in zip(params, args):
+        if not isinstance(x, paddle.Tensor):
+            if type(x).__module__.split(".", 1)[0] == "paddle" and hasattr(x, "shape"):
+                raise TypeError(
+                    f"op {desc.label!r}, parameter {p.name!r}: got a symbolic Paddle value "
+                    f"({type(x).__name__}): the op runs Warp kernels on memory and cannot be part of a static "
+                    "Paddle graph (paddle.jit.to_static(full_graph=True) or paddle.enable_static()); use "
+                    "paddle.jit.to_static(full_graph=False), where the op runs eagerly between compiled parts"
+                )
+            continue
+        if x.dtype not in _NP_OF_PADDLE:
+            raise TypeError(
+                f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got a Paddle tensor of "
+                f"dtype {x.dtype} (not supported by Warp)"
+            )
+        place = x.place
+        if not (place.is_cpu_place() or place.is_gpu_place()):
+            raise ValueError(
+                f"op {desc.label!r}, parameter {p.name!r}: the tensor is on {place}; Warp runs on the CPU and "
+                "CUDA GPUs only: move it with .cpu() or .cuda()"
+            )
+        if p.differentiable and not x.stop_gradient:
+            needs_grad = True
+    return needs_grad
+
+
+# ---- autograd ----------------------------------------------------------------------------
+class _State:
+    """What the backward needs besides tensors (which travel as saved tensors)."""
+
+    __slots__ = (
+        "op",
+        "args",
+        "launch_dims",
+        "output_dims",
+        "visible",
+        "plan",
+        "device",
+        "in_shapes",
+        "out_specs",
+        "need_grad",
+        "in_out",
+    )
+
+
+def _values(plan, params, tensors: dict, scalars: dict) -> list:
+    """Launch values by kernel index from tensors (by param index) and Python scalars."""
+    values: list[Any] = [None] * len(plan.desc.params)
+    for p in params:
+        t = tensors.get(p.index)
+        if t is None:
+            values[p.index] = scalars.get(p.index)
+            continue
+        ptr, strides, itemsize = FRAMEWORK.layout(t)
+        if p.is_array:
+            values[p.index] = (ptr, check_layout(plan.desc, p, tuple(t.shape), strides, itemsize))
+        else:
+            values[p.index] = (ptr, None)
+    return values
+
+
+class _OpLayer(PyLayer):
+    """One op call as a Paddle autograd node.
+
+    ``apply(state, *tensors)``: ``tensors`` are the tensor arguments of role input (arrays and
+    0-d scalar tensors), in call order. In-out tensors are not among them: they are updated
+    in place here and linked to the graph by the caller (see :func:`_call_grad`).
+    Returns the outputs, then one zero "link" tensor per in-out array.
+    """
+
+    @staticmethod
+    def forward(ctx, state: _State, *tensors):
+        ctx.set_materialize_grads(False)
+        plan, values, returned, device, stream = FRAMEWORK.forward(
+            state.op, state.args, state.launch_dims, state.output_dims
+        )
+        desc = plan.desc
+        state.plan, state.device = plan, device
+        outs, links, nondiff = [], [], []
+        for p, r in zip(desc.returned_params, returned):
+            if p.role == OUTPUT:
+                outs.append(r)
+                if not plan.differentiable[p.index]:
+                    nondiff.append(r)
+            else:
+                link = paddle.zeros(r.shape, dtype=r.dtype, device=r.place)
+                links.append(link)
+                if not plan.differentiable[p.index]:
+                    nondiff.append(link)
+        if nondiff:
+            ctx.mark_non_differentiable(*nondiff)
+        state.out_specs = plan.out_specs
+        # the kernel's adjoint may read outputs (a store replayed as a load), so keep them
+        ctx.save_for_backward(*tensors, *outs)
+        ctx.state = state
+        return tuple(outs + links)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        state: _State = ctx.state
+        saved = ctx.saved_tensor()
+        if state.op.description.backward is None and paddle.is_grad_enabled():
+            return _adjoint_recorded(state, saved, grads)
+        return _backward(state, saved, grads)
+
+
+def _adjoint_recorded(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
+    """The adjoint when Paddle records the backward (``create_graph=True``)."""
+    plan = state.plan
+    mask = [state.need_grad[i] and plan.differentiable[i] for i in state.visible]
+    if not any(mask):
+        return tuple(None for _ in mask)
+    present = [g is not None for g in grads]
+    res = iter(_NoSecondDerivative.apply((state, len(saved), present), *saved, *[g for g in grads if g is not None]))
+    return tuple(next(res) if m else None for m in mask)
+
+
+class _NoSecondDerivative(PyLayer):
+    """Runs the adjoint as a node of its own, so that differentiating its result raises
+    instead of giving a wrong (zero) second derivative."""
+
+    @staticmethod
+    def forward(ctx, info, *tensors):
+        state, n_saved, present = info
+        ctx.state = state
+        saved, rest = tensors[:n_saved], iter(tensors[n_saved:])
+        grads = [next(rest) if p else None for p in present]
+        return tuple(r for r in _backward(state, saved, grads) if r is not None)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            f"op {ctx.state.op.description.label!r}: second derivatives through Warp's adjoint are not "
+            "supported; give the op a hand-written backward (interop.op(..., backward=...)), whose own "
+            "adjoint is then used"
+        )
+
+
+def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
+    """Gradients for the visible tensors, from the upstream gradients of outputs and links."""
+    plan = state.plan
+    desc = plan.desc
+    n_vis = len(state.visible)
+    inputs = dict(zip(state.visible, saved[:n_vis]))  # param index -> tensor
+    outs = list(saved[n_vis:])
+    up: dict[int, Any] = {}  # param index -> upstream gradient (returned params)
+    out_params = [p for p in desc.returned_params if p.role == OUTPUT]
+    io_params = [p for p in desc.returned_params if p.role == IN_OUT]
+    for p, g in zip(out_params + io_params, grads):
+        up[p.index] = g
+    if desc.backward is not None:
+        return _handwritten_backward(state, inputs, outs, up)
+
+    device = state.device
+    tensors = dict(inputs)
+    for p, t in zip(out_params, outs):
+        tensors[p.index] = t
+    for p in io_params:
+        tensors[p.index] = state.in_out[p.index]
+    scalars = {p.index: x for p, x in zip(desc.call_params, state.args) if not isinstance(x, paddle.Tensor)}
+    values = _values(plan, desc.params, tensors, scalars)
+    adj: list[Any] = [None] * len(desc.params)
+    result = []
+    keep = []
+    for idx in state.visible:
+        p = desc.params[idx]
+        x = inputs[idx]
+        if state.need_grad[idx] and plan.differentiable[idx]:
+            g = paddle.zeros(x.shape, dtype=x.dtype, device=x.place)
+            adj[idx] = (g.data_ptr(), None)
+            result.append(g)
+        else:
+            result.append(None)
+    for idx, g in up.items():
+        if g is None:
+            continue
+        p = desc.params[idx]
+        ptr, strides, itemsize = FRAMEWORK.layout(g)
+        adj[idx] = (ptr, check_layout(desc, p, tuple(g.shape), strides, itemsize))
+        keep.append(g)
+    if any(r is not None for r in result):
+        stream = FRAMEWORK.stream(device, ())
+        plan.runner.adjoint(device, values, adj, stream)
+    return tuple(result)
+
+
+_backward_ops: dict[Any, Op] = {}
+
+
+def _backward_op(bdesc) -> Op:
+    o = _backward_ops.get(bdesc)
+    if o is None:
+        o = _backward_ops.setdefault(bdesc, Op(bdesc))
+    return o
+
+
+def _handwritten_backward(state: _State, inputs: dict, outs: list, up: dict):
+    """Call the op's hand-written backward through this adapter (so it is differentiable)."""
+    plan = state.plan
+    desc = plan.desc
+    bop = _backward_op(desc.backward)
+    bparams = bop.description.params
+    args = []
+    for p, x in zip(desc.call_params, state.args):
+        if p.index in inputs:
+            args.append(inputs[p.index])
+        elif p.role == IN_OUT:
+            args.append(state.in_out[p.index])
+        else:
+            args.append(x)
+    for p, spec in zip(desc.returned_params, state.out_specs):
+        g = up.get(p.index)
+        if g is None:
+            g = paddle.zeros(list(spec.shape), dtype=_PADDLE_OF_NP[spec.dtype], device=_place(state.device))
+        args.append(g)
+    diff = desc.diff_array_inputs
+    grad_params = bparams[len(bparams) - len(diff) :]
+    output_dims = {bp.name: tuple(inputs[p.index].shape) for bp, p in zip(grad_params, diff)}
+    res = bop(*args, launch_dims=plan.launch_dims, output_dims=output_dims)
+    res = res if isinstance(res, tuple) else (res,)
+    by_index = {p.index: g for p, g in zip(diff, res)}
+    return tuple(by_index.get(idx) if state.need_grad[idx] else None for idx in state.visible)
+
+
+def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
+    desc = op.description
+    state = _State()
+    state.op, state.args = op, tuple(args)
+    state.launch_dims, state.output_dims = launch_dims, output_dims
+    visible, tensors, need = [], [], {}
+    state.in_out = {}
+    for p, x in zip(desc.call_params, args):
+        if not isinstance(x, paddle.Tensor):
+            continue
+        if p.role == IN_OUT:
+            if not x.stop_gradient and x.is_leaf:
+                raise ValueError(
+                    f"op {desc.label!r}, parameter {p.name!r}: the in-out tensor is a leaf with stop_gradient=False, "
+                    "which Paddle cannot update in place; pass a copy (x.clone()) or set stop_gradient=True"
+                )
+            state.in_out[p.index] = x
+            continue
+        visible.append(p.index)
+        tensors.append(x)
+        need[p.index] = p.differentiable and not x.stop_gradient
+    if desc.backward is not None:
+        for p in desc.call_params:
+            if not p.is_array and need.get(p.index):
+                raise NotImplementedError(
+                    f"op {desc.label!r}, parameter {p.name!r}: the op's hand-written backward gives no gradient "
+                    "for scalar parameters; pass it as a Python number or with stop_gradient=True"
+                )
+    state.visible, state.need_grad = tuple(visible), need
+    res = _OpLayer.apply(state, *tensors)
+    # tensors reach the backward as saved tensors (version-checked by Paddle), not through state
+    state.args = tuple(None if isinstance(x, paddle.Tensor) else x for x in args)
+    res = res if isinstance(res, tuple) else (res,)
+    n_out = len(desc.output_params)
+    outs, links = list(res[:n_out]), list(res[n_out:])
+    io_params = [p for p in desc.returned_params if p.role == IN_OUT]
+    for p, link in zip(io_params, links):
+        state.in_out[p.index].add_(link)  # records the update for Paddle (value: + 0)
+    returned, it_out = [], iter(outs)
+    for p in desc.returned_params:
+        returned.append(state.in_out[p.index] if p.role == IN_OUT else next(it_out))
+    return pack_result(returned)
+
+
+# ---- entry points ------------------------------------------------------------------------
+def call(op, args, launch_dims, output_dims, kwargs):
+    """Run ``op`` on Paddle tensors (see :meth:`interop.Op.__call__`)."""
+    if kwargs:
+        raise TypeError(
+            f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for paddle arrays"
+        )
+    if _check_args(op, args) and paddle.is_grad_enabled():
+        return _call_grad(op, args, launch_dims, output_dims)
+    _, _, returned, _, _ = FRAMEWORK.forward(op, args, launch_dims, output_dims)
+    return pack_result(returned)
+
+
+def bind(op):
+    """A callable that runs ``op`` with Paddle tensors (outputs are Paddle tensors even with no tensor input)."""
+    _run_eagerly_under_sot(op)
+
+    def run(*args, launch_dims=None, output_dims=None):
+        return call(op, args, launch_dims, output_dims, {})
+
+    _run_eagerly_under_sot(run)
+    return paddle.jit.not_to_static(run)
+
+
+def on_describe(op) -> None:
+    """Called for each op described while Paddle is imported: make it a graph break for SOT."""
+    _run_eagerly_under_sot(op)
+
+
+# ---- paddle.jit.to_static ------------------------------------------------------------------
+# SOT (to_static with full_graph=False) would otherwise simulate the op's Python code and
+# fail inside it; a "break graph function" is called eagerly between compiled segments.
+# Checked against Paddle 3.3.1 (paddle.jit.sot.utils.paddle_api_config).
+try:
+    from paddle.jit.sot.utils.paddle_api_config import add_break_graph_function as _add_break_graph_function
+except ImportError:  # pragma: no cover - other Paddle versions: full_graph=False may not run the op
+    _add_break_graph_function = None
+
+
+def _run_eagerly_under_sot(fn) -> None:
+    if _add_break_graph_function is not None:
+        _add_break_graph_function(fn)
+
+
+# AST mode (full_graph=True) would rewrite the op's Python code for symbolic values; left as
+# it is, the call reaches this adapter, which names the op and says what to use instead.
+paddle.jit.not_to_static(Op.__call__)
+
+
+def _register_existing_ops() -> None:
+    from interop import _op
+
+    for o in list(_op._ops.values()):
+        _run_eagerly_under_sot(o)
+
+
+_register_existing_ops()

@@ -1,0 +1,145 @@
+"""CuPy adapter: CuPy arrays in and out, on CuPy's current stream, CAI v3 stream ordering for
+other producers. Needs a CUDA GPU and CuPy: skipped here otherwise, with the reason shown.
+
+The shape/dtype resolution behind these calls is the one every adapter shares; it is tested
+on the CPU through the NumPy, Warp and Paddle adapters. What runs without a GPU here is the
+part that honestly can: the adapter loads without CuPy, and a CUDA-array producer reaches it
+and gets a clear error when CuPy is missing.
+"""
+
+import importlib.util
+import sys
+
+import numpy as np
+import pytest
+import warp as wp
+
+import interop
+from interop._frameworks import data_ptr, framework_of
+
+
+@wp.kernel
+def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a * x[i] + y[i]
+
+
+@wp.kernel
+def accumulate(x: wp.array(dtype=wp.vec3), acc: wp.array(dtype=float), n: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    wp.atomic_add(acc, 0, wp.length(x[i]))
+    n[i] = wp.normalize(x[i])
+
+
+SAXPY = interop.op(saxpy, name="cupy_test::saxpy")
+ACC = interop.op(accumulate, outputs=2, in_out=["acc"], name="cupy_test::accumulate")
+HAS_CUPY = importlib.util.find_spec("cupy") is not None
+
+
+class CudaBuffer:
+    """A minimal CUDA Array Interface v3 producer (what Numba and others export)."""
+
+    def __init__(self, ptr, shape, typestr, stream=None):
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": typestr,
+            "data": (ptr, False),
+            "strides": None,
+            "version": 3,
+            "stream": stream,
+        }
+
+
+def test_adapter_loads_without_importing_cupy():
+    import adapters.cupy  # noqa: F401
+
+    if not HAS_CUPY:
+        assert "cupy" not in sys.modules
+
+
+@pytest.mark.skipif(HAS_CUPY, reason="checks the message given when CuPy is missing")
+def test_cuda_array_producer_without_cupy_is_told_to_install_it():
+    buf = CudaBuffer(0, (4,), "<f4")
+    assert framework_of(buf) == "cupy"
+    with pytest.raises(
+        ImportError,
+        match=r"op 'cupy_test::saxpy': CUDA arrays \(__cuda_array_interface__\) are handled by the CuPy adapter, which needs CuPy",
+    ):
+        SAXPY(buf, buf, 2.0)
+
+
+# ---- on a GPU with CuPy --------------------------------------------------------------------
+@pytest.fixture
+def cp():
+    return pytest.importorskip("cupy", reason="CuPy is not installed")
+
+
+@pytest.mark.cuda
+def test_values_and_types(cp):
+    x = cp.arange(8, dtype=cp.float32)
+    y = cp.ones(8, dtype=cp.float32)
+    out = SAXPY(x, y, 2.0)
+    assert isinstance(out, cp.ndarray) and out.device.id == x.device.id
+    np.testing.assert_allclose(cp.asnumpy(out), 2.0 * np.arange(8) + 1.0)
+
+
+@pytest.mark.cuda
+def test_vec3_in_out_in_place(cp):
+    x = cp.asarray(np.random.default_rng(0).uniform(-1, 1, (5, 3)).astype(np.float32))
+    acc = cp.zeros(1, dtype=cp.float32)
+    ptr = data_ptr(acc)
+    ret, n = ACC(x, acc)
+    assert ret is acc and data_ptr(ret) == ptr
+    xn = cp.asnumpy(x)
+    np.testing.assert_allclose(cp.asnumpy(acc)[0], np.linalg.norm(xn, axis=1).sum(), rtol=1e-5)
+    np.testing.assert_allclose(cp.asnumpy(n), xn / np.linalg.norm(xn, axis=1, keepdims=True), rtol=1e-5)
+
+
+@pytest.mark.cuda
+def test_launches_on_cupys_current_stream(cp):
+    from adapters.cupy import FRAMEWORK
+
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        x = cp.arange(1 << 20, dtype=cp.float32)
+        y = cp.ones(1 << 20, dtype=cp.float32)
+        assert FRAMEWORK.stream(f"cuda:{x.device.id}", [x, y]).cuda_stream == s.ptr
+        out = SAXPY(x, y, 2.0)
+        total = float(out.sum())  # ordered on s after the launch
+    assert total == pytest.approx(float(2.0 * np.arange(1 << 20, dtype=np.float64).sum() + (1 << 20)), rel=1e-5)
+
+
+@pytest.mark.cuda
+def test_other_producer_with_cai_stream(cp):
+    x = cp.arange(16, dtype=cp.float32)
+    y = cp.ones(16, dtype=cp.float32)
+    producer = cp.cuda.Stream(non_blocking=True)
+    bx = CudaBuffer(data_ptr(x), (16,), "<f4", stream=producer.ptr)
+    by = CudaBuffer(data_ptr(y), (16,), "<f4", stream=1)  # legacy default stream
+    out = SAXPY(bx, by, 3.0)
+    assert isinstance(out, cp.ndarray)
+    np.testing.assert_allclose(cp.asnumpy(out), 3.0 * np.arange(16) + 1.0)
+
+
+@pytest.mark.cuda
+def test_bad_input_messages(cp):
+    with pytest.raises(
+        TypeError,
+        match=r"op 'cupy_test::saxpy', parameter 'x': expected a 1-d array of float32.*dtype float64; arrays are never cast",
+    ):
+        SAXPY(cp.ones(4, cp.float64), cp.ones(4, cp.float32), 2.0)
+    with pytest.raises(
+        TypeError,
+        match=r"op 'cupy_test::saxpy', parameter 'y': expected a 1-d array of float32, got an array of shape \(2, 2\)",
+    ):
+        SAXPY(cp.ones(4, cp.float32), cp.ones((2, 2), cp.float32), 2.0)
+    with pytest.raises(
+        TypeError,
+        match=r"arrays from two frameworks in one call: parameter 'x' is a cupy array, parameter 'y' is a numpy array",
+    ):
+        SAXPY(cp.ones(4, cp.float32), np.ones(4, np.float32), 2.0)
+    if cp.cuda.runtime.getDeviceCount() > 1:
+        with cp.cuda.Device(1):
+            y1 = cp.ones(4, cp.float32)
+        with pytest.raises(ValueError, match=r"parameter 'x' is on cuda:0 but parameter 'y' is on cuda:1"):
+            SAXPY(cp.ones(4, cp.float32), y1, 2.0)
