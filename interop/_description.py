@@ -26,7 +26,9 @@ IN_OUT = "in_out"
 OUTPUT = "output"
 
 Dims = typing.Union[int, Sequence[int]]
-VMAP_METHODS = ("sequential", "loop", "broadcast_all", "expand_dims")
+# JAX batching rules (see adapters/jax.py): "loop" (default, correct for every kernel),
+# "sequential" (lax.map), "fold" (opt-in: batch folded into the first launch dim)
+VMAP_METHODS = ("loop", "sequential", "fold")
 
 
 @dataclass(frozen=True)

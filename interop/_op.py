@@ -149,8 +149,10 @@ def op(
             differentiable array input in order. Its own adjoint gives second derivatives.
         zero_outputs: zero-fill outputs before the launch (default True).
         nondifferentiable: parameter names that never receive a gradient.
-        vmap_method: JAX batching rule (``"sequential"`` default, ``"broadcast_all"``,
-            ``"expand_dims"``); see the README for when the faster ones are valid.
+        vmap_method: JAX batching rule: ``"loop"`` (default: one XLA call, one launch per
+            batch element, correct for every kernel), ``"sequential"`` (``lax.map``) or
+            ``"fold"`` (one launch, batch folded into the first launch dim; valid only for
+            row-independent kernels, see the README).
 
     Returns:
         An :class:`Op`. Describing the same kernel with the same options again returns

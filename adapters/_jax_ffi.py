@@ -1,0 +1,226 @@
+"""The few pieces of XLA's FFI C API that a Python handler needs, through ctypes.
+
+XLA calls a registered handler with a pointer to an ``XLA_FFI_CallFrame``; the
+handler reads its argument and result buffers (device pointers and dims), asks the
+API for the CUDA stream, and returns NULL on success or an ``XLA_FFI_Error*``.
+Layouts follow ``xla/ffi/api/c_api.h`` (API version 0.1, checked with jaxlib 0.10.2).
+
+:func:`register` turns a Python function ``handler(frame, platform)`` into a ctypes
+callback, wraps its address in a PyCapsule and registers it with
+``jax.ffi.register_ffi_target`` for the ``cpu`` and ``CUDA`` platforms. The callback
+objects are kept alive here for the life of the process (XLA holds raw pointers).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import traceback
+from typing import Callable
+
+_c_int64_p = ctypes.POINTER(ctypes.c_int64)
+
+
+class _ExtensionBase(ctypes.Structure):
+    pass
+
+
+_ExtensionBase._fields_ = [
+    ("struct_size", ctypes.c_size_t),
+    ("type", ctypes.c_int),
+    ("next", ctypes.POINTER(_ExtensionBase)),
+]
+
+_METADATA_EXTENSION = 1
+_COMMAND_BUFFER_COMPATIBLE = 1
+
+
+class Buffer(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("dtype", ctypes.c_int),
+        ("data", ctypes.c_void_p),
+        ("rank", ctypes.c_int64),
+        ("dims", _c_int64_p),
+    ]
+
+
+class _List(ctypes.Structure):  # XLA_FFI_Args and XLA_FFI_Rets share this layout
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("size", ctypes.c_int64),
+        ("types", ctypes.POINTER(ctypes.c_int)),
+        ("items", ctypes.POINTER(ctypes.POINTER(Buffer))),
+    ]
+
+
+class _Attrs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("size", ctypes.c_int64),
+        ("types", ctypes.c_void_p),
+        ("names", ctypes.c_void_p),
+        ("attrs", ctypes.c_void_p),
+    ]
+
+
+class _ApiVersion(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("major_version", ctypes.c_int),
+        ("minor_version", ctypes.c_int),
+    ]
+
+
+class _Metadata(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("api_version", _ApiVersion), ("traits", ctypes.c_uint32)]
+
+
+class _MetadataExtension(ctypes.Structure):
+    _fields_ = [("extension_base", _ExtensionBase), ("metadata", ctypes.POINTER(_Metadata))]
+
+
+class _ErrorCreateArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("message", ctypes.c_char_p),
+        ("errc", ctypes.c_int),
+    ]
+
+
+class _StreamGetArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("ctx", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class _DeviceOrdinalGetArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("ctx", ctypes.c_void_p),
+        ("device_ordinal", ctypes.c_int32),
+    ]
+
+
+_ErrorCreate = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(_ErrorCreateArgs))
+_StreamGet = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(_StreamGetArgs))
+_DeviceOrdinalGet = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(_DeviceOrdinalGetArgs))
+
+
+class _Api(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("api_version", _ApiVersion),
+        ("internal_api", ctypes.c_void_p),
+        ("error_create", _ErrorCreate),
+        ("error_get_message", ctypes.c_void_p),
+        ("error_destroy", ctypes.c_void_p),
+        ("handler_register", ctypes.c_void_p),
+        ("stream_get", _StreamGet),
+        ("type_id_register", ctypes.c_void_p),
+        ("execution_context_get", ctypes.c_void_p),
+        ("state_set", ctypes.c_void_p),
+        ("state_get", ctypes.c_void_p),
+        ("device_memory_allocate", ctypes.c_void_p),
+        ("device_memory_free", ctypes.c_void_p),
+        ("thread_pool_schedule", ctypes.c_void_p),
+        ("thread_pool_num_threads", ctypes.c_void_p),
+        ("future_create", ctypes.c_void_p),
+        ("future_set_available", ctypes.c_void_p),
+        ("future_set_error", ctypes.c_void_p),
+        ("run_id_get", ctypes.c_void_p),
+        ("device_ordinal_get", _DeviceOrdinalGet),
+    ]
+
+
+class CallFrame(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("api", ctypes.POINTER(_Api)),
+        ("ctx", ctypes.c_void_p),
+        ("stage", ctypes.c_int),
+        ("args", _List),
+        ("rets", _List),
+        ("attrs", _Attrs),
+        ("future", ctypes.c_void_p),
+    ]
+
+
+_Handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(CallFrame))
+_ERROR_UNKNOWN = 2
+_EMPTY_EXT = ctypes.POINTER(_ExtensionBase)()
+
+
+def buffers(lst: _List) -> list[tuple[int, tuple[int, ...]]]:
+    """(data pointer, dims) of each buffer of an args/rets list."""
+    out = []
+    items = lst.items
+    for k in range(lst.size):
+        b = items[k].contents
+        out.append((b.data or 0, tuple(b.dims[: b.rank])))
+    return out
+
+
+def cuda_stream(frame: CallFrame) -> int:
+    """XLA's CUDA stream for this call (a ``cudaStream_t`` as an int)."""
+    args = _StreamGetArgs(ctypes.sizeof(_StreamGetArgs), _EMPTY_EXT, frame.ctx, None)
+    frame.api.contents.stream_get(args)
+    return int(args.stream or 0)
+
+
+def device_ordinal(frame: CallFrame) -> int:
+    args = _DeviceOrdinalGetArgs(ctypes.sizeof(_DeviceOrdinalGetArgs), _EMPTY_EXT, frame.ctx, 0)
+    frame.api.contents.device_ordinal_get(args)
+    return int(args.device_ordinal)
+
+
+def _error(frame: CallFrame, message: str) -> int:
+    args = _ErrorCreateArgs(ctypes.sizeof(_ErrorCreateArgs), _EMPTY_EXT, message.encode("utf-8"), _ERROR_UNKNOWN)
+    return frame.api.contents.error_create(args)
+
+
+_keep_alive: dict[tuple[str, str], object] = {}
+
+
+def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
+    """Register ``handler(frame, platform)`` as XLA FFI target ``name`` on ``cpu`` and ``CUDA``.
+
+    ``platform`` is ``"cpu"`` or ``"CUDA"``. An exception in the handler becomes an XLA
+    error (raised by JAX as an ``XlaRuntimeError`` with the message and traceback).
+    """
+    import jax
+
+    for platform in ("cpu", "CUDA"):
+        if (name, platform) in _keep_alive:
+            continue
+
+        def callback(frame_p, platform=platform):
+            frame = frame_p.contents
+            ext = frame.extension_start
+            if ext and ext.contents.type == _METADATA_EXTENSION:
+                # XLA's first call asks for the API version and traits
+                md = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
+                md.api_version.major_version = 0
+                md.api_version.minor_version = 1
+                md.traits = 0
+                return None
+            try:
+                handler(frame, platform)
+            except BaseException as e:  # never let an exception unwind through XLA
+                return _error(frame, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+            return None
+
+        cb = _Handler(callback)
+        capsule = jax.ffi.pycapsule(ctypes.cast(cb, ctypes.c_void_p).value)
+        jax.ffi.register_ffi_target(name, capsule, platform=platform)
+        _keep_alive[(name, platform)] = cb

@@ -1,0 +1,352 @@
+"""The JAX adapter's own behaviour: FFI registration and caching, zero-copy, dead-code
+elimination, zero-filled outputs, vmap methods, gradients (traced scalars, in-out, integer
+inputs, hand-written backward, symbolic zeros), float64, and the errors it raises."""
+
+from __future__ import annotations
+
+import re
+import typing
+
+import numpy as np
+import pytest
+import warp as wp
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import interop  # noqa: E402
+from adapters import _jax_ffi  # noqa: E402
+
+
+@wp.kernel
+def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a * x[i] * x[i] + y[i]
+
+
+@wp.kernel
+def histogram(idx: wp.array(dtype=int), w: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(out, idx[i], w[i])
+
+
+@wp.kernel
+def matmul(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float), c: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    s = wp.float32(0.0)
+    for k in range(a.shape[1]):
+        s += a[i, k] * b[k, j]
+    c[i, j] = s
+
+
+@wp.kernel
+def add(a: wp.array(dtype=float), b: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] + b[i]
+
+
+@wp.kernel
+def accumulate(x: wp.array(dtype=float), acc: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(acc, 0, x[i] * x[i])
+    y[i] = 3.0 * x[i]
+
+
+@wp.kernel
+def cube64(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = x[i] * x[i] * x[i]
+
+
+@wp.kernel
+def iota64(out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = wp.float64(i)
+
+
+@wp.kernel
+def vscale(v: wp.array(dtype=wp.vec3), s: float, out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = v[i] * s
+
+
+@wp.kernel
+def generic_square(a: wp.array(dtype=typing.Any), out: wp.array(dtype=typing.Any)):
+    i = wp.tid()
+    out[i] = a[i] * a[i]
+
+
+@wp.kernel
+def square_fwd(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    y[i] = x[i] * x[i]
+
+
+@wp.kernel
+def square_bwd(x: wp.array(dtype=float), adj_y: wp.array(dtype=float), adj_x: wp.array(dtype=float)):
+    i = wp.tid()
+    adj_x[i] = 2.0 * x[i] * adj_y[i]
+
+
+_seen_ptrs: list[int] = []
+
+
+def record_ptr(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    _seen_ptrs.append(int(a.ptr))
+    wp.copy(out, a)
+
+
+X = jnp.asarray(np.linspace(-1, 1, 8, dtype=np.float32))
+Y = jnp.asarray(np.linspace(0, 2, 8, dtype=np.float32))
+
+
+# ---- FFI binding ---------------------------------------------------------------------
+def test_target_registered_once_per_configuration():
+    op = interop.op(saxpy)
+    op(X, Y, 2.0)
+    n = len(_jax_ffi._keep_alive)
+    for s in (2.0, 2.0, 2.0):
+        op(X, Y, s)
+    jax.jit(lambda x, y: op(x, y, 2.0))(X, Y)
+    assert len(_jax_ffi._keep_alive) == n  # same static configuration: nothing new
+    op(X, Y, 3.0)  # a Python-number scalar is static: part of the key
+    assert len(_jax_ffi._keep_alive) == n + 2  # one target, on cpu and CUDA
+    f = jax.jit(lambda x, y, s: op(x, y, s))
+    for s in (1.0, 4.0, 5.0):  # a traced scalar is an operand: one trace, one target
+        np.testing.assert_allclose(np.asarray(f(X, Y, s)), s * np.asarray(X) ** 2 + np.asarray(Y), rtol=1e-6)
+    assert f._cache_size() == 1
+    assert len(_jax_ffi._keep_alive) == n + 4
+
+
+def test_zero_copy_on_xla_buffers():
+    op = interop.op(record_ptr)
+    x = jnp.arange(16, dtype=jnp.float32)
+    _seen_ptrs.clear()
+    y = op(x)
+    assert _seen_ptrs == [x.unsafe_buffer_pointer()]
+    np.testing.assert_array_equal(np.asarray(y), np.arange(16))
+
+
+def test_unused_outputs_are_dead_code_but_in_out_is_not():
+    pure = interop.op(add)
+    hlo = jax.jit(lambda a, b: (pure(a, b), a + 1.0)[1]).lower(X, Y).as_text()
+    assert "custom_call" not in hlo
+    hlo = jax.jit(lambda a, b: pure(a, b)).lower(X, Y).as_text()
+    assert hlo.count("custom_call") == 1 and "has_side_effect = true" not in hlo
+    acc = interop.op(accumulate, outputs=2, in_out=["acc"])
+    hlo = jax.jit(lambda x, a: (acc(x, a), x + 1.0)[1]).lower(X, jnp.zeros(1)).as_text()
+    assert hlo.count("custom_call") == 1 and "has_side_effect = true" in hlo
+    assert re.search(r"output_operand_aliases|tf\.aliasing_output|operand_output_alias", hlo), hlo
+
+
+def test_outputs_are_zero_filled():
+    op = interop.op(histogram)
+    idx = jnp.asarray([0, 2, 2, 3, 0, 2], jnp.int32)
+    w = jnp.ones(6, jnp.float32)
+    f = jax.jit(lambda i, w: op(i, w, output_dims=5))
+    for _ in range(3):  # XLA reuses buffers between calls: each call must start from zero
+        np.testing.assert_array_equal(np.asarray(f(idx, w)), [2, 0, 3, 1, 0])
+        np.testing.assert_array_equal(np.asarray(op(idx, w, output_dims=5)), [2, 0, 3, 1, 0])
+
+
+def test_eager_matches_jit_and_is_cached():
+    op = interop.op(saxpy)
+    jop = op.bound("jax")
+    eager = op(X, Y, 1.5)
+    n = len(jop._entries)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(op(X, Y, 1.5)), np.asarray(eager))
+    assert len(jop._entries) == n
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda x, y: op(x, y, 1.5))(X, Y)), np.asarray(eager))
+
+
+def test_checkpoint_and_nested_jit():
+    op = interop.op(saxpy)
+    f = jax.checkpoint(lambda x: jnp.sum(op(x, Y, 2.0)))
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(f))(X)), 4.0 * np.asarray(X), rtol=1e-6)
+
+
+# ---- vmap ------------------------------------------------------------------------------
+def _matmul_ref(a, b):
+    return np.einsum("...ik,...kj->...ij", np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("method", [None, "loop", "sequential"])
+def test_vmap_2d_kernel_unbatched_argument_and_launch_dims(method):
+    op = interop.op(matmul)
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.random((5, 3, 2), dtype=np.float32))
+    b = jnp.asarray(rng.random((2, 4), dtype=np.float32))
+    kw = {} if method is None else {"vmap_method": method}
+    out = jax.jit(jax.vmap(lambda a, b: op(a, b, launch_dims=(3, 4), output_dims=(3, 4), **kw), in_axes=(0, None)))(a, b)
+    np.testing.assert_allclose(np.asarray(out), _matmul_ref(a, b), rtol=1e-5)
+    bb = jnp.asarray(rng.random((5, 2, 4), dtype=np.float32))
+    out = jax.vmap(lambda a, b: op(a, b, launch_dims=(3, 4), **kw))(a, bb)
+    np.testing.assert_allclose(np.asarray(out), _matmul_ref(a, bb), rtol=1e-5)
+
+
+def test_nested_vmap():
+    op = interop.op(matmul)
+    rng = np.random.default_rng(1)
+    a = jnp.asarray(rng.random((2, 3, 4, 2), dtype=np.float32))
+    b = jnp.asarray(rng.random((3, 2, 5), dtype=np.float32))
+    f = jax.vmap(jax.vmap(lambda a, b: op(a, b, launch_dims=(4, 5)), in_axes=(0, 0)), in_axes=(0, None))
+    np.testing.assert_allclose(np.asarray(jax.jit(f)(a, b)), _matmul_ref(a, b[None]), rtol=1e-5)
+
+
+def test_vmap_method_per_op_and_per_call():
+    a = jnp.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+    b = jnp.ones(4, jnp.float32)
+    ref = np.asarray(a) + 1
+    folded = interop.op(add, vmap_method="fold")
+    assert folded.description.vmap_method == "fold"
+    np.testing.assert_array_equal(np.asarray(jax.vmap(folded, in_axes=(0, None))(a, b)), ref)
+    plain = interop.op(add)
+    for m in ("fold", "sequential", "loop"):
+        f = jax.vmap(lambda a, b, m=m: plain(a, b, vmap_method=m), in_axes=(0, None))
+        np.testing.assert_array_equal(np.asarray(jax.jit(f)(a, b)), ref)
+    # gradients of a folded op
+    g = jax.vmap(jax.grad(lambda a, b: jnp.sum(folded(a, b) ** 2), argnums=(0, 1)), in_axes=(0, None))(a, b)
+    np.testing.assert_allclose(np.asarray(g[0]), 2 * ref)
+    np.testing.assert_allclose(np.asarray(g[1]), 2 * ref)
+    with pytest.raises(ValueError, match=r"op 'record_ptr': vmap_method='fold' applies to kernels only"):
+        interop.op(record_ptr)(a[0], vmap_method="fold")
+    with pytest.raises(ValueError, match=r"vmap_method must be one of \('loop', 'sequential', 'fold'\), got 'expand_dims'"):
+        plain(a[0], b, vmap_method="expand_dims")
+
+
+# ---- gradients ---------------------------------------------------------------------------
+def test_traced_scalar_gradient_vs_finite_differences():
+    op = interop.op(saxpy)
+    x, y = np.asarray(X, np.float64), np.asarray(Y, np.float64)
+    w = np.linspace(0.5, 1.5, 8)
+
+    def loss_np(a):
+        return float(np.sum(w * (a * x * x + y)))
+
+    ds = jax.jit(jax.grad(lambda s: jnp.sum(jnp.asarray(w, jnp.float32) * op(X, Y, s))))(jnp.float32(1.3))
+    fd = (loss_np(1.3 + 1e-6) - loss_np(1.3 - 1e-6)) / 2e-6
+    np.testing.assert_allclose(float(ds), fd, rtol=1e-5)
+    assert fd != 0.0
+
+
+def test_vmap_of_grad_and_grad_of_vmap():
+    op = interop.op(saxpy)
+    xs = jnp.stack([X, 2 * X, 3 * X])
+    ss = jnp.asarray([1.0, 2.0, 3.0], jnp.float32)
+    gx, gs = jax.jit(jax.vmap(jax.grad(lambda x, s: jnp.sum(op(x, Y, s)), argnums=(0, 1))))(xs, ss)
+    np.testing.assert_allclose(np.asarray(gx), 2 * np.asarray(ss)[:, None] * np.asarray(xs), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(gs), np.sum(np.asarray(xs) ** 2, axis=1), rtol=1e-5)
+    gx2 = jax.grad(lambda xs: jnp.sum(jax.vmap(lambda x, s: op(x, Y, s))(xs, ss)))(xs)
+    np.testing.assert_allclose(np.asarray(gx2), np.asarray(gx), rtol=1e-6)
+
+
+def test_in_out_gradient_passes_through():
+    op = interop.op(accumulate, outputs=2, in_out=["acc"])
+    acc0 = jnp.asarray([0.5], jnp.float32)
+
+    def loss(x, acc):
+        acc1, y = op(x, acc)
+        return 2.0 * acc1[0] + jnp.sum(y)
+
+    gx, gacc = jax.grad(loss, argnums=(0, 1))(X, acc0)
+    np.testing.assert_allclose(np.asarray(gx), 4.0 * np.asarray(X) + 3.0, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(gacc), [2.0])
+    acc1, _ = op(X, acc0)
+    np.testing.assert_allclose(float(acc1[0]), 0.5 + np.sum(np.asarray(X) ** 2), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(acc0), [0.5])  # the caller's array is not modified
+
+
+def test_integer_inputs_get_no_gradient():
+    op = interop.op(histogram)
+    idx = jnp.asarray([0, 2, 2, 1], jnp.int32)
+    w = jnp.asarray([1.0, 2.0, 3.0, 4.0], jnp.float32)
+    gw = jax.grad(lambda w: jnp.sum(op(idx, w, output_dims=3) * jnp.asarray([1.0, 10.0, 100.0])))(w)
+    np.testing.assert_allclose(np.asarray(gw), [1.0, 100.0, 100.0, 10.0])
+    g_idx, _ = jax.grad(lambda i, w: jnp.sum(op(i, w, output_dims=3)), argnums=(0, 1), allow_int=True)(idx, w)
+    assert g_idx.dtype == jax.dtypes.float0
+
+
+def test_vec3_gradient_and_float64():
+    op = interop.op(vscale)
+    v = jnp.asarray(np.arange(12, dtype=np.float32).reshape(4, 3))
+    gv, gs = jax.grad(lambda v, s: jnp.sum(op(v, s) ** 2), argnums=(0, 1))(v, 2.0)
+    np.testing.assert_allclose(np.asarray(gv), 8.0 * np.asarray(v))
+    np.testing.assert_allclose(float(gs), 4.0 * np.sum(np.asarray(v) ** 2), rtol=1e-6)
+    with jax.enable_x64(True):
+        c = interop.op(cube64)
+        x = jnp.asarray(np.linspace(-1, 1, 5))
+        assert x.dtype == jnp.float64
+        y = c(x)
+        assert y.dtype == jnp.float64
+        np.testing.assert_allclose(np.asarray(y), np.linspace(-1, 1, 5) ** 3, rtol=1e-15)
+        g = jax.grad(lambda x: jnp.sum(c(x)))(x)
+        np.testing.assert_allclose(np.asarray(g), 3 * np.linspace(-1, 1, 5) ** 2, rtol=1e-15)
+        gen = interop.op(generic_square)
+        assert gen(x).dtype == jnp.float64 and gen(X).dtype == jnp.float32
+
+
+def test_hand_written_backward():
+    op = interop.op(square_fwd, backward=square_bwd)
+    g = jax.jit(jax.grad(lambda x: jnp.sum(op(x) * 3.0)))(X)
+    np.testing.assert_allclose(np.asarray(g), 6.0 * np.asarray(X), rtol=1e-6)
+    g = jax.vmap(jax.grad(lambda x: jnp.sum(op(x))))(jnp.stack([X, 2 * X]))
+    np.testing.assert_allclose(np.asarray(g), 2 * np.stack([X, 2 * X]), rtol=1e-6)
+
+
+def test_forward_mode_is_refused_with_the_op_name():
+    op = interop.op(saxpy)
+    with pytest.raises(TypeError, match=r"op 'saxpy': forward-mode differentiation \(jax.jvp.*Use jax.grad"):
+        jax.jvp(lambda x: op(x, Y, 2.0), (X,), (X,))
+    with pytest.raises(TypeError, match=r"op 'saxpy': forward-mode"):
+        jax.jacfwd(lambda x: op(x, Y, 2.0))(X)
+
+
+# ---- bad input -----------------------------------------------------------------------------
+def test_bad_dtype_ndim_trailing_dims():
+    op = interop.op(saxpy)
+    with pytest.raises(TypeError, match=r"op 'saxpy', parameter 'x': expected a 1-d array of float32.*got.*int32"):
+        op(jnp.arange(8, dtype=jnp.int32), Y, 2.0)
+    with pytest.raises(TypeError, match=r"op 'saxpy', parameter 'y': expected a 1-d array of float32.*got.*\(2, 4\)"):
+        op(X, Y.reshape(2, 4), 2.0)
+    v = interop.op(vscale)
+    with pytest.raises(TypeError, match=r"op 'vscale', parameter 'v': .*trailing dims \(2,\), expected \(3,\)"):
+        v(jnp.zeros((4, 2), jnp.float32), 1.0)
+    with pytest.raises(TypeError, match=r"op 'saxpy' takes 3 argument\(s\) \['x', 'y', 'a'\].*got 2"):
+        op(X, Y)
+    with pytest.raises(TypeError, match=r"op 'saxpy': arrays from two frameworks in one call"):
+        op(X, np.ones(8, np.float32), 2.0)
+
+
+def test_float64_when_x64_is_off():
+    with jax.enable_x64(False):
+        c = interop.op(cube64)
+        with pytest.raises(TypeError, match=r"op 'cube64', parameter 'x': expected .*float64.*JAX's 64-bit types are disabled"):
+            c(jnp.ones(3))
+        with pytest.raises(TypeError, match=r"op 'iota64', output 'out': the kernel writes float64, which JAX would silently make a 32-bit array"):
+            interop.op(iota64)(launch_dims=3, framework="jax")
+
+
+def test_traced_launch_dims():
+    op = interop.op(add)
+    with pytest.raises(TypeError, match=r"op 'add': launch_dims must be known when the call is traced"):
+        jax.jit(lambda a, n: op(a, a, launch_dims=n))(X, 8)
+    with pytest.raises(TypeError, match=r"op 'add': output_dims must be known when the call is traced"):
+        jax.jit(lambda a, n: op(a, a, output_dims=(n,)))(X, 8)
+
+
+def test_traced_scalar_gradient_refused_where_unavailable():
+    def fn(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+        wp.launch(vscale_1d, dim=a.shape, inputs=[a, s], outputs=[out])
+
+    op = interop.op(fn)
+    np.testing.assert_allclose(np.asarray(op(X, 2.0)), 2.0 * np.asarray(X))
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda x: jnp.sum(op(x, 2.0)))(X)), np.full(8, 2.0))
+    with pytest.raises(NotImplementedError, match=r"op 'fn': the gradient with respect to the traced scalar 's'"):
+        jax.grad(lambda s: jnp.sum(op(X, s)))(2.0)
+
+
+@wp.kernel
+def vscale_1d(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] * s

@@ -1,0 +1,82 @@
+"""The conformance catalogue through JAX: values against the NumPy reference, gradients
+against finite differences, eager against jitted, and ``jax.test_util.check_grads``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from catalogue import CASE_IDS, case, fd_grad, loss_weights  # noqa: E402
+from jax.test_util import check_grads  # noqa: E402
+
+TOL = {np.float32: dict(rtol=2e-4, atol=2e-5), np.float64: dict(rtol=1e-9, atol=1e-11)}
+
+
+def _params():
+    out = []
+    for cid in CASE_IDS:
+        for dt in case(cid).dtypes:
+            out.append(pytest.param(cid, dt, id=f"{cid}-{np.dtype(dt).name}"))
+    return out
+
+
+def _to_jax(args):
+    return [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+
+
+@pytest.mark.parametrize("cid,dt", _params())
+def test_values_and_gradients(cid, dt):
+    c = case(cid)
+    with jax.enable_x64(dt == np.float64):
+        rng = np.random.default_rng(0)
+        args = c.make(rng, dt)
+        ref = c.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        jargs = _to_jax(args)
+        eager = c.op(*jargs)
+        eager = eager if isinstance(eager, tuple) else (eager,)
+        jitted = jax.jit(lambda *a: c.op(*a))(*jargs)
+        jitted = jitted if isinstance(jitted, tuple) else (jitted,)
+        for e, j, r in zip(eager, jitted, ref):
+            assert e.dtype == np.dtype(dt) and e.shape == r.shape
+            np.testing.assert_allclose(np.asarray(e), r, **TOL[dt])
+            np.testing.assert_array_equal(np.asarray(e), np.asarray(j))
+        # in-out arrays are returned as new arrays; the caller's array is unchanged (JAX is functional)
+        for k in c.in_out:
+            np.testing.assert_array_equal(np.asarray(jargs[k]), args[k])
+        if not c.differentiable:
+            return
+        weights = loss_weights(c, ref)
+        fd = fd_grad(c, args, weights)
+        diff = [k for k, a in enumerate(args) if isinstance(a, np.ndarray)]
+
+        def loss(*arrays):
+            full = list(jargs)
+            for k, a in zip(diff, arrays):
+                full[k] = a
+            outs = c.op(*full)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            return sum(jnp.sum(jnp.asarray(w, o.dtype) * o) for w, o in zip(weights, outs))
+
+        grads = jax.jit(jax.grad(loss, argnums=tuple(range(len(diff)))))(*[jargs[k] for k in diff])
+        tol = dict(rtol=1e-3, atol=1e-3) if dt == np.float32 else dict(rtol=1e-6, atol=1e-7)
+        for k, g in zip(diff, grads):
+            np.testing.assert_allclose(np.asarray(g), fd[k], **tol, err_msg=f"gradient of argument {k}")
+
+
+@pytest.mark.parametrize("cid", ["scalar", "vec3", "mat33", "function"])
+def test_check_grads(cid):
+    c = case(cid)
+    with jax.enable_x64(True):
+        # the catalogue's kernels are float32: JAX's numerical check runs in float32, so a loose tolerance
+        args = _to_jax(c.make(np.random.default_rng(1), np.float32))
+        diff = [k for k, a in enumerate(args) if isinstance(a, jax.Array)]
+
+        def f(*arrays):
+            full = list(args)
+            for k, a in zip(diff, arrays):
+                full[k] = a
+            return c.op(*full)
+
+        check_grads(f, [args[k] for k in diff], order=1, modes=["rev"], atol=2e-2, rtol=2e-2, eps=1e-2)
