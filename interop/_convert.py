@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from . import _dtypes
 from ._errors import ArgumentError
 from ._frameworks import FRAMEWORKS, data_ptr, framework_of
 from ._launch import ensure_init
@@ -23,6 +24,32 @@ def _size(x: Any) -> int:
         for d in x.shape:
             n *= int(d)
         return n
+
+
+def _dtype_name(x: Any) -> str:
+    """Scalar dtype name of any framework's array (``float32``); vec/mat Warp arrays give their scalar."""
+    if framework_of(x) == "warp":
+        return _dtypes.np_dtype(_dtypes.split(x.dtype)[0]).name
+    return str(x.dtype).rsplit(".", 1)[-1]
+
+
+def _check_view(x: Any, fw: str, dtype: Any) -> None:
+    """``dtype=`` must reinterpret ``x`` exactly: same scalar type, trailing dims equal to its vec/mat shape."""
+    scalar, inner = _dtypes.split(dtype)
+    if scalar not in _dtypes._WP_TO_NP:
+        raise ArgumentError(f"convert: dtype= must be a Warp scalar, vector or matrix type, got {dtype!r}")
+    shape = tuple(int(s) for s in x.shape)
+    if fw == "warp":
+        shape += _dtypes.split(x.dtype)[1]
+    want = _dtypes.np_dtype(scalar).name
+    if _dtype_name(x) != want or len(shape) <= len(inner) or shape[len(shape) - len(inner) :] != inner:
+        raise ArgumentError(
+            f"convert: dtype={_dtypes.type_name(dtype)} views an array of {want} whose trailing dims are {inner} "
+            f"(e.g. (n, {', '.join(map(str, inner))})), got a {fw} array of shape {shape} and dtype {_dtype_name(x)}"
+            if inner
+            else f"convert: dtype={_dtypes.type_name(dtype)} views an array of {want}, got a {fw} array of "
+            f"dtype {_dtype_name(x)}; arrays are never cast"
+        )
 
 
 def _detach(x: Any, fw: str) -> Any:
@@ -55,11 +82,34 @@ def _to_torch(x: Any, fw: str):
     return torch.from_dlpack(x)
 
 
+class _DLPackDevice:
+    """A DLPack producer whose ``__dlpack_device__`` is a plain ``(int, int)``.
+
+    Paddle 3.3 reports ``(kDLCPU, None)`` on the CPU, which JAX's ``from_dlpack`` rejects;
+    the capsule itself still comes from (and keeps alive) the original tensor.
+    """
+
+    __slots__ = ("_x", "_device")
+
+    def __init__(self, x: Any):
+        self._x = x
+        kind, index = x.__dlpack_device__()
+        self._device = (int(kind), int(index or 0))
+
+    def __dlpack_device__(self):
+        return self._device
+
+    def __dlpack__(self, *args: Any, **kwargs: Any):
+        return self._x.__dlpack__(*args, **kwargs)
+
+
 def _to_jax(x: Any, fw: str):
     import jax.numpy as jnp
 
     if fw == "jax":
         return x
+    if fw == "paddle":
+        x = _DLPackDevice(x)
     return jnp.from_dlpack(x)
 
 
@@ -90,9 +140,11 @@ def _to_warp(x: Any, fw: str, dtype: Any):
             return x
         return x.view(dtype) if hasattr(x, "view") else wp.from_dlpack(x, dtype=dtype)
     if fw == "numpy":
-        return wp.array(
-            x, dtype=dtype if dtype is not None else wp.types.np_dtype_to_warp_type[x.dtype], device="cpu", copy=False
-        )
+        if dtype is None:
+            dtype = _dtypes.wp_scalar(x.dtype)
+            if dtype is None:
+                raise TypeError(f"NumPy dtype {x.dtype} has no Warp equivalent")
+        return wp.array(x, dtype=dtype, device="cpu", copy=False)
     return wp.from_dlpack(x, dtype=dtype) if dtype is not None else wp.from_dlpack(x)
 
 
@@ -145,6 +197,8 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
         )
     if dtype is not None and to != "warp":
         raise ArgumentError(f"convert: dtype= applies only to to='warp' (a Warp element type), got to={to!r}")
+    if dtype is not None:
+        _check_view(x, fw, dtype)
     try:
         importlib.import_module(to if to != "paddle" else "paddle")
     except ImportError as e:
@@ -155,8 +209,21 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
         out = _to_warp(src, fw, dtype) if to == "warp" else _TARGETS[to](src, fw)
     except Exception as e:  # the framework refused a zero-copy exchange
         out, error = None, e
+    if out is not None and _dtype_name(out) != _dtype_name(src):
+        hint = ""
+        if to == "jax":
+            hint = " (JAX has 64-bit types disabled: jax.config.update('jax_enable_x64', True) or jax.enable_x64())"
+        raise ArgumentError(
+            f"convert: {to} would change the dtype of a {fw} array from {_dtype_name(src)} to "
+            f"{_dtype_name(out)}{hint}; arrays are never cast"
+        )
     if out is not None and _size(src) > 0 and data_ptr(out) != data_ptr(src):
-        error = ValueError("the target framework made a copy")
+        if copy:
+            return out  # the copy the caller allowed, already made by the target framework
+        why = "the target framework made a copy"
+        if to == "jax" and data_ptr(src) % 64:
+            why += f": XLA only aliases 64-byte aligned CPU buffers, this one starts {data_ptr(src) % 64} bytes past"
+        error = ValueError(why)
     if error is None:
         return out
     if not copy:

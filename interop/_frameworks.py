@@ -24,11 +24,14 @@ _ROOTS = {
 }
 
 _type_cache: dict[type, str | None] = {}
+_PY_NUMBERS = (bool, int, float, complex)
 
 
 def framework_of(x: Any) -> str | None:
     """Name of the framework owning array ``x``, or None for a non-array (a Python scalar...)."""
     t = type(x)
+    if t in _PY_NUMBERS:  # first: cheap, and traceable by torch.compile (Dynamo) before any cache entry
+        return None
     try:
         return _type_cache[t]
     except KeyError:
@@ -43,12 +46,21 @@ def framework_of(x: Any) -> str | None:
         # other producers of the standard interfaces
         if hasattr(x, "__cuda_array_interface__"):
             fw = "cupy"  # any CAI producer (Numba, ...) is handled by the CuPy adapter
-        elif hasattr(x, "__array_interface__") or hasattr(x, "__dlpack__"):
-            fw = "unsupported"
+        elif hasattr(x, "__array_interface__") or hasattr(x, "__dlpack__") or _has_buffer(x):
+            fw = "unsupported"  # memoryview, array.array, bytes...: say so instead of "got memoryview"
     if fw == "warp" and not hasattr(x, "ptr"):
         fw = None  # wp.vec3 values etc. are scalars
     _type_cache[t] = fw
     return fw
+
+
+def _has_buffer(x: Any) -> bool:
+    """Does ``x`` export the Python buffer protocol (checked once per type by the caller's cache)?"""
+    try:
+        memoryview(x).release()
+    except TypeError:
+        return False
+    return True
 
 
 def is_array_like(x: Any) -> bool:

@@ -226,7 +226,12 @@ class Runner:
             if i in slot.fwd:
                 continue
             v = values[i]
-            if v is not slot.scalars[i]:
+            old = slot.scalars[i]
+            if v is not old:
+                # an equal, non-zero number of the same type has the same bits (0.0 vs -0.0 and NaN
+                # are re-packed): torch's dispatcher hands over a new float object on every call
+                if type(v) is type(old) and (type(v) is float or type(v) is int) and v == old and v != 0:
+                    continue
                 launch.set_param_at_index(i, v)
                 slot.scalars[i] = v
         if adj is not None:

@@ -1,0 +1,984 @@
+"""PyTorch adapter: every op is a registered ``torch.library.custom_op``.
+
+Calling an :class:`interop.Op` with torch tensors goes through a real custom operator,
+``torch.ops.<namespace>.<name>`` (the name is ``op.name``, ``"namespace::name"``), so
+``torch.compile``, autograd, ``torch.func`` and ``torch.library.opcheck`` treat it as a
+first-class operator:
+
+- **Registration** happens when an op is described while torch is imported (the core
+  calls :func:`on_describe`), else on the first call. A registration first reached while
+  Dynamo traces runs at trace time (``torch.compiler.assume_constant_result``), so it never
+  breaks the graph.
+- **Schema.** Arrays are ``Tensor``; scalars are ``float``/``SymInt``/``bool``/``Scalar``
+  (lists for vec/mat values), or ``Tensor`` when passed as a 0-d tensor: there is one
+  operator per "which scalars are tensors" signature, ``<name>__t_<scalar names>``.
+  Per-call ``launch_dims`` and ``output_dims`` travel as ``SymInt[]?`` arguments
+  (``launch_dims``, ``output_dims_<output name>``).
+- **In-out parameters** are ``mutates_args`` of the operator, updated in place and returned
+  as the same tensor objects. PyTorch cannot attach a backward to a mutating operator, so
+  when a gradient is needed the call runs the functional twin ``<name>_functional`` (the
+  in-out values come back as new tensors) and copies them into the caller's tensors with
+  ``Tensor.copy_``, which autograd records.
+- **Autograd** (``register_autograd``): the backward is itself a custom operator,
+  ``<name>_backward``, that runs Warp's adjoint (or a ``wp.Tape`` replay for Python-function
+  ops) on saved tensors, with gradient buffers allocated by torch, only for the inputs that
+  need them. An op described with ``backward=`` calls its hand-written backward op instead,
+  which is differentiable in turn (second order). Warp's generated adjoint is not: a second
+  derivative through it raises an error naming the op.
+- **vmap** (``register_vmap``): a loop over the batch, correct for every kernel.
+- **Speed**: each operator caches, per input signature (shapes, strides, dtypes, device),
+  the validated plan and the launch record, so a repeated call only reads pointers.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from interop import _dtypes
+from interop._description import IN_OUT, INPUT, OUTPUT, OpDescription, Param
+from interop._launch import get_device
+from interop._plan import ArraySpec, ScalarSpec, check_layout
+
+from ._common import EagerFramework, pack_result
+
+__all__ = ["bind", "call", "on_describe", "operators"]
+
+# ---------------------------------------------------------------------------------------
+# dtypes and the EagerFramework view of tensors
+# ---------------------------------------------------------------------------------------
+_NP_TO_TORCH: dict[np.dtype, torch.dtype] = {
+    np.dtype(np.bool_): torch.bool,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+}
+for _np_name, _t_name in (("uint16", "uint16"), ("uint32", "uint32"), ("uint64", "uint64")):
+    if hasattr(torch, _t_name):
+        _NP_TO_TORCH[np.dtype(_np_name)] = getattr(torch, _t_name)
+_TORCH_TO_NP: dict[torch.dtype, np.dtype] = {v: k for k, v in _NP_TO_TORCH.items()}
+
+
+def _np_dtype(desc: OpDescription, p: Param, t: torch.Tensor) -> np.dtype:
+    dt = _TORCH_TO_NP.get(t.dtype)
+    if dt is None:
+        raise TypeError(
+            f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got a tensor of dtype "
+            f"{t.dtype}, which Warp has no type for; convert it first"
+        )
+    return dt
+
+
+class _Torch(EagerFramework):
+    name = "torch"
+
+    def is_array(self, x: Any) -> bool:
+        return isinstance(x, torch.Tensor)
+
+    def spec(self, x: torch.Tensor) -> ArraySpec:
+        dt = _TORCH_TO_NP.get(x.dtype)
+        if dt is None:
+            raise TypeError(f"tensor dtype {x.dtype} has no Warp equivalent")
+        return ArraySpec(tuple(x.shape), dt)
+
+    def layout(self, x: torch.Tensor):
+        isz = x.element_size()
+        return x.data_ptr(), tuple(s * isz for s in x.stride()), isz
+
+    def device(self, x: torch.Tensor) -> str:
+        return _warp_device_name(x.device)
+
+    def alloc(self, spec: ArraySpec, device: str, zero: bool, elem: Any = None) -> torch.Tensor:
+        fn = torch.zeros if zero else torch.empty
+        return fn(spec.shape, dtype=_NP_TO_TORCH[np.dtype(spec.dtype)], device=_torch_device(device))
+
+    def stream(self, device: str, arrays) -> Any:
+        return _current_stream(torch.device(device))
+
+
+FRAMEWORK = _Torch()
+
+
+def _warp_device_name(d: torch.device) -> str:
+    if d.type == "cuda":
+        return f"cuda:{d.index if d.index is not None else torch.cuda.current_device()}"
+    return d.type
+
+
+def _torch_device(name: str) -> torch.device:
+    return torch.device(name)
+
+
+_streams: dict[tuple, Any] = {}
+
+
+def _current_stream(dev: torch.device) -> Any:
+    """Warp stream wrapping torch's current CUDA stream on ``dev`` (None on the CPU)."""
+    if dev.type != "cuda":
+        return None
+    import warp as wp
+
+    ts = torch.cuda.current_stream(dev)
+    key = (dev.index, ts.cuda_stream)
+    s = _streams.get(key)
+    if s is None:
+        s = wp.stream_from_torch(ts)
+        _streams[key] = s
+    return s
+
+
+# ---------------------------------------------------------------------------------------
+# schema
+# ---------------------------------------------------------------------------------------
+def _scalar_schema_type(p: Param) -> str:
+    scalar = p.scalar
+    if p.generic or _dtypes.is_generic(scalar):
+        base = "Scalar"
+    elif scalar is _dtypes.normalize(bool):
+        base = "bool"
+    elif _dtypes.is_float(scalar):
+        base = "float"
+    else:
+        base = "SymInt"
+    return f"{base}[]" if p.inner else base
+
+
+def _flatten(v: Any) -> list:
+    """A vec/mat value (Warp value, tuple, nested list, array) as a flat list of numbers."""
+    out: list = []
+
+    def rec(x):
+        if isinstance(x, (int, float, bool)):
+            out.append(x)
+            return
+        try:
+            items = list(x)
+        except TypeError:
+            out.append(x)
+            return
+        for y in items:
+            rec(y)
+
+    rec(v)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# symbolic-safe shapes (fake tensors, autograd formulas): never int() a size
+# ---------------------------------------------------------------------------------------
+def _sym_dims(value: Any, what: str, label: str) -> list | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"op {label!r}: {what} must be an int or a tuple of ints, got bool")
+    if isinstance(value, (int, torch.SymInt)):
+        return [value]
+    if isinstance(value, (tuple, list, torch.Size)):
+        dims = list(value)
+        if not dims or len(dims) > 4:
+            raise ValueError(f"op {label!r}: {what} must have 1 to 4 dimensions, got {tuple(dims)}")
+        for d in dims:
+            if isinstance(d, bool) or not isinstance(d, (int, torch.SymInt)):
+                raise TypeError(f"op {label!r}: {what} must be an int or a tuple of ints, got {value!r}")
+        return dims
+    raise TypeError(f"op {label!r}: {what} must be an int or a tuple of ints, got {type(value).__name__} {value!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# one cached, validated call signature
+# ---------------------------------------------------------------------------------------
+class _Entry:
+    """What a call with one input signature needs: validated once, reused for every call."""
+
+    __slots__ = ("plan", "wdev", "tdev", "arrays", "scalars", "outs", "cuda", "runner", "zero")
+
+
+class _Binding:
+    """The torch operators of one op (all scalar-signature variants), created once per op."""
+
+    def __init__(self, op):
+        desc: OpDescription = op.description
+        self.op = op
+        self.desc = desc
+        self.label = desc.label
+        ns, name = desc.name.split("::")
+        self.ns, self.base = ns, name
+        self.call_params = desc.call_params
+        self.ncall = len(self.call_params)
+        self.returned = desc.returned_params
+        self.outputs = desc.output_params
+        self.inout_pos = tuple(i for i, p in enumerate(self.call_params) if p.role == IN_OUT)
+        self.array_pos = tuple(i for i, p in enumerate(self.call_params) if p.is_array)
+        self.scalar_pos = tuple(i for i, p in enumerate(self.call_params) if not p.is_array)
+        self.first_array = self.array_pos[0] if self.array_pos else None
+        self.base_mask = (False,) * len(self.scalar_pos)
+        self.quals: dict[tuple, str] = {}
+        self.variants: dict[tuple, dict[str, Any]] = {}
+        self.entries: dict[tuple, _Entry] = {}
+        self.lock = threading.RLock()
+        self.backward_op = None
+        if desc.backward is not None:
+            self.backward_op = _op_for(desc.backward)
+
+    # ---- names and schemas --------------------------------------------------------
+    def qualname(self, mask: tuple, kind: str) -> str:
+        name = self.base
+        if any(mask):
+            name += "__t_" + "_".join(self.call_params[pos].name for pos, m in zip(self.scalar_pos, mask) if m)
+        if kind != "primary":
+            name += "_" + kind
+        return f"{self.ns}::{name}"
+
+    def primary_kind(self) -> str:
+        return "mutable" if self.inout_pos else "functional"
+
+    def _arg_schema(self, mask: tuple, mutable: bool) -> list[str]:
+        tmask = dict(zip(self.scalar_pos, mask))
+        parts = []
+        alias = iter("abcdefghijklmnopqrstuvwxyz")
+        for i, p in enumerate(self.call_params):
+            if p.is_array:
+                if mutable and p.role == IN_OUT:
+                    parts.append(f"Tensor({next(alias)}!) {p.name}")
+                else:
+                    parts.append(f"Tensor {p.name}")
+            elif tmask[i]:
+                parts.append(f"Tensor {p.name}")
+            else:
+                parts.append(f"{_scalar_schema_type(p)} {p.name}")
+        return parts
+
+    def _dims_schema(self) -> list[str]:
+        return ["SymInt[]? launch_dims=None"] + [f"SymInt[]? output_dims_{p.name}=None" for p in self.outputs]
+
+    def schema(self, mask: tuple, kind: str) -> str:
+        if kind == "backward":
+            args = self._arg_schema(mask, False)
+            args += [f"Tensor result_{p.name}" for p in self.returned]
+            args += [f"Tensor grad_{p.name}" for p in self.returned]
+            args += self._dims_schema() + ["bool[] needs"]
+            return f"({', '.join(args)}) -> Tensor[]"
+        mutable = kind == "mutable"
+        args = self._arg_schema(mask, mutable) + self._dims_schema()
+        rets = self.outputs if mutable else self.returned
+        if len(rets) == 1:
+            ret = "Tensor"
+        else:
+            ret = "(" + ", ".join("Tensor" for _ in rets) + ")"
+        return f"({', '.join(args)}) -> {ret}"
+
+    # ---- registration -----------------------------------------------------------------
+    def variant(self, mask: tuple) -> dict[str, Any]:
+        v = self.variants.get(mask)
+        if v is None:
+            with self.lock:
+                v = self.variants.get(mask)
+                if v is None:
+                    v = self._register(mask)
+                    self.variants[mask] = v
+        return v
+
+    def _register(self, mask: tuple) -> dict[str, Any]:
+        kinds = ["functional"]
+        if self.inout_pos:
+            kinds.append("mutable")
+        if self.backward_op is None:
+            kinds.append("backward")
+        ops: dict[str, Any] = {}
+        for kind in kinds:
+            qual = self.qualname(mask, "primary" if kind == self.primary_kind() else kind)
+            mutates = tuple(self.call_params[i].name for i in self.inout_pos) if kind == "mutable" else ()
+            impl = _make_impl(self, mask, kind)
+            cdef = torch.library.custom_op(qual, impl, mutates_args=mutates, schema=self.schema(mask, kind))
+            cdef.register_fake(_make_fake(self, mask, kind))
+            if kind == "functional":
+                cdef.register_autograd(_make_backward(self, mask), setup_context=_make_setup_context(self, mask))
+            elif kind == "backward":
+                cdef.register_autograd(_make_second_order_error(self), setup_context=_no_setup)
+            cdef.register_vmap(_make_vmap(self, mask, kind))
+            ops[kind] = cdef
+            _OVERLOADS[qual] = cdef._opoverload
+        return ops
+
+    # ---- eager execution ----------------------------------------------------------------
+    def entry(self, mask: tuple, kind: str, args: Sequence[Any], ld, ods) -> _Entry:
+        key = [kind, mask]
+        if ld is not None or any(d is not None for d in ods):
+            key.append(None if ld is None else tuple(ld))
+            for d in ods:
+                key.append(None if d is None else tuple(d))
+        for pos in range(self.ncall):
+            a = args[pos]
+            if isinstance(a, torch.Tensor):
+                key.append((a.shape, a.stride(), a.dtype, a.device))
+            else:
+                key.append(type(a))
+        key = tuple(key)
+        e = self.entries.get(key)
+        if e is None:
+            e = self._make_entry(mask, args, ld, ods)
+            self.entries[key] = e
+        return e
+
+    def _make_entry(self, mask, args, ld, ods) -> _Entry:
+        desc, op = self.desc, self.op
+        specs = []
+        device = None
+        dev_param = None
+        arrays = []
+        scalars = []
+        for i, p in enumerate(self.call_params):
+            x = args[i]
+            if isinstance(x, torch.Tensor):
+                specs.append(ArraySpec(tuple(x.shape), _np_dtype(desc, p, x)))
+                d = x.device
+                if device is None:
+                    device, dev_param = d, p.name
+                elif d != device:
+                    raise ValueError(
+                        f"op {self.label!r}: parameter {dev_param!r} is on {device} but parameter {p.name!r} is on "
+                        f"{d}; move them to one device"
+                    )
+            elif p.is_array:
+                raise TypeError(f"op {self.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got {type(x).__name__}")
+            else:
+                specs.append(_scalar_spec(self, p, x))
+        if device is None:
+            device = torch.device("cpu")
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"op {self.label!r}: tensors on device {device} cannot run a Warp kernel (cpu or cuda)")
+        output_dims = None
+        if any(d is not None for d in ods):
+            output_dims = {p.name: tuple(d) for p, d in zip(self.outputs, ods) if d is not None}
+        plan = op.plan(specs, None if ld is None else tuple(ld), output_dims)
+        for i, p in enumerate(self.call_params):
+            x = args[i]
+            if isinstance(x, torch.Tensor):
+                if p.is_array:
+                    isz = x.element_size()
+                    strides = tuple(s * isz for s in x.stride())
+                    outer = check_layout(desc, p, tuple(x.shape), strides, isz)
+                    contiguous = x.is_contiguous()
+                    arrays.append((p.index, i, None if contiguous else outer))
+                else:
+                    arrays.append((p.index, i, None))
+            elif p.inner:
+                t = plan.types[p.index]
+                scalars.append((p.index, i, lambda v, t=t: t(*v)))
+            else:
+                scalars.append((p.index, i, None))
+        e = _Entry()
+        e.plan = plan
+        e.runner = plan.runner
+        e.wdev = get_device(_warp_device_name(device))
+        e.tdev = device
+        e.cuda = device.type == "cuda"
+        e.arrays = tuple(arrays)
+        e.scalars = tuple(scalars)
+        e.zero = desc.zero_outputs
+        outs = []
+        for p, spec in zip(self.returned, plan.out_specs):
+            outs.append((p.index, tuple(spec.shape), _NP_TO_TORCH[np.dtype(spec.dtype)], p.role))
+        e.outs = tuple(outs)
+        return e
+
+    def values(self, e: _Entry, args) -> list:
+        values: list[Any] = [None] * len(self.desc.params)
+        for idx, pos, strides in e.arrays:
+            values[idx] = (args[pos].data_ptr(), strides)
+        for idx, pos, conv in e.scalars:
+            v = args[pos]
+            values[idx] = v if conv is None else conv(v)
+        return values
+
+    def run_forward(self, mask, kind, args):
+        n = self.ncall
+        ld = args[n] if len(args) > n else None
+        ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(self.outputs)))
+        e = self.entry(mask, kind, args, ld, ods)
+        values = self.values(e, args)
+        results = []
+        mutable = kind == "mutable"
+        for idx, shape, dtype, role in e.outs:
+            if role == IN_OUT:
+                if mutable:
+                    continue
+                # functional twin: the new value starts as a copy of the old one
+                src = args[self._pos_of_index(idx)]
+                t = torch.empty(shape, dtype=dtype, device=e.tdev)
+                t.copy_(src)
+            elif e.zero:
+                t = torch.zeros(shape, dtype=dtype, device=e.tdev)
+            else:
+                t = torch.empty(shape, dtype=dtype, device=e.tdev)
+            values[idx] = (t.data_ptr(), None)
+            results.append(t)
+        e.runner.forward(e.wdev, values, _current_stream(e.tdev) if e.cuda else None)
+        if len(results) == 1:
+            return results[0]
+        return tuple(results) if results else None
+
+    def _pos_of_index(self, idx: int) -> int:
+        for i, p in enumerate(self.call_params):
+            if p.index == idx:
+                return i
+        raise KeyError(idx)
+
+    def run_backward(self, mask, args):
+        n, k = self.ncall, len(self.returned)
+        results = args[n : n + k]
+        grads = args[n + k : n + 2 * k]
+        rest = args[n + 2 * k :]
+        ld = rest[0]
+        ods = tuple(rest[1 : 1 + len(self.outputs)])
+        needs = rest[1 + len(self.outputs)]
+        e = self.entry(mask, "backward", args, ld, ods)
+        values = self.values(e, args)
+        adj: list[Any] = [None] * len(self.desc.params)
+        for p, r, g in zip(self.returned, results, grads):
+            values[p.index] = _pointer(self.desc, p, r)
+            g = _readable(self.desc, p, g)
+            adj[p.index] = _pointer(self.desc, p, g)
+        out = []
+        for i, p in enumerate(self.call_params):
+            if not needs[i]:
+                continue
+            x = args[i]
+            g = torch.zeros(x.shape, dtype=x.dtype, device=e.tdev)
+            adj[p.index] = (g.data_ptr(), None)
+            out.append(g)
+        e.runner.adjoint(e.wdev, values, adj, _current_stream(e.tdev) if e.cuda else None)
+        return out
+
+
+def _pointer(desc, p: Param, t: torch.Tensor) -> tuple:
+    if t.is_contiguous():
+        return (t.data_ptr(), None)
+    isz = t.element_size()
+    outer = check_layout(desc, p, tuple(t.shape), tuple(s * isz for s in t.stride()), isz)
+    return (t.data_ptr(), outer)
+
+
+def _readable(desc, p: Param, g: torch.Tensor) -> torch.Tensor:
+    """An upstream gradient Warp can read: strided (even stride 0) outer dims are fine, packed vec/mat needed."""
+    if g.is_contiguous():
+        return g
+    isz = g.element_size()
+    try:
+        check_layout(desc, p, tuple(g.shape), tuple(s * isz for s in g.stride()), isz)
+        return g
+    except ValueError:
+        return g.contiguous()
+
+
+_OVERLOADS: dict[str, Any] = {}
+_BINDINGS: dict[str, _Binding] = {}
+_bind_lock = threading.Lock()
+
+
+def _binding(op) -> _Binding:
+    b = _BINDINGS.get(op.description.name)
+    if b is None or b.op is not op:
+        with _bind_lock:
+            b = _BINDINGS.get(op.description.name)
+            if b is None or b.op is not op:
+                b = _Binding(op)
+                _BINDINGS[op.description.name] = b
+    return b
+
+
+def _op_for(desc: OpDescription):
+    """The :class:`interop.Op` of a description (the hand-written backward of an op)."""
+    from interop import _op as core
+
+    with core._ops_lock:
+        o = core._ops.get(desc)
+        if o is None:
+            o = core.Op(desc)
+            core._ops[desc] = o
+    return o
+
+
+# ---------------------------------------------------------------------------------------
+# the registered rules: implementation, fake, autograd, vmap
+# ---------------------------------------------------------------------------------------
+def _make_impl(b: _Binding, mask: tuple, kind: str):
+    if kind == "backward":
+
+        def backward_impl(*args):
+            return b.run_backward(mask, args)
+
+        return backward_impl
+
+    def forward_impl(*args):
+        return b.run_forward(mask, kind, args)
+
+    return forward_impl
+
+
+def _meta_plan(b: _Binding, args: Sequence[Any]):
+    """The plan of a call from the static parts of its specs: dtypes and vec/mat dims (validates them)."""
+    desc = b.desc
+    specs = []
+    device = None
+    dev_param = None
+    for i, p in enumerate(b.call_params):
+        x = args[i]
+        if isinstance(x, torch.Tensor):
+            nd = p.ndim if p.is_array else 0
+            shape = tuple(1 if isinstance(s, torch.SymInt) else int(s) for s in x.shape[:nd]) + tuple(
+                int(s) for s in x.shape[nd:]
+            )
+            specs.append(ArraySpec(shape, _np_dtype(desc, p, x)))
+            if device is None:
+                device, dev_param = x.device, p.name
+            elif x.device != device:
+                raise ValueError(
+                    f"op {b.label!r}: parameter {dev_param!r} is on {device} but parameter {p.name!r} is on "
+                    f"{x.device}; move them to one device"
+                )
+        else:
+            specs.append(_scalar_spec(b, p, x))
+    return b.op.plan(specs)
+
+
+def _scalar_spec(b: _Binding, p: Param, x: Any) -> ScalarSpec:
+    if p.inner:
+        return ScalarSpec("py", tuple)
+    if isinstance(x, torch.SymBool):
+        return ScalarSpec("py", bool)
+    if isinstance(x, torch.SymInt):
+        return ScalarSpec("py", int)
+    if isinstance(x, torch.SymFloat):
+        return ScalarSpec("py", float)
+    return FRAMEWORK.scalar_spec(b.op, p, x)[0]
+
+
+def _launch_dims(b: _Binding, args: Sequence[Any], ld) -> tuple | None:
+    if ld is not None:
+        return tuple(ld)
+    if b.desc.launch_dims is not None:
+        return b.desc.launch_dims
+    if b.first_array is None:
+        return None
+    p = b.call_params[b.first_array]
+    return tuple(args[b.first_array].shape[: p.ndim])
+
+
+def _output_shape(b: _Binding, plan, p: Param, args, ld, od) -> tuple:
+    desc = b.desc
+    source = "output_dims"
+    if od is not None:
+        dims = tuple(od)
+        source = f"output_dims[{p.name!r}]"
+    elif desc.output_dims is not None and desc.output_dims[0] == "all":
+        dims = desc.output_dims[1]
+    elif desc.output_dims is not None and p.name in dict(desc.output_dims[1]):
+        dims = dict(desc.output_dims[1])[p.name]
+        source = f"output_dims[{p.name!r}]"
+    else:
+        dims = _launch_dims(b, args, ld)
+        source = "launch_dims"
+        if dims is None:
+            raise ValueError(f"op {b.label!r}: cannot size output {p.name!r}: the op has no array input; pass launch_dims=")
+    inner = _dtypes.split(plan.types[p.index])[1]
+    if len(dims) == p.ndim:
+        return tuple(dims) + inner
+    if inner and len(dims) == p.ndim + len(inner) and all(d == s for d, s in zip(dims[p.ndim :], inner)):
+        return tuple(dims)
+    accepted = f"{p.ndim} dims" + (f", or {p.ndim + len(inner)} ending in {inner}" if inner else "")
+    raise ValueError(
+        f"op {b.label!r}, output {p.name!r}: {source} {tuple(dims)} does not fit a {p.ndim}-d array of "
+        f"{_dtypes.type_name(plan.types[p.index])} (expected {accepted}); pass output_dims={{{p.name!r}: ...}}"
+    )
+
+
+def _fake_device_ref(b: _Binding, args) -> torch.Tensor | None:
+    for a in args[: b.ncall]:
+        if isinstance(a, torch.Tensor):
+            return a
+    return None
+
+
+def _make_fake(b: _Binding, mask: tuple, kind: str):
+    n = b.ncall
+    nout = len(b.outputs)
+
+    def fake_forward(*args):
+        plan = _meta_plan(b, args)
+        ld = args[n] if len(args) > n else None
+        ods = [args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(nout)]
+        odmap = {p.name: d for p, d in zip(b.outputs, ods)}
+        ref = _fake_device_ref(b, args)
+        res = []
+        for p, spec in zip(b.returned, plan.out_specs):
+            dtype = _NP_TO_TORCH[np.dtype(spec.dtype)]
+            if p.role == IN_OUT:
+                if kind == "mutable":
+                    continue
+                x = args[b._pos_of_index(p.index)]
+                res.append(x.new_empty(x.shape))
+            else:
+                shape = _output_shape(b, plan, p, args, ld, odmap[p.name])
+                if ref is not None:
+                    res.append(ref.new_empty(shape, dtype=dtype))
+                else:
+                    res.append(torch.empty(shape, dtype=dtype))
+        if not res:
+            return None
+        return res[0] if len(res) == 1 else tuple(res)
+
+    def fake_backward(*args):
+        _meta_plan(b, args)
+        needs = args[-1]
+        return [args[i].new_empty(args[i].shape) for i in range(n) if needs[i]]
+
+    return fake_backward if kind == "backward" else fake_forward
+
+
+def _no_setup(ctx, inputs, output):
+    return None
+
+
+def _make_second_order_error(b: _Binding):
+    def no_second_order(ctx, *grads):
+        raise RuntimeError(
+            f"op {b.label!r}: second derivatives are not available: its backward is Warp's generated adjoint, "
+            "which has no derivative of its own. For second order (create_graph=True, gradgradcheck, "
+            "torch.func.hessian), describe the op with a hand-written backward: interop.op(..., backward=<kernel or op>)"
+        )
+
+    return no_second_order
+
+
+def _grad_capable(b: _Binding, args) -> list[bool]:
+    """Per call argument: can it receive a gradient (float tensor, differentiable parameter)."""
+    out = []
+    for i, p in enumerate(b.call_params):
+        x = args[i]
+        out.append(bool(isinstance(x, torch.Tensor) and p.differentiable and x.is_floating_point()))
+    return out
+
+
+def _make_setup_context(b: _Binding, mask: tuple):
+    n = b.ncall
+    nout = len(b.outputs)
+    inout = set(b.inout_pos)
+    ret_of = {b._pos_of_index(p.index): j for j, p in enumerate(b.returned) if p.role == IN_OUT}
+
+    def setup_context(ctx, inputs, output):
+        outs = output if isinstance(output, tuple) else (output,)
+        tensors = []
+        layout = []
+        for i in range(n):
+            a = inputs[i]
+            if i in inout:
+                # the caller's tensor is overwritten with the new value right after this op:
+                # the backward reads the new value (in-out parameters only accumulate)
+                layout.append(("result", ret_of[i]))
+            elif isinstance(a, torch.Tensor):
+                layout.append(("saved", len(tensors)))
+                tensors.append(a)
+            else:
+                layout.append(("value", a))
+        ctx.save_for_backward(*tensors, *outs)
+        ctx.layout = tuple(layout)
+        ctx.dims = tuple(inputs[n : n + 1 + nout])
+        nondiff = [o for p, o in zip(b.returned, outs) if not p.differentiable]
+        if nondiff:
+            ctx.mark_non_differentiable(*nondiff)
+
+    return setup_context
+
+
+def _make_backward(b: _Binding, mask: tuple):
+    n = b.ncall
+    k = len(b.returned)
+    nout = len(b.outputs)
+
+    def backward(ctx, *grads):
+        saved = ctx.saved_tensors
+        results = saved[len(saved) - k :]
+        args = []
+        for where, v in ctx.layout:
+            args.append(saved[v] if where == "saved" else results[v] if where == "result" else v)
+        capable = _grad_capable(b, args)
+        needs = ctx.needs_input_grad
+        need = [bool(needs[i]) and capable[i] for i in range(n)]
+        ret: list[Any] = [None] * (n + 1 + nout)
+        # in-out parameters only accumulate: their gradient passes through unchanged
+        for j, p in enumerate(b.returned):
+            if p.role == IN_OUT:
+                i = b._pos_of_index(p.index)
+                if need[i]:
+                    ret[i] = grads[j]
+                need[i] = False
+        if not any(need):
+            return tuple(ret)
+        ld = ctx.dims[0]
+        ods = ctx.dims[1 : 1 + nout]
+        if b.backward_op is not None:
+            grads_in = _hand_written_backward(b, args, grads, ld, ods)
+            for i, g in grads_in.items():
+                if need[i]:
+                    ret[i] = g
+            return tuple(ret)
+        qual = b.qualname(mask, "backward")
+        got = _OVERLOADS[qual](*args, *results, *grads, ld, *ods, need)
+        it = iter(got)
+        for i in range(n):
+            if need[i]:
+                ret[i] = next(it)
+        return tuple(ret)
+
+    return backward
+
+
+def _hand_written_backward(b: _Binding, args, grads, ld, ods) -> dict[int, torch.Tensor]:
+    """Gradients of the array inputs from the op's hand-written backward op (itself differentiable)."""
+    desc = b.desc
+    for i, p in enumerate(b.call_params):
+        if not p.is_array and isinstance(args[i], torch.Tensor) and args[i].requires_grad:
+            raise NotImplementedError(
+                f"op {b.label!r}: no gradient for scalar {p.name!r}: a hand-written backward returns gradients "
+                "of array inputs only; pass the scalar as a Python number or as a 1-element array parameter"
+            )
+    diff = desc.diff_array_inputs
+    launch = _launch_dims(b, args, ld) if desc.kind == "kernel" else None
+    out_dims = {}
+    for bp, p in zip(b.backward_op.description.output_params, diff):
+        x = args[b._pos_of_index(p.index)]
+        out_dims[bp.name] = tuple(x.shape[: p.ndim])
+    call_args = list(args) + [g.contiguous() for g in grads]
+    res = b.backward_op(*call_args, launch_dims=launch, output_dims=out_dims)
+    if not isinstance(res, tuple):
+        res = (res,)
+    return {b._pos_of_index(p.index): g for p, g in zip(diff, res)}
+
+
+def _make_vmap(b: _Binding, mask: tuple, kind: str):
+    """A loop over the batch: correct for every kernel (a kernel's threads may read any element)."""
+    n = b.ncall
+
+    def vmap_rule(info, in_dims, *args):
+        qual = b.qualname(mask, "primary" if kind == b.primary_kind() else kind)
+        ovl = _OVERLOADS[qual]
+        if kind == "mutable":
+            for i in b.inout_pos:
+                if in_dims[i] is None and any(d is not None for d in in_dims):
+                    raise ValueError(
+                        f"op {b.label!r}: torch.vmap over a call whose in-out parameter {b.call_params[i].name!r} "
+                        "is not batched: it would be updated once per batch element; batch it too"
+                    )
+        per = []
+        for j in range(info.batch_size):
+            sl = [a if d is None else a.select(d, j) for a, d in zip(args, in_dims)]
+            per.append(ovl(*sl))
+        if kind == "backward":
+            m = len(per[0])
+            return [torch.stack([r[q] for r in per]) for q in range(m)], [0] * m
+        first = per[0]
+        if first is None:
+            return None, None
+        if isinstance(first, tuple):
+            outs = tuple(torch.stack([r[q] for r in per]) for q in range(len(first)))
+            return outs, tuple(0 for _ in outs)
+        return torch.stack(per), 0
+
+    del n
+    return vmap_rule
+
+
+# ---------------------------------------------------------------------------------------
+# the call path: op(tensors) -> registered operator
+# ---------------------------------------------------------------------------------------
+@torch.compiler.assume_constant_result
+def _resolve(op, mask: tuple | None, kind: str) -> str:
+    """Qualified name of ``op``'s operator for one scalar signature, registering it on first use.
+
+    ``mask`` says which scalar parameters are tensors (None: none). Marked constant for
+    Dynamo: reached inside ``torch.compile`` it runs at trace time, so a first registration
+    there does not break the graph.
+    """
+    b = _binding(op)
+    if mask is None:
+        mask = b.base_mask
+    q = b.quals.get((mask, kind))
+    if q is None:
+        b.variant(mask)
+        q = b.qualname(mask, "primary" if kind == b.primary_kind() else kind)
+        b.quals[(mask, kind)] = q
+    return q
+
+
+def _normalize_output_dims(b: _Binding, output_dims: Any) -> list:
+    if output_dims is None:
+        return [None] * len(b.outputs)
+    if isinstance(output_dims, dict):
+        names = [p.name for p in b.outputs]
+        for k in output_dims:
+            if k not in names:
+                raise ValueError(
+                    f"op {b.label!r}: output_dims names {k!r}, which is not an output; outputs are "
+                    f"{sorted(names) or 'none'} (in-out arrays take the shape of the array passed)"
+                )
+        return [_sym_dims(output_dims.get(p.name), f"output_dims[{p.name!r}]", b.label) for p in b.outputs]
+    dims = _sym_dims(output_dims, "output_dims", b.label)
+    return [dims] * len(b.outputs)
+
+
+def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: dict) -> Any:
+    """Run ``op`` on torch tensors through its registered operator (see :meth:`interop.Op.__call__`)."""
+    if kwargs:
+        raise TypeError(f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for torch tensors")
+    # first: registers the op if needed (at trace time under Dynamo), so that the binding
+    # read below already exists when Dynamo first reads the registry
+    base = _resolve(op, None, "functional")
+    b = _BINDINGS[op.description.name]
+    if len(args) != b.ncall:
+        raise TypeError(
+            f"op {b.label!r} takes {b.ncall} argument(s) {[p.name for p in b.call_params]} "
+            f"(outputs are returned, not passed), got {len(args)}"
+        )
+    sargs = list(args)
+    mask = []
+    for pos in b.scalar_pos:
+        x = args[pos]
+        is_t = isinstance(x, torch.Tensor)
+        mask.append(is_t)
+        if not is_t:
+            p = b.call_params[pos]
+            if p.inner:
+                sargs[pos] = _flatten(x)
+            elif isinstance(x, np.generic):
+                sargs[pos] = x.item()
+    mask = tuple(mask)
+    grad = False
+    device = None
+    dev_pos = None
+    for pos in range(b.ncall):
+        x = args[pos]
+        if isinstance(x, torch.Tensor):
+            if device is None:
+                device, dev_pos = x.device, pos
+            elif x.device != device:
+                raise ValueError(
+                    f"op {b.label!r}: parameter {b.call_params[dev_pos].name!r} is on {device} but parameter "
+                    f"{b.call_params[pos].name!r} is on {x.device}; move them to one device"
+                )
+            if x.requires_grad:
+                grad = True
+        elif b.call_params[pos].is_array:
+            p = b.call_params[pos]
+            raise TypeError(f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a tensor), got {type(x).__name__}")
+    grad = grad and torch.is_grad_enabled()
+    if grad:
+        _check_grad_supported(b, args)
+    ld = _sym_dims(launch_dims, "launch_dims", b.label)
+    if ld is not None and b.desc.kind == "function":
+        raise ValueError(
+            f"op {b.label!r}: launch_dims does not apply to a Python-function op (it launches its own kernels); "
+            "use output_dims to size its outputs"
+        )
+    if ld is not None or output_dims is not None:
+        sargs.append(ld)
+        sargs.extend(_normalize_output_dims(b, output_dims))
+    if b.inout_pos and not grad:
+        ovl = _OVERLOADS[_resolve(op, mask, "mutable")]
+        res = ovl(*sargs)
+        outs = () if res is None else (res if isinstance(res, tuple) else (res,))
+        returned = [args[i] for i in b.inout_pos] + list(outs)
+        return pack_result(returned)
+    ovl = _OVERLOADS[base if mask == b.base_mask else _resolve(op, mask, "functional")]
+    res = ovl(*sargs)
+    if not b.inout_pos:
+        return res
+    res = res if isinstance(res, tuple) else (res,)
+    returned = []
+    for j, i in enumerate(b.inout_pos):
+        args[i].copy_(res[j])
+        returned.append(args[i])
+    returned.extend(res[len(b.inout_pos) :])
+    return pack_result(returned)
+
+
+def _check_grad_supported(b: _Binding, args) -> None:
+    for i, p in enumerate(b.call_params):
+        x = args[i]
+        if p.is_array or not isinstance(x, torch.Tensor) or not x.requires_grad:
+            continue
+        if b.backward_op is not None:
+            raise NotImplementedError(
+                f"op {b.label!r}: no gradient for scalar {p.name!r}: a hand-written backward returns gradients "
+                "of array inputs only; pass the scalar as a Python number or as a 1-element array parameter"
+            )
+        if b.desc.kind == "function":
+            raise NotImplementedError(
+                f"op {b.label!r}: no gradient for scalar {p.name!r} of a Python-function op (wp.Tape does not "
+                "record scalar adjoints); pass it as a Python number, or as a 1-element array parameter"
+            )
+
+
+# ---------------------------------------------------------------------------------------
+# the adapter interface
+# ---------------------------------------------------------------------------------------
+def on_describe(op) -> None:
+    """Register ``op``'s operators now (called by the core when an op is described while torch is imported)."""
+    _resolve(op, None, "functional")
+
+
+def bind(op):
+    """The registered operator of ``op`` (scalars as Python numbers): ``torch.ops.<namespace>.<name>``.
+
+    For an op with in-out parameters this is the mutating operator (``mutates_args``); its
+    differentiable functional twin is ``torch.ops.<namespace>.<name>_functional``.
+
+    Example:
+        >>> import torch, adapters.torch
+        >>> f = adapters.torch.bind(my_op)            # doctest: +SKIP
+        >>> torch.library.opcheck(f, (x, y, 2.0))     # doctest: +SKIP
+    """
+    b = _binding(op)
+    return b.variant(b.base_mask)[b.primary_kind()]
+
+
+def operators(op, scalar_tensors: Sequence[str] = ()) -> dict[str, Any]:
+    """Every registered operator of ``op`` for one scalar signature, by kind.
+
+    Args:
+        op: an :class:`interop.Op`.
+        scalar_tensors: names of the scalar parameters passed as 0-d tensors.
+
+    Returns:
+        ``{"functional": CustomOpDef, "backward": CustomOpDef, "mutable": CustomOpDef}`` (the
+        ones that exist: ``mutable`` for ops with in-out parameters, ``backward`` unless the op
+        has a hand-written backward).
+    """
+    b = _binding(op)
+    names = set(scalar_tensors)
+    unknown = names - {b.call_params[i].name for i in b.scalar_pos}
+    if unknown:
+        raise ValueError(f"op {b.label!r}: {sorted(unknown)} are not scalar parameters")
+    mask = tuple(b.call_params[i].name in names for i in b.scalar_pos)
+    return dict(b.variant(mask))
+
+
+def _register_described() -> None:
+    """Register the ops described before this module was imported (torch imported after them)."""
+    from interop import _op as core
+
+    with core._ops_lock:
+        ops = list(core._ops.values())
+    for o in ops:
+        on_describe(o)
+
+
+_register_described()

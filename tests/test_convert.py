@@ -1,0 +1,335 @@
+"""`interop.convert` is zero-copy between every pair of installed frameworks (checked by data pointers).
+
+Also: vec/mat views, copy=False refusing a real copy (and copy=True then working), tensors that
+require grad, and the op call path not copying NumPy/Warp inputs.
+"""
+
+import importlib.util
+
+import numpy as np
+import pytest
+import warp as wp
+
+import interop
+from interop._frameworks import data_ptr, framework_of
+
+FRAMEWORKS = [f for f in ("numpy", "warp", "torch", "jax", "paddle") if importlib.util.find_spec(f) is not None]
+
+
+def aligned_numpy(values: np.ndarray, align: int = 64) -> np.ndarray:
+    """A copy of ``values`` in a buffer aligned to ``align`` bytes (XLA aliases only 64-byte aligned memory)."""
+    raw = np.empty(values.nbytes + align, np.uint8)
+    off = (-raw.ctypes.data) % align
+    out = raw[off : off + values.nbytes].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out
+
+
+def make(fw: str, values: np.ndarray):
+    """An array of framework ``fw`` holding ``values``, allocated by that framework (so aligned as it aligns)."""
+    if fw == "numpy":
+        return aligned_numpy(values)
+    if fw == "warp":
+        return wp.array(values, device="cpu")
+    if fw == "torch":
+        import torch
+
+        return torch.tensor(values)
+    if fw == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(values)
+    if fw == "paddle":
+        import paddle
+
+        return paddle.to_tensor(values, place=paddle.CPUPlace())
+    raise AssertionError(fw)
+
+
+def to_numpy(y) -> np.ndarray:
+    fw = framework_of(y)
+    if fw == "numpy":
+        return y
+    if fw in ("warp", "torch", "paddle"):
+        return y.numpy()
+    return np.asarray(y)
+
+
+def np_dtype_of(y) -> np.dtype:
+    return to_numpy(y).dtype
+
+
+def shape_of(y) -> tuple:
+    return tuple(int(s) for s in y.shape)
+
+
+def x64_if_needed(src, dst, values):
+    """JAX drops 64-bit dtypes unless x64 is on: turn it on (scoped) for float64 pairs with JAX."""
+    import contextlib
+
+    if "jax" in (src, dst) and values.dtype.itemsize == 8:
+        import jax
+
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()
+
+
+VALUES = {
+    "float32": (np.arange(12, dtype=np.float32).reshape(4, 3) - 5.5),
+    "float64": (np.arange(10, dtype=np.float64) * 0.1).reshape(2, 5),
+    "int32": np.arange(-3, 5, dtype=np.int32),
+}
+
+
+# ---- the matrix ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", list(VALUES))
+@pytest.mark.parametrize("dst", FRAMEWORKS)
+@pytest.mark.parametrize("src", FRAMEWORKS)
+def test_zero_copy_matrix(src, dst, dtype):
+    values = VALUES[dtype]
+    with x64_if_needed(src, dst, values):
+        x = make(src, values)
+        y = interop.convert(x, to=dst)
+    assert framework_of(y) == dst
+    assert data_ptr(y) == data_ptr(x), f"{src} -> {dst} copied"
+    assert shape_of(y) == values.shape
+    assert np_dtype_of(y) == values.dtype
+    np.testing.assert_array_equal(to_numpy(y), values)
+
+
+@pytest.mark.parametrize("dst", FRAMEWORKS)
+def test_round_trip_through_numpy_sees_writes(dst):
+    """Memory is shared: a write through the NumPy view shows in the converted array."""
+    if dst == "jax":
+        pytest.skip("JAX arrays are immutable; sharing is checked by pointers in the matrix")
+    base = aligned_numpy(np.zeros(6, np.float32))
+    y = interop.convert(base, to=dst)
+    base[2] = 7.0
+    assert to_numpy(y)[2] == 7.0
+
+
+# ---- vec / mat views --------------------------------------------------------------------------------
+@pytest.mark.parametrize("src", FRAMEWORKS)
+def test_vec3_view_into_warp(src):
+    values = np.arange(15, dtype=np.float32).reshape(5, 3)
+    b = make(src, values)
+    w = interop.convert(b, to="warp", dtype=wp.vec3)
+    assert isinstance(w, wp.array)
+    assert w.dtype == wp.vec3 and w.shape == (5,)
+    assert data_ptr(w) == data_ptr(b)
+    np.testing.assert_array_equal(w.numpy(), values)
+
+
+@pytest.mark.parametrize("src", FRAMEWORKS)
+def test_mat22_view_into_warp(src):
+    values = np.arange(12, dtype=np.float32).reshape(3, 2, 2)
+    c = make(src, values)
+    w = interop.convert(c, to="warp", dtype=wp.mat22)
+    assert w.dtype == wp.mat22 and w.shape == (3,)
+    assert data_ptr(w) == data_ptr(c)
+
+
+@pytest.mark.parametrize("dst", FRAMEWORKS)
+@pytest.mark.parametrize("elem, inner", [(wp.vec3, (3,)), (wp.mat22, (2, 2)), (wp.mat33, (3, 3))])
+def test_warp_vec_mat_to_others_gives_trailing_dims(dst, elem, inner):
+    n = 4
+    values = np.arange(n * int(np.prod(inner)), dtype=np.float32).reshape((n,) + inner)
+    w = wp.array(values, dtype=elem, device="cpu")
+    y = interop.convert(w, to=dst)
+    assert data_ptr(y) == data_ptr(w)
+    if dst == "warp":
+        assert y is w
+    else:
+        assert shape_of(y) == (n,) + inner
+        np.testing.assert_array_equal(to_numpy(y), values)
+
+
+def test_vec_view_of_warp_arrays_both_ways():
+    w = wp.array(np.arange(12, dtype=np.float32).reshape(4, 3), device="cpu")
+    v = interop.convert(w, to="warp", dtype=wp.vec3)
+    assert v.shape == (4,) and v.dtype == wp.vec3 and data_ptr(v) == data_ptr(w)
+    f = interop.convert(v, to="warp", dtype=wp.float32)
+    assert f.shape == (4, 3) and f.dtype == wp.float32 and data_ptr(f) == data_ptr(w)
+
+
+@pytest.mark.parametrize(
+    "values, dtype, msg",
+    [
+        (
+            np.zeros((4, 2), np.float32),
+            wp.vec3,
+            r"dtype=vec3f views an array of float32 whose trailing dims are \(3,\).*got a numpy array of shape \(4, 2\)",
+        ),
+        (np.zeros((4, 3), np.float64), wp.vec3, r"dtype=vec3f .*got a numpy array of shape \(4, 3\) and dtype float64"),
+        (np.zeros((4, 3, 3), np.float32), wp.mat22, r"dtype=mat22f .*trailing dims are \(2, 2\)"),
+        (
+            np.zeros(4, np.float32),
+            wp.float64,
+            r"dtype=float64 views an array of float64, got a numpy array of dtype float32; arrays are never cast",
+        ),
+    ],
+)
+def test_vec_view_mismatch(values, dtype, msg):
+    for copy in (False, True):
+        with pytest.raises(TypeError, match="convert: " + msg):
+            interop.convert(values, to="warp", dtype=dtype, copy=copy)
+
+
+# ---- copies only on request -------------------------------------------------------------------------
+def test_copy_false_raises_for_strided_to_jax_then_copy_true_works():
+    pytest.importorskip("jax")
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2]  # XLA needs compact strides
+    with pytest.raises(
+        ValueError,
+        match=r"convert: a numpy array of shape \(4, 3\) cannot be handed to jax without a copy .*pass copy=True",
+    ):
+        interop.convert(a, to="jax")
+    y = interop.convert(a, to="jax", copy=True)
+    assert framework_of(y) == "jax" and shape_of(y) == (4, 3)
+    np.testing.assert_array_equal(np.asarray(y), a)
+
+
+def test_copy_false_raises_for_misaligned_to_jax_then_copy_true_works():
+    pytest.importorskip("jax")
+    a = aligned_numpy(np.arange(9, dtype=np.float32))[1:]  # 4 bytes past a 64-byte boundary
+    with pytest.raises(
+        ValueError, match=r"cannot be handed to jax without a copy .*64-byte aligned.*4 bytes past.*copy=True"
+    ):
+        interop.convert(a, to="jax")
+    y = interop.convert(a, to="jax", copy=True)
+    assert data_ptr(y) != data_ptr(a)
+    np.testing.assert_array_equal(np.asarray(y), a)
+
+
+def test_strided_torch_to_jax_needs_copy():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    t = torch.arange(24, dtype=torch.float32).reshape(4, 6)[:, ::2]
+    with pytest.raises(ValueError, match=r"a torch array of shape \(4, 3\) cannot be handed to jax without a copy"):
+        interop.convert(t, to="jax")
+    np.testing.assert_array_equal(np.asarray(interop.convert(t, to="jax", copy=True)), t.numpy())
+
+
+@pytest.mark.parametrize("dst", [f for f in FRAMEWORKS if f != "jax"])
+def test_strided_numpy_converts_without_copy_where_strides_are_supported(dst):
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2]
+    y = interop.convert(a, to=dst)
+    assert data_ptr(y) == data_ptr(a)
+    np.testing.assert_array_equal(to_numpy(y), a)
+
+
+def test_float64_to_jax_without_x64_is_refused_even_with_copy():
+    jax = pytest.importorskip("jax")
+    if jax.config.jax_enable_x64:
+        pytest.skip("x64 is enabled globally")
+    a = aligned_numpy(np.arange(4, dtype=np.float64))
+    for copy in (False, True):
+        with pytest.raises(
+            TypeError,
+            match=r"convert: jax would change the dtype of a numpy array from float64 to float32 \(JAX has 64-bit types disabled.*arrays are never cast",
+        ):
+            interop.convert(a, to="jax", copy=copy)
+
+
+# ---- autograd state is never touched -----------------------------------------------------------------
+@pytest.mark.parametrize("dst", FRAMEWORKS)
+def test_torch_requires_grad_converts_detached_and_grad_not_set(dst):
+    torch = pytest.importorskip("torch")
+    t = torch.arange(6, dtype=torch.float32).requires_grad_(True)
+    y = interop.convert(t, to=dst)
+    assert data_ptr(y) == t.data_ptr()
+    assert t.grad is None
+    assert t.requires_grad  # the caller's tensor is unchanged
+    if dst == "torch":
+        assert not y.requires_grad  # a detached view
+    np.testing.assert_array_equal(to_numpy(y), np.arange(6, dtype=np.float32))
+
+
+def test_convert_to_torch_never_sets_grad():
+    torch = pytest.importorskip("torch")
+    w = wp.array(np.ones(3, np.float32), device="cpu", requires_grad=True)
+    t = interop.convert(w, to="torch")
+    assert t.grad is None and not t.requires_grad
+    assert data_ptr(t) == data_ptr(w)
+    t2 = torch.ones(3, requires_grad=True)
+    interop.convert(t2, to="warp", dtype=wp.float32)
+    assert t2.grad is None
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+def test_convert_errors():
+    a = np.zeros(3, np.float32)
+    with pytest.raises(ValueError, match=r"convert: to must be one of .*got 'tensorflow'"):
+        interop.convert(a, to="tensorflow")
+    with pytest.raises(
+        TypeError, match=r"convert: x must be a NumPy, Warp, PyTorch, JAX, Paddle or CuPy array, got builtins.list"
+    ):
+        interop.convert([1.0, 2.0], to="numpy")
+    with pytest.raises(TypeError, match=r"got builtins.memoryview"):
+        interop.convert(memoryview(a), to="numpy")
+    with pytest.raises(TypeError, match=r"convert: dtype= applies only to to='warp'"):
+        interop.convert(a, to="numpy", dtype=wp.vec3)
+
+
+def test_numpy_dtype_without_warp_equivalent():
+    with pytest.raises(ValueError, match=r"cannot be handed to warp.*complex64"):
+        interop.convert(np.zeros(3, np.complex64), to="warp")
+
+
+# ---- the op call path copies nothing ------------------------------------------------------------------
+@wp.kernel
+def accumulate(x: wp.array(dtype=float), acc: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(acc, 0, x[i])
+
+
+@wp.kernel
+def scale(x: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i] * s
+
+
+def test_in_out_numpy_updated_in_place():
+    op = interop.op(accumulate, in_out=["acc"])
+    acc = np.array([1.0], np.float32)
+    ptr = data_ptr(acc)
+    res = op(np.arange(5, dtype=np.float32), acc)
+    assert res is acc and data_ptr(res) == ptr
+    assert acc[0] == 11.0
+
+
+def test_in_out_warp_updated_in_place():
+    op = interop.op(accumulate, in_out=["acc"])
+    acc = wp.array([2.0], dtype=float, device="cpu")
+    res = op(wp.array(np.ones(3, np.float32), device="cpu"), acc)
+    assert res is acc
+    assert acc.numpy()[0] == 5.0
+
+
+def test_in_out_view_of_converted_array_updates_original():
+    """A torch tensor's memory, handed to the op as NumPy via convert, is updated in place."""
+    torch = pytest.importorskip("torch")
+    acc_t = torch.zeros(1)
+    acc = interop.convert(acc_t, to="numpy")
+    interop.op(accumulate, in_out=["acc"])(np.ones(4, np.float32), acc)
+    assert acc_t.item() == 4.0
+
+
+def test_strided_numpy_input_read_in_place():
+    base = np.arange(20, dtype=np.float32)
+    x = base[::4]
+    out = interop.op(scale)(x, 2.0)
+    np.testing.assert_array_equal(out, base[::4] * 2.0)
+    # a write to the base after the call does not change the already computed output, but a second
+    # call sees it: the op reads the caller's memory, not a cached copy
+    base[4] = 100.0
+    np.testing.assert_array_equal(interop.op(scale)(x, 2.0)[1], 200.0)
+
+
+def test_strided_warp_view_input_read_in_place():
+    base = np.arange(20, dtype=np.float32)
+    w = interop.convert(base[1::2], to="warp")  # a strided Warp view of NumPy memory
+    assert data_ptr(w) == data_ptr(base) + 4 and w.strides == (8,)
+    out = interop.op(scale)(w, 3.0)
+    assert isinstance(out, wp.array)
+    np.testing.assert_array_equal(out.numpy(), base[1::2] * 3.0)

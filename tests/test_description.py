@@ -1,0 +1,376 @@
+"""Description rules: what `interop.op` accepts, refuses (with the op and parameter named), and how it identifies ops."""
+
+import dataclasses
+import typing
+
+import numpy as np
+import pytest
+import warp as wp
+
+import interop
+from interop import OpDescription, Param
+
+
+# ---- kernels (module level: Warp builds one module per Python module) ----------------------
+@wp.kernel
+def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a * x[i] + y[i]
+
+
+@wp.kernel
+def two_out(a: wp.array(dtype=float), b: wp.array(dtype=float), c: wp.array(dtype=float)):
+    i = wp.tid()
+    b[i] = a[i]
+    c[i] = 2.0 * a[i]
+
+
+@wp.kernel
+def acc_kernel(x: wp.array(dtype=float), acc: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(acc, 0, x[i])
+    out[i] = x[i]
+
+
+@wp.kernel
+def int_kernel(a: wp.array(dtype=int), x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i] * float(a[i])
+
+
+@wp.kernel(enable_backward=False)
+def no_backward(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i]
+
+
+@wp.kernel
+def vecmat(
+    a: wp.array(dtype=float),
+    b: wp.array(dtype=wp.vec3),
+    c: wp.array(dtype=wp.mat22),
+    d: wp.array(dtype=float),
+    e: wp.array(dtype=wp.vec3),
+    f: wp.array(dtype=wp.mat22),
+):
+    i = wp.tid()
+    d[i] = a[i]
+    e[i] = b[i]
+    f[i] = c[i]
+
+
+@wp.kernel
+def generic(a: wp.array(dtype=typing.Any), s: typing.Any, out: wp.array(dtype=typing.Any)):
+    i = wp.tid()
+    out[i] = a[i] * s
+
+
+@wp.kernel
+def square(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i] * x[i]
+
+
+# backward of `square` by the documented convention: (x, adj_out, grad_x)
+@wp.kernel
+def square_bwd(x: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_x: wp.array(dtype=float)):
+    i = wp.tid()
+    grad_x[i] = 2.0 * x[i] * adj_out[i]
+
+
+@wp.kernel
+def square_bwd_too_few(x: wp.array(dtype=float), grad_x: wp.array(dtype=float)):
+    i = wp.tid()
+    grad_x[i] = 2.0 * x[i]
+
+
+@wp.kernel
+def square_bwd_wrong_type(x: wp.array(dtype=float), adj_out: wp.array(dtype=wp.vec3), grad_x: wp.array(dtype=float)):
+    i = wp.tid()
+    grad_x[i] = 2.0 * x[i]
+
+
+def function_op(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    wp.launch(square, dim=a.shape, inputs=[a], outputs=[out])
+
+
+def function_unannotated(a, out: wp.array(dtype=float)):
+    pass
+
+
+def function_kwonly(a: wp.array(dtype=float), *, out: wp.array(dtype=float)):
+    pass
+
+
+# ---- roles: outputs= and in_out= ---------------------------------------------------------------
+def roles(o):
+    return [(p.name, p.role) for p in o.description.params]
+
+
+def test_default_output_is_last_param():
+    o = interop.op(saxpy)
+    assert roles(o) == [("x", "input"), ("y", "input"), ("a", "input"), ("out", "output")]
+    d = o.description
+    assert [p.name for p in d.call_params] == ["x", "y", "a"]
+    assert [p.name for p in d.returned_params] == ["out"]
+    assert d.kind == "kernel"
+
+
+def test_outputs_as_int_and_as_names_are_equivalent():
+    by_int = interop.op(two_out, outputs=2)
+    by_name = interop.op(two_out, outputs=["b", "c"])
+    assert roles(by_int) == roles(by_name) == [("a", "input"), ("b", "output"), ("c", "output")]
+    assert by_int.description == by_name.description
+    assert by_int is by_name
+
+
+def test_param_fields():
+    d = interop.op(vecmat, outputs=3).description
+    b = d.param("b")
+    assert isinstance(b, Param)
+    assert (b.is_array, b.scalar, b.inner, b.ndim, b.framework_ndim) == (True, wp.float32, (3,), 1, 2)
+    f = d.param("f")
+    assert (f.inner, f.framework_ndim, f.role) == ((2, 2), 3, "output")
+    a = interop.op(saxpy).description.param("a")
+    assert (a.is_array, a.ndim, a.differentiable) == (False, 0, True)
+    assert "vec3" in b.expected_text() and "2-d framework array" in b.expected_text()
+
+
+def test_outputs_names_must_be_trailing():
+    with pytest.raises(ValueError, match=r"op '.*two_out'.*outputs \['b'\] must be the trailing parameters"):
+        interop.op(two_out, outputs=["b"])
+
+
+def test_outputs_unknown_name():
+    with pytest.raises(ValueError, match=r"two_out.*outputs names 'zz', which is not a parameter"):
+        interop.op(two_out, outputs=["zz"])
+
+
+def test_outputs_less_than_one():
+    with pytest.raises(ValueError, match=r"two_out.*outputs must be at least 1, got 0"):
+        interop.op(two_out, outputs=0)
+    with pytest.raises(ValueError, match=r"outputs must be at least 1, got -1"):
+        interop.op(two_out, outputs=-1)
+    with pytest.raises(ValueError, match=r"outputs must name at least one parameter"):
+        interop.op(two_out, outputs=[])
+
+
+def test_outputs_larger_than_params():
+    with pytest.raises(ValueError, match=r"two_out.*outputs=4 but the kernel has only 3 parameters"):
+        interop.op(two_out, outputs=4)
+
+
+def test_outputs_bad_type():
+    with pytest.raises(TypeError, match=r"outputs must be an int or a list of parameter names, got bool"):
+        interop.op(two_out, outputs=True)
+    with pytest.raises(TypeError, match=r"outputs must be an int or a list of parameter names, got float"):
+        interop.op(two_out, outputs=1.0)
+
+
+def test_scalar_as_output_is_refused():
+    # outputs=2 on saxpy makes the scalar `a`... no: the trailing 2 are (a, out) -> a is a scalar
+    with pytest.raises(TypeError, match=r"saxpy.*parameter 'a' is returned \(output\) but is not an array"):
+        interop.op(saxpy, outputs=2)
+    with pytest.raises(TypeError, match=r"parameter 'a' is returned \(in-out\) but is not an array"):
+        interop.op(saxpy, outputs=2, in_out=["a"])
+
+
+def test_in_out_roles():
+    o = interop.op(acc_kernel, outputs=2, in_out=["acc"])
+    assert roles(o) == [("x", "input"), ("acc", "in_out"), ("out", "output")]
+    assert [p.name for p in o.description.call_params] == ["x", "acc"]
+    assert [p.name for p in o.description.returned_params] == ["acc", "out"]
+    # a string is accepted for a single name
+    assert interop.op(acc_kernel, outputs=2, in_out="acc") is o
+
+
+def test_in_out_unknown_name():
+    with pytest.raises(ValueError, match=r"acc_kernel.*in_out names 'nope', which is not a parameter"):
+        interop.op(acc_kernel, outputs=2, in_out=["nope"])
+
+
+def test_in_out_after_output():
+    with pytest.raises(ValueError, match=r"in-out parameter 'out' comes after output 'acc'"):
+        interop.op(acc_kernel, outputs=2, in_out=["out"])
+
+
+def test_in_out_not_among_outputs():
+    with pytest.raises(ValueError, match=r"in_out parameter 'acc' is not among the 1 returned.*pass outputs=2"):
+        interop.op(acc_kernel, outputs=1, in_out=["acc"])
+
+
+def test_in_out_duplicate():
+    with pytest.raises(ValueError, match=r"in_out lists a parameter twice"):
+        interop.op(acc_kernel, outputs=2, in_out=["acc", "acc"])
+
+
+def test_in_out_all_returned_is_fine():
+    o = interop.op(acc_kernel, outputs=2, in_out=["acc", "out"])
+    assert roles(o)[1:] == [("acc", "in_out"), ("out", "in_out")]
+
+
+# ---- differentiability ---------------------------------------------------------------------------
+def test_integer_arrays_not_differentiable():
+    d = interop.op(int_kernel).description
+    assert not d.param("a").differentiable
+    assert d.param("x").differentiable
+    assert [p.name for p in d.diff_array_inputs] == ["x"]
+
+
+def test_enable_backward_false_not_differentiable():
+    d = interop.op(no_backward).description
+    assert d.enable_backward is False
+    assert not any(p.differentiable for p in d.params)
+    assert d.diff_array_inputs == ()
+
+
+def test_nondifferentiable_option():
+    d = interop.op(saxpy, nondifferentiable=["y", "a"]).description
+    assert [p.name for p in d.params if p.differentiable] == ["x", "out"]
+    with pytest.raises(ValueError, match=r"nondifferentiable names 'q', which is not a parameter"):
+        interop.op(saxpy, nondifferentiable=["q"])
+
+
+def test_generic_params():
+    d = interop.op(generic).description
+    assert all(p.generic for p in d.params)
+    assert d.param("a").differentiable  # resolved per call: float -> yes
+
+
+# ---- backward= convention ----------------------------------------------------------------------
+def test_backward_kernel_convention():
+    o = interop.op(square, backward=square_bwd)
+    b = o.description.backward
+    assert isinstance(b, OpDescription)
+    assert [(p.name, p.role) for p in b.params] == [("x", "input"), ("adj_out", "input"), ("grad_x", "output")]
+    # a backward given as an op is accepted too and gives the same description
+    bop = interop.op(square_bwd)
+    assert interop.op(square, backward=bop).description.backward == b
+    # backward is part of the identity
+    assert interop.op(square).name != o.name
+
+
+def test_backward_wrong_parameter_count():
+    with pytest.raises(ValueError, match=r"square.*backward .*square_bwd_too_few.* has 2 parameters, expected 3"):
+        interop.op(square, backward=square_bwd_too_few)
+
+
+def test_backward_wrong_parameter_type():
+    with pytest.raises(TypeError, match=r"backward parameter 'adj_out' should match forward parameter 'out'"):
+        interop.op(square, backward=square_bwd_wrong_type)
+
+
+def test_backward_not_a_kernel():
+    with pytest.raises(TypeError, match=r"backward must be a wp.kernel or an interop op, got function"):
+        interop.op(square, backward=lambda *a: None)
+
+
+def test_backward_without_differentiable_input():
+    with pytest.raises(ValueError, match=r"backward= given, but the op has no differentiable array input"):
+        interop.op(no_backward, backward=square_bwd)
+
+
+# ---- other options ------------------------------------------------------------------------------
+def test_launch_dims_on_function_op():
+    with pytest.raises(ValueError, match=r"launch_dims does not apply to a Python-function op"):
+        interop.op(function_op, launch_dims=4)
+
+
+def test_function_op_description():
+    d = interop.op(function_op).description
+    assert d.kind == "function"
+    assert roles(interop.op(function_op)) == [("a", "input"), ("out", "output")]
+
+
+def test_function_op_needs_annotations():
+    with pytest.raises(TypeError, match=r"parameter 'a' has no annotation"):
+        interop.op(function_unannotated)
+    with pytest.raises(TypeError, match=r"parameter 'out' must be positional"):
+        interop.op(function_kwonly)
+
+
+def test_not_a_kernel():
+    with pytest.raises(TypeError, match=r"fn must be a wp.kernel or an annotated Python function, got int"):
+        interop.op(3)
+
+
+@pytest.mark.parametrize("bad", ["noscope", "a::", "::b", "1ns::x", "ns::b c", "ns:x", 7])
+def test_bad_name_format(bad):
+    with pytest.raises(ValueError, match=r"name must look like 'namespace::name'"):
+        interop.op(saxpy, name=bad)
+
+
+def test_good_name():
+    o = interop.op(saxpy, name="tests_desc::saxpy")
+    assert o.name == "tests_desc::saxpy"
+    assert o.description.label == "tests_desc::saxpy"
+
+
+def test_name_clash_with_other_options():
+    interop.op(two_out, outputs=2, name="tests_desc::clash")
+    with pytest.raises(ValueError, match=r"op name 'tests_desc::clash' is already used"):
+        interop.op(two_out, outputs=1, name="tests_desc::clash")
+
+
+def test_bad_launch_and_output_dims_at_description():
+    with pytest.raises(TypeError, match=r"launch_dims must be an int or a tuple of ints, got str"):
+        interop.op(saxpy, launch_dims="4")
+    with pytest.raises(ValueError, match=r"launch_dims must have 1 to 4 dimensions"):
+        interop.op(saxpy, launch_dims=(1, 2, 3, 4, 5))
+    with pytest.raises(ValueError, match=r"launch_dims must be non-negative"):
+        interop.op(saxpy, launch_dims=-1)
+    with pytest.raises(ValueError, match=r"output_dims names 'x', which is not an output"):
+        interop.op(saxpy, output_dims={"x": 3})
+    with pytest.raises(ValueError, match=r"vmap_method must be one of"):
+        interop.op(saxpy, vmap_method="magic")
+    with pytest.raises(TypeError, match=r"zero_outputs must be a bool"):
+        interop.op(saxpy, zero_outputs=1)
+
+
+# ---- identity: hashable, equal for equal options, cached ---------------------------------------
+def test_description_hashable_and_equal():
+    d1 = interop._description.describe(saxpy, launch_dims=4, output_dims={"out": 4})
+    d2 = interop._description.describe(saxpy, launch_dims=(4,), output_dims={"out": (4,)})
+    assert d1 == d2 and hash(d1) == hash(d2)
+    assert len({d1, d2}) == 1
+    d3 = interop._description.describe(saxpy, launch_dims=5)
+    assert d3 != d1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        d1.name = "x"  # type: ignore[misc]
+
+
+def test_op_twice_returns_same_op():
+    a = interop.op(saxpy, launch_dims=3)
+    b = interop.op(saxpy, launch_dims=(3,))
+    assert a is b
+    assert interop.op(saxpy) is interop.op(saxpy)
+
+
+def test_different_options_give_different_names():
+    base = interop.op(saxpy)
+    variants = [
+        interop.op(saxpy, launch_dims=8),
+        interop.op(saxpy, output_dims=8),
+        interop.op(saxpy, zero_outputs=False),
+        interop.op(saxpy, nondifferentiable=["x"]),
+        interop.op(saxpy, vmap_method=interop._description.VMAP_METHODS[0]),
+    ]
+    names = {base.name} | {v.name for v in variants}
+    assert len(names) == 1 + len(variants)
+    assert all(n.startswith("interop::saxpy_") for n in names)
+    assert len({v.description for v in variants} | {base.description}) == 1 + len(variants)
+
+
+def test_repr():
+    o = interop.op(saxpy)
+    assert "saxpy" in repr(o) and "(x, y, a) -> (out)" in repr(o)
+    with pytest.raises(TypeError, match=r"cannot be pickled"):
+        import pickle
+
+        pickle.dumps(o)
+
+
+def test_output_values_with_numpy_smoke():
+    # the description is usable: a quick call
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_allclose(interop.op(saxpy)(x, x, 2.0), 3 * x)

@@ -1,0 +1,117 @@
+"""The core imports no framework, and the `interop` / `adapters` packages imported are this project's.
+
+Both names are also taken by unrelated PyPI distributions (Illumina's `interop`, AdapterHub's
+`adapters`), so a wrong environment could import theirs: the second group of tests catches that.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import interop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FRAMEWORK_MODULES = ("torch", "jax", "jaxlib", "paddle", "cupy", "tensorflow")
+
+
+def run_isolated(code: str) -> dict:
+    """Run ``code`` in a fresh interpreter with this checkout first on the path; it prints one JSON line."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["WARP_INTEROP_QUIET"] = "1"
+    prelude = "import sys, json\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+LOADED = f"[m for m in {FRAMEWORK_MODULES!r} if m in sys.modules]"
+
+
+def test_import_interop_imports_no_framework():
+    out = run_isolated(
+        f"""
+        import interop
+        a = {LOADED}
+        import adapters
+        b = {LOADED}
+        import adapters.numpy, adapters.warp
+        c = {LOADED}
+        print(json.dumps({{"interop": a, "adapters": b, "eager": c}}))
+        """
+    )
+    assert out == {"interop": [], "adapters": [], "eager": []}
+
+
+def test_numpy_and_warp_calls_import_no_framework():
+    out = run_isolated(
+        f"""
+        import numpy as np
+        import warp as wp
+        wp.config.quiet = True
+        import interop
+        sys.path.insert(0, "tests")
+        import catalogue  # kernels must live in a file for Warp to read their source
+
+        op = catalogue.case("function").op  # a Python-function op: a * a * 3 + b
+        x = np.arange(4, dtype=np.float32)
+        r1 = op(x, x)
+        r2 = op(wp.array(x), wp.array(x))
+        catalogue.case("vec3").op(np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))
+        w = interop.convert(x, to="warp")
+        n = interop.convert(w, to="numpy")
+        try:
+            op(x, memoryview(x), 2.0)  # an error path must not import frameworks either
+        except TypeError:
+            pass
+        print(json.dumps({{"loaded": {LOADED}, "r1": r1.tolist(), "r2": r2.numpy().tolist(),
+                           "same": int(n.ctypes.data == x.ctypes.data)}}))
+        """
+    )
+    assert out["loaded"] == []
+    assert out["r1"] == out["r2"] == [0.0, 4.0, 14.0, 30.0]
+    assert out["same"] == 1
+
+
+def test_interop_is_this_project():
+    assert os.path.dirname(os.path.abspath(interop.__file__)) == os.path.join(ROOT, "interop")
+    assert set(interop.__all__) >= {"op", "Op", "convert", "OpDescription", "Param"}
+    assert callable(interop.op) and callable(interop.convert)
+    assert interop.Op.__module__ == "interop._op"
+
+
+def test_adapters_is_this_project():
+    import adapters
+    import adapters.numpy
+
+    assert os.path.dirname(os.path.abspath(adapters.__file__)) == os.path.join(ROOT, "adapters")
+    assert callable(adapters.numpy.call) and callable(adapters.numpy.bind)
+    assert "warp-interop" in (adapters.__doc__ or "")
+
+
+def test_packages_resolve_to_this_checkout_in_a_fresh_interpreter():
+    out = run_isolated(
+        """
+        import interop, adapters
+        print(json.dumps({"interop": interop.__file__, "adapters": adapters.__file__,
+                          "has_op": hasattr(interop, "op") and hasattr(interop, "convert")}))
+        """
+    )
+    assert out["interop"].startswith(os.path.join(ROOT, "interop"))
+    assert out["adapters"].startswith(os.path.join(ROOT, "adapters"))
+    assert out["has_op"]
+
+
+def test_public_surface_is_small():
+    assert {"op", "Op", "convert", "OpDescription", "Param"} <= set(interop.__all__)
+    assert all(hasattr(interop, n) for n in interop.__all__)
+    assert len(interop.__all__) <= 10
