@@ -254,40 +254,53 @@ class Runner:
         once and updated in place (only pointers and scalars change between calls); this is
         the replay path of ``wp.launch(record_cmd=True)`` without rebuilding the struct.
         """
+        go = self._fast(device, False)
+        return lambda values, stream=None: go(values, None, stream)
+
+    def fast_adjoint(self, device):
+        """Like :meth:`fast_forward`, for the adjoint: ``go(values, adj, stream)``."""
+        return self._fast(device, True)
+
+    def _fast(self, device, adjoint: bool):
         device = get_device(device)
         if self.plan.desc.kind == "function":
-            return lambda values, stream=None: self._call_function(device, values, stream)
-        slot = self._new_slot(device, False)
+            if adjoint:
+                return lambda values, adj, stream=None: self._tape_backward(device, values, adj, stream)
+            return lambda values, adj, stream=None: self._call_function(device, values, stream)
+        slot = self._new_slot(device, adjoint)
         launch = slot.launch
         direct = _direct_cpu_invoker(launch, slot) if device.is_cpu else None
         fill = self._fill
         lock = slot.lock
+        slow = self.adjoint if adjoint else (lambda d, v, a, s: self.forward(d, v, s))
 
         if direct is not None:
-            bounds_ref, args_ref, hook, sync_struct = direct
+            call_hook, sync_struct = direct
 
-            def go(values, stream=None):
+            def go(values, adj=None, stream=None):
                 if not lock.acquire(blocking=False):
-                    return self.forward(device, values, stream)
+                    return slow(device, values, adj, stream)
                 try:
-                    fill(slot, values, None)
+                    fill(slot, values, adj)
                     if _apic_active():
                         for i, at in slot.fwd.items():
                             launch.set_param_at_index_from_ctype(i, at)
+                        for i, at in slot.adj.items():
+                            launch.set_param_at_index_from_ctype(i, at, adjoint=True)
                         launch.launch(stream)
                     else:
                         sync_struct()
-                        hook(bounds_ref, args_ref)
+                        call_hook()
                 finally:
                     lock.release()
 
             return go
 
-        def go(values, stream=None):
+        def go(values, adj=None, stream=None):
             if not lock.acquire(blocking=False):
-                return self.forward(device, values, stream)
+                return slow(device, values, adj, stream)
             try:
-                fill(slot, values, None)
+                fill(slot, values, adj)
                 launch.launch(stream)
             finally:
                 lock.release()
@@ -433,34 +446,54 @@ def _apic_active() -> bool:
 
 
 def _direct_cpu_invoker(launch, slot):
-    """(bounds ref, args ref, entry point, sync) to call a CPU kernel without rebuilding its arg struct.
+    """(call, sync) to run a CPU kernel without rebuilding its argument structs each time.
 
     Mirrors ``warp._src.context.invoke`` (Warp 1.19): one ctypes struct with a field per
-    kernel parameter. Array descriptors are nested structs we update through views;
-    scalars are copied in by ``sync``. Returns None where that path does not apply
-    (tile kernels with block_dim > 1).
+    kernel parameter (and a second one for the adjoint arguments). Array descriptors are
+    nested structs we update through views; scalars are copied in by ``sync``. Returns
+    None where that path does not apply (tile kernels with block_dim > 1).
     """
-    if launch.block_dim > 1 or launch.adjoint:
+    if launch.block_dim > 1:
         return None
     kernel = launch.kernel
     params = launch.params
-    fields = [(a.label, type(params[1 + i])) for i, a in enumerate(kernel.adj.args)]
-    ArgsStruct = type("ArgsStruct", (ctypes.Structure,), {"_fields_": fields})
-    args = ArgsStruct()
-    scalar_fields = []
-    for i, (name, _) in enumerate(fields):
-        setattr(args, name, params[1 + i])
-        if i in slot.fwd:
-            # the struct holds its own copy of the descriptor: update that copy from now on
-            slot.fwd[i] = getattr(args, name)
-        else:
-            scalar_fields.append((name, 1 + i))
+    nargs = len(kernel.adj.args)
+
+    def build(offset, views):
+        fields = [(a.label, type(params[offset + i])) for i, a in enumerate(kernel.adj.args)]
+        struct = type("ArgsStruct", (ctypes.Structure,), {"_fields_": fields})()
+        scalars = []
+        for i, (name, _) in enumerate(fields):
+            setattr(struct, name, params[offset + i])
+            if i in views:
+                # the struct holds its own copy of the descriptor: update that copy from now on
+                views[i] = getattr(struct, name)
+            else:
+                scalars.append((name, offset + i))
+        return struct, scalars
+
+    args, scalar_fields = build(1, slot.fwd)
+    bounds_ref, args_ref = ctypes.byref(launch.bounds), ctypes.byref(args)
 
     def sync():
         for name, k in scalar_fields:
             setattr(args, name, params[k])
 
-    return ctypes.byref(launch.bounds), ctypes.byref(args), launch.hooks.forward, sync
+    if not launch.adjoint:
+        hook = launch.hooks.forward
+
+        def call():
+            hook(bounds_ref, args_ref)
+
+        return call, sync
+    adj_args, _ = build(1 + nargs, slot.adj)
+    adj_ref = ctypes.byref(adj_args)
+    hook = launch.hooks.backward
+
+    def call():
+        hook(bounds_ref, args_ref, adj_ref)
+
+    return call, sync
 
 
 def _zero_of(t: Any):
