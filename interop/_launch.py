@@ -185,7 +185,23 @@ class Runner:
                 else:
                     adj_inputs.append(_zero_of(plan.types[i]))
             kw = {"adj_inputs": adj_inputs, "adjoint": True}
-        slot.launch = wp.launch(kernel, dim=plan.launch_dims, inputs=inputs, device=device, record_cmd=True, **kw)
+        try:
+            slot.launch = wp.launch(kernel, dim=plan.launch_dims, inputs=inputs, device=device, record_cmd=True, **kw)
+        except Exception as e:
+            parent = getattr(kernel, "generic_parent", None)
+            if parent is None:
+                raise
+            # A failed overload build is recorded against the whole Warp module and would
+            # break every other kernel in it: drop the overload so the module builds again.
+            for sig, ovl in list(parent.overloads.items()):
+                if ovl is kernel:
+                    del parent.overloads[sig]
+            parent.module.mark_modified()
+            types = ", ".join(f"{p.name}: {_dtypes.type_name(plan.types[p.index])}" for p in plan.desc.params)
+            raise ArgumentError(
+                f"op {plan.desc.label!r}: Warp could not build the generic kernel for the argument types "
+                f"({types}): {e}"
+            ) from e
         # the launch record keeps the array_t objects it was given; we update them in place
         for i, at in slot.fwd.items():
             slot.launch.set_param_at_index_from_ctype(i, at)
