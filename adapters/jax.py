@@ -36,12 +36,15 @@ import numpy as np
 from jax.custom_batching import custom_vmap
 
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
+from interop import _dtypes
 from interop._launch import get_device
 from interop._plan import ArraySpec, ScalarSpec
 
 from . import _jax_compat, _jax_ffi
 
 DEFAULT_VMAP_METHOD = "loop"
+
+_SCALAR_NP = {t: d for t, d in _dtypes._WP_TO_NP.items() if d.itemsize <= 4 or d.kind == "f"}
 
 _JVP_MARKER = "forward-mode autodiff"
 
@@ -88,8 +91,13 @@ class JaxOp:
         key_parts = []
         operands = []
         traced = False
+        if not any(map(_jax_compat.is_tracer, args)):
+            # Eager call: a Python number for a scalar parameter becomes a 0-d operand of the
+            # cached jitted call (as jax.jit does with Python scalars), so a new value does
+            # not compile a new call. Under tracing, Python numbers stay static constants.
+            args = tuple(_eager_scalar(p, x) for p, x in zip(params, args))
         for p, x in zip(params, args):
-            if _is_jax(x):
+            if _is_jax(x) or _is_scalar_operand(p, x):
                 key_parts.append((x.shape, x.dtype))
                 operands.append(x)
                 traced = traced or _jax_compat.is_tracer(x)
@@ -124,6 +132,20 @@ class JaxOp:
                 ) from None
             raise
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _eager_scalar(p, x):
+    """``x`` as a 0-d NumPy operand of the parameter's own dtype, where that is exact."""
+    if p.is_array or p.generic or p.inner or isinstance(x, bool) or type(x) not in (int, float):
+        return x
+    dt = _SCALAR_NP.get(p.scalar)
+    if dt is None or (type(x) is float and dt.kind != "f"):
+        return x  # let the plan report the mismatch
+    return np.asarray(x, dt)
+
+
+def _is_scalar_operand(p, x) -> bool:
+    return not p.is_array and type(x) is np.ndarray and x.ndim == 0
 
 
 def _is_jax(x) -> bool:
@@ -213,7 +235,7 @@ class _Entry:
         self.static: dict[int, Any] = {}
         self.dyn: list = []  # the call parameters passed as operands, in order
         for p, x in zip(desc.call_params, args):
-            if _is_jax(x):
+            if _is_jax(x) or _is_scalar_operand(p, x):
                 if p.is_array:
                     specs.append(ArraySpec(tuple(x.shape), np.dtype(x.dtype)))
                 else:

@@ -105,17 +105,18 @@ def test_target_registered_once_per_configuration():
     op = interop.op(saxpy)
     op(X, Y, 2.0)
     n = len(_jax_ffi._keep_alive)
-    for s in (2.0, 2.0, 2.0):
-        op(X, Y, s)
-    jax.jit(lambda x, y: op(x, y, 2.0))(X, Y)
-    assert len(_jax_ffi._keep_alive) == n  # same static configuration: nothing new
-    op(X, Y, 3.0)  # a Python-number scalar is static: part of the key
+    for s in (2.0, 3.0, 4.5):  # eager Python numbers are 0-d operands: no new target per value
+        np.testing.assert_allclose(np.asarray(op(X, Y, s)), s * np.asarray(X) ** 2 + np.asarray(Y), rtol=1e-6)
+    assert len(_jax_ffi._keep_alive) == n
+    jax.jit(lambda x, y: op(x, y, 2.0))(X, Y)  # a Python constant under jit is static
     assert len(_jax_ffi._keep_alive) == n + 2  # one target, on cpu and CUDA
+    jax.jit(lambda x, y: op(x, y, 2.0))(X, Y)  # same static configuration: nothing new
+    assert len(_jax_ffi._keep_alive) == n + 2
     f = jax.jit(lambda x, y, s: op(x, y, s))
-    for s in (1.0, 4.0, 5.0):  # a traced scalar is an operand: one trace, one target
+    for s in (1.0, 4.0, 5.0):  # a traced scalar is an operand: one trace, the eager call's target
         np.testing.assert_allclose(np.asarray(f(X, Y, s)), s * np.asarray(X) ** 2 + np.asarray(Y), rtol=1e-6)
     assert f._cache_size() == 1
-    assert len(_jax_ffi._keep_alive) == n + 4
+    assert len(_jax_ffi._keep_alive) == n + 2
 
 
 def test_zero_copy_on_xla_buffers():
@@ -178,7 +179,9 @@ def test_vmap_2d_kernel_unbatched_argument_and_launch_dims(method):
     a = jnp.asarray(rng.random((5, 3, 2), dtype=np.float32))
     b = jnp.asarray(rng.random((2, 4), dtype=np.float32))
     kw = {} if method is None else {"vmap_method": method}
-    out = jax.jit(jax.vmap(lambda a, b: op(a, b, launch_dims=(3, 4), output_dims=(3, 4), **kw), in_axes=(0, None)))(a, b)
+    out = jax.jit(jax.vmap(lambda a, b: op(a, b, launch_dims=(3, 4), output_dims=(3, 4), **kw), in_axes=(0, None)))(
+        a, b
+    )
     np.testing.assert_allclose(np.asarray(out), _matmul_ref(a, b), rtol=1e-5)
     bb = jnp.asarray(rng.random((5, 2, 4), dtype=np.float32))
     out = jax.vmap(lambda a, b: op(a, b, launch_dims=(3, 4), **kw))(a, bb)
@@ -211,7 +214,9 @@ def test_vmap_method_per_op_and_per_call():
     np.testing.assert_allclose(np.asarray(g[1]), 2 * ref)
     with pytest.raises(ValueError, match=r"op 'record_ptr': vmap_method='fold' applies to kernels only"):
         interop.op(record_ptr)(a[0], vmap_method="fold")
-    with pytest.raises(ValueError, match=r"vmap_method must be one of \('loop', 'sequential', 'fold'\), got 'expand_dims'"):
+    with pytest.raises(
+        ValueError, match=r"vmap_method must be one of \('loop', 'sequential', 'fold'\), got 'expand_dims'"
+    ):
         plain(a[0], b, vmap_method="expand_dims")
 
 
@@ -321,9 +326,14 @@ def test_bad_dtype_ndim_trailing_dims():
 def test_float64_when_x64_is_off():
     with jax.enable_x64(False):
         c = interop.op(cube64)
-        with pytest.raises(TypeError, match=r"op 'cube64', parameter 'x': expected .*float64.*JAX's 64-bit types are disabled"):
+        with pytest.raises(
+            TypeError, match=r"op 'cube64', parameter 'x': expected .*float64.*JAX's 64-bit types are disabled"
+        ):
             c(jnp.ones(3))
-        with pytest.raises(TypeError, match=r"op 'iota64', output 'out': the kernel writes float64, which JAX would silently make a 32-bit array"):
+        with pytest.raises(
+            TypeError,
+            match=r"op 'iota64', output 'out': the kernel writes float64, which JAX would silently make a 32-bit array",
+        ):
             interop.op(iota64)(launch_dims=3, framework="jax")
 
 
