@@ -35,8 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap
 
-from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
 from interop import _dtypes
+from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
 from interop._launch import get_device
 from interop._plan import ArraySpec, ScalarSpec
 
