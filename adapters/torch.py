@@ -37,13 +37,16 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from warp._src.types import type_size_in_bytes
 
 from interop import _dtypes
-from interop._description import IN_OUT, INPUT, OUTPUT, OpDescription, Param
-from interop._launch import get_device
+from interop._description import IN_OUT, OpDescription, Param
+from interop._errors import ArgumentError, UnsupportedError
+from interop._launch import contiguous_strides, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_layout
 
 from ._common import EagerFramework, pack_result
+from ._torch_compat import functorch_transforms_active
 
 __all__ = ["bind", "call", "on_describe", "operators"]
 
@@ -70,7 +73,7 @@ _TORCH_TO_NP: dict[torch.dtype, np.dtype] = {v: k for k, v in _NP_TO_TORCH.items
 def _np_dtype(desc: OpDescription, p: Param, t: torch.Tensor) -> np.dtype:
     dt = _TORCH_TO_NP.get(t.dtype)
     if dt is None:
-        raise TypeError(
+        raise ArgumentError(
             f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got a tensor of dtype "
             f"{t.dtype}, which Warp has no type for; convert it first"
         )
@@ -86,7 +89,7 @@ class _Torch(EagerFramework):
     def spec(self, x: torch.Tensor) -> ArraySpec:
         dt = _TORCH_TO_NP.get(x.dtype)
         if dt is None:
-            raise TypeError(f"tensor dtype {x.dtype} has no Warp equivalent")
+            raise ArgumentError(f"tensor dtype {x.dtype} has no Warp equivalent")
         return ArraySpec(tuple(x.shape), dt)
 
     def layout(self, x: torch.Tensor):
@@ -178,18 +181,18 @@ def _sym_dims(value: Any, what: str, label: str) -> list | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise TypeError(f"op {label!r}: {what} must be an int or a tuple of ints, got bool")
+        raise ArgumentError(f"op {label!r}: {what} must be an int or a tuple of ints, got bool")
     if isinstance(value, (int, torch.SymInt)):
         return [value]
     if isinstance(value, (tuple, list, torch.Size)):
         dims = list(value)
         if not dims or len(dims) > 4:
-            raise ValueError(f"op {label!r}: {what} must have 1 to 4 dimensions, got {tuple(dims)}")
+            raise ArgumentError(f"op {label!r}: {what} must have 1 to 4 dimensions, got {tuple(dims)}")
         for d in dims:
             if isinstance(d, bool) or not isinstance(d, (int, torch.SymInt)):
-                raise TypeError(f"op {label!r}: {what} must be an int or a tuple of ints, got {value!r}")
+                raise ArgumentError(f"op {label!r}: {what} must be an int or a tuple of ints, got {value!r}")
         return dims
-    raise TypeError(f"op {label!r}: {what} must be an int or a tuple of ints, got {type(value).__name__} {value!r}")
+    raise ArgumentError(f"op {label!r}: {what} must be an int or a tuple of ints, got {type(value).__name__} {value!r}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -198,7 +201,33 @@ def _sym_dims(value: Any, what: str, label: str) -> list | None:
 class _Entry:
     """What a call with one input signature needs: validated once, reused for every call."""
 
-    __slots__ = ("plan", "wdev", "tdev", "arrays", "scalars", "outs", "cuda", "runner", "zero")
+    __slots__ = (
+        "plan",
+        "wdev",
+        "tdev",
+        "arrays",
+        "scalars",
+        "outs",
+        "cuda",
+        "runner",
+        "zero",
+        "_go",
+        "_go_adj",
+        "contiguous_outer",
+    )
+
+    def go(self):
+        """The cached forward launcher (built on first use)."""
+        g = self._go
+        if g is None:
+            g = self._go = self.runner.fast_forward(self.wdev)
+        return g
+
+    def go_adjoint(self):
+        g = self._go_adj
+        if g is None:
+            g = self._go_adj = self.runner.fast_adjoint(self.wdev)
+        return g
 
 
 class _Binding:
@@ -221,6 +250,7 @@ class _Binding:
         self.first_array = self.array_pos[0] if self.array_pos else None
         self.base_mask = (False,) * len(self.scalar_pos)
         self.quals: dict[tuple, str] = {}
+        self.functions: dict[tuple, Any] = {}
         self.variants: dict[tuple, dict[str, Any]] = {}
         self.entries: dict[tuple, _Entry] = {}
         self.lock = threading.RLock()
@@ -256,15 +286,16 @@ class _Binding:
                 parts.append(f"{_scalar_schema_type(p)} {p.name}")
         return parts
 
-    def _dims_schema(self) -> list[str]:
-        return ["SymInt[]? launch_dims=None"] + [f"SymInt[]? output_dims_{p.name}=None" for p in self.outputs]
+    def _dims_schema(self, default: bool = True) -> list[str]:
+        d = "=None" if default else ""
+        return [f"SymInt[]? launch_dims{d}"] + [f"SymInt[]? output_dims_{p.name}{d}" for p in self.outputs]
 
     def schema(self, mask: tuple, kind: str) -> str:
         if kind == "backward":
             args = self._arg_schema(mask, False)
             args += [f"Tensor result_{p.name}" for p in self.returned]
             args += [f"Tensor grad_{p.name}" for p in self.returned]
-            args += self._dims_schema() + ["bool[] needs"]
+            args += self._dims_schema(default=False) + ["bool[] needs"]
             return f"({', '.join(args)}) -> Tensor[]"
         mutable = kind == "mutable"
         args = self._arg_schema(mask, mutable) + self._dims_schema()
@@ -343,18 +374,20 @@ class _Binding:
                 if device is None:
                     device, dev_param = d, p.name
                 elif d != device:
-                    raise ValueError(
+                    raise ArgumentError(
                         f"op {self.label!r}: parameter {dev_param!r} is on {device} but parameter {p.name!r} is on "
                         f"{d}; move them to one device"
                     )
             elif p.is_array:
-                raise TypeError(f"op {self.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got {type(x).__name__}")
+                raise ArgumentError(
+                    f"op {self.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got {type(x).__name__}"
+                )
             else:
                 specs.append(_scalar_spec(self, p, x))
         if device is None:
             device = torch.device("cpu")
         if device.type not in ("cpu", "cuda"):
-            raise ValueError(f"op {self.label!r}: tensors on device {device} cannot run a Warp kernel (cpu or cuda)")
+            raise ArgumentError(f"op {self.label!r}: tensors on device {device} cannot run a Warp kernel (cpu or cuda)")
         output_dims = None
         if any(d is not None for d in ods):
             output_dims = {p.name: tuple(d) for p, d in zip(self.outputs, ods) if d is not None}
@@ -384,6 +417,12 @@ class _Binding:
         e.arrays = tuple(arrays)
         e.scalars = tuple(scalars)
         e.zero = desc.zero_outputs
+        e._go = None
+        e._go_adj = None
+        e.contiguous_outer = {
+            p.index: contiguous_strides(plan.warp_shapes[p.index], type_size_in_bytes(plan.types[p.index]))
+            for p in self.returned
+        }
         outs = []
         for p, spec in zip(self.returned, plan.out_specs):
             outs.append((p.index, tuple(spec.shape), _NP_TO_TORCH[np.dtype(spec.dtype)], p.role))
@@ -421,7 +460,7 @@ class _Binding:
                 t = torch.empty(shape, dtype=dtype, device=e.tdev)
             values[idx] = (t.data_ptr(), None)
             results.append(t)
-        e.runner.forward(e.wdev, values, _current_stream(e.tdev) if e.cuda else None)
+        e.go()(values, _current_stream(e.tdev) if e.cuda else None)
         if len(results) == 1:
             return results[0]
         return tuple(results) if results else None
@@ -443,25 +482,32 @@ class _Binding:
         e = self.entry(mask, "backward", args, ld, ods)
         values = self.values(e, args)
         adj: list[Any] = [None] * len(self.desc.params)
+        cstrides = e.contiguous_outer
+        keep = []  # contiguous copies of upstream gradients stay alive until the launch is done
         for p, r, g in zip(self.returned, results, grads):
-            values[p.index] = _pointer(self.desc, p, r)
+            values[p.index] = _pointer(self.desc, p, r, cstrides[p.index])
             g = _readable(self.desc, p, g)
-            adj[p.index] = _pointer(self.desc, p, g)
+            if self.desc.kind == "function":
+                g = g.clone()  # a wp.Tape replay writes into the output gradients it is given
+            keep.append(g)
+            adj[p.index] = _pointer(self.desc, p, g, cstrides[p.index])
         out = []
         for i, p in enumerate(self.call_params):
             if not needs[i]:
                 continue
             x = args[i]
-            g = torch.zeros(x.shape, dtype=x.dtype, device=e.tdev)
-            adj[p.index] = (g.data_ptr(), None)
-            out.append(g)
-        e.runner.adjoint(e.wdev, values, adj, _current_stream(e.tdev) if e.cuda else None)
+            grad = torch.zeros(x.shape, dtype=x.dtype, device=e.tdev)
+            adj[p.index] = (grad.data_ptr(), None)
+            out.append(grad)
+        e.go_adjoint()(values, adj, _current_stream(e.tdev) if e.cuda else None)
+        del keep
         return out
 
 
-def _pointer(desc, p: Param, t: torch.Tensor) -> tuple:
+def _pointer(desc, p: Param, t: torch.Tensor, contiguous_outer: tuple) -> tuple:
+    """(pointer, outer byte strides) of a tensor whose strides may change from call to call."""
     if t.is_contiguous():
-        return (t.data_ptr(), None)
+        return (t.data_ptr(), contiguous_outer)
     isz = t.element_size()
     outer = check_layout(desc, p, tuple(t.shape), tuple(s * isz for s in t.stride()), isz)
     return (t.data_ptr(), outer)
@@ -541,7 +587,7 @@ def _meta_plan(b: _Binding, args: Sequence[Any]):
             if device is None:
                 device, dev_param = x.device, p.name
             elif x.device != device:
-                raise ValueError(
+                raise ArgumentError(
                     f"op {b.label!r}: parameter {dev_param!r} is on {device} but parameter {p.name!r} is on "
                     f"{x.device}; move them to one device"
                 )
@@ -588,14 +634,16 @@ def _output_shape(b: _Binding, plan, p: Param, args, ld, od) -> tuple:
         dims = _launch_dims(b, args, ld)
         source = "launch_dims"
         if dims is None:
-            raise ValueError(f"op {b.label!r}: cannot size output {p.name!r}: the op has no array input; pass launch_dims=")
+            raise ArgumentError(
+                f"op {b.label!r}: cannot size output {p.name!r}: the op has no array input; pass launch_dims="
+            )
     inner = _dtypes.split(plan.types[p.index])[1]
     if len(dims) == p.ndim:
         return tuple(dims) + inner
     if inner and len(dims) == p.ndim + len(inner) and all(d == s for d, s in zip(dims[p.ndim :], inner)):
         return tuple(dims)
     accepted = f"{p.ndim} dims" + (f", or {p.ndim + len(inner)} ending in {inner}" if inner else "")
-    raise ValueError(
+    raise ArgumentError(
         f"op {b.label!r}, output {p.name!r}: {source} {tuple(dims)} does not fit a {p.ndim}-d array of "
         f"{_dtypes.type_name(plan.types[p.index])} (expected {accepted}); pass output_dims={{{p.name!r}: ...}}"
     )
@@ -650,22 +698,13 @@ def _no_setup(ctx, inputs, output):
 
 def _make_second_order_error(b: _Binding):
     def no_second_order(ctx, *grads):
-        raise RuntimeError(
+        raise UnsupportedError(
             f"op {b.label!r}: second derivatives are not available: its backward is Warp's generated adjoint, "
             "which has no derivative of its own. For second order (create_graph=True, gradgradcheck, "
             "torch.func.hessian), describe the op with a hand-written backward: interop.op(..., backward=<kernel or op>)"
         )
 
     return no_second_order
-
-
-def _grad_capable(b: _Binding, args) -> list[bool]:
-    """Per call argument: can it receive a gradient (float tensor, differentiable parameter)."""
-    out = []
-    for i, p in enumerate(b.call_params):
-        x = args[i]
-        out.append(bool(isinstance(x, torch.Tensor) and p.differentiable and x.is_floating_point()))
-    return out
 
 
 def _make_setup_context(b: _Binding, mask: tuple):
@@ -691,7 +730,9 @@ def _make_setup_context(b: _Binding, mask: tuple):
                 layout.append(("value", a))
         ctx.save_for_backward(*tensors, *outs)
         ctx.layout = tuple(layout)
-        ctx.dims = tuple(inputs[n : n + 1 + nout])
+        dims = tuple(inputs[n : n + 1 + nout])
+        ctx.dims = dims + (None,) * (1 + nout - len(dims))
+        ctx.n_inputs = len(inputs)
         nondiff = [o for p, o in zip(b.returned, outs) if not p.differentiable]
         if nondiff:
             ctx.mark_non_differentiable(*nondiff)
@@ -702,37 +743,38 @@ def _make_setup_context(b: _Binding, mask: tuple):
 def _make_backward(b: _Binding, mask: tuple):
     n = b.ncall
     k = len(b.returned)
-    nout = len(b.outputs)
+    qual = b.qualname(mask, "backward")
+    differentiable = tuple(p.differentiable for p in b.call_params)
+    # in-out parameters only accumulate: their gradient passes through unchanged
+    passthrough = tuple((b._pos_of_index(p.index), j) for j, p in enumerate(b.returned) if p.role == IN_OUT)
 
     def backward(ctx, *grads):
         saved = ctx.saved_tensors
         results = saved[len(saved) - k :]
-        args = []
-        for where, v in ctx.layout:
-            args.append(saved[v] if where == "saved" else results[v] if where == "result" else v)
-        capable = _grad_capable(b, args)
+        args = [saved[v] if where == "saved" else results[v] if where == "result" else v for where, v in ctx.layout]
         needs = ctx.needs_input_grad
-        need = [bool(needs[i]) and capable[i] for i in range(n)]
-        ret: list[Any] = [None] * (n + 1 + nout)
-        # in-out parameters only accumulate: their gradient passes through unchanged
-        for j, p in enumerate(b.returned):
-            if p.role == IN_OUT:
-                i = b._pos_of_index(p.index)
-                if need[i]:
-                    ret[i] = grads[j]
-                need[i] = False
+        need = [
+            bool(needs[i]) and differentiable[i] and isinstance(a, torch.Tensor) and a.is_floating_point()
+            for i, a in enumerate(args)
+        ]
+        ret: list[Any] = [None] * ctx.n_inputs
+        for i, j in passthrough:
+            if need[i]:
+                ret[i] = grads[j]
+            need[i] = False
         if not any(need):
             return tuple(ret)
-        ld = ctx.dims[0]
-        ods = ctx.dims[1 : 1 + nout]
+        dims = ctx.dims
         if b.backward_op is not None:
-            grads_in = _hand_written_backward(b, args, grads, ld, ods)
+            grads_in = _hand_written_backward(b, args, grads, dims[0], dims[1:])
             for i, g in grads_in.items():
                 if need[i]:
                     ret[i] = g
             return tuple(ret)
-        qual = b.qualname(mask, "backward")
-        got = _OVERLOADS[qual](*args, *results, *grads, ld, *ods, need)
+        if functorch_transforms_active() and torch.is_grad_enabled():
+            got = _backward_function_class(b, mask, qual).apply(*args, *results, *grads, *dims, need)
+        else:
+            got = _OVERLOADS[qual](*args, *results, *grads, *dims, need)
         it = iter(got)
         for i in range(n):
             if need[i]:
@@ -747,7 +789,7 @@ def _hand_written_backward(b: _Binding, args, grads, ld, ods) -> dict[int, torch
     desc = b.desc
     for i, p in enumerate(b.call_params):
         if not p.is_array and isinstance(args[i], torch.Tensor) and args[i].requires_grad:
-            raise NotImplementedError(
+            raise UnsupportedError(
                 f"op {b.label!r}: no gradient for scalar {p.name!r}: a hand-written backward returns gradients "
                 "of array inputs only; pass the scalar as a Python number or as a 1-element array parameter"
             )
@@ -773,14 +815,21 @@ def _make_vmap(b: _Binding, mask: tuple, kind: str):
         ovl = _OVERLOADS[qual]
         if kind == "mutable":
             for i in b.inout_pos:
-                if in_dims[i] is None and any(d is not None for d in in_dims):
-                    raise ValueError(
+                if in_dims[i] is None:
+                    raise ArgumentError(
                         f"op {b.label!r}: torch.vmap over a call whose in-out parameter {b.call_params[i].name!r} "
                         "is not batched: it would be updated once per batch element; batch it too"
                     )
+        inout = set(b.inout_pos) if kind == "mutable" else set()
         per = []
         for j in range(info.batch_size):
-            sl = [a if d is None else a.select(d, j) for a, d in zip(args, in_dims)]
+            sl = []
+            for i, (a, d) in enumerate(zip(args, in_dims)):
+                if isinstance(a, torch.Tensor) and d is not None:
+                    a = a.select(d, j)
+                    if i not in inout:
+                        a = a.contiguous()  # vec/mat components of a slice along an inner dim
+                sl.append(a)
             per.append(ovl(*sl))
         if kind == "backward":
             m = len(per[0])
@@ -826,7 +875,7 @@ def _normalize_output_dims(b: _Binding, output_dims: Any) -> list:
         names = [p.name for p in b.outputs]
         for k in output_dims:
             if k not in names:
-                raise ValueError(
+                raise ArgumentError(
                     f"op {b.label!r}: output_dims names {k!r}, which is not an output; outputs are "
                     f"{sorted(names) or 'none'} (in-out arrays take the shape of the array passed)"
                 )
@@ -838,13 +887,15 @@ def _normalize_output_dims(b: _Binding, output_dims: Any) -> list:
 def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: dict) -> Any:
     """Run ``op`` on torch tensors through its registered operator (see :meth:`interop.Op.__call__`)."""
     if kwargs:
-        raise TypeError(f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for torch tensors")
+        raise ArgumentError(
+            f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for torch tensors"
+        )
     # first: registers the op if needed (at trace time under Dynamo), so that the binding
     # read below already exists when Dynamo first reads the registry
     base = _resolve(op, None, "functional")
     b = _BINDINGS[op.description.name]
     if len(args) != b.ncall:
-        raise TypeError(
+        raise ArgumentError(
             f"op {b.label!r} takes {b.ncall} argument(s) {[p.name for p in b.call_params]} "
             f"(outputs are returned, not passed), got {len(args)}"
         )
@@ -870,7 +921,7 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
             if device is None:
                 device, dev_pos = x.device, pos
             elif x.device != device:
-                raise ValueError(
+                raise ArgumentError(
                     f"op {b.label!r}: parameter {b.call_params[dev_pos].name!r} is on {device} but parameter "
                     f"{b.call_params[pos].name!r} is on {x.device}; move them to one device"
                 )
@@ -878,13 +929,15 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
                 grad = True
         elif b.call_params[pos].is_array:
             p = b.call_params[pos]
-            raise TypeError(f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a tensor), got {type(x).__name__}")
+            raise ArgumentError(
+                f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a tensor), got {type(x).__name__}"
+            )
     grad = grad and torch.is_grad_enabled()
     if grad:
         _check_grad_supported(b, args)
     ld = _sym_dims(launch_dims, "launch_dims", b.label)
     if ld is not None and b.desc.kind == "function":
-        raise ValueError(
+        raise ArgumentError(
             f"op {b.label!r}: launch_dims does not apply to a Python-function op (it launches its own kernels); "
             "use output_dims to size its outputs"
         )
@@ -897,8 +950,11 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         outs = () if res is None else (res if isinstance(res, tuple) else (res,))
         returned = [args[i] for i in b.inout_pos] + list(outs)
         return pack_result(returned)
-    ovl = _OVERLOADS[base if mask == b.base_mask else _resolve(op, mask, "functional")]
-    res = ovl(*sargs)
+    qual = base if mask == b.base_mask else _resolve(op, mask, "functional")
+    if grad and functorch_transforms_active():
+        res = _function_class(b, mask, qual).apply(*sargs)
+    else:
+        res = _OVERLOADS[qual](*sargs)
     if not b.inout_pos:
         return res
     res = res if isinstance(res, tuple) else (res,)
@@ -910,18 +966,69 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     return pack_result(returned)
 
 
+def _function_class(b: _Binding, mask: tuple, qual: str):
+    """An autograd.Function around the registered operators, for torch.func transforms.
+
+    Same forward operator, same setup_context and backward as ``register_autograd``; it
+    exists because torch.func needs a ``setup_context`` staticmethod on the Function.
+    """
+    cls = b.functions.get(mask)
+    if cls is None:
+        ovl = _OVERLOADS[qual]
+
+        def forward(*args):
+            return ovl(*args)
+
+        cls = type(
+            f"{b.base}_function",
+            (torch.autograd.Function,),
+            {
+                "generate_vmap_rule": True,
+                "forward": staticmethod(forward),
+                "setup_context": staticmethod(_make_setup_context(b, mask)),
+                "backward": staticmethod(_make_backward(b, mask)),
+            },
+        )
+        b.functions[mask] = cls
+    return cls
+
+
+def _backward_function_class(b: _Binding, mask: tuple, qual: str):
+    """The backward operator as an autograd.Function for torch.func (see :func:`_function_class`)."""
+    key = ("backward", mask)
+    cls = b.functions.get(key)
+    if cls is None:
+        ovl = _OVERLOADS[qual]
+
+        def forward(*args):
+            return tuple(ovl(*args))
+
+        cls = type(
+            f"{b.base}_backward_function",
+            (torch.autograd.Function,),
+            {
+                "generate_vmap_rule": True,
+                "forward": staticmethod(forward),
+                "setup_context": staticmethod(_no_setup),
+                "backward": staticmethod(_make_second_order_error(b)),
+            },
+        )
+        b.functions[key] = cls
+    return cls
+
+
 def _check_grad_supported(b: _Binding, args) -> None:
     for i, p in enumerate(b.call_params):
         x = args[i]
         if p.is_array or not isinstance(x, torch.Tensor) or not x.requires_grad:
             continue
         if b.backward_op is not None:
-            raise NotImplementedError(
+            raise UnsupportedError(
                 f"op {b.label!r}: no gradient for scalar {p.name!r}: a hand-written backward returns gradients "
                 "of array inputs only; pass the scalar as a Python number or as a 1-element array parameter"
             )
         if b.desc.kind == "function":
-            raise NotImplementedError(
+            raise UnsupportedError(
                 f"op {b.label!r}: no gradient for scalar {p.name!r} of a Python-function op (wp.Tape does not "
                 "record scalar adjoints); pass it as a Python number, or as a 1-element array parameter"
             )
@@ -966,7 +1073,7 @@ def operators(op, scalar_tensors: Sequence[str] = ()) -> dict[str, Any]:
     names = set(scalar_tensors)
     unknown = names - {b.call_params[i].name for i in b.scalar_pos}
     if unknown:
-        raise ValueError(f"op {b.label!r}: {sorted(unknown)} are not scalar parameters")
+        raise ArgumentError(f"op {b.label!r}: {sorted(unknown)} are not scalar parameters")
     mask = tuple(b.call_params[i].name in names for i in b.scalar_pos)
     return dict(b.variant(mask))
 

@@ -10,6 +10,8 @@ import importlib
 import sys
 from typing import Any
 
+import numpy as np
+
 FRAMEWORKS = ("numpy", "warp", "torch", "jax", "paddle", "cupy")
 
 _ROOTS = {
@@ -38,8 +40,10 @@ def framework_of(x: Any) -> str | None:
         pass
     root = t.__module__.split(".", 1)[0]
     fw = _ROOTS.get(root)
-    if fw == "numpy" and not (t.__name__ == "ndarray" or hasattr(x, "__array_interface__")):
-        fw = None  # numpy scalars (np.float32(2.0)) are scalars, not arrays
+    if fw == "numpy" and (
+        isinstance(x, np.generic) or not (t.__name__ == "ndarray" or hasattr(x, "__array_interface__"))
+    ):
+        fw = None  # numpy scalars (np.float32(2.0)) are scalars, not arrays (they too have __array_interface__)
     if fw == "jax" and not (hasattr(x, "shape") and hasattr(x, "dtype")):
         fw = None
     if fw is None and root not in _ROOTS:

@@ -1,0 +1,179 @@
+"""PyTorch adapter under torch.compile: no graph breaks, no recompiles, compiled == eager, training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import warp as wp
+
+torch = pytest.importorskip("torch")
+dynamo_testing = pytest.importorskip("torch._dynamo.testing")
+
+import interop  # noqa: E402
+
+
+@wp.kernel
+def scaled_sin(x: wp.array(dtype=float), y: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = wp.sin(x[i]) * s + y[i] * y[i]
+
+
+@wp.kernel
+def vec_len(v: wp.array(dtype=wp.vec3), out: wp.array(dtype=float), w: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = wp.length(v[i])
+    w[i] = v[i] * 2.0
+
+
+@wp.kernel
+def row_acc(x: wp.array2d(dtype=float), acc: wp.array(dtype=float)):
+    i, j = wp.tid()
+    wp.atomic_add(acc, i, x[i, j] * x[i, j])
+
+
+@wp.func
+def rosenbrock(x: float, y: float):
+    return (1.0 - x) ** 2.0 + 100.0 * (y - x**2.0) ** 2.0
+
+
+@wp.kernel
+def eval_rosenbrock(xy: wp.array(dtype=wp.vec2), z: wp.array(dtype=float)):
+    i = wp.tid()
+    v = xy[i]
+    z[i] = rosenbrock(v[0], v[1])
+
+
+SIN = interop.op(scaled_sin, name="tt_compile::scaled_sin")
+VLEN = interop.op(vec_len, outputs=2, name="tt_compile::vec_len")
+ROWACC = interop.op(row_acc, in_out=["acc"], name="tt_compile::row_acc")
+ROSEN = interop.op(eval_rosenbrock, name="tt_compile::rosenbrock")
+
+
+def _explain(fn, *args):
+    torch._dynamo.reset()
+    ex = torch._dynamo.explain(fn)(*args)
+    torch._dynamo.reset()
+    return ex
+
+
+def test_zero_graph_breaks():
+    x, y = torch.rand(8), torch.rand(8)
+
+    def f(x, y):
+        return SIN(x, y, 1.5) * 2 + 1
+
+    ex = _explain(f, x, y)
+    assert (ex.graph_count, ex.graph_break_count) == (1, 0), ex.break_reasons
+    v = torch.rand(5, 3)
+    ex = _explain(lambda v: VLEN(v)[0].sum() + VLEN(v)[1].sum(), v)
+    assert (ex.graph_count, ex.graph_break_count) == (1, 0), ex.break_reasons
+    s = torch.tensor(0.5)
+    ex = _explain(lambda x, y, s: SIN(x, y, s) + 1, x, y, s)
+    assert (ex.graph_count, ex.graph_break_count) == (1, 0), ex.break_reasons
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_forward_compiled_equals_eager_without_recompiling(dynamic):
+    torch._dynamo.reset()
+    cnt = dynamo_testing.CompileCounterWithBackend("inductor")
+
+    def f(x, y):
+        return SIN(x, y, 1.5) * 2 + 1
+
+    cf = torch.compile(f, backend=cnt, fullgraph=True, dynamic=dynamic)
+    x, y = torch.rand(16), torch.rand(16)
+    for _ in range(3):
+        torch.testing.assert_close(cf(x, y), f(x, y))
+    x2, y2 = torch.rand(16), torch.rand(16)
+    torch.testing.assert_close(cf(x2, y2), f(x2, y2))
+    assert cnt.frame_count == 1  # same shapes: compiled once
+    if dynamic:
+        x3, y3 = torch.rand(23), torch.rand(23)
+        torch.testing.assert_close(cf(x3, y3), f(x3, y3))
+        assert cnt.frame_count == 1  # symbolic sizes: a new n does not recompile
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_forward_and_backward_compiled_equal_eager(dynamic):
+    torch._dynamo.reset()
+    cnt = dynamo_testing.CompileCounterWithBackend("aot_eager")
+
+    def loss(x, v):
+        y = SIN(x, x * 0.5, 2.0)
+        length, w = VLEN(v)
+        return (y * y).sum() + length.sum() + (w * w).sum()
+
+    closs = torch.compile(loss, backend=cnt, fullgraph=True, dynamic=dynamic)
+    for n in (6, 6, 9) if dynamic else (6, 6):
+        x = torch.rand(n, requires_grad=True)
+        v = torch.rand(n, 3, requires_grad=True)
+        ref = loss(x, v)
+        gx, gv = torch.autograd.grad(ref, (x, v))
+        got = closs(x, v)
+        cx, cv = torch.autograd.grad(got, (x, v))
+        torch.testing.assert_close(got, ref)
+        torch.testing.assert_close(cx, gx)
+        torch.testing.assert_close(cv, gv)
+    assert cnt.frame_count == 1
+    torch._dynamo.reset()
+
+
+def test_backward_compiled_with_inductor():
+    torch._dynamo.reset()
+    x = torch.rand(10, requires_grad=True)
+    y = torch.rand(10)
+    cf = torch.compile(lambda x, y: SIN(x, y, 3.0).sum(), fullgraph=True)
+    cf(x, y).backward()
+    torch.testing.assert_close(x.grad, 3.0 * torch.cos(x.detach()))
+    torch._dynamo.reset()
+
+
+def test_compiled_scalar_tensor_gradient_and_dims_arguments():
+    torch._dynamo.reset()
+    x, y = torch.rand(7), torch.rand(7)
+    s = torch.tensor(1.25, requires_grad=True)
+    cf = torch.compile(lambda x, y, s: SIN(x, y, s), backend="aot_eager", fullgraph=True)
+    cf(x, y, s).sum().backward()
+    torch.testing.assert_close(s.grad, torch.sin(x).sum())
+    # per-call output_dims / launch_dims are operator arguments, symbolic under dynamic=True
+    cf2 = torch.compile(lambda v, n: VLEN(v, launch_dims=n, output_dims=n)[0], backend="aot_eager", fullgraph=True, dynamic=True)
+    v = torch.rand(9, 3)
+    torch.testing.assert_close(cf2(v, 4), v[:4].norm(dim=1))
+    torch._dynamo.reset()
+
+
+def test_compiled_in_out_updates_the_callers_tensor():
+    torch._dynamo.reset()
+
+    def f(x, acc):
+        return ROWACC(x, acc) * 1.0
+
+    cf = torch.compile(f, backend="aot_eager", fullgraph=True)
+    x = torch.rand(3, 5)
+    acc = torch.ones(3)
+    res = cf(x, acc)
+    torch.testing.assert_close(acc, 1.0 + (x * x).sum(1))
+    torch.testing.assert_close(res, acc)
+    torch._dynamo.reset()
+
+
+def test_rosenbrock_with_adam_through_the_compiled_op_converges():
+    # the guide's custom-operator example (fewer points and steps, so it runs in seconds)
+    torch._dynamo.reset()
+    rng = np.random.default_rng(42)
+    xy = torch.tensor(rng.normal(size=(16, 2)), dtype=torch.float32, requires_grad=True)
+    opt = torch.optim.Adam([xy], lr=0.1)
+
+    @torch.compile(fullgraph=True)
+    def forward():
+        return ROSEN(xy)
+
+    for _ in range(4000):
+        opt.zero_grad()
+        z = forward()
+        z.backward(torch.ones_like(z))
+        opt.step()
+    mean = xy.detach().mean(0)
+    torch.testing.assert_close(mean, torch.tensor([1.0, 1.0]), atol=0.02, rtol=0)
+    torch._dynamo.reset()
