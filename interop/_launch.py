@@ -199,8 +199,7 @@ class Runner:
             parent.module.mark_modified()
             types = ", ".join(f"{p.name}: {_dtypes.type_name(plan.types[p.index])}" for p in plan.desc.params)
             raise ArgumentError(
-                f"op {plan.desc.label!r}: Warp could not build the generic kernel for the argument types "
-                f"({types}): {e}"
+                f"op {plan.desc.label!r}: Warp could not build the generic kernel for the argument types ({types}): {e}"
             ) from e
         # the launch record keeps the array_t objects it was given; we update them in place
         for i, at in slot.fwd.items():

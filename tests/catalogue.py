@@ -195,7 +195,7 @@ def fd_grad(case: Case, args: tuple, weights: list[np.ndarray], eps: float = 1e-
         return float(sum(np.sum(w * o) for w, o in zip(weights, outs)))
 
     grads: list[np.ndarray | None] = []
-    for k, a in enumerate(args64):
+    for a in args64:
         if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
             grads.append(None)
             continue
