@@ -1,5 +1,6 @@
-"""Demo runner for Warp arrays: forward through the op, gradients with a wp.Tape around raw launches."""
+"""Demo runner for Warp arrays: the op is recorded on a wp.Tape, whose backward gives the gradients."""
 
+import numpy as np
 import warp as wp
 
 import interop
@@ -11,7 +12,12 @@ class Unavailable(Exception):
 
 def run(op, inputs):
     x, v, a = inputs
-    wx = wp.array(x, dtype=float, device="cpu")
-    wv = interop.convert(v.copy(), to="warp", dtype=wp.vec3)
-    y, w = op(wx, wv, a)
-    return {"outputs": [y.numpy(), w.numpy()], "grads": None}
+    wx = wp.array(x, dtype=float, device="cpu", requires_grad=True)
+    wv = wp.array(v, dtype=wp.vec3, device="cpu", requires_grad=True)
+    tape = wp.Tape()
+    with tape:
+        y, w = op(wx, wv, a)
+    # loss = sum(y) + sum(w): seed both outputs with ones
+    tape.backward(grads={y: wp.ones(y.shape, dtype=float), w: wp.array(np.ones(v.shape, np.float32), dtype=wp.vec3)})
+    assert interop.convert(wv, to="numpy").shape == v.shape
+    return {"outputs": [y.numpy(), w.numpy()], "grads": [wx.grad.numpy(), wv.grad.numpy()]}
