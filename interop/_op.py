@@ -11,6 +11,7 @@ from ._frameworks import adapter, framework_of
 from ._plan import CallPlan, make_plan
 
 _ops: dict[OpDescription, Op] = {}
+_MISSING = object()
 _ops_lock = threading.Lock()
 
 
@@ -59,7 +60,8 @@ class Op:
 
         Args:
             *args: the non-output parameters in kernel order: arrays of one framework
-                (NumPy, Warp, PyTorch, JAX, Paddle, CuPy) and scalars.
+                (NumPy, Warp, PyTorch, JAX, Paddle, CuPy) and scalars. They may also be
+                given by parameter name (``op(x, y, a=2.0)``).
             launch_dims: overrides the launch dimensions for this call.
             output_dims: overrides output shapes: an int, a tuple, or a dict by output name.
             **kwargs: adapter options (``framework=`` picks the framework when no array
@@ -69,9 +71,11 @@ class Op:
             The in-out arrays and outputs in kernel order: one bare, several as a tuple.
         """
         fw = kwargs.pop("framework", None)
+        params = self.description.call_params
+        if kwargs and any(p.name in kwargs for p in params):
+            args = self._bind_keywords(args, kwargs)
         found = None
         found_name = None
-        params = self.description.call_params
         for i, a in enumerate(args):
             f = framework_of(a)
             if f is None:
@@ -96,6 +100,23 @@ class Op:
                 f"op {self.description.label!r}: framework={fw!r} but the arrays passed are {found} arrays"
             )
         return adapter(found).call(self, args, launch_dims, output_dims, kwargs)
+
+    def _bind_keywords(self, args: tuple, kwargs: dict) -> tuple:
+        """Place arguments given by parameter name at their position (kernel order)."""
+        params = self.description.call_params
+        label = self.description.label
+        bound: list[Any] = list(args) + [_MISSING] * (len(params) - len(args))
+        for i, p in enumerate(params):
+            if p.name in kwargs:
+                if i < len(args):
+                    raise ArgumentError(f"op {label!r}: parameter {p.name!r} given both by position and by name")
+                bound[i] = kwargs.pop(p.name)
+        missing = [p.name for p, v in zip(params, bound) if v is _MISSING]
+        if missing:
+            raise ArgumentError(
+                f"op {label!r} takes {len(params)} argument(s) {[p.name for p in params]}: missing {missing}"
+            )
+        return tuple(bound)
 
     def __repr__(self) -> str:
         d = self.description
