@@ -44,6 +44,8 @@ from . import _jax_compat, _jax_ffi
 
 DEFAULT_VMAP_METHOD = "loop"
 
+_ArrayImpl = type(jnp.zeros(()))  # concrete (not traced) arrays
+
 _SCALAR_NP = {t: d for t, d in _dtypes._WP_TO_NP.items() if d.itemsize <= 4 or d.kind == "f"}
 
 _JVP_MARKER = "forward-mode autodiff"
@@ -73,12 +75,23 @@ class JaxOp:
         self.op = op
         self.desc = op.description
         self._entries: dict[tuple, _Entry] = {}
+        self._eager: dict[tuple, tuple] = {}  # eager signature -> (entry, scalar operand dtypes)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"<interop JAX op {self.desc.name}>"
 
     def __call__(self, *args, launch_dims=None, output_dims=None, vmap_method=None, **kwargs):
+        if launch_dims is None and output_dims is None and vmap_method is None and not kwargs:
+            # eager calls with concrete arrays and Python numbers: one dict lookup to the jitted call
+            fast = self._eager.get(tuple((x.shape, x.dtype) if type(x) is _ArrayImpl else type(x) for x in args))
+            if fast is not None:
+                entry, scalar_dtypes = fast
+                outs = entry.jitted(*[x if dt is None else np.asarray(x, dt) for x, dt in zip(args, scalar_dtypes)])
+                return outs[0] if len(outs) == 1 else tuple(outs)
+        return self._call(args, launch_dims, output_dims, vmap_method, kwargs)
+
+    def _call(self, args, launch_dims, output_dims, vmap_method, kwargs):
         desc = self.desc
         if kwargs:
             raise TypeError(f"op {desc.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for JAX arrays")
@@ -91,6 +104,7 @@ class JaxOp:
         key_parts = []
         operands = []
         traced = False
+        original = args
         if not any(map(_jax_compat.is_tracer, args)):
             # Eager call: a Python number for a scalar parameter becomes a 0-d operand of the
             # cached jitted call (as jax.jit does with Python scalars), so a new value does
@@ -121,6 +135,17 @@ class JaxOp:
                 if entry is None:
                     entry = _Entry(self, args, launch_dims, output_dims, vmap_method)
                     self._entries[key] = entry
+        if (
+            not traced
+            and launch_dims is None
+            and output_dims is None
+            and vmap_method is None
+            and len(operands) == len(args)
+            and all(type(x) is _ArrayImpl or _is_scalar_operand(p, x) for p, x in zip(params, args))
+            and len(self._eager) < 256
+        ):
+            fast_key = tuple((x.shape, x.dtype) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original))
+            self._eager[fast_key] = (entry, tuple(None if type(x) is _ArrayImpl else x.dtype for x in args))
         try:
             outs = entry.fn(*operands) if traced else entry.jitted(*operands)
         except TypeError as e:

@@ -12,6 +12,7 @@ import inspect
 import re
 import typing
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 import warp as wp
@@ -93,21 +94,21 @@ class OpDescription:
     label: str = field(default="", compare=False, hash=False)
 
     # -- derived views (cheap properties; dataclass stays the identity) ------------
-    @property
+    @cached_property
     def call_params(self) -> tuple[Param, ...]:
         """Parameters a caller passes, in order: inputs and in-out parameters."""
         return tuple(p for p in self.params if p.role != OUTPUT)
 
-    @property
+    @cached_property
     def returned_params(self) -> tuple[Param, ...]:
         """Parameters a call returns, in order: in-out parameters then outputs."""
         return tuple(p for p in self.params if p.role != INPUT)
 
-    @property
+    @cached_property
     def output_params(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.role == OUTPUT)
 
-    @property
+    @cached_property
     def diff_array_inputs(self) -> tuple[Param, ...]:
         """Array inputs (role input) that can receive a gradient, in order."""
         return tuple(p for p in self.params if p.role == INPUT and p.is_array and p.differentiable)
