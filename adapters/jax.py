@@ -384,9 +384,11 @@ class _Entry:
             launch = _adjoint_launch(self, plan, want)
             self._bwd[want] = launch
         operands = list(xs) + list(outs) + [c for c in ct_vals if c is not None]
-        results = launch(*operands)
+        results = launch(*operands) if launch.results else ()
         for i, r in zip(launch.grad_for, results):
             grads[i] = r
+        for i, k in launch.ct_passthrough:
+            grads[i] = ct_vals[k]
         return tuple(grads)
 
     def _handwritten_backward(self, xs, want, ct_vals):
@@ -494,23 +496,33 @@ def _adjoint_launch(entry: _Entry, plan, want: tuple) -> _Launch:
         grad_for.append(i)
     aliases = {}
     inout_results = {}
-    for p, spec in zip(desc.returned_params, plan.out_specs):
+    inout_cts = {}
+    for k, (p, spec) in enumerate(zip(desc.returned_params, plan.out_specs)):
         if not plan.differentiable[p.index]:
             continue
-        # the upstream gradient is handed over as an aliased result: the adjoint may
-        # accumulate into it, and XLA's operands must never be written
-        ops.append(_Binding(p.index, None, spec))
-        res.append(_Binding(p.index, "adj", spec))
-        aliases[len(ops) - 1] = len(res) - 1
-        if p.role == IN_OUT:
-            inout_results[p.index] = len(res) - 1
+        if desc.kind == "function" or p.name in desc.reads_returned:
+            # the kernel reads this array, so its adjoint may accumulate into the upstream
+            # gradient: hand it over as an aliased result (XLA's operands are never written)
+            ops.append(_Binding(p.index, None, spec))
+            res.append(_Binding(p.index, "adj", spec))
+            aliases[len(ops) - 1] = len(res) - 1
+            if p.role == IN_OUT:
+                inout_results[p.index] = len(res) - 1
+        else:
+            # write-only in the kernel: the adjoint only reads the upstream gradient
+            ops.append(_Binding(p.index, "adj", spec))
+            if p.role == IN_OUT:
+                inout_cts[p.index] = k
     launch = _Launch(entry, plan, "bwd", ops, res, aliases, side_effect=False)
     # in-out gradients pass through (the kernel only accumulates into them)
+    launch.ct_passthrough = []
     for i in want:
         p = entry.dyn[i]
         if p.role == IN_OUT and p.index in inout_results:
             grad_for.append(i)
             launch.result_for.append(inout_results[p.index])
+        elif p.role == IN_OUT and p.index in inout_cts:
+            launch.ct_passthrough.append((i, inout_cts[p.index]))
     launch.grad_for = grad_for
     return launch
 

@@ -340,6 +340,9 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
         if g is None:
             continue
         p = desc.params[idx]
+        if desc.kind == "function" or p.name in desc.reads_returned:
+            # the adjoint may accumulate into the upstream gradient of an array the kernel reads
+            g = g.clone()
         ptr, strides, itemsize = FRAMEWORK.layout(g)
         adj[idx] = (ptr, check_layout(desc, p, tuple(g.shape), strides, itemsize))
         keep.append(g)

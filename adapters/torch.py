@@ -487,8 +487,10 @@ class _Binding:
         for p, r, g in zip(self.returned, results, grads):
             values[p.index] = _pointer(self.desc, p, r, cstrides[p.index])
             g = _readable(self.desc, p, g)
-            if self.desc.kind == "function":
-                g = g.clone()  # a wp.Tape replay writes into the output gradients it is given
+            if self.desc.kind == "function" or p.name in self.desc.reads_returned:
+                # the adjoint may accumulate into the upstream gradient of an array the kernel
+                # reads (and a wp.Tape replay writes into the output gradients it is given)
+                g = g.clone()
             keep.append(g)
             adj[p.index] = _pointer(self.desc, p, g, cstrides[p.index])
         out = []

@@ -7,6 +7,7 @@ their caches (registered operators, FFI targets, traced callables) on it.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import re
@@ -92,6 +93,9 @@ class OpDescription:
     backward: OpDescription | None
     vmap_method: str | None
     label: str = field(default="", compare=False, hash=False)
+    # returned parameters the kernel may read (so Warp's adjoint may write into their
+    # upstream gradient): adapters hand such a gradient over as a private copy
+    reads_returned: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
     # -- derived views (cheap properties; dataclass stays the identity) ------------
     @cached_property
@@ -404,7 +408,46 @@ def describe(
         backward=bwd,
         vmap_method=vm,
         label=name or key.rsplit(".", 1)[-1],
+        reads_returned=_returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT]),
     )
+
+
+_WRITE_ONLY_CALLS = {"atomic_add", "atomic_sub"}
+
+
+def _returned_params_read(fn: Any, kind: str, names: list[str]) -> tuple[str, ...]:
+    """Names among ``names`` that the kernel may read (conservative: unsure means read).
+
+    A returned array is write-only when every use is ``a[...] = value`` or the first
+    argument of ``wp.atomic_add`` / ``wp.atomic_sub`` (or ``a.shape`` / ``a.ndim``). Then
+    Warp's adjoint only reads its gradient; otherwise it may accumulate into it.
+    """
+    if kind != "kernel":
+        return tuple(names)  # a Python function may pass an output on to another launch
+    tree = getattr(fn.adj, "tree", None)
+    if tree is None or not names:
+        return tuple(names)
+    wanted = set(names)
+    allowed: set[int] = set()  # ids of Name nodes in a write-only position
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+                    allowed.add(id(t.value))
+        elif isinstance(node, ast.Call) and node.args:
+            f = node.func
+            fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if fname in _WRITE_ONLY_CALLS and isinstance(node.args[0], ast.Name):
+                allowed.add(id(node.args[0]))
+        elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim") and isinstance(node.value, ast.Name):
+            allowed.add(id(node.value))
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) else [tree]
+    read = set()
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and node.id in wanted and id(node) not in allowed:
+                read.add(node.id)
+    return tuple(n for n in names if n in read)
 
 
 def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) -> OpDescription:
