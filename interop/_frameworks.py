@@ -7,6 +7,8 @@ instead of importing torch/jax/paddle/cupy to run ``isinstance``.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import sys
 from typing import Any
 
@@ -105,3 +107,53 @@ def data_ptr(x: Any) -> int:
             return int(x.data.ptr)
         return int(x.__cuda_array_interface__["data"][0])
     raise TypeError(f"no data pointer for {type(x).__name__}")
+
+
+# ---------------------------------------------------------------------------------------
+# Registering ops with a framework imported *after* they were described.
+#
+# PyTorch must see an op's custom operator before tracing reaches it (importing the adapter
+# inside torch.compile breaks the graph), and Paddle's SOT must know the op is a graph
+# break. When ops exist and such a framework is not imported yet, a one-shot import hook
+# loads the adapter right after the framework module finishes importing. The core still
+# never imports a framework itself.
+# ---------------------------------------------------------------------------------------
+_EAGER_ADAPTERS = ("torch", "paddle")
+_watching: set[str] = set()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    def __init__(self, name: str):
+        self.name = name
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        try:
+            sys.meta_path.remove(self)  # one shot; also keeps the find_spec below from recursing
+        except ValueError:
+            return None
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader_exec = spec.loader.exec_module
+        name = self.name
+
+        def exec_module(module):
+            loader_exec(module)
+            try:
+                importlib.import_module(f"adapters.{name}")
+            except Exception:  # never break the user's import; the adapter loads on first use instead
+                pass
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def watch_framework_imports() -> None:
+    """Load the torch/paddle adapter as soon as that framework is imported (see above)."""
+    for name in _EAGER_ADAPTERS:
+        if name in sys.modules or name in _watching:
+            continue
+        _watching.add(name)
+        sys.meta_path.insert(0, _AfterImport(name))

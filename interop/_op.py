@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 from ._description import OpDescription, describe
 from ._errors import ArgumentError
-from ._frameworks import adapter, framework_of
+from ._frameworks import adapter, framework_of, watch_framework_imports
 from ._plan import CallPlan, make_plan
 
 _ops: dict[OpDescription, Op] = {}
@@ -220,6 +220,7 @@ def op(
         o = Op(desc)
         _ops[desc] = o
     _notify_adapters(o)
+    watch_framework_imports()
     return o
 
 
