@@ -135,6 +135,8 @@ class Runner:
         self.itemsize = {i: type_size_in_bytes(plan.types[i]) for i in self.array_idx}
         self._slots: dict[tuple, _Slot] = {}
         self._slot_lock = threading.Lock()
+        # a kernel launched over zero threads does nothing (Warp records no launch for it)
+        self.empty = plan.desc.kind == "kernel" and any(int(d) == 0 for d in plan.launch_dims)
 
     # -- kernel ops ------------------------------------------------------------------
     def _kernel(self, adjoint: bool):
@@ -278,6 +280,8 @@ class Runner:
 
     def _fast(self, device, adjoint: bool):
         device = get_device(device)
+        if self.empty:
+            return _nothing
         if self.plan.desc.kind == "function":
             if adjoint:
                 return lambda values, adj, stream=None: self._tape_backward(device, values, adj, stream)
@@ -332,6 +336,8 @@ class Runner:
             stream: Warp stream to launch on (CUDA), or None for the device's current stream.
         """
         device = get_device(device)
+        if self.empty:
+            return
         if self.plan.desc.kind == "function":
             self._call_function(device, values, stream)
             return
@@ -351,6 +357,8 @@ class Runner:
                 caller for inputs; the upstream gradient for outputs and in-out arrays), or None.
         """
         device = get_device(device)
+        if self.empty:
+            return
         if self.plan.desc.kind == "function":
             self._tape_backward(device, values, adj, stream)
             return
@@ -445,6 +453,10 @@ class Runner:
                 with tape:
                     self.plan.kernel(*args)
                 tape.backward()
+
+
+def _nothing(values, adj=None, stream=None) -> None:
+    return None
 
 
 class _null:
