@@ -1,0 +1,142 @@
+"""The guide's examples, once, through every installed framework (values against NumPy).
+
+One parametrized matrix: the same op and call in NumPy, Warp, PyTorch, JAX and Paddle must
+give the same values; in-out arrays are updated in place where the framework is mutable
+(the same object comes back) and returned as new arrays in JAX.
+"""
+
+import importlib.util
+
+import numpy as np
+import pytest
+import warp as wp
+
+import interop
+
+FRAMEWORKS = [
+    f for f in ("numpy", "warp", "torch", "jax", "paddle") if f in ("numpy", "warp") or importlib.util.find_spec(f)
+]
+
+
+@wp.kernel
+def add_int(a: wp.array(dtype=int), b: wp.array(dtype=int), output: wp.array(dtype=int)):
+    tid = wp.tid()
+    output[tid] = a[tid] + b[tid]
+
+
+@wp.kernel
+def matmul(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float), c: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    s = float(0.0)
+    for k in range(a.shape[1]):
+        s += a[i, k] * b[k, j]
+    c[i, j] = s
+
+
+@wp.kernel
+def vecmat(
+    a: wp.array(dtype=float),
+    b: wp.array(dtype=wp.vec3),
+    c: wp.array(dtype=wp.mat22),
+    d: wp.array(dtype=float),
+    e: wp.array(dtype=wp.vec3),
+    f: wp.array(dtype=wp.mat22),
+):
+    i = wp.tid()
+    d[i] = a[i] * 2.0
+    e[i] = b[i] * a[i]
+    f[i] = c[i] * a[i]
+
+
+@wp.kernel
+def rowsum(matrix: wp.array2d(dtype=float), sums: wp.array1d(dtype=float)):
+    i, j = wp.tid()
+    wp.atomic_add(sums, i, matrix[i, j])
+
+
+@wp.kernel
+def lookup(table: wp.array(dtype=float), indices: wp.array(dtype=int), output: wp.array(dtype=float)):
+    i = wp.tid()
+    output[i] = table[indices[i]]
+
+
+@wp.kernel
+def diagonal(output: wp.array(dtype=wp.mat33)):
+    tid = wp.tid()
+    output[tid] = wp.mat33(1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 3.0)
+
+
+def to_fw(fw, a, warp_dtype=None):
+    a = np.ascontiguousarray(a)
+    if fw == "numpy":
+        return a
+    if fw == "warp":
+        return interop.convert(a, to="warp", dtype=warp_dtype)
+    return interop.convert(a.copy(), to=fw, copy=True)  # copy: JAX aliases only 64-byte aligned buffers
+
+
+def to_np(x):
+    if isinstance(x, wp.array):
+        return x.numpy()
+    return np.asarray(interop.convert(x, to="numpy", copy=True))
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_add_int(fw):
+    a, b = np.arange(10, dtype=np.int32), np.ones(10, np.int32)
+    out = interop.op(add_int)(to_fw(fw, a), to_fw(fw, b))
+    np.testing.assert_array_equal(to_np(out), a + b)
+    assert to_np(out).dtype == np.int32
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_matmul_with_per_call_launch_dims(fw):
+    op = interop.op(matmul)
+    for n, m, k in ((3, 4, 2), (4, 3, 5)):
+        a = np.random.default_rng(0).random((n, k), dtype=np.float32)
+        b = np.random.default_rng(1).random((k, m), dtype=np.float32)
+        c = op(to_fw(fw, a), to_fw(fw, b), launch_dims=(n, m))
+        np.testing.assert_allclose(to_np(c), a @ b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_vecmat_output_dims_both_conventions(fw):
+    op = interop.op(vecmat, outputs=3)
+    n = 5
+    a = np.arange(n, dtype=np.float32)
+    b = np.ones((n, 3), np.float32)
+    c = np.ones((n, 2, 2), np.float32)
+    args = (to_fw(fw, a), to_fw(fw, b, wp.vec3), to_fw(fw, c, wp.mat22))
+    for od in (None, n, {"d": n, "e": (n, 3), "f": (n, 2, 2)}):
+        d, e, f = op(*args, output_dims=od)
+        np.testing.assert_allclose(to_np(d), 2 * a)
+        np.testing.assert_allclose(to_np(e).reshape(n, 3), b * a[:, None])
+        np.testing.assert_allclose(to_np(f).reshape(n, 2, 2), c * a[:, None, None])
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_rowsum_in_out(fw):
+    op = interop.op(rowsum, in_out=["sums"])
+    m = np.arange(12, dtype=np.float32).reshape(3, 4)
+    s0 = np.full(3, 10.0, np.float32)
+    s = to_fw(fw, s0.copy())  # numpy and warp share memory with what they are given
+    out = op(to_fw(fw, m), s)
+    np.testing.assert_allclose(to_np(out), s0 + m.sum(axis=1))
+    if fw != "jax":
+        assert out is s  # updated in place, the same object returned
+        np.testing.assert_allclose(to_np(s), s0 + m.sum(axis=1))
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_lookup_launch_dims_from_indices(fw):
+    op = interop.op(lookup)
+    table = np.arange(100, dtype=np.float32) * 0.5
+    idx = np.random.default_rng(2).integers(0, 100, 50).astype(np.int32)
+    out = op(to_fw(fw, table), to_fw(fw, idx), launch_dims=50)
+    np.testing.assert_allclose(to_np(out), table[idx])
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_no_input_kernel_with_launch_dims(fw):
+    out = interop.op(diagonal)(launch_dims=4, framework=fw)
+    assert to_np(out).reshape(4, 3, 3)[2].tolist() == [[1, 0, 0], [0, 2, 0], [0, 0, 3]]
