@@ -27,7 +27,7 @@ def add_int(a: wp.array(dtype=int), b: wp.array(dtype=int), output: wp.array(dty
 @wp.kernel
 def matmul(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float), c: wp.array2d(dtype=float)):
     i, j = wp.tid()
-    s = float(0.0)
+    s = wp.float32(0.0)
     for k in range(a.shape[1]):
         s += a[i, k] * b[k, j]
     c[i, j] = s
