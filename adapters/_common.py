@@ -14,6 +14,7 @@ import numpy as np
 
 from interop._description import INPUT, OUTPUT, Param
 from interop._errors import ArgumentError
+from interop._op import _freeze
 from interop._plan import ArraySpec, CallPlan, ScalarSpec, check_layout
 
 
@@ -224,14 +225,6 @@ class EagerFramework:
             return tuple(made[k] if kind == "out" else args[k] for kind, k in order)
 
         return fast
-
-
-def _freeze(v: Any) -> Any:
-    if isinstance(v, dict):
-        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
-    if isinstance(v, list):
-        return tuple(_freeze(x) for x in v)
-    return v
 
 
 def pack_result(returned: Sequence[Any]) -> Any:

@@ -12,11 +12,11 @@ another producer then gets an error that says CuPy is needed for the outputs.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Sequence
 
 import numpy as np
 
+from interop._launch import external_stream
 from interop._plan import ArraySpec
 
 from ._common import EagerFramework, pack_result
@@ -46,33 +46,6 @@ def _cai(x) -> dict:
 
 def _is_cupy_array(x) -> bool:
     return type(x).__module__.split(".", 1)[0] == "cupy"
-
-
-class _Streams:
-    """Warp views of CuPy's current streams, one per (device, stream handle)."""
-
-    def __init__(self):
-        self._by_handle: dict[tuple[str, int], Any] = {}
-        self._lock = threading.Lock()
-
-    def get(self, device: str, handle: int, owner: Any = None):
-        key = (device, handle)
-        s = self._by_handle.get(key)
-        if s is None:
-            import warp as wp
-
-            from interop._launch import get_device
-
-            with self._lock:
-                s = self._by_handle.get(key)
-                if s is None:
-                    s = wp.Stream(get_device(device), cuda_stream=handle)
-                    s._interop_owner = owner  # keep CuPy's stream object alive with its Warp view
-                    self._by_handle[key] = s
-        return s
-
-
-_STREAMS = _Streams()
 
 
 class _CuPy(EagerFramework):
@@ -121,7 +94,7 @@ class _CuPy(EagerFramework):
         cp = _cupy()
         with cp.cuda.Device(int(device.split(":")[1])):
             current = cp.cuda.get_current_stream()
-        launch = _STREAMS.get(device, int(current.ptr), current)
+        launch = external_stream(device, int(current.ptr), current)
         # CAI v3: a producer names the stream its data is ready on (1: legacy default, 2: per-thread
         # default, else a handle; None: no order needed). Order the launch after it.
         for a in arrays:

@@ -37,7 +37,7 @@ from jax.custom_batching import custom_vmap
 
 from interop import _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
-from interop._launch import get_device
+from interop._launch import external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec
 
 from . import _jax_compat, _jax_ffi
@@ -668,7 +668,6 @@ def _as_fwd(go):
     return lambda values, adj, stream: go(values, stream)
 
 
-_streams: dict[tuple, Any] = {}
 # Warp's module loading is not thread-safe, and XLA runs handlers from several threads at
 # once (shard_map, pmap): the first launch of each handler on each device is serialized.
 _first_run_lock = threading.Lock()
@@ -722,11 +721,7 @@ class _Handler:
         else:
             device = get_device(f"cuda:{_jax_ffi.device_ordinal(frame)}")
             ptr = _jax_ffi.cuda_stream(frame)
-            stream = _streams.get((device.alias, ptr))
-            if stream is None:
-                import warp as wp
-
-                stream = _streams[(device.alias, ptr)] = wp.Stream(device, cuda_stream=ptr)
+            stream = external_stream(device, ptr)
             for k, nbytes in self.zero:
                 if nbytes:
                     _jax_compat.cuda_memset_async(device, outs[k][0], nbytes * self.batch, ptr)

@@ -27,7 +27,6 @@ eagerly between compiled segments (a graph break), gradients included. Under
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -35,6 +34,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from interop._description import IN_OUT, OUTPUT
+from interop._launch import external_stream
 from interop._op import Op
 from interop._plan import ArraySpec, check_layout
 
@@ -77,33 +77,10 @@ def _device_of_place(place) -> str | None:
     return None
 
 
-class _Streams:
-    """Warp views of Paddle's current CUDA streams, made once per stream handle."""
-
-    def __init__(self):
-        self._by_handle: dict[tuple[str, int], Any] = {}
-        self._lock = threading.Lock()
-
-    def current(self, device: str):
-        import warp as wp
-
-        ps = paddle.device.current_stream(_place(device))
-        handle = int(ps.stream_base.cuda_stream)
-        key = (device, handle)
-        s = self._by_handle.get(key)
-        if s is None:
-            with self._lock:
-                s = self._by_handle.get(key)
-                if s is None:
-                    from interop._launch import get_device
-
-                    s = wp.Stream(get_device(device), cuda_stream=handle)
-                    s._paddle_stream = ps  # keep Paddle's stream object alive with its Warp view
-                    self._by_handle[key] = s
-        return s
-
-
-_STREAMS = _Streams()
+def _current_stream(device: str):
+    """Warp view of Paddle's current CUDA stream on ``device`` (the stream ``wp.stream_from_paddle`` gives)."""
+    ps = paddle.device.current_stream(_place(device))
+    return external_stream(device, int(ps.stream_base.cuda_stream), ps)
 
 
 class _Paddle(EagerFramework):
@@ -138,7 +115,7 @@ class _Paddle(EagerFramework):
     def stream(self, device: str, arrays: Sequence[Any]) -> Any:
         if device == "cpu":
             return None
-        return _STREAMS.current(device)
+        return _current_stream(device)
 
     def default_device(self) -> str:
         d = paddle.device.get_device()  # "cpu" or "gpu:0"

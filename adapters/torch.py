@@ -42,7 +42,7 @@ from warp._src.types import type_size_in_bytes
 from interop import _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
-from interop._launch import contiguous_strides, get_device
+from interop._launch import contiguous_strides, external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_layout
 
 from ._common import EagerFramework, pack_result
@@ -120,22 +120,12 @@ def _torch_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-_streams: dict[tuple, Any] = {}
-
-
 def _current_stream(dev: torch.device) -> Any:
     """Warp stream wrapping torch's current CUDA stream on ``dev`` (None on the CPU)."""
     if dev.type != "cuda":
         return None
-    import warp as wp
-
     ts = torch.cuda.current_stream(dev)
-    key = (dev.index, ts.cuda_stream)
-    s = _streams.get(key)
-    if s is None:
-        s = wp.stream_from_torch(ts)
-        _streams[key] = s
-    return s
+    return external_stream(f"cuda:{ts.device.index}", ts.cuda_stream, ts)
 
 
 # ---------------------------------------------------------------------------------------

@@ -44,6 +44,28 @@ def get_device(device: Any):
     return d
 
 
+_external_streams: dict[tuple, Any] = {}
+_external_streams_lock = threading.Lock()
+
+
+def external_stream(device: Any, handle: int, owner: Any = None):
+    """The ``wp.Stream`` wrapping a framework's CUDA stream ``handle`` on ``device`` (cached).
+
+    ``owner`` (the framework's stream object) is kept alive with the Warp view.
+    """
+    device = get_device(device)
+    key = (device.alias, int(handle))
+    s = _external_streams.get(key)
+    if s is None:
+        with _external_streams_lock:
+            s = _external_streams.get(key)
+            if s is None:
+                s = wp.Stream(device, cuda_stream=int(handle))
+                s._interop_owner = owner
+                _external_streams[key] = s
+    return s
+
+
 def contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
     strides = []
     acc = itemsize
@@ -120,7 +142,24 @@ def scalar_ref_kernel(kernel, names: tuple[str, ...]):
 
 
 class _Slot:
-    __slots__ = ("lock", "launch", "fwd", "adj", "strides", "adj_strides", "scalars")
+    __slots__ = ("lock", "launch", "fwd", "adj", "strides", "adj_strides", "contiguous", "scalars")
+
+
+def _set_arrays(descs: dict, current: dict, contiguous: dict, values: Sequence[Any]) -> None:
+    """Point each array descriptor at this call's buffer; ``None`` strides mean contiguous."""
+    for i, at in descs.items():
+        v = values[i]
+        if v is None:
+            at.data = 0
+            continue
+        ptr, strides = v
+        at.data = ptr
+        if strides is None:
+            strides = contiguous[i]
+        if strides != current[i]:
+            for k, st in enumerate(strides):
+                at.strides[k] = st
+            current[i] = strides
 
 
 class Runner:
@@ -154,6 +193,7 @@ class Runner:
         slot.strides = {}
         slot.adj_strides = {}
         slot.scalars = {}
+        slot.contiguous = {}
         inputs = []
         refs = set(self.ref_idx)
         for p in plan.desc.params:
@@ -167,6 +207,7 @@ class Runner:
                 at = array_t(data=0, grad=0, ndim=len(shape), shape=shape, strides=strides)
                 slot.fwd[i] = at
                 slot.strides[i] = strides
+                slot.contiguous[i] = strides
                 inputs.append(at)
             else:
                 v = _zero_of(plan.types[i])
@@ -228,17 +269,7 @@ class Runner:
 
     def _fill(self, slot: _Slot, values: Sequence[Any], adj: Sequence[Any] | None) -> None:
         launch = slot.launch
-        for i, at in slot.fwd.items():
-            v = values[i]
-            if v is None:
-                at.data = 0
-                continue
-            ptr, strides = v
-            at.data = ptr
-            if strides is not None and strides != slot.strides[i]:
-                for k, s in enumerate(strides):
-                    at.strides[k] = s
-                slot.strides[i] = strides
+        _set_arrays(slot.fwd, slot.strides, slot.contiguous, values)
         for i in self.scalar_idx:
             if i in slot.fwd:
                 continue
@@ -252,17 +283,7 @@ class Runner:
                 launch.set_param_at_index(i, v)
                 slot.scalars[i] = v
         if adj is not None:
-            for i, at in slot.adj.items():
-                v = adj[i]
-                if v is None:
-                    at.data = 0
-                    continue
-                ptr, strides = v
-                at.data = ptr
-                if strides is not None and strides != slot.adj_strides[i]:
-                    for k, s in enumerate(strides):
-                        at.strides[k] = s
-                    slot.adj_strides[i] = strides
+            _set_arrays(slot.adj, slot.adj_strides, slot.contiguous, adj)
 
     def fast_forward(self, device):
         """A launcher for repeated forward calls on ``device``: ``go(values, stream)``.

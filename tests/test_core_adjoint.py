@@ -255,3 +255,19 @@ def test_plan_differentiability_per_call():
     fplan = case.op.plan([ArraySpec((3,), np.dtype(np.float64)), ScalarSpec("py", float)])
     iplan = case.op.plan([ArraySpec((3,), np.dtype(np.int32)), ScalarSpec("py", int)])
     assert fplan.differentiable[0] and not iplan.differentiable[0]
+
+
+def test_runner_restores_contiguous_strides_after_a_strided_call():
+    """The cached launch record is shared by calls with one plan: ``None`` strides after a strided
+    call must mean contiguous again, not the strides left from the previous call."""
+    op = next(c for c in CASES if c.id == "scalar").op
+    base = np.arange(8, dtype=np.float32)
+    y = np.zeros(4, np.float32)
+    plan = op.plan(
+        [ArraySpec((4,), np.dtype(np.float32)), ArraySpec((4,), np.dtype(np.float32)), ScalarSpec("py", float)]
+    )
+    for xs, strides in ((base[::2], (8,)), (base[4:].copy(), None)):
+        out = np.zeros(4, np.float32)
+        values = [(xs.ctypes.data, strides), (y.ctypes.data, None), 1.0, (out.ctypes.data, None)]
+        plan.runner.forward("cpu", values)
+        np.testing.assert_allclose(out, np.sin(xs), rtol=1e-6)
