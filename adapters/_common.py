@@ -75,8 +75,6 @@ class EagerFramework:
         args: Sequence[Any],
         launch_dims: Any,
         output_dims: Any,
-        *,
-        arrays_of_refs: bool = True,
     ) -> tuple[CallPlan, list, list, str, Any]:
         """Validate, plan, allocate outputs and launch.
 

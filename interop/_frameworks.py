@@ -69,10 +69,6 @@ def _has_buffer(x: Any) -> bool:
     return True
 
 
-def is_array_like(x: Any) -> bool:
-    return framework_of(x) is not None
-
-
 def adapter(name: str):
     """The adapter module for framework ``name`` (imported on first use)."""
     mod = sys.modules.get(f"adapters.{name}")

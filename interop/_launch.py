@@ -9,6 +9,7 @@ pointers, which is cheaper than a plain ``wp.launch``.
 from __future__ import annotations
 
 import ast
+import contextlib
 import ctypes
 import threading
 import types as _pytypes
@@ -469,7 +470,11 @@ class Runner:
         args = self._function_args(device, values, adj, scratch_outputs=True)
         tape = wp.Tape()
         with wp.ScopedDevice(device):
-            ctx = wp.ScopedStream(stream, sync_enter=False, sync_exit=False) if stream is not None else _null()
+            ctx = (
+                wp.ScopedStream(stream, sync_enter=False, sync_exit=False)
+                if stream is not None
+                else contextlib.nullcontext()
+            )
             with ctx:
                 with tape:
                     self.plan.kernel(*args)
@@ -478,14 +483,6 @@ class Runner:
 
 def _nothing(values, adj=None, stream=None) -> None:
     return None
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def _apic_active() -> bool:
