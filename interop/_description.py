@@ -17,10 +17,7 @@ from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 import warp as wp
-from warp._src import codegen as _wpc
-from warp._src import types as _wpt
-
-from . import _dtypes
+from . import _dtypes, _warp_compat
 from ._errors import ArgumentError
 
 INPUT = "input"
@@ -92,6 +89,8 @@ class OpDescription:
     enable_backward: bool
     backward: OpDescription | None
     vmap_method: str | None
+    # threads per block of every launch (wp.launch's block_dim); None: Warp's default
+    block_dim: int | None = None
     label: str = field(default="", compare=False, hash=False)
     # returned parameters the kernel may read (so Warp's adjoint may write into their
     # upstream gradient): adapters hand such a gradient over as a private copy
@@ -214,6 +213,30 @@ def _check_vmap_method(value: Any, opname: str) -> str | None:
     return value
 
 
+MAX_BLOCK_DIM = 1024  # CUDA's limit of threads per block, and Warp's limit on the CPU
+
+
+def check_block_dim(value: Any, opname: str, kind: str = "kernel") -> int | None:
+    """``block_dim`` as an int in 1..1024 (or None), else a clear error naming the op."""
+    if value is None:
+        return None
+    if kind != "kernel":
+        raise ArgumentError(
+            f"op {opname!r}: block_dim does not apply to a Python-function op (it launches its own kernels); "
+            "pass block_dim to the wp.launch calls inside it"
+        )
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = operator_index(value)
+        except ArgumentError:
+            raise ArgumentError(
+                f"op {opname!r}: block_dim must be an int from 1 to {MAX_BLOCK_DIM}, got {type(value).__name__} {value!r}"
+            ) from None
+    if not 1 <= value <= MAX_BLOCK_DIM:
+        raise ArgumentError(f"op {opname!r}: block_dim must be an int from 1 to {MAX_BLOCK_DIM}, got {value}")
+    return int(value)
+
+
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*$")
 
 
@@ -235,6 +258,7 @@ def describe(
     zero_outputs: bool = True,
     nondifferentiable: Sequence[str] = (),
     vmap_method: str | None = None,
+    block_dim: int | None = None,
 ) -> OpDescription:
     """Build (and validate) the description of ``fn``. See :func:`interop.op`."""
     kind, args, enable_backward, key = _fn_params(fn)
@@ -260,45 +284,27 @@ def describe(
             f"op {opname!r}: outputs must be an int or a list of parameter names, got {type(outputs).__name__}"
         )
     if isinstance(outputs, int):
-        if outputs < 1:
+        # an int counts trailing parameters (in-out ones among them, as before 0.x: backward compatible)
+        if outputs < (0 if in_out else 1):
             raise ArgumentError(f"op {opname!r}: outputs must be at least 1, got {outputs}")
         if outputs > len(args):
             raise ArgumentError(
                 f"op {opname!r}: outputs={outputs} but the {kind} has only {len(args)} parameters ({names})"
             )
-        returned = names[len(names) - outputs :]
+        listed = names[len(names) - outputs :] if outputs else []
     else:
-        returned = list(outputs)
-        for n in returned:
-            if n not in names:
+        listed = list(outputs)
+        for n in listed:
+            if not isinstance(n, str) or n not in names:
                 raise ArgumentError(
                     f"op {opname!r}: outputs names {n!r}, which is not a parameter; parameters are {names}"
                 )
-        if not returned:
+        if len(set(listed)) != len(listed):
+            raise ArgumentError(f"op {opname!r}: outputs lists a parameter twice: {listed}")
+        if not listed and not in_out:
             raise ArgumentError(f"op {opname!r}: outputs must name at least one parameter")
-        if returned != names[len(names) - len(returned) :]:
-            raise ArgumentError(
-                f"op {opname!r}: outputs {returned} must be the trailing parameters in kernel order "
-                f"(the parameter order is inputs, in-out, outputs); the trailing {len(returned)} are "
-                f"{names[len(names) - len(returned) :]}"
-            )
-    for n in in_out:
-        if n not in returned:
-            raise ArgumentError(
-                f"op {opname!r}: in_out parameter {n!r} is not among the {len(returned)} returned parameter(s) "
-                f"{returned}; in-out parameters count among `outputs` (order: inputs, in-out, outputs), "
-                f"so pass outputs={len(names) - names.index(n)}"
-            )
-    seen_output = None
-    for n in returned:
-        if n in in_out:
-            if seen_output is not None:
-                raise ArgumentError(
-                    f"op {opname!r}: in-out parameter {n!r} comes after output {seen_output!r}; "
-                    "in-out parameters must precede the pure outputs (order: inputs, in-out, outputs)"
-                )
-        else:
-            seen_output = n
+    # outputs and in-out parameters may sit anywhere in the signature; the call returns them in kernel order
+    returned = [n for n in names if n in listed or n in in_out]
 
     nondiff = tuple(nondifferentiable)
     for n in nondiff:
@@ -311,15 +317,24 @@ def describe(
     params = []
     for i, (pname, ann) in enumerate(args):
         role = IN_OUT if pname in in_out else OUTPUT if pname in returned else INPUT
-        if _wpt.is_array(ann):
-            if type(ann) is not wp.array:
+        if _warp_compat.is_array_annotation(ann):
+            if not _warp_compat.is_plain_array_annotation(ann):
                 raise ArgumentError(
-                    f"op {opname!r}: parameter {pname!r} is a {type(ann).__name__}; only plain wp.array "
-                    "parameters are supported (not indexed/fabric arrays)"
+                    f"op {opname!r}: parameter {pname!r} is a wp.{_warp_compat.array_class_name(ann)}; indexed and "
+                    "fabric arrays are not supported, annotate it as a plain array (wp.array(dtype=...) or "
+                    "wp.array[...])"
+                )
+            if not isinstance(ann.ndim, int) or isinstance(ann.ndim, bool):
+                raise ArgumentError(
+                    f"op {opname!r}: parameter {pname!r} has no fixed number of dimensions ({ann!r}); "
+                    "give it one (e.g. wp.array2d[float] or wp.array(dtype=float, ndim=2))"
                 )
             dtype = _dtypes.normalize(ann.dtype)
             ndim = int(ann.ndim)
             is_array = True
+            # wp.array[float], wp.array2d[float] and overload instances' annotations describe the same
+            # parameter as wp.array(dtype=..., ndim=...): keep one canonical annotation
+            ann = wp.array(dtype=ann.dtype, ndim=ndim)
         else:
             if role != INPUT:
                 raise ArgumentError(
@@ -330,7 +345,7 @@ def describe(
             dtype = _dtypes.normalize(ann)
             ndim = 0
             is_array = False
-        if isinstance(dtype, _wpc.Struct):
+        if _warp_compat.is_struct(dtype):
             raise ArgumentError(f"op {opname!r}: parameter {pname!r} is a struct; structs are not supported")
         generic = _dtypes.is_generic(dtype)
         scalar, inner = _dtypes.split(dtype)
@@ -376,6 +391,7 @@ def describe(
         raise ArgumentError(f"op {opname!r}: zero_outputs must be a bool, got {zero_outputs!r}")
 
     vm = _check_vmap_method(vmap_method, opname)
+    bd = check_block_dim(block_dim, opname, kind)
 
     bwd = None
     if backward is not None:
@@ -391,6 +407,7 @@ def describe(
                 vm,
                 None if bwd is None else bwd.name,
             )
+            + (() if bd is None else (("block_dim", bd),))
         )
         desc_name = _default_name(key, fn, hashlib.sha1(ident.encode()).hexdigest()[:8])
     else:
@@ -407,6 +424,7 @@ def describe(
         enable_backward=enable_backward,
         backward=bwd,
         vmap_method=vm,
+        block_dim=bd,
         label=name or key.rsplit(".", 1)[-1],
         reads_returned=_returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT]),
     )

@@ -129,6 +129,11 @@ def scalar_ref_kernel(kernel, names: tuple[str, ...]):
         fn.__qualname__ = f.__qualname__
         fn.__module__ = f.__module__
         suffix = "_".join(names)
+        # overloads of one generic kernel share its key: their signature tells them apart
+        parent = getattr(kernel, "generic_parent", None)
+        sig = next((s for s, k in (parent.overloads.items() if parent else ()) if k is kernel), "")
+        if sig:
+            suffix += "__" + sig
         module = wp.get_module(f"interop_scalar_ref.{kernel.key}.{suffix}")
         k = wp.Kernel(
             fn,
@@ -230,11 +235,13 @@ class Runner:
                     adj_inputs.append(_zero_of(plan.types[i]))
             kw = {"adj_inputs": adj_inputs, "adjoint": True}
         try:
+            if plan.desc.block_dim is not None:
+                kw["block_dim"] = plan.desc.block_dim
             slot.launch = wp.launch(kernel, dim=plan.launch_dims, inputs=inputs, device=device, record_cmd=True, **kw)
         except Exception as e:
             parent = getattr(kernel, "generic_parent", None)
-            if parent is None:
-                raise
+            if parent is None or parent is not plan.desc.fn:
+                raise  # not an overload this package made (e.g. the user's own wp.overload instance)
             # A failed overload build is recorded against the whole Warp module and would
             # break every other kernel in it: drop the overload so the module builds again.
             for sig, ovl in list(parent.overloads.items()):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
-from ._description import OpDescription, describe
+import dataclasses
+
+from ._description import OpDescription, check_block_dim, describe
 from ._errors import ArgumentError
 from ._frameworks import adapter, framework_of, watch_framework_imports
 from ._plan import CallPlan, make_plan
@@ -25,13 +27,14 @@ class Op:
         description: the immutable :class:`OpDescription` (hashable; keys all caches).
     """
 
-    __slots__ = ("description", "_plans", "_bound", "_fast", "__weakref__")
+    __slots__ = ("description", "_plans", "_bound", "_fast", "_block_dim_variants", "__weakref__")
 
     def __init__(self, description: OpDescription):
         self.description = description
         self._plans: dict[tuple, CallPlan] = {}
         self._bound: dict[str, Any] = {}
         self._fast: dict[tuple, Any] = {}  # adapters' per-signature fast paths
+        self._block_dim_variants: dict[int, Op] = {}
 
     @property
     def name(self) -> str:
@@ -55,7 +58,36 @@ class Op:
             self._bound[framework] = b
         return b
 
-    def __call__(self, *args: Any, launch_dims: Any = None, output_dims: Any = None, **kwargs: Any) -> Any:
+    def with_block_dim(self, block_dim: int) -> Op:
+        """This op launched with ``block_dim`` threads per block (a cached op of its own).
+
+        ``block_dim`` is part of an op's identity (it keys registered framework operators and
+        JAX FFI targets), so a per-call ``block_dim`` selects such a variant.
+
+        Raises:
+            ValueError: ``block_dim`` is not an int from 1 to 1024, or the op is a Python function.
+        """
+        d = self.description
+        bd = check_block_dim(block_dim, d.label, d.kind)
+        if bd is None or bd == d.block_dim:
+            return self
+        o = self._block_dim_variants.get(bd)
+        if o is None:
+            suffix = f"_block_dim_{d.block_dim}"
+            base = d.name[: -len(suffix)] if d.name.endswith(suffix) else d.name
+            desc = dataclasses.replace(d, block_dim=bd, name=f"{base}_block_dim_{bd}")
+            with _ops_lock:
+                o = _ops.get(desc)
+                if o is None:
+                    o = Op(desc)
+                    _ops[desc] = o
+            self._block_dim_variants[bd] = o
+            _notify_adapters(o)
+        return o
+
+    def __call__(
+        self, *args: Any, launch_dims: Any = None, output_dims: Any = None, block_dim: Any = None, **kwargs: Any
+    ) -> Any:
         """Call the op.
 
         Args:
@@ -64,12 +96,17 @@ class Op:
                 given by parameter name (``op(x, y, a=2.0)``).
             launch_dims: overrides the launch dimensions for this call.
             output_dims: overrides output shapes: an int, a tuple, or a dict by output name.
+            block_dim: overrides the threads per block for this call (see :meth:`with_block_dim`).
             **kwargs: adapter options (``framework=`` picks the framework when no array
                 is passed; JAX accepts ``vmap_method=``).
 
         Returns:
             The in-out arrays and outputs in kernel order: one bare, several as a tuple.
         """
+        if block_dim is not None and block_dim != self.description.block_dim:
+            return self.with_block_dim(block_dim)(
+                *args, launch_dims=launch_dims, output_dims=output_dims, **kwargs
+            )
         fw = kwargs.pop("framework", None)
         params = self.description.call_params
         if kwargs and any(p.name in kwargs for p in params):
@@ -150,6 +187,7 @@ def op(
     zero_outputs: bool = True,
     nondifferentiable: Sequence[str] = (),
     vmap_method: str | None = None,
+    block_dim: int | None = None,
 ) -> Op:
     """Describe a Warp kernel (or annotated Python function) once, as an op every framework can call.
 
@@ -174,6 +212,11 @@ def op(
             batch element, correct for every kernel), ``"sequential"`` (``lax.map``) or
             ``"fold"`` (one launch, batch folded into the first launch dim; valid only for
             row-independent kernels, see the README).
+        block_dim: threads per block of every launch, as ``wp.launch(..., block_dim=...)``
+            (tile kernels need it); an int from 1 to 1024, overridable per call. Launch dims
+            are not changed: for a tile kernel launched like ``wp.launch_tiled(k, dim=(m,),
+            block_dim=b)`` pass ``launch_dims=(m, b)``. On the CPU Warp runs one thread per
+            block (unless ``wp.config.enable_cpu_blocks``), which tile kernels handle.
 
     Returns:
         An :class:`Op`. Describing the same kernel with the same options again returns
@@ -206,6 +249,7 @@ def op(
         zero_outputs=zero_outputs,
         nondifferentiable=nondifferentiable,
         vmap_method=vmap_method,
+        block_dim=block_dim,
     )
     with _ops_lock:
         existing = _ops.get(desc)
