@@ -182,6 +182,7 @@ class Runner:
         self._slot_lock = threading.Lock()
         # a kernel launched over zero threads does nothing (Warp records no launch for it)
         self.empty = plan.desc.kind == "kernel" and any(int(d) == 0 for d in plan.launch_dims)
+        self.tiles = plan.desc.kind == "kernel" and _uses_tiles(plan.kernel)
 
     # -- kernel ops ------------------------------------------------------------------
     def _kernel(self, adjoint: bool):
@@ -292,6 +293,27 @@ class Runner:
                 slot.scalars[i] = v
         if adj is not None:
             _set_arrays(slot.adj, slot.adj_strides, slot.contiguous, adj)
+            if self.tiles:
+                self._set_grads(slot, adj)
+
+    def _set_grads(self, slot: _Slot, adj: Sequence[Any]) -> None:
+        """Tile adjoints (``adj_tile_load`` of a view such as ``x[i]``) accumulate into the primal
+        array's own ``grad`` pointer, as a ``wp.array`` with ``requires_grad`` carries it: set it."""
+        for i, at in slot.fwd.items():
+            a = adj[i]
+            if a is None:
+                at.grad = 0
+                continue
+            ptr, strides = a
+            strides = slot.contiguous[i] if strides is None else strides
+            if strides != slot.strides[i]:
+                p = self.plan.desc.params[i]
+                raise ArgumentError(
+                    f"op {self.plan.desc.label!r}, parameter {p.name!r}: the tile kernel's adjoint needs the array "
+                    f"and its gradient laid out alike, got strides {slot.strides[i]} and {strides} (bytes); "
+                    "pass a contiguous array"
+                )
+            at.grad = ptr
 
     def fast_forward(self, device):
         """A launcher for repeated forward calls on ``device``: ``go(values, stream)``.
@@ -486,6 +508,20 @@ class Runner:
                 with tape:
                     self.plan.kernel(*args)
                 tape.backward()
+
+
+def _uses_tiles(kernel) -> bool:
+    """Does the kernel call Warp tile functions (``wp.tile_load``, ``wp.tile_sum``...)?"""
+    tree = getattr(getattr(kernel, "adj", None), "tree", None)
+    if tree is None:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name.startswith("tile"):
+                return True
+    return False
 
 
 def _nothing(values, adj=None, stream=None) -> None:

@@ -80,6 +80,66 @@ def function_op_fn(a: wp.array(dtype=float), b: wp.array(dtype=float), out: wp.a
     wp.launch(_axpy_kernel, dim=a.shape, inputs=[tmp, b, 3.0], outputs=[out])
 
 
+# Warp 1.19 subscript annotations (wp.array[float], wp.array2d[float])
+@wp.kernel
+def subscript_kernel(x: wp.array2d[float], w: wp.array[float], out: wp.array2d[float]):
+    i, j = wp.tid()
+    out[i, j] = wp.sin(x[i, j]) * w[j]
+
+
+# an overload table, as libraries ship them: one generic kernel, concrete instances per dtype
+@wp.kernel
+def _overloaded_kernel(a: wp.array(dtype=typing.Any), s: typing.Any, out: wp.array(dtype=typing.Any)):
+    i = wp.tid()
+    out[i] = a[i] * a[i] * a[i] + s * a[i]
+
+
+OVERLOADS = {
+    np.float32: wp.overload(_overloaded_kernel, [wp.array(dtype=wp.float32), wp.float32, wp.array(dtype=wp.float32)]),
+    np.float64: _overloaded_kernel.add_overload([wp.array(dtype=wp.float64), wp.float64, wp.array(dtype=wp.float64)]),
+}
+
+
+# outputs in the middle of the signature and scalars after them (nvalchemiops' segmented sum has this shape)
+NSEG = 3
+
+
+@wp.kernel
+def outputs_middle_kernel(
+    x: wp.array[float],
+    idx: wp.array[wp.int32],
+    seg: wp.array[float],
+    y: wp.array[float],
+    prod: wp.array[float],
+    s: float,
+    n: int,
+):
+    i = wp.tid()
+    if i < n:
+        wp.atomic_add(seg, idx[i], s * x[i] * x[i])
+        prod[i] = x[i] * y[i]
+
+
+# an in-out array before a pure input
+@wp.kernel
+def inout_first_kernel(acc: wp.array[float], x: wp.array[float], out: wp.array[float]):
+    i = wp.tid()
+    wp.atomic_add(acc, i, x[i] * x[i])
+    out[i] = 3.0 * x[i]
+
+
+# a tile kernel: one block per row, wp.tile_load / wp.tile_sum / wp.tile_store
+TILE = 8
+TILE_BLOCK = 16
+
+
+@wp.kernel
+def tile_kernel(x: wp.array2d[float], out: wp.array[float]):
+    i, _lane = wp.tid()
+    t = wp.tile_load(x[i], shape=TILE)
+    wp.tile_store(out, wp.tile_sum(wp.tile_map(wp.mul, t, t)), offset=i)
+
+
 # ---- cases -----------------------------------------------------------------------------
 @dataclass
 class Case:
@@ -173,6 +233,64 @@ _add(
     )
 )
 
+_add(
+    Case(
+        "subscript",
+        interop.op(subscript_kernel),
+        lambda rng, dt: (_f(rng, (3, 5), dt), _f(rng, 5, dt)),
+        lambda x, w: (np.sin(x) * w,),
+        dtypes=(np.float32,),
+    )
+)
+for _dt, _inst in OVERLOADS.items():
+    _add(
+        Case(
+            f"overload_{np.dtype(_dt).name}",
+            interop.op(_inst),
+            lambda rng, dt: (_f(rng, N, dt), 0.5),
+            lambda a, s: (a**3 + s * a,),
+            dtypes=(_dt,),
+        )
+    )
+_add(
+    Case(
+        "outputs_middle",
+        interop.op(outputs_middle_kernel, outputs=["seg", "prod"], output_dims={"seg": NSEG}),
+        lambda rng, dt: (_f(rng, N, dt), (np.arange(N) % NSEG).astype(np.int32), _f(rng, N, dt), 1.5, N),
+        lambda x, idx, y, s, n: (np.bincount(idx, weights=s * x * x, minlength=NSEG).astype(x.dtype), x * y),
+        dtypes=(np.float32,),
+    )
+)
+_add(
+    Case(
+        "in_out_first",
+        interop.op(inout_first_kernel, in_out=["acc"]),
+        lambda rng, dt: (_f(rng, N, dt), _f(rng, N, dt)),
+        lambda acc, x: (acc + x * x, 3.0 * x),
+        dtypes=(np.float32,),
+        in_out=(0,),
+    )
+)
+_add(
+    Case(
+        "tile",
+        interop.op(tile_kernel, block_dim=TILE_BLOCK, launch_dims=(4, TILE_BLOCK), output_dims=4),
+        lambda rng, dt: (_f(rng, (4, TILE), dt),),
+        lambda x: (np.sum(x * x, axis=1),),
+        dtypes=(np.float32,),
+    )
+)
+_add(
+    Case(
+        "tile_block_dim_per_call",
+        interop.op(tile_kernel, output_dims=4),
+        lambda rng, dt: (_f(rng, (4, TILE), dt),),
+        lambda x: (np.sum(x * x, axis=1),),
+        dtypes=(np.float32,),
+        call_kwargs={"block_dim": 32, "launch_dims": (4, 32)},
+    )
+)
+
 CASE_IDS = [c.id for c in CASES]
 
 
@@ -188,7 +306,7 @@ def loss_weights(case: Case, outs: tuple, seed: int = 1) -> list[np.ndarray]:
 
 def fd_grad(case: Case, args: tuple, weights: list[np.ndarray], eps: float = 1e-6) -> list[np.ndarray | None]:
     """Central finite differences (float64) of sum_k sum(w_k * ref_k) w.r.t. every float array argument."""
-    args64 = [np.asarray(a, np.float64) if isinstance(a, np.ndarray) else a for a in args]
+    args64 = [np.asarray(a, np.float64) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a for a in args]
 
     def loss(av):
         outs = case.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in av])
