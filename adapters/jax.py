@@ -318,7 +318,7 @@ class _Entry:
     def _make_vjp(self):
         desc = self.desc
         fwd_launch = self.fwd
-        n_in_out = sum(1 for p in desc.returned_params if p.role == IN_OUT)
+        out_mask = tuple(p.role == OUTPUT for p in desc.returned_params)
 
         @jax.custom_vjp
         def fn(*xs):
@@ -330,7 +330,9 @@ class _Entry:
             self._check_differentiable(want)
             outs = tuple(fwd_launch(*xs))
             # which operands need a gradient is static: carry it in the residuals' tree structure
-            return outs, (tuple(xs), outs[n_in_out:], {str(i): None for i in want})
+            # the adjoint launch takes the pure outputs (in kernel order, wherever in-out ones sit)
+            pure = tuple(o for o, is_out in zip(outs, out_mask) if is_out)
+            return outs, (tuple(xs), pure, {str(i): None for i in want})
 
         def fn_bwd(res, cts):
             xs, outs, want = res

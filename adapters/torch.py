@@ -939,8 +939,9 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     if b.inout_pos and not grad:
         ovl = _OVERLOADS[_resolve(op, mask, "mutable")]
         res = ovl(*sargs)
-        outs = () if res is None else (res if isinstance(res, tuple) else (res,))
-        returned = [args[i] for i in b.inout_pos] + list(outs)
+        outs = iter(() if res is None else (res if isinstance(res, tuple) else (res,)))
+        # kernel order: the in-out tensors (updated in place) where they sit among the outputs
+        returned = [args[b._pos_of_index(p.index)] if p.role == IN_OUT else next(outs) for p in b.returned]
         return pack_result(returned)
     qual = base if mask == b.base_mask else _resolve(op, mask, "functional")
     if grad and functorch_transforms_active():
@@ -951,10 +952,13 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         return res
     res = res if isinstance(res, tuple) else (res,)
     returned = []
-    for j, i in enumerate(b.inout_pos):
-        args[i].copy_(res[j])
-        returned.append(args[i])
-    returned.extend(res[len(b.inout_pos) :])
+    for p, r in zip(b.returned, res):  # kernel order
+        if p.role == IN_OUT:
+            t = args[b._pos_of_index(p.index)]
+            t.copy_(r)
+            returned.append(t)
+        else:
+            returned.append(r)
     return pack_result(returned)
 
 

@@ -100,7 +100,8 @@ OVERLOADS = {
 }
 
 
-# outputs in the middle of the signature and scalars after them (nvalchemiops' segmented sum has this shape)
+# outputs in the middle of the signature, an in-out after them and scalars last (nvalchemiops'
+# segmented sum has this shape)
 NSEG = 3
 
 
@@ -111,6 +112,7 @@ def outputs_middle_kernel(
     seg: wp.array[float],
     y: wp.array[float],
     prod: wp.array[float],
+    acc: wp.array[float],
     s: float,
     n: int,
 ):
@@ -118,6 +120,7 @@ def outputs_middle_kernel(
     if i < n:
         wp.atomic_add(seg, idx[i], s * x[i] * x[i])
         prod[i] = x[i] * y[i]
+        wp.atomic_add(acc, i, wp.sin(y[i]))
 
 
 # an in-out array before a pure input
@@ -255,10 +258,15 @@ for _dt, _inst in OVERLOADS.items():
 _add(
     Case(
         "outputs_middle",
-        interop.op(outputs_middle_kernel, outputs=["seg", "prod"], output_dims={"seg": NSEG}),
-        lambda rng, dt: (_f(rng, N, dt), (np.arange(N) % NSEG).astype(np.int32), _f(rng, N, dt), 1.5, N),
-        lambda x, idx, y, s, n: (np.bincount(idx, weights=s * x * x, minlength=NSEG).astype(x.dtype), x * y),
+        interop.op(outputs_middle_kernel, outputs=["seg", "prod"], in_out=["acc"], output_dims={"seg": NSEG}),
+        lambda rng, dt: (_f(rng, N, dt), (np.arange(N) % NSEG).astype(np.int32), _f(rng, N, dt), _f(rng, N, dt), 1.5, N),
+        lambda x, idx, y, acc, s, n: (
+            np.bincount(idx, weights=s * x * x, minlength=NSEG).astype(x.dtype),
+            x * y,
+            acc + np.sin(y),
+        ),
         dtypes=(np.float32,),
+        in_out=(3,),
     )
 )
 _add(
