@@ -90,6 +90,61 @@ def square_bwd_wrong_type(x: wp.array(dtype=float), adj_out: wp.array(dtype=wp.v
     grad_x[i] = 2.0 * x[i]
 
 
+@wp.kernel
+def seg_sum(x: wp.array(dtype=float), idx: wp.array(dtype=int), out: wp.array(dtype=float), n: int, ept: int):
+    i = wp.tid()
+    wp.atomic_add(out, idx[i], x[i])
+
+
+@wp.kernel
+def acc_first(acc: wp.array(dtype=float), x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(acc, i, x[i])
+    out[i] = x[i]
+
+
+@wp.kernel
+def subscript_style(a: wp.array2d[float], v: wp.array[wp.vec3], out: wp.array2d[float]):
+    i, j = wp.tid()
+    out[i, j] = a[i, j] + v[i][0]
+
+
+@wp.kernel
+def call_style(a: wp.array2d(dtype=float), v: wp.array(dtype=wp.vec3), out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[i, j] = a[i, j] + v[i][0]
+
+
+@wp.kernel
+def scale_any(a: wp.array(dtype=typing.Any), s: typing.Any, out: wp.array(dtype=typing.Any)):
+    i = wp.tid()
+    out[i] = a[i] * s
+
+
+OVL32 = wp.overload(scale_any, [wp.array(dtype=wp.float32), wp.float32, wp.array(dtype=wp.float32)])
+OVL64 = scale_any.add_overload([wp.array(dtype=wp.float64), wp.float64, wp.array(dtype=wp.float64)])
+
+
+@wp.kernel
+def indexed_kernel(a: wp.indexedarray(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i]
+
+
+@wp.kernel
+def indexed_subscript_kernel(a: wp.indexedarray[float], out: wp.array[float]):
+    i = wp.tid()
+    out[i] = a[i]
+
+
+def fabric_function(a: wp.fabricarray(dtype=float), out: wp.array(dtype=float)):
+    pass
+
+
+def any_ndim_function(a: wp.array[float, typing.Any], out: wp.array(dtype=float)):
+    pass
+
+
 def function_op(a: wp.array(dtype=float), out: wp.array(dtype=float)):
     wp.launch(square, dim=a.shape, inputs=[a], outputs=[out])
 
@@ -136,9 +191,30 @@ def test_param_fields():
     assert "vec3" in b.expected_text() and "2-d framework array" in b.expected_text()
 
 
-def test_outputs_names_must_be_trailing():
-    with pytest.raises(ValueError, match=r"op '.*two_out'.*outputs \['b'\] must be the trailing parameters"):
-        interop.op(two_out, outputs=["b"])
+def test_outputs_names_may_sit_anywhere():
+    o = interop.op(two_out, outputs=["b"])
+    assert roles(o) == [("a", "input"), ("b", "output"), ("c", "input")]
+    assert [p.name for p in o.description.call_params] == ["a", "c"]
+    assert [p.name for p in o.description.returned_params] == ["b"]
+    # a list in another order names the same parameters: returned in kernel order either way
+    assert interop.op(two_out, outputs=["c", "b"]) is interop.op(two_out, outputs=["b", "c"])
+
+
+def test_outputs_before_scalars_like_segmented_sum():
+    o = interop.op(seg_sum, outputs=["out"])
+    assert roles(o) == [("x", "input"), ("idx", "input"), ("out", "output"), ("n", "input"), ("ept", "input")]
+    assert [p.name for p in o.description.call_params] == ["x", "idx", "n", "ept"]
+
+
+def test_outputs_int_counts_trailing_parameters():
+    # backward compatible: outputs=N is the last N parameters (scalars among them are refused)
+    with pytest.raises(TypeError, match=r"seg_sum.*parameter 'ept' is returned \(output\) but is not an array"):
+        interop.op(seg_sum)
+
+
+def test_outputs_listed_twice():
+    with pytest.raises(ValueError, match=r"two_out.*outputs lists a parameter twice: \['b', 'b'\]"):
+        interop.op(two_out, outputs=["b", "b"])
 
 
 def test_outputs_unknown_name():
@@ -190,13 +266,104 @@ def test_in_out_unknown_name():
 
 
 def test_in_out_after_output():
-    with pytest.raises(ValueError, match=r"in-out parameter 'out' comes after output 'acc'"):
-        interop.op(acc_kernel, outputs=2, in_out=["out"])
+    o = interop.op(acc_kernel, outputs=2, in_out=["out"])
+    assert roles(o) == [("x", "input"), ("acc", "output"), ("out", "in_out")]
+    assert [p.name for p in o.description.call_params] == ["x", "out"]
+    assert [p.name for p in o.description.returned_params] == ["acc", "out"]
 
 
-def test_in_out_not_among_outputs():
-    with pytest.raises(ValueError, match=r"in_out parameter 'acc' is not among the 1 returned.*pass outputs=2"):
-        interop.op(acc_kernel, outputs=1, in_out=["acc"])
+def test_in_out_need_not_be_among_outputs():
+    # in_out names any array parameter; outputs names the pure outputs (or counts trailing parameters)
+    o = interop.op(acc_kernel, outputs=1, in_out=["acc"])
+    assert o is interop.op(acc_kernel, outputs=2, in_out=["acc"]) is interop.op(acc_kernel, outputs=["out"], in_out="acc")
+
+
+def test_in_out_before_an_input():
+    o = interop.op(acc_first, in_out=["acc"])
+    assert roles(o) == [("acc", "in_out"), ("x", "input"), ("out", "output")]
+    assert [p.name for p in o.description.call_params] == ["acc", "x"]
+    assert [p.name for p in o.description.returned_params] == ["acc", "out"]
+
+
+def test_only_in_out_returned():
+    o = interop.op(acc_first, outputs=[], in_out=["acc", "out"])
+    assert roles(o) == [("acc", "in_out"), ("x", "input"), ("out", "in_out")]
+    assert interop.op(acc_first, outputs=0, in_out=["acc", "out"]) is o
+
+
+# ---- Warp 1.19 annotations and overload instances ------------------------------------------------
+def test_subscript_annotations_describe_like_wp_array():
+    new = interop.op(subscript_style).description
+    old = interop.op(call_style).description
+    fields = [(p.name, p.role, p.is_array, p.dtype, p.ndim, p.inner, p.differentiable) for p in new.params]
+    assert fields == [(p.name, p.role, p.is_array, p.dtype, p.ndim, p.inner, p.differentiable) for p in old.params]
+    assert [(p.dtype, p.ndim) for p in new.params] == [(wp.float32, 2), (wp.vec3, 1), (wp.float32, 2)]
+
+
+def test_overload_instances_are_accepted():
+    d32 = interop.op(OVL32).description
+    d64 = interop.op(OVL64).description
+    assert [(p.name, p.dtype, p.generic) for p in d32.params] == [
+        ("a", wp.float32, False),
+        ("s", wp.float32, False),
+        ("out", wp.float32, False),
+    ]
+    assert [p.dtype for p in d64.params] == [wp.float64] * 3
+    assert d32 != d64 and d32.name != d64.name  # one op per overload
+
+
+def test_overload_instances_launch_their_own_overload():
+    a32 = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(interop.op(OVL32)(a32, 2.0), a32 * 2.0)
+    a64 = np.arange(4, dtype=np.float64) / 3.0
+    np.testing.assert_array_equal(interop.op(OVL64)(a64, 0.1), a64 * 0.1)  # float64 arithmetic
+    with pytest.raises(TypeError, match=r"parameter 'a': expected a 1-d array of float32 \(dtype float32\), got .*float64"):
+        interop.op(OVL32)(a64, 2.0)
+
+
+def test_indexed_and_fabric_arrays_are_refused_with_the_reason():
+    with pytest.raises(TypeError, match=r"parameter 'a' is a wp.indexedarray; indexed and fabric arrays are not supported"):
+        interop.op(indexed_kernel)
+    with pytest.raises(TypeError, match=r"parameter 'a' is a wp.indexedarray; .*plain array \(wp.array\(dtype=...\) or wp.array\[...\]\)"):
+        interop.op(indexed_subscript_kernel)
+    with pytest.raises(TypeError, match=r"parameter 'a' is a wp.fabricarray; indexed and fabric arrays are not supported"):
+        interop.op(fabric_function)
+
+
+def test_array_without_fixed_ndim_is_refused():
+    with pytest.raises(TypeError, match=r"parameter 'a' has no fixed number of dimensions .*give it one"):
+        interop.op(any_ndim_function)
+
+
+# ---- block_dim -----------------------------------------------------------------------------------
+def test_block_dim_is_part_of_the_identity():
+    plain = interop.op(square)
+    b64 = interop.op(square, block_dim=64)
+    assert plain.description.block_dim is None and b64.description.block_dim == 64
+    assert plain is not b64 and plain.name != b64.name
+    assert interop.op(square, block_dim=64) is b64
+    assert interop.op(square, block_dim=32).description != b64.description
+    # per call: a cached variant op, identity by block_dim
+    v = plain.with_block_dim(128)
+    assert v.description.block_dim == 128 and plain.with_block_dim(128) is v
+    assert b64.with_block_dim(64) is b64
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(plain(x, block_dim=128), x * x)
+
+
+@pytest.mark.parametrize(
+    "bad, got", [(0, "got 0"), (1025, "got 1025"), (-1, "got -1"), (True, "got bool True"), (2.0, "got float 2.0")]
+)
+def test_bad_block_dim(bad, got):
+    with pytest.raises((TypeError, ValueError), match=rf"op '.*square': block_dim must be an int from 1 to 1024, {got}"):
+        interop.op(square, block_dim=bad)
+    with pytest.raises((TypeError, ValueError), match=rf"op 'square': block_dim must be an int from 1 to 1024, {got}"):
+        interop.op(square)(np.ones(3, np.float32), block_dim=bad)
+
+
+def test_block_dim_on_function_op():
+    with pytest.raises(ValueError, match=r"block_dim does not apply to a Python-function op"):
+        interop.op(function_op, block_dim=64)
 
 
 def test_in_out_duplicate():

@@ -94,3 +94,42 @@ def test_opcheck_forward_and_backward_operators(case_id, dtype, requires_grad):
     torch.library.opcheck(ops["backward"], bargs, test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
     with pytest.raises(Exception, match=r"second derivatives are not available"):
         torch.library.opcheck(ops["backward"], bargs, test_utils="test_aot_dispatch_dynamic")
+
+
+ISSUE8_CASES = ["subscript", "overload_float32", "outputs_middle", "in_out_first", "tile", "tile_block_dim_per_call"]
+
+
+@pytest.mark.parametrize("case_id", ISSUE8_CASES)
+def test_compiled_equals_eager_with_gradients(case_id):
+    """torch.compile(fullgraph=True) of the kernels as others write them: values and gradients as eager."""
+    dynamo_testing = pytest.importorskip("torch._dynamo.testing")
+    case = catalogue.case(case_id)
+    args = case.make(np.random.default_rng(11), np.float32)
+
+    def run(*targs):
+        out = case.op(*targs, **case.call_kwargs)
+        out = out if isinstance(out, tuple) else (out,)
+        return sum((o * (j + 1.0)).sum() for j, o in enumerate(out))
+
+    # gradients through in-out arrays under torch.compile are not covered here (known gap, see the
+    # report of issue 8): in-out cases compare values only
+    grad = not case.in_out
+    eager_args = _torch_args(args, grad, case)
+    ref = run(*eager_args)
+    leaves = [t for t in eager_args if isinstance(t, torch.Tensor) and t.requires_grad]
+    ref_grads = torch.autograd.grad(ref, leaves) if grad else ()
+    torch._dynamo.reset()
+    cnt = dynamo_testing.CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(run, backend=cnt, fullgraph=True)
+    cargs = _torch_args(args, grad, case)
+    got = compiled(*cargs)
+    cleaves = [t for t in cargs if isinstance(t, torch.Tensor) and t.requires_grad]
+    got_grads = torch.autograd.grad(got, cleaves) if grad else ()
+    assert len(got_grads) == len(ref_grads)
+    torch.testing.assert_close(got, ref)
+    for k in case.in_out:  # the caller's in-out tensor was updated in place, as in eager
+        torch.testing.assert_close(cargs[k], eager_args[k])
+    for g, r in zip(got_grads, ref_grads):
+        torch.testing.assert_close(g, r)
+    assert cnt.frame_count == 1
+    torch._dynamo.reset()
