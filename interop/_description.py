@@ -104,7 +104,7 @@ class OpDescription:
 
     @cached_property
     def returned_params(self) -> tuple[Param, ...]:
-        """Parameters a call returns, in order: in-out parameters then outputs."""
+        """Parameters a call returns (in-out parameters and outputs), in kernel order."""
         return tuple(p for p in self.params if p.role != INPUT)
 
     @cached_property

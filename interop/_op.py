@@ -194,9 +194,10 @@ def op(
     Args:
         fn: a ``@wp.kernel``, or a Python function annotated like a kernel that launches
             kernels itself (Warp's ``jax_callable`` case).
-        outputs: the number of trailing array parameters the call returns, or their names.
-            In-out parameters count among them (order: inputs, in-out, outputs).
-        in_out: names of parameters read and updated in place (e.g. accumulators).
+        outputs: the names of the output parameters (anywhere in the signature), or an int N:
+            the last N parameters (in-out ones among them stay in-out).
+        in_out: names of array parameters read and updated in place (e.g. accumulators),
+            anywhere in the signature. The call returns in-out arrays and outputs in kernel order.
         launch_dims: default launch dimensions (int or tuple); default: the Warp shape of
             the first array argument. Not for Python-function ops.
         output_dims: default output shapes: int, tuple, or dict by output name; Warp or
@@ -224,8 +225,9 @@ def op(
 
     Raises:
         TypeError, ValueError: naming the op and parameter, for anything wrong in the
-            description (unknown ``in_out`` names, an in-out after an output, an output
-            that is not an array, ``outputs`` larger than the parameter list...).
+            description (unknown ``in_out`` names, an output or in-out that is not an array,
+            ``outputs`` larger than the parameter list, indexed/fabric array parameters, a
+            ``block_dim`` outside 1..1024...).
 
     Example:
         >>> import numpy as np, warp as wp, interop
