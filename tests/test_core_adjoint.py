@@ -155,7 +155,7 @@ def test_scalar_by_reference_gets_a_real_gradient(case, dt):
     """A scalar passed as a 0-d array runs the by-reference kernel variant; its gradient is summed over threads."""
     args = asymmetric(case, dt)
     params = case.op.description.call_params
-    ref_args = tuple(np.asarray(a, dt) if not p.is_array else a for p, a in zip(params, args))
+    ref_args = tuple(np.asarray(a, dt) if not p.is_array and isinstance(a, float) else a for p, a in zip(params, args))
     assert any(isinstance(a, np.ndarray) and a.ndim == 0 for a in ref_args)
     expected_out = case.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in ref_args])
     weights = loss_weights(case, expected_out)
