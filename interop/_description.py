@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 import warp as wp
+
 from . import _dtypes, _warp_compat
 from ._errors import ArgumentError
 

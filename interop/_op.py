@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Sequence
-
-import dataclasses
 
 from ._description import OpDescription, check_block_dim, describe
 from ._errors import ArgumentError
@@ -104,9 +103,7 @@ class Op:
             The in-out arrays and outputs in kernel order: one bare, several as a tuple.
         """
         if block_dim is not None and block_dim != self.description.block_dim:
-            return self.with_block_dim(block_dim)(
-                *args, launch_dims=launch_dims, output_dims=output_dims, **kwargs
-            )
+            return self.with_block_dim(block_dim)(*args, launch_dims=launch_dims, output_dims=output_dims, **kwargs)
         fw = kwargs.pop("framework", None)
         params = self.description.call_params
         if kwargs and any(p.name in kwargs for p in params):

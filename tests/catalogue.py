@@ -259,7 +259,14 @@ _add(
     Case(
         "outputs_middle",
         interop.op(outputs_middle_kernel, outputs=["seg", "prod"], in_out=["acc"], output_dims={"seg": NSEG}),
-        lambda rng, dt: (_f(rng, N, dt), (np.arange(N) % NSEG).astype(np.int32), _f(rng, N, dt), _f(rng, N, dt), 1.5, N),
+        lambda rng, dt: (
+            _f(rng, N, dt),
+            (np.arange(N) % NSEG).astype(np.int32),
+            _f(rng, N, dt),
+            _f(rng, N, dt),
+            1.5,
+            N,
+        ),
         lambda x, idx, y, acc, s, n: (
             np.bincount(idx, weights=s * x * x, minlength=NSEG).astype(x.dtype),
             x * y,

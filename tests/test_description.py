@@ -275,7 +275,9 @@ def test_in_out_after_output():
 def test_in_out_need_not_be_among_outputs():
     # in_out names any array parameter; outputs names the pure outputs (or counts trailing parameters)
     o = interop.op(acc_kernel, outputs=1, in_out=["acc"])
-    assert o is interop.op(acc_kernel, outputs=2, in_out=["acc"]) is interop.op(acc_kernel, outputs=["out"], in_out="acc")
+    assert (
+        o is interop.op(acc_kernel, outputs=2, in_out=["acc"]) is interop.op(acc_kernel, outputs=["out"], in_out="acc")
+    )
 
 
 def test_in_out_before_an_input():
@@ -317,16 +319,25 @@ def test_overload_instances_launch_their_own_overload():
     np.testing.assert_array_equal(interop.op(OVL32)(a32, 2.0), a32 * 2.0)
     a64 = np.arange(4, dtype=np.float64) / 3.0
     np.testing.assert_array_equal(interop.op(OVL64)(a64, 0.1), a64 * 0.1)  # float64 arithmetic
-    with pytest.raises(TypeError, match=r"parameter 'a': expected a 1-d array of float32 \(dtype float32\), got .*float64"):
+    with pytest.raises(
+        TypeError, match=r"parameter 'a': expected a 1-d array of float32 \(dtype float32\), got .*float64"
+    ):
         interop.op(OVL32)(a64, 2.0)
 
 
 def test_indexed_and_fabric_arrays_are_refused_with_the_reason():
-    with pytest.raises(TypeError, match=r"parameter 'a' is a wp.indexedarray; indexed and fabric arrays are not supported"):
+    with pytest.raises(
+        TypeError, match=r"parameter 'a' is a wp.indexedarray; indexed and fabric arrays are not supported"
+    ):
         interop.op(indexed_kernel)
-    with pytest.raises(TypeError, match=r"parameter 'a' is a wp.indexedarray; .*plain array \(wp.array\(dtype=...\) or wp.array\[...\]\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"parameter 'a' is a wp.indexedarray; .*plain array \(wp.array\(dtype=...\) or wp.array\[...\]\)",
+    ):
         interop.op(indexed_subscript_kernel)
-    with pytest.raises(TypeError, match=r"parameter 'a' is a wp.fabricarray; indexed and fabric arrays are not supported"):
+    with pytest.raises(
+        TypeError, match=r"parameter 'a' is a wp.fabricarray; indexed and fabric arrays are not supported"
+    ):
         interop.op(fabric_function)
 
 
@@ -355,7 +366,9 @@ def test_block_dim_is_part_of_the_identity():
     "bad, got", [(0, "got 0"), (1025, "got 1025"), (-1, "got -1"), (True, "got bool True"), (2.0, "got float 2.0")]
 )
 def test_bad_block_dim(bad, got):
-    with pytest.raises((TypeError, ValueError), match=rf"op '.*square': block_dim must be an int from 1 to 1024, {got}"):
+    with pytest.raises(
+        (TypeError, ValueError), match=rf"op '.*square': block_dim must be an int from 1 to 1024, {got}"
+    ):
         interop.op(square, block_dim=bad)
     with pytest.raises((TypeError, ValueError), match=rf"op 'square': block_dim must be an int from 1 to 1024, {got}"):
         interop.op(square)(np.ones(3, np.float32), block_dim=bad)

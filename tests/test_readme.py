@@ -30,9 +30,9 @@ def test_readme_parameter_order_and_tile_example_runs(tmp_path):
     text = open(os.path.join(ROOT, "README.md")).read()
     section = text.split("- `block_dim` (tile kernels)", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    code = code.replace(
-        "seg(np.ones(4", "got_seg = seg(np.ones(4", 1
-    ).replace("norms(np.ones((3, 8), np.float32))  ", "got_norms = norms(np.ones((3, 8), np.float32))  ", 1)
+    code = code.replace("seg(np.ones(4", "got_seg = seg(np.ones(4", 1).replace(
+        "norms(np.ones((3, 8), np.float32))  ", "got_norms = norms(np.ones((3, 8), np.float32))  ", 1
+    )
     code += (
         "\nimport numpy as np"
         "\nnp.testing.assert_array_equal(got_seg, [1.0, 3.0])"
