@@ -285,9 +285,12 @@ def describe(
             f"op {opname!r}: outputs must be an int or a list of parameter names, got {type(outputs).__name__}"
         )
     if isinstance(outputs, int):
-        # an int counts trailing parameters (in-out ones among them, as before 0.x: backward compatible)
+        # an int counts trailing parameters, as it always has (in-out ones among them stay in-out);
+        # outputs elsewhere in the signature are named instead
         if outputs < (0 if in_out else 1):
-            raise ArgumentError(f"op {opname!r}: outputs must be at least 1, got {outputs}")
+            raise ArgumentError(
+                f"op {opname!r}: outputs must be at least 1, got {outputs} (0 only when in_out names the returned arrays)"
+            )
         if outputs > len(args):
             raise ArgumentError(
                 f"op {opname!r}: outputs={outputs} but the {kind} has only {len(args)} parameters ({names})"

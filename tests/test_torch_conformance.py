@@ -133,3 +133,22 @@ def test_compiled_equals_eager_with_gradients(case_id):
         torch.testing.assert_close(g, r)
     assert cnt.frame_count == 1
     torch._dynamo.reset()
+
+
+def test_tile_gradient_of_a_strided_input_raises():
+    """Warp's tile adjoints write through the array's own grad pointer with the array's strides: a
+    strided input whose gradient buffer is laid out otherwise is refused, never given a wrong gradient."""
+    case = catalogue.case("tile")
+    big = torch.rand(4, 2 * catalogue.TILE, requires_grad=True)
+    x = big[:, ::2]
+    out = case.op(x)
+    torch.testing.assert_close(out, (x * x).sum(1))  # the forward reads strided arrays
+    with pytest.raises(
+        ValueError,
+        match=r"op 'tile_kernel', parameter 'x': the tile kernel's adjoint needs the array "
+        r"and its gradient laid out alike, got strides .*; pass a contiguous array",
+    ):
+        out.sum().backward()
+    xc = x.detach().contiguous().requires_grad_(True)
+    case.op(xc).sum().backward()
+    torch.testing.assert_close(xc.grad, 2 * xc.detach())
