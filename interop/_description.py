@@ -22,6 +22,7 @@ from warp._src import types as _wpt
 
 from . import _dtypes
 from ._errors import ArgumentError
+from ._extent import direct_indexing
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -96,6 +97,8 @@ class OpDescription:
     # returned parameters the kernel may read (so Warp's adjoint may write into their
     # upstream gradient): adapters hand such a gradient over as a private copy
     reads_returned: tuple[str, ...] = field(default=(), compare=False, hash=False)
+    # (array parameter, its dim, launch dim) the kernel indexes directly with wp.tid() (see _extent)
+    direct_index: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, hash=False)
 
     # -- derived views (cheap properties; dataclass stays the identity) ------------
     @cached_property
@@ -409,6 +412,7 @@ def describe(
         vmap_method=vm,
         label=name or key.rsplit(".", 1)[-1],
         reads_returned=_returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT]),
+        direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),
     )
 
 

@@ -13,8 +13,9 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import warp as wp
 from warp._src import types as _wpt
+from warp._src.types import type_size_in_bytes
 
-from . import _dtypes
+from . import _dtypes, _extent
 from ._description import OpDescription, Param, normalize_dims, normalize_output_dims
 from ._errors import ArgumentError
 
@@ -303,12 +304,22 @@ def make_plan(
             )
         shapes[p.index] = _as_output_shape(desc, p, elem, tuple(dims), source)
 
+    for p in desc.output_params:
+        _extent.check_output(desc.label, p.name, shapes[p.index], type_size_in_bytes(types[p.index]))
     if desc.kind == "kernel":
         if default_dims is None:
             raise ArgumentError(
                 f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
             )
         launch = tuple(default_dims)
+        _extent.check_launch(desc.label, launch)
+        _extent.check_extents(
+            desc.label,
+            desc.direct_index,
+            launch,
+            {p.name: shapes[p.index] for p in desc.params if p.is_array},
+            {p.name: p.role for p in desc.params},
+        )
         kernel = desc.fn
         if kernel.is_generic:
             arg_types = []
