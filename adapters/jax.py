@@ -38,7 +38,7 @@ from jax.custom_batching import custom_vmap
 from interop import _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
 from interop._launch import external_stream, get_device
-from interop._plan import ArraySpec, ScalarSpec
+from interop._plan import ArraySpec, ScalarSpec, check_scalar_value
 
 from . import _jax_compat, _jax_ffi
 
@@ -166,6 +166,8 @@ def _eager_scalar(p, x):
     dt = _SCALAR_NP.get(p.scalar)
     if dt is None or (type(x) is float and dt.kind != "f"):
         return x  # let the plan report the mismatch
+    if dt.kind in "iu" and not np.iinfo(dt).min <= x <= np.iinfo(dt).max:
+        return x  # stays static: the plan names the parameter and the range
     return np.asarray(x, dt)
 
 
@@ -285,6 +287,9 @@ class _Entry:
                         f"op {desc.label!r}, output {p.name!r}: the kernel writes {spec.dtype.name}, which JAX "
                         f"would silently make a 32-bit array" + _X64_HINT
                     )
+        for i, v in self.static.items():
+            # at trace time: a static number the parameter's type cannot hold (Warp would wrap it)
+            check_scalar_value(desc, desc.params[i], plan.types[i], v)
         self.plan = plan
         self.fwd = _forward_launch(self, plan)
         self._bwd: dict[tuple, Any] = {}

@@ -195,7 +195,10 @@ def _values(plan, params, tensors: dict, scalars: dict) -> list:
             continue
         ptr, strides, itemsize = FRAMEWORK.layout(t)
         if p.is_array:
-            values[p.index] = (ptr, check_layout(plan.desc, p, tuple(t.shape), strides, itemsize))
+            values[p.index] = (
+                ptr,
+                check_layout(plan.desc, p, tuple(t.shape), strides, itemsize, written=p.role == "in_out"),
+            )
         else:
             values[p.index] = (ptr, None)
     return values

@@ -388,7 +388,7 @@ class _Binding:
                 if p.is_array:
                     isz = x.element_size()
                     strides = tuple(s * isz for s in x.stride())
-                    outer = check_layout(desc, p, tuple(x.shape), strides, isz)
+                    outer = check_layout(desc, p, tuple(x.shape), strides, isz, written=p.role == IN_OUT)
                     contiguous = x.is_contiguous()
                     arrays.append((p.index, i, None if contiguous else outer))
                 else:
@@ -899,6 +899,11 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         mask.append(is_t)
         if not is_t:
             p = b.call_params[pos]
+            if isinstance(x, (bool, np.bool_)) and p.scalar is not _dtypes.normalize(bool):
+                # torch's dispatcher would take a bool for a float/int schema argument as a number
+                raise ArgumentError(
+                    f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number), got bool"
+                )
             if p.inner:
                 sargs[pos] = _flatten(x)
             elif isinstance(x, np.generic):
@@ -910,6 +915,7 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     for pos in range(b.ncall):
         x = args[pos]
         if isinstance(x, torch.Tensor):
+            _check_tensor(b, b.call_params[pos], x)
             if device is None:
                 device, dev_pos = x.device, pos
             elif x.device != device:
@@ -956,6 +962,21 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         returned.append(args[i])
     returned.extend(res[len(b.inout_pos) :])
     return pack_result(returned)
+
+
+def _check_tensor(b: _Binding, p: Param, x: torch.Tensor) -> None:
+    """Refuse what a raw pointer cannot carry, before torch or Warp are asked."""
+    if x.layout != torch.strided:
+        raise ArgumentError(
+            f"op {b.label!r}, parameter {p.name!r}: a {x.layout} tensor has no dense strided memory a Warp "
+            "kernel can read; pass a dense tensor (.to_dense())"
+        )
+    if p.role == IN_OUT and x.is_inference() and not torch.is_inference_mode_enabled():
+        # torch itself refuses `x.add_(...)` here
+        raise ArgumentError(
+            f"op {b.label!r}, parameter {p.name!r}: in-place update to an inference tensor outside "
+            "torch.inference_mode() is not allowed; call the op under torch.inference_mode() or pass a .clone()"
+        )
 
 
 def _function_class(b: _Binding, mask: tuple, qual: str):

@@ -21,6 +21,7 @@ from warp._src.types import array_t, type_size_in_bytes
 
 from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError
+from ._plan import check_scalar_value, int_range
 
 _devices: dict[Any, Any] = {}
 _init_done = False
@@ -173,6 +174,10 @@ class Runner:
         self.scalar_idx = tuple(p.index for p in desc.params if not p.is_array)
         self.ref_idx = tuple(desc.param(n).index for n in plan.scalar_refs)
         self.itemsize = {i: type_size_in_bytes(plan.types[i]) for i in self.array_idx}
+        # integer scalars by value: checked when a new value comes (Warp would wrap it silently)
+        self.int_scalars = {
+            i: desc.params[i] for i in self.scalar_idx if i not in self.ref_idx and int_range(plan.types[i]) is not None
+        }
         self._slots: dict[tuple, _Slot] = {}
         self._slot_lock = threading.Lock()
         # a kernel launched over zero threads does nothing (Warp records no launch for it)
@@ -281,6 +286,8 @@ class Runner:
                 # are re-packed): torch's dispatcher hands over a new float object on every call
                 if type(v) is type(old) and (type(v) is float or type(v) is int) and v == old and v != 0:
                     continue
+                if i in self.int_scalars:
+                    check_scalar_value(self.plan.desc, self.int_scalars[i], self.plan.types[i], v)
                 launch.set_param_at_index(i, v)
                 slot.scalars[i] = v
         if adj is not None:
@@ -427,6 +434,8 @@ class Runner:
                 )
                 continue
             if not p.is_array:
+                if i in self.int_scalars:
+                    check_scalar_value(plan.desc, p, plan.types[i], values[i])
                 args.append(values[i])
                 continue
             g = None
