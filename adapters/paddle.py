@@ -34,6 +34,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from interop._description import IN_OUT, OUTPUT
+from interop._errors import ArgumentError
 from interop._launch import external_stream
 from interop._op import Op
 from interop._plan import ArraySpec, check_layout
@@ -150,6 +151,11 @@ def _check_args(op, args: Sequence[Any]) -> bool:
                     "paddle.jit.to_static(full_graph=False), where the op runs eagerly between compiled parts"
                 )
             continue
+        if x.is_sparse():
+            raise ArgumentError(
+                f"op {desc.label!r}, parameter {p.name!r}: a sparse Paddle tensor has no dense strided memory a "
+                "Warp kernel can read; pass a dense tensor (.to_dense())"
+            )
         if x.dtype not in _NP_OF_PADDLE:
             raise TypeError(
                 f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got a Paddle tensor of "

@@ -43,7 +43,7 @@ from interop import _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import contiguous_strides, external_stream, get_device
-from interop._plan import ArraySpec, ScalarSpec, check_layout
+from interop._plan import ArraySpec, ScalarSpec, check_layout, vector_components
 
 from ._common import EagerFramework, pack_result
 from ._torch_compat import functorch_transforms_active
@@ -905,7 +905,7 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
                     f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number), got bool"
                 )
             if p.inner:
-                sargs[pos] = _flatten(x)
+                sargs[pos] = vector_components(b.desc, p, x)
             elif isinstance(x, np.generic):
                 sargs[pos] = x.item()
     mask = tuple(mask)

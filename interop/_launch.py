@@ -21,7 +21,7 @@ from warp._src.types import array_t, type_size_in_bytes
 
 from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError
-from ._plan import check_scalar_value, int_range
+from ._plan import check_scalar_value, int_range, vector_components
 
 _devices: dict[Any, Any] = {}
 _init_done = False
@@ -175,6 +175,9 @@ class Runner:
         self.ref_idx = tuple(desc.param(n).index for n in plan.scalar_refs)
         self.itemsize = {i: type_size_in_bytes(plan.types[i]) for i in self.array_idx}
         # integer scalars by value: checked when a new value comes (Warp would wrap it silently)
+        self.vec_scalars = {
+            i: desc.params[i] for i in self.scalar_idx if i not in self.ref_idx and _dtypes.split(plan.types[i])[1]
+        }
         self.int_scalars = {
             i: desc.params[i] for i in self.scalar_idx if i not in self.ref_idx and int_range(plan.types[i]) is not None
         }
@@ -288,6 +291,8 @@ class Runner:
                     continue
                 if i in self.int_scalars:
                     check_scalar_value(self.plan.desc, self.int_scalars[i], self.plan.types[i], v)
+                elif i in self.vec_scalars and type(v) is not self.plan.types[i]:
+                    v = self.plan.types[i](*vector_components(self.plan.desc, self.vec_scalars[i], v))
                 launch.set_param_at_index(i, v)
                 slot.scalars[i] = v
         if adj is not None:
@@ -434,9 +439,12 @@ class Runner:
                 )
                 continue
             if not p.is_array:
+                v = values[i]
                 if i in self.int_scalars:
-                    check_scalar_value(plan.desc, p, plan.types[i], values[i])
-                args.append(values[i])
+                    check_scalar_value(plan.desc, p, plan.types[i], v)
+                elif i in self.vec_scalars and type(v) is not plan.types[i]:
+                    v = plan.types[i](*vector_components(plan.desc, p, v))
+                args.append(v)
                 continue
             g = None
             if adj is not None and adj[i] is not None:

@@ -426,3 +426,20 @@ def check_scalar_value(desc: OpDescription, p: Param, t: Any, value: Any) -> Non
             f"a {_dtypes.type_name(t)} value in [{rng[0]}, {rng[1]}]",
             f"{value!r}, out of range (it would wrap)",
         )
+
+
+def vector_components(desc: OpDescription, p: Param, value: Any) -> list:
+    """The components of a vec/mat value (a Warp value, tuple, nested list or array), flat, or an error
+    naming the op and the parameter when their number or kind does not fit ``p``."""
+    n = int(np.prod(p.inner))
+    try:
+        flat = np.asarray(value).ravel()
+    except (TypeError, ValueError):
+        flat = None
+    if flat is None or flat.dtype.kind not in "biuf" or flat.size != n:
+        got = f"{type(value).__name__} {value!r}" if flat is None or flat.dtype.kind not in "biuf" else None
+        got = got or f"{flat.size} component(s) {tuple(flat.tolist())}"
+        raise _err(desc, p, f"{p.expected_text()}: {n} numbers", got)
+    if flat.dtype.kind == "f" and not _dtypes.is_float(p.scalar) and not p.generic:
+        raise _err(desc, p, f"{p.expected_text()}: {n} integers", f"floats {tuple(flat.tolist())}")
+    return flat.tolist()
