@@ -370,7 +370,8 @@ def _handwritten_backward(state: _State, inputs: dict, outs: list, up: dict):
     diff = desc.diff_array_inputs
     grad_params = bparams[len(bparams) - len(diff) :]
     output_dims = {bp.name: tuple(inputs[p.index].shape) for bp, p in zip(grad_params, diff)}
-    res = bop(*args, launch_dims=plan.launch_dims, output_dims=output_dims)
+    ld = plan.launch_dims if bop.description.kind == "kernel" else None  # a Python-function backward sizes itself
+    res = bop(*args, launch_dims=ld, output_dims=output_dims)
     res = res if isinstance(res, tuple) else (res,)
     by_index = {p.index: g for p, g in zip(diff, res)}
     return tuple(by_index.get(idx) if state.need_grad[idx] else None for idx in state.visible)

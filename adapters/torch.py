@@ -786,7 +786,8 @@ def _hand_written_backward(b: _Binding, args, grads, ld, ods) -> dict[int, torch
                 "of array inputs only; pass the scalar as a Python number or as a 1-element array parameter"
             )
     diff = desc.diff_array_inputs
-    launch = _launch_dims(b, args, ld) if desc.kind == "kernel" else None
+    # the backward launches over the forward's launch when it is a kernel; a Python-function backward sizes itself
+    launch = _launch_dims(b, args, ld) if b.backward_op.description.kind == "kernel" else None
     out_dims = {}
     for bp, p in zip(b.backward_op.description.output_params, diff):
         x = args[b._pos_of_index(p.index)]

@@ -449,6 +449,10 @@ class Runner:
             g = None
             if adj is not None and adj[i] is not None:
                 g = self._wp_array(device, i, adj[i])
+                if p.role != "input" and not g.is_contiguous:
+                    # an upstream gradient the tape only reads (e.g. an expanded one): Warp wants a
+                    # gradient laid out like its array, so hand it a packed copy
+                    g = wp.clone(g)
             if scratch_outputs and p.role != "input":
                 # recompute into scratch: in-out arrays only accumulate (documented rule), so
                 # their adjoint does not depend on the value they held
@@ -459,7 +463,14 @@ class Runner:
                 continue
             if values[i] is None:
                 raise ArgumentError(f"op {plan.desc.label!r}: missing array for parameter {p.name!r}")
-            arr = self._wp_array(device, i, values[i], grad=g)
+            arr = self._wp_array(device, i, values[i])
+            if g is not None and tuple(arr.strides) != tuple(g.strides):
+                # Warp wants a gradient laid out like its array: recompute from a packed copy of a
+                # strided input (the gradient buffer, allocated by the adapter, is packed)
+                arr = wp.clone(arr)
+            if g is not None:
+                arr.requires_grad = True
+                arr.grad = g
             if g is None and p.role == "input" and plan.differentiable[i] and adj is not None:
                 # keep the tape from dropping intermediate gradients: give it a throwaway buffer
                 arr.requires_grad = True
@@ -477,8 +488,10 @@ class Runner:
                 self.plan.kernel(*args)
 
     def _tape_backward(self, device, values, adj, stream) -> None:
-        if self.ref_idx:
-            names = ", ".join(self.plan.scalar_refs)
+        asked = [self.plan.desc.params[i].name for i in self.ref_idx if adj is not None and adj[i] is not None]
+        if asked:
+            # only gradients *with respect to* such scalars are unknown; array gradients still work
+            names = ", ".join(asked)
             raise UnsupportedError(
                 f"op {self.plan.desc.label!r}: gradients with respect to scalar parameters ({names}) of a "
                 "Python-function op are not supported (wp.Tape does not record scalar adjoints); pass the "
