@@ -32,6 +32,7 @@ first-class operator:
 
 from __future__ import annotations
 
+import numbers
 import threading
 from typing import Any, Sequence
 
@@ -904,6 +905,12 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
                 # torch's dispatcher would take a bool for a float/int schema argument as a number
                 raise ArgumentError(
                     f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number), got bool"
+                )
+            if not p.inner and not isinstance(x, (numbers.Real, torch.SymInt, torch.SymFloat, torch.SymBool)):
+                # before torch's dispatcher, whose message names neither the op's label nor the fix
+                raise ArgumentError(
+                    f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number or a 0-d tensor), "
+                    f"got {type(x).__name__}"
                 )
             if p.inner:
                 sargs[pos] = vector_components(b.desc, p, x)
