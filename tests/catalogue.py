@@ -149,6 +149,35 @@ def reassigned_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
     out[0] = a[i]
 
 
+# ---- hostile-input kernels (tests/test_hostile_inputs.py) -----------------------------------
+@wp.kernel
+def int_offset_kernel(a: wp.array(dtype=wp.int32), s: wp.int32, out: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    out[i] = a[i] + s
+
+
+@wp.kernel
+def vec_offset_kernel(a: wp.array(dtype=wp.vec3), v: wp.vec3, out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = a[i] + v
+
+
+def function_scale_fn(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+    """A Python-function op with a scalar: one launch of scale_kernel."""
+    wp.launch(scale_kernel, dim=a.shape, inputs=[a, s], outputs=[out])
+
+
+@wp.kernel
+def _square_grad_kernel(a: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_a: wp.array(dtype=float)):
+    i = wp.tid()
+    grad_a[i] = 2.0 * a[i] * adj_out[i]
+
+
+def square_backward_fn(a: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_a: wp.array(dtype=float)):
+    """A hand-written backward of _square_kernel that is itself a Python-function op."""
+    wp.launch(_square_grad_kernel, dim=a.shape, inputs=[a, adj_out], outputs=[grad_a])
+
+
 # ---- cases -----------------------------------------------------------------------------
 @dataclass
 class Case:

@@ -174,3 +174,20 @@ def test_reassigned_thread_index_is_silent():
     op = interop.op(cat.reassigned_kernel)
     out = op(np.arange(3, dtype=F) + 1, launch_dims=8)
     assert out.shape == (8,) and out[0] in (1.0, 2.0, 3.0)
+
+
+def test_readme_bounds_checks_example_runs(tmp_path):
+    import os
+    import re
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    section = open(os.path.join(root, "README.md")).read().split("### Bounds checks", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    path = tmp_path / "readme_bounds.py"
+    path.write_text(code)
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "op 'scale', parameter 'a'" in r.stdout and "launch extent 8" in r.stdout and "got extent 4" in r.stdout
