@@ -39,9 +39,7 @@ class _NumPy(EagerFramework):
 
     def fast_key(self, args):
         # any ndarray (subclasses too: masked arrays, memmaps) is keyed on its layout, never on its type alone
-        return tuple(
-            (type(a), a.shape, a.dtype, a.strides) if isinstance(a, np.ndarray) else type(a) for a in args
-        )
+        return tuple((type(a), a.shape, a.dtype, a.strides) if isinstance(a, np.ndarray) else type(a) for a in args)
 
     def ptr(self, x: np.ndarray) -> int:
         try:

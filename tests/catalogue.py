@@ -135,7 +135,7 @@ def guarded_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
 @wp.kernel
 def loop_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
-    total = float(0.0)
+    total = wp.float32(0.0)
     for k in range(a.shape[0]):
         total += a[k]
     out[i] = total

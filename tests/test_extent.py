@@ -29,8 +29,11 @@ def _err(op, *args, **kw) -> str:
         (cat.scalar_kernel, {}, {("x", 0, -1), ("y", 0, -1), ("out", 0, -1)}),
         (cat.transpose_kernel, {}, {("a", 0, 0), ("a", 1, 1), ("out", 0, 1), ("out", 1, 0)}),
         (cat.atomic_kernel, {"outputs": 1, "in_out": ["acc"]}, {("x", 0, -1), ("acc", 0, -1)}),
-        (cat.inout_kernel, {"outputs": 2, "in_out": ["acc"]}, {("x", 0, 0), ("x", 1, 1), ("acc", 0, 0)}
-         | {("sq", 0, 0), ("sq", 1, 1)}),
+        (
+            cat.inout_kernel,
+            {"outputs": 2, "in_out": ["acc"]},
+            {("x", 0, 0), ("x", 1, 1), ("acc", 0, 0)} | {("sq", 0, 0), ("sq", 1, 1)},
+        ),
         (cat.shifted_kernel, {}, set()),
         (cat.gather_kernel, {}, {("idx", 0, -1), ("out", 0, -1)}),
         (cat.funky_kernel, {"outputs": 2}, set()),

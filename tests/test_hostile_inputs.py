@@ -10,7 +10,6 @@ import textwrap
 
 import numpy as np
 import pytest
-import warp as wp
 
 import interop
 from tests import catalogue as cat
@@ -54,7 +53,9 @@ def _call(fw: str, op, *args, **kw):
 @pytest.mark.parametrize("fw", ALL)
 def test_output_dims_smaller_than_launch_is_refused(fw):
     op = interop.op(cat.scale_kernel)
-    with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 'out'.*launch extent 4194304.*got extent 1"):
+    with pytest.raises(
+        interop.ArgumentError, match=r"op 'scale_kernel', parameter 'out'.*launch extent 4194304.*got extent 1"
+    ):
         _call(fw, op, np.ones(1 << 22, F), 2.0, output_dims=1)
 
 
@@ -79,7 +80,8 @@ def _memmap(a, tmp_path, name):
 @pytest.mark.parametrize("kind", ["masked_array", "memmap"])
 def test_ndarray_subclass_input_of_another_length(kind, tmp_path):
     op = interop.op(cat.scale_kernel)
-    make = _masked if kind == "masked_array" else (lambda a, n=iter(range(9)): _memmap(a, tmp_path, f"m{next(n)}"))
+    files = iter(range(9))
+    make = _masked if kind == "masked_array" else (lambda a: _memmap(a, tmp_path, f"m{next(files)}"))
     big, small = np.arange(16, dtype=F), np.arange(4, dtype=F)
     np.testing.assert_array_equal(np.asarray(op(make(big), 2.0)), big * 2)
     out = np.asarray(op(make(small), 2.0))
@@ -175,7 +177,9 @@ def _expanded(fw):
 def test_expanded_in_out_is_refused(fw):
     op = interop.op(cat.atomic_kernel, in_out=["acc"])
     acc = _expanded(fw)
-    with pytest.raises(interop.ArgumentError, match=r"parameter 'acc': the kernel writes this array.*one memory location"):
+    with pytest.raises(
+        interop.ArgumentError, match=r"parameter 'acc': the kernel writes this array.*one memory location"
+    ):
         op(_to(fw, np.ones(4, F)), acc)
     # the same shape, owning its elements: fine (and the refusal above did not poison a fast path)
     acc = _to(fw, np.zeros(4, F))
@@ -208,7 +212,9 @@ def test_integer_scalar_out_of_range_is_refused(fw, value):
     op = interop.op(cat.int_offset_kernel)
     if fw == "torch" and isinstance(value, np.integer):
         value = int(value)
-    with pytest.raises(interop.ArgumentError, match=r"op 'int_offset_kernel', parameter 's'.*\[-2147483648, 2147483647\]"):
+    with pytest.raises(
+        interop.ArgumentError, match=r"op 'int_offset_kernel', parameter 's'.*\[-2147483648, 2147483647\]"
+    ):
         _call(fw, op, np.zeros(2, np.int32), value)
 
 
