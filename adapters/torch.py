@@ -979,7 +979,12 @@ def _check_tensor(b: _Binding, p: Param, x: torch.Tensor) -> None:
             f"op {b.label!r}, parameter {p.name!r}: a {x.layout} tensor has no dense strided memory a Warp "
             "kernel can read; pass a dense tensor (.to_dense())"
         )
-    if p.role == IN_OUT and x.is_inference() and not torch.is_inference_mode_enabled():
+    if (
+        p.role == IN_OUT
+        and not torch.compiler.is_compiling()  # Dynamo cannot trace is_inference(); eager calls are checked
+        and x.is_inference()
+        and not torch.is_inference_mode_enabled()
+    ):
         # torch itself refuses `x.add_(...)` here
         raise ArgumentError(
             f"op {b.label!r}, parameter {p.name!r}: in-place update to an inference tensor outside "
