@@ -93,10 +93,10 @@ def test_ndarray_subclass_in_out_then_smaller():
     op = interop.op(cat.atomic_kernel, in_out=["acc"])
     n = 1 << 20
     acc = np.ma.masked_array(np.zeros(n, F))
-    op(np.ones(n, F), acc)
+    op(np.ma.masked_array(np.ones(n, F)), acc)
     np.testing.assert_array_equal(np.asarray(acc[:3]), [2, 2, 2])
     acc1 = np.ma.masked_array(np.zeros(1, F))
-    op(np.full(1, 3.0, F), acc1)  # replayed the 2**20-element launch: SIGSEGV
+    op(np.ma.masked_array(np.full(1, 3.0, F)), acc1)  # replayed the 2**20-element launch: SIGSEGV
     np.testing.assert_array_equal(np.asarray(acc1), [6.0])
 
 
