@@ -122,7 +122,7 @@ class EagerFramework:
         for p, x in zip(params, args):
             if p.is_array or self.is_array(x):
                 ptr, strides, itemsize = self.layout(x)
-                outer = check_layout(desc, p, self.spec(x).shape, strides, itemsize)
+                outer = check_layout(desc, p, self.spec(x).shape, strides, itemsize, written=p.role != INPUT)
                 values[p.index] = (ptr, outer if p.is_array else None)
                 if p.role != INPUT and not self.writable(x):
                     raise ArgumentError(

@@ -14,6 +14,8 @@ objects are kept alive here for the life of the process (XLA holds raw pointers)
 from __future__ import annotations
 
 import ctypes
+import signal
+import threading
 import traceback
 from typing import Callable
 
@@ -191,6 +193,47 @@ def _error(frame: CallFrame, message: str) -> int:
 
 _keep_alive: dict[tuple[str, str], object] = {}
 
+_INTERRUPTED = (
+    "KeyboardInterrupt: Ctrl-C while the op ran; this call was abandoned (called eagerly, the op raises "
+    "KeyboardInterrupt itself once JAX returns)"
+)
+
+
+class _Interrupt:
+    count = 0  # Ctrl-C seen while handlers ran, ever
+
+
+_interrupt = _Interrupt()
+
+
+def _defer_sigint():
+    """On the main thread, swap Python's SIGINT handler for one that only records the signal."""
+    if threading.current_thread() is not threading.main_thread():
+        return None  # Python runs signal handlers on the main thread only: nothing to defer here
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is not signal.default_int_handler:
+            return None  # the user installed their own handler: leave it alone
+        signal.signal(signal.SIGINT, _record_sigint)
+    except (ValueError, TypeError):
+        return None
+    return previous
+
+
+def _record_sigint(signum, frame):
+    _interrupt.count += 1
+
+
+def _restore_sigint(previous) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+
+
+def interrupts() -> int:
+    """How many Ctrl-C arrived while handlers ran: an adapter compares it before and after a call
+    that failed, and raises ``KeyboardInterrupt`` when it grew."""
+    return _interrupt.count
+
 
 def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
     """Register ``handler(frame, platform)`` as XLA FFI target ``name`` on ``cpu`` and ``CUDA``.
@@ -205,20 +248,37 @@ def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
             continue
 
         def callback(frame_p, platform=platform):
-            frame = frame_p.contents
-            ext = frame.extension_start
-            if ext and ext.contents.type == _METADATA_EXTENSION:
-                # XLA's first call asks for the API version and traits
-                md = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
-                md.api_version.major_version = 0
-                md.api_version.minor_version = 1
-                md.traits = 0
-                return None
+            # Nothing may unwind through XLA: an exception escaping a ctypes callback is printed
+            # and the call reported as a success. On the main thread, Ctrl-C is deferred while
+            # the handler runs (a KeyboardInterrupt could otherwise land between any two
+            # bytecodes, outside every try); it fails this XLA call and is raised to the user
+            # by the adapter once JAX returns (see take_interrupt).
+            deferred = _defer_sigint()
+            seen = _interrupt.count
             try:
-                handler(frame, platform)
-            except BaseException as e:  # never let an exception unwind through XLA
-                return _error(frame, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
-            return None
+                frame = frame_p.contents
+                ext = frame.extension_start
+                if ext and ext.contents.type == _METADATA_EXTENSION:
+                    # XLA's first call asks for the API version and traits
+                    md = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
+                    md.api_version.major_version = 0
+                    md.api_version.minor_version = 1
+                    md.traits = 0
+                    return None
+                try:
+                    handler(frame, platform)
+                except KeyboardInterrupt:
+                    _interrupt.count += 1
+                except BaseException as e:
+                    return _error(frame, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+                if _interrupt.count != seen:
+                    return _error(frame, _INTERRUPTED)
+                return None
+            except BaseException:
+                _interrupt.count += 1
+                return _error(frame_p.contents, _INTERRUPTED)
+            finally:
+                _restore_sigint(deferred)
 
         cb = _Handler(callback)
         capsule = jax.ffi.pycapsule(ctypes.cast(cb, ctypes.c_void_p).value)

@@ -38,9 +38,10 @@ from jax.custom_batching import custom_vmap
 from interop import _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
 from interop._launch import external_stream, get_device
-from interop._plan import ArraySpec, ScalarSpec
+from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, vector_components
 
 from . import _jax_compat, _jax_ffi
+from ._jax_ffi import _interrupt
 
 DEFAULT_VMAP_METHOD = "loop"
 
@@ -87,7 +88,17 @@ class JaxOp:
             fast = self._eager.get(tuple((x.shape, x.dtype) if type(x) is _ArrayImpl else type(x) for x in args))
             if fast is not None:
                 entry, scalar_dtypes = fast
-                outs = entry.jitted(*[x if dt is None else np.asarray(x, dt) for x, dt in zip(args, scalar_dtypes)])
+                try:
+                    operands = [x if dt is None else np.asarray(x, dt) for x, dt in zip(args, scalar_dtypes)]
+                except OverflowError:  # a number its parameter cannot hold: the full path names it
+                    return self._call(args, launch_dims, output_dims, vmap_method, kwargs)
+                seen = _interrupt.count
+                try:
+                    outs = entry.jitted(*operands)
+                except Exception:
+                    if _interrupt.count != seen:
+                        raise KeyboardInterrupt from None  # Ctrl-C during the launch failed the XLA call
+                    raise
                 return outs[0] if len(outs) == 1 else tuple(outs)
         return self._call(args, launch_dims, output_dims, vmap_method, kwargs)
 
@@ -146,9 +157,17 @@ class JaxOp:
         ):
             fast_key = tuple((x.shape, x.dtype) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original))
             self._eager[fast_key] = (entry, tuple(None if type(x) is _ArrayImpl else x.dtype for x in args))
+        interrupts = _jax_ffi.interrupts()
         try:
             outs = entry.fn(*operands) if traced else entry.jitted(*operands)
-        except TypeError as e:
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            if _jax_ffi.interrupts() != interrupts:
+                # Ctrl-C during the launch failed the XLA call: hand the interrupt to the user
+                raise KeyboardInterrupt from None
+            if not isinstance(e, TypeError):
+                raise
             if _JVP_MARKER in str(e):
                 raise TypeError(
                     f"op {desc.label!r}: forward-mode differentiation (jax.jvp, jax.jacfwd, jax.linearize, "
@@ -166,6 +185,8 @@ def _eager_scalar(p, x):
     dt = _SCALAR_NP.get(p.scalar)
     if dt is None or (type(x) is float and dt.kind != "f"):
         return x  # let the plan report the mismatch
+    if dt.kind in "iu" and not np.iinfo(dt).min <= x <= np.iinfo(dt).max:
+        return x  # stays static: the plan names the parameter and the range
     return np.asarray(x, dt)
 
 
@@ -285,6 +306,11 @@ class _Entry:
                         f"op {desc.label!r}, output {p.name!r}: the kernel writes {spec.dtype.name}, which JAX "
                         f"would silently make a 32-bit array" + _X64_HINT
                     )
+        for i, v in self.static.items():
+            # at trace time: a static number the parameter's type cannot hold (Warp would wrap it)
+            check_scalar_value(desc, desc.params[i], plan.types[i], v)
+            if desc.params[i].inner:
+                vector_components(desc, desc.params[i], v)
         self.plan = plan
         self.fwd = _forward_launch(self, plan)
         self._bwd: dict[tuple, Any] = {}

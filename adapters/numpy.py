@@ -38,7 +38,8 @@ class _NumPy(EagerFramework):
         return bool(x.flags.writeable)
 
     def fast_key(self, args):
-        return tuple((a.shape, a.dtype, a.strides) if type(a) is np.ndarray else type(a) for a in args)
+        # any ndarray (subclasses too: masked arrays, memmaps) is keyed on its layout, never on its type alone
+        return tuple((type(a), a.shape, a.dtype, a.strides) if isinstance(a, np.ndarray) else type(a) for a in args)
 
     def ptr(self, x: np.ndarray) -> int:
         try:

@@ -34,6 +34,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from interop._description import IN_OUT, OUTPUT
+from interop._errors import ArgumentError
 from interop._launch import external_stream
 from interop._op import Op
 from interop._plan import ArraySpec, check_layout
@@ -150,6 +151,11 @@ def _check_args(op, args: Sequence[Any]) -> bool:
                     "paddle.jit.to_static(full_graph=False), where the op runs eagerly between compiled parts"
                 )
             continue
+        if x.is_sparse():
+            raise ArgumentError(
+                f"op {desc.label!r}, parameter {p.name!r}: a sparse Paddle tensor has no dense strided memory a "
+                "Warp kernel can read; pass a dense tensor (.to_dense())"
+            )
         if x.dtype not in _NP_OF_PADDLE:
             raise TypeError(
                 f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got a Paddle tensor of "
@@ -195,7 +201,10 @@ def _values(plan, params, tensors: dict, scalars: dict) -> list:
             continue
         ptr, strides, itemsize = FRAMEWORK.layout(t)
         if p.is_array:
-            values[p.index] = (ptr, check_layout(plan.desc, p, tuple(t.shape), strides, itemsize))
+            values[p.index] = (
+                ptr,
+                check_layout(plan.desc, p, tuple(t.shape), strides, itemsize, written=p.role == "in_out"),
+            )
         else:
             values[p.index] = (ptr, None)
     return values
@@ -361,7 +370,8 @@ def _handwritten_backward(state: _State, inputs: dict, outs: list, up: dict):
     diff = desc.diff_array_inputs
     grad_params = bparams[len(bparams) - len(diff) :]
     output_dims = {bp.name: tuple(inputs[p.index].shape) for bp, p in zip(grad_params, diff)}
-    res = bop(*args, launch_dims=plan.launch_dims, output_dims=output_dims)
+    ld = plan.launch_dims if bop.description.kind == "kernel" else None  # a Python-function backward sizes itself
+    res = bop(*args, launch_dims=ld, output_dims=output_dims)
     res = res if isinstance(res, tuple) else (res,)
     by_index = {p.index: g for p, g in zip(diff, res)}
     return tuple(by_index.get(idx) if state.need_grad[idx] else None for idx in state.visible)

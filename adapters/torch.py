@@ -32,6 +32,7 @@ first-class operator:
 
 from __future__ import annotations
 
+import numbers
 import threading
 from typing import Any, Sequence
 
@@ -43,7 +44,7 @@ from interop import _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import contiguous_strides, external_stream, get_device
-from interop._plan import ArraySpec, ScalarSpec, check_layout
+from interop._plan import ArraySpec, ScalarSpec, check_layout, vector_components
 
 from ._common import EagerFramework, pack_result
 from ._torch_compat import functorch_transforms_active
@@ -388,7 +389,7 @@ class _Binding:
                 if p.is_array:
                     isz = x.element_size()
                     strides = tuple(s * isz for s in x.stride())
-                    outer = check_layout(desc, p, tuple(x.shape), strides, isz)
+                    outer = check_layout(desc, p, tuple(x.shape), strides, isz, written=p.role == IN_OUT)
                     contiguous = x.is_contiguous()
                     arrays.append((p.index, i, None if contiguous else outer))
                 else:
@@ -786,7 +787,8 @@ def _hand_written_backward(b: _Binding, args, grads, ld, ods) -> dict[int, torch
                 "of array inputs only; pass the scalar as a Python number or as a 1-element array parameter"
             )
     diff = desc.diff_array_inputs
-    launch = _launch_dims(b, args, ld) if desc.kind == "kernel" else None
+    # the backward launches over the forward's launch when it is a kernel; a Python-function backward sizes itself
+    launch = _launch_dims(b, args, ld) if b.backward_op.description.kind == "kernel" else None
     out_dims = {}
     for bp, p in zip(b.backward_op.description.output_params, diff):
         x = args[b._pos_of_index(p.index)]
@@ -899,8 +901,19 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         mask.append(is_t)
         if not is_t:
             p = b.call_params[pos]
+            if isinstance(x, (bool, np.bool_)) and p.scalar is not _dtypes.normalize(bool):
+                # torch's dispatcher would take a bool for a float/int schema argument as a number
+                raise ArgumentError(
+                    f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number), got bool"
+                )
+            if not p.inner and not isinstance(x, (numbers.Real, torch.SymInt, torch.SymFloat, torch.SymBool)):
+                # before torch's dispatcher, whose message names neither the op's label nor the fix
+                raise ArgumentError(
+                    f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number or a 0-d tensor), "
+                    f"got {type(x).__name__}"
+                )
             if p.inner:
-                sargs[pos] = _flatten(x)
+                sargs[pos] = vector_components(b.desc, p, x)
             elif isinstance(x, np.generic):
                 sargs[pos] = x.item()
     mask = tuple(mask)
@@ -910,6 +923,7 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     for pos in range(b.ncall):
         x = args[pos]
         if isinstance(x, torch.Tensor):
+            _check_tensor(b, b.call_params[pos], x)
             if device is None:
                 device, dev_pos = x.device, pos
             elif x.device != device:
@@ -960,6 +974,26 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         else:
             returned.append(r)
     return pack_result(returned)
+
+
+def _check_tensor(b: _Binding, p: Param, x: torch.Tensor) -> None:
+    """Refuse what a raw pointer cannot carry, before torch or Warp are asked."""
+    if x.layout != torch.strided:
+        raise ArgumentError(
+            f"op {b.label!r}, parameter {p.name!r}: a {x.layout} tensor has no dense strided memory a Warp "
+            "kernel can read; pass a dense tensor (.to_dense())"
+        )
+    if (
+        p.role == IN_OUT
+        and not torch.compiler.is_compiling()  # Dynamo cannot trace is_inference(); eager calls are checked
+        and x.is_inference()
+        and not torch.is_inference_mode_enabled()
+    ):
+        # torch itself refuses `x.add_(...)` here
+        raise ArgumentError(
+            f"op {b.label!r}, parameter {p.name!r}: in-place update to an inference tensor outside "
+            "torch.inference_mode() is not allowed; call the op under torch.inference_mode() or pass a .clone()"
+        )
 
 
 def _function_class(b: _Binding, mask: tuple, qual: str):

@@ -52,6 +52,16 @@ def _check_view(x: Any, fw: str, dtype: Any) -> None:
         )
 
 
+def _strides(x: Any, fw: str) -> tuple:
+    """Strides of ``x`` (any unit: only their signs are used); () where the framework has none."""
+    if fw == "torch":
+        return tuple(x.stride()) if str(x.layout) == "torch.strided" else ()
+    st = getattr(x, "strides", None)
+    if fw == "jax" or st is None or callable(st):
+        return ()
+    return tuple(int(v) for v in st)
+
+
 def _detach(x: Any, fw: str) -> Any:
     if fw == "torch" and x.requires_grad:
         return x.detach()  # DLPack refuses tensors that require grad; the view shares memory
@@ -205,10 +215,16 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
         raise ImportError(f"convert: to={to!r} needs {to} installed ({e})") from e
     src = _detach(x, fw)
     error = None
-    try:
-        out = _to_warp(src, fw, dtype) if to == "warp" else _TARGETS[to](src, fw)
-    except Exception as e:  # the framework refused a zero-copy exchange
-        out, error = None, e
+    out = None
+    if to != fw and any(s < 0 for s in _strides(src, fw)):
+        # DLPack consumers do not all handle negative strides (Paddle aborts or tries to allocate
+        # 2**64 bytes): never hand them such a view
+        error = ValueError(f"it has negative strides {_strides(src, fw)}, which {to} cannot view")
+    else:
+        try:
+            out = _to_warp(src, fw, dtype) if to == "warp" else _TARGETS[to](src, fw)
+        except Exception as e:  # the framework refused a zero-copy exchange
+            out, error = None, e
     if out is not None and _dtype_name(out) != _dtype_name(src):
         hint = ""
         if to == "jax":

@@ -20,6 +20,7 @@ import warp as wp
 
 from . import _dtypes, _warp_compat
 from ._errors import ArgumentError
+from ._extent import direct_indexing
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -96,6 +97,8 @@ class OpDescription:
     # returned parameters the kernel may read (so Warp's adjoint may write into their
     # upstream gradient): adapters hand such a gradient over as a private copy
     reads_returned: tuple[str, ...] = field(default=(), compare=False, hash=False)
+    # (array parameter, its dim, launch dim) the kernel indexes directly with wp.tid() (see _extent)
+    direct_index: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, hash=False)
 
     # -- derived views (cheap properties; dataclass stays the identity) ------------
     @cached_property
@@ -431,6 +434,7 @@ def describe(
         block_dim=bd,
         label=name or key.rsplit(".", 1)[-1],
         reads_returned=_returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT]),
+        direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),
     )
 
 

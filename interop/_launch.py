@@ -21,6 +21,7 @@ from warp._src.types import array_t, type_size_in_bytes
 
 from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError
+from ._plan import check_scalar_value, int_range, vector_components
 
 _devices: dict[Any, Any] = {}
 _init_done = False
@@ -178,6 +179,13 @@ class Runner:
         self.scalar_idx = tuple(p.index for p in desc.params if not p.is_array)
         self.ref_idx = tuple(desc.param(n).index for n in plan.scalar_refs)
         self.itemsize = {i: type_size_in_bytes(plan.types[i]) for i in self.array_idx}
+        # integer scalars by value: checked when a new value comes (Warp would wrap it silently)
+        self.vec_scalars = {
+            i: desc.params[i] for i in self.scalar_idx if i not in self.ref_idx and _dtypes.split(plan.types[i])[1]
+        }
+        self.int_scalars = {
+            i: desc.params[i] for i in self.scalar_idx if i not in self.ref_idx and int_range(plan.types[i]) is not None
+        }
         self._slots: dict[tuple, _Slot] = {}
         self._slot_lock = threading.Lock()
         # a kernel launched over zero threads does nothing (Warp records no launch for it)
@@ -289,6 +297,10 @@ class Runner:
                 # are re-packed): torch's dispatcher hands over a new float object on every call
                 if type(v) is type(old) and (type(v) is float or type(v) is int) and v == old and v != 0:
                     continue
+                if i in self.int_scalars:
+                    check_scalar_value(self.plan.desc, self.int_scalars[i], self.plan.types[i], v)
+                elif i in self.vec_scalars and type(v) is not self.plan.types[i]:
+                    v = self.plan.types[i](*vector_components(self.plan.desc, self.vec_scalars[i], v))
                 launch.set_param_at_index(i, v)
                 slot.scalars[i] = v
         if adj is not None:
@@ -456,11 +468,20 @@ class Runner:
                 )
                 continue
             if not p.is_array:
-                args.append(values[i])
+                v = values[i]
+                if i in self.int_scalars:
+                    check_scalar_value(plan.desc, p, plan.types[i], v)
+                elif i in self.vec_scalars and type(v) is not plan.types[i]:
+                    v = plan.types[i](*vector_components(plan.desc, p, v))
+                args.append(v)
                 continue
             g = None
             if adj is not None and adj[i] is not None:
                 g = self._wp_array(device, i, adj[i])
+                if p.role != "input" and not g.is_contiguous:
+                    # an upstream gradient the tape only reads (e.g. an expanded one): Warp wants a
+                    # gradient laid out like its array, so hand it a packed copy
+                    g = wp.clone(g)
             if scratch_outputs and p.role != "input":
                 # recompute into scratch: in-out arrays only accumulate (documented rule), so
                 # their adjoint does not depend on the value they held
@@ -471,7 +492,14 @@ class Runner:
                 continue
             if values[i] is None:
                 raise ArgumentError(f"op {plan.desc.label!r}: missing array for parameter {p.name!r}")
-            arr = self._wp_array(device, i, values[i], grad=g)
+            arr = self._wp_array(device, i, values[i])
+            if g is not None and tuple(arr.strides) != tuple(g.strides):
+                # Warp wants a gradient laid out like its array: recompute from a packed copy of a
+                # strided input (the gradient buffer, allocated by the adapter, is packed)
+                arr = wp.clone(arr)
+            if g is not None:
+                arr.requires_grad = True
+                arr.grad = g
             if g is None and p.role == "input" and plan.differentiable[i] and adj is not None:
                 # keep the tape from dropping intermediate gradients: give it a throwaway buffer
                 arr.requires_grad = True
@@ -489,8 +517,10 @@ class Runner:
                 self.plan.kernel(*args)
 
     def _tape_backward(self, device, values, adj, stream) -> None:
-        if self.ref_idx:
-            names = ", ".join(self.plan.scalar_refs)
+        asked = [self.plan.desc.params[i].name for i in self.ref_idx if adj is not None and adj[i] is not None]
+        if asked:
+            # only gradients *with respect to* such scalars are unknown; array gradients still work
+            names = ", ".join(asked)
             raise UnsupportedError(
                 f"op {self.plan.desc.label!r}: gradients with respect to scalar parameters ({names}) of a "
                 "Python-function op are not supported (wp.Tape does not record scalar adjoints); pass the "

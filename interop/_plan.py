@@ -13,8 +13,9 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import warp as wp
 from warp._src import types as _wpt
+from warp._src.types import type_size_in_bytes
 
-from . import _dtypes
+from . import _dtypes, _extent
 from ._description import OpDescription, Param, normalize_dims, normalize_output_dims
 from ._errors import ArgumentError
 
@@ -303,12 +304,22 @@ def make_plan(
             )
         shapes[p.index] = _as_output_shape(desc, p, elem, tuple(dims), source)
 
+    for p in desc.output_params:
+        _extent.check_output(desc.label, p.name, shapes[p.index], type_size_in_bytes(types[p.index]))
     if desc.kind == "kernel":
         if default_dims is None:
             raise ArgumentError(
                 f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
             )
         launch = tuple(default_dims)
+        _extent.check_launch(desc.label, launch)
+        _extent.check_extents(
+            desc.label,
+            desc.direct_index,
+            launch,
+            {p.name: shapes[p.index] for p in desc.params if p.is_array},
+            {p.name: p.role for p in desc.params},
+        )
         kernel = desc.fn
         if kernel.is_generic:
             arg_types = []
@@ -343,13 +354,25 @@ def make_plan(
     )
 
 
-def check_layout(desc: OpDescription, p: Param, shape: Sequence[int], strides: Sequence[int], itemsize: int) -> tuple:
+def check_layout(
+    desc: OpDescription,
+    p: Param,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    itemsize: int,
+    written: bool = False,
+) -> tuple:
     """Outer byte strides of an array argument, or an error if a kernel cannot read it.
 
     Warp reads any positive outer strides, but the vec/mat components of one element
-    must be packed (C order) and every stride must be a multiple of the item size.
+    must be packed (C order) and every stride must be a multiple of the item size. An
+    array the kernel writes (``written``: an in-out argument) must not have two elements
+    in one memory location (an expanded, zero-stride or overlapping view): the framework
+    itself refuses to write such a view in place.
     """
     nd = len(shape)
+    if any(int(s) == 0 for s in shape):
+        return (0,) * (p.ndim if p.is_array else 0)  # no element: nothing is read or written
     inner = nd - p.ndim if p.is_array else nd
     expected = itemsize
     for k in range(nd - 1, nd - 1 - inner, -1):
@@ -368,4 +391,55 @@ def check_layout(desc: OpDescription, p: Param, shape: Sequence[int], strides: S
                 f"(bytes) for shape {tuple(shape)}: strides must be non-negative multiples of the item size "
                 f"{itemsize}; pass a contiguous array"
             )
+    if written:
+        elem = expected  # bytes of one (vec/mat) element
+        dims = sorted((st, n) for st, n in zip(outer, shape[: nd - inner]) if n > 1)
+        for st, n in dims:
+            if st < elem:
+                raise ArgumentError(
+                    f"op {desc.label!r}, parameter {p.name!r}: the kernel writes this array, but it has several "
+                    f"elements in one memory location (strides {tuple(strides)} bytes for shape {tuple(shape)}, "
+                    "e.g. an expanded or broadcast view); pass an array that owns its elements (.clone() / .copy())"
+                )
+            elem = st * n
     return outer
+
+
+def int_range(t: Any) -> tuple[int, int] | None:
+    """(min, max) of a Warp integer scalar type, or None for every other type."""
+    scalar, inner = _dtypes.split(t)
+    if inner or scalar is wp.bool or _dtypes.is_float(scalar) or scalar not in _dtypes._WP_TO_NP:
+        return None
+    info = np.iinfo(_dtypes.np_dtype(scalar))
+    return int(info.min), int(info.max)
+
+
+def check_scalar_value(desc: OpDescription, p: Param, t: Any, value: Any) -> None:
+    """Refuse an integer value that the scalar parameter's type cannot hold (Warp would wrap it)."""
+    rng = int_range(t)
+    if rng is None or isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        return
+    if not rng[0] <= int(value) <= rng[1]:
+        raise _err(
+            desc,
+            p,
+            f"a {_dtypes.type_name(t)} value in [{rng[0]}, {rng[1]}]",
+            f"{value!r}, out of range (it would wrap)",
+        )
+
+
+def vector_components(desc: OpDescription, p: Param, value: Any) -> list:
+    """The components of a vec/mat value (a Warp value, tuple, nested list or array), flat, or an error
+    naming the op and the parameter when their number or kind does not fit ``p``."""
+    n = int(np.prod(p.inner))
+    try:
+        flat = np.asarray(value).ravel()
+    except (TypeError, ValueError):
+        flat = None
+    if flat is None or flat.dtype.kind not in "biuf" or flat.size != n:
+        got = f"{type(value).__name__} {value!r}" if flat is None or flat.dtype.kind not in "biuf" else None
+        got = got or f"{flat.size} component(s) {tuple(flat.tolist())}"
+        raise _err(desc, p, f"{p.expected_text()}: {n} numbers", got)
+    if flat.dtype.kind == "f" and not _dtypes.is_float(p.scalar) and not p.generic:
+        raise _err(desc, p, f"{p.expected_text()}: {n} integers", f"floats {tuple(flat.tolist())}")
+    return flat.tolist()

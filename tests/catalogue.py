@@ -143,6 +143,104 @@ def tile_kernel(x: wp.array2d[float], out: wp.array[float]):
     wp.tile_store(out, wp.tile_sum(wp.tile_map(wp.mul, t, t)), offset=i)
 
 
+# ---- indexing patterns (the extent rule, see interop/_extent.py) ------------------------
+# Indexed directly by the thread index: the extent check applies to these arrays.
+@wp.kernel
+def scale_kernel(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] * s
+
+
+@wp.kernel
+def transpose_kernel(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[j, i] = a[i, j]
+
+
+@wp.kernel
+def atomic_kernel(x: wp.array(dtype=float), acc: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(acc, i, 2.0 * x[i])
+
+
+# Indexed any other way: the code proves nothing, the check must stay silent.
+@wp.kernel
+def shifted_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    if i + 1 < a.shape[0]:
+        out[i] = a[i + 1]
+
+
+@wp.kernel
+def gather_kernel(a: wp.array(dtype=float), idx: wp.array(dtype=wp.int32), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[idx[i]]
+
+
+@wp.kernel
+def funky_kernel(a: wp.array(dtype=float), b: wp.array(dtype=float), c: wp.array(dtype=float)):
+    i = wp.tid()
+    # writes the first len(b) and len(c) elements, one per thread, wherever they exist
+    if i < b.shape[0]:
+        b[i] = a[i % a.shape[0]] + 1.0
+    if i < c.shape[0]:
+        c[i] = 2.0 * a[i % a.shape[0]]
+
+
+@wp.kernel
+def guarded_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    if i >= a.shape[0]:
+        return
+    out[i] = a[i]
+
+
+@wp.kernel
+def loop_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    total = wp.float32(0.0)
+    for k in range(a.shape[0]):
+        total += a[k]
+    out[i] = total
+
+
+@wp.kernel
+def reassigned_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = 1.0
+    i = i % a.shape[0]
+    out[0] = a[i]
+
+
+# ---- hostile-input kernels (tests/test_hostile_inputs.py) -----------------------------------
+@wp.kernel
+def int_offset_kernel(a: wp.array(dtype=wp.int32), s: wp.int32, out: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    out[i] = a[i] + s
+
+
+@wp.kernel
+def vec_offset_kernel(a: wp.array(dtype=wp.vec3), v: wp.vec3, out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = a[i] + v
+
+
+def function_scale_fn(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+    """A Python-function op with a scalar: one launch of scale_kernel."""
+    wp.launch(scale_kernel, dim=a.shape, inputs=[a, s], outputs=[out])
+
+
+@wp.kernel
+def _square_grad_kernel(a: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_a: wp.array(dtype=float)):
+    i = wp.tid()
+    grad_a[i] = 2.0 * a[i] * adj_out[i]
+
+
+def square_backward_fn(a: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_a: wp.array(dtype=float)):
+    """A hand-written backward of _square_kernel that is itself a Python-function op."""
+    wp.launch(_square_grad_kernel, dim=a.shape, inputs=[a, adj_out], outputs=[grad_a])
+
+
 # ---- cases -----------------------------------------------------------------------------
 @dataclass
 class Case:

@@ -1,0 +1,203 @@
+"""Extent checks at plan time: what the kernel's code says about its arrays, and Warp's limits.
+
+Rule (documented in the README, "Bounds checks"): where a kernel indexes an array
+parameter *directly* with a thread index, unconditionally, that array dimension must be
+at least the launch extent of that thread index. "Directly" means:
+
+- the thread index comes from ``i = wp.tid()`` (a 1-d launch) or ``i, j, ... = wp.tid()``
+  (one name per launch dimension), and the name is never assigned again;
+- the access is ``a[i]``, ``a[i, j]``, ``a[i, j] = ...``, ``a[i] += ...`` or the index
+  arguments of ``wp.atomic_*(a, i, ...)``, with the index name itself in that position
+  (not ``i + 1``, not ``idx[i]``);
+- the statement sits at the top level of the kernel body, before any statement that can
+  ``return`` (so accesses under ``if``, loops, conditional expressions, or after an early
+  ``return`` guard are not counted).
+
+Anything else says nothing: the analysis only reports what the code proves. The check
+runs once per plan (per call signature), never on the hot path.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any, Sequence
+
+from ._errors import ArgumentError
+
+# Warp's own limits: wp.tid() coordinates and array dimensions are signed 32-bit, the thread
+# count and byte sizes are 64-bit
+MAX_EXTENT = 2**31 - 1
+MAX_TOTAL = 2**63 - 1
+
+_ATOMICS = {
+    "atomic_add",
+    "atomic_sub",
+    "atomic_min",
+    "atomic_max",
+    "atomic_cas",
+    "atomic_exch",
+    "atomic_and",
+    "atomic_or",
+    "atomic_xor",
+}
+
+
+def _is_tid_call(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call) or node.args or node.keywords:
+        return False
+    f = node.func
+    return (isinstance(f, ast.Attribute) and f.attr == "tid") or (isinstance(f, ast.Name) and f.id == "tid")
+
+
+def _stored_names(tree: ast.AST) -> dict[str, int]:
+    """How many times each name is bound anywhere in ``tree`` (assignments, loop targets...)."""
+    counts: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            counts[node.id] = counts.get(node.id, 0) + 1
+    return counts
+
+
+def _has_return(stmt: ast.AST) -> bool:
+    return any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(stmt))
+
+
+def _unconditional_nodes(stmt: ast.AST):
+    """Nodes of a simple statement that always evaluate (skips IfExp/BoolOp branches, lambdas)."""
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.IfExp):
+            stack.append(node.test)
+            continue
+        if isinstance(node, ast.BoolOp):
+            stack.append(node.values[0])
+            continue
+        if isinstance(node, (ast.Lambda, ast.comprehension, ast.ListComp, ast.GeneratorExp)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def direct_indexing(fn: Any, kind: str, arrays: Sequence[tuple[str, int]]) -> tuple[tuple[str, int, int], ...]:
+    """``(parameter, array dim, launch dim)`` triples the kernel's code indexes directly.
+
+    Args:
+        fn: the ``wp.Kernel`` (anything else gives no triples).
+        kind: ``"kernel"`` or ``"function"``.
+        arrays: ``(name, ndim)`` of the array parameters.
+
+    Returns:
+        Sorted, de-duplicated triples; empty when the code says nothing provable.
+    """
+    if kind != "kernel":
+        return ()
+    tree = getattr(getattr(fn, "adj", None), "tree", None)
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        return ()
+    body = tree.body[0].body
+    ndims = dict(arrays)
+    stores = _stored_names(tree.body[0])
+    tid: dict[str, int] = {}  # thread-index name -> launch dim; 1-d form gets launch dim -1 (checked later)
+    found: set[tuple[str, int, int]] = set()
+    for stmt in body:
+        if _has_return(stmt):
+            break  # later accesses may be guarded by an early return
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_tid_call(stmt.value):
+            t = stmt.targets[0]
+            if isinstance(t, ast.Name) and stores.get(t.id) == 1:
+                tid[t.id] = -1
+            elif isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts):
+                for d, e in enumerate(t.elts):
+                    if stores.get(e.id) == 1:
+                        tid[e.id] = d
+            continue
+        if isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.FunctionDef)):
+            continue
+        for node in _unconditional_nodes(stmt):
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+                name = node.value.id
+                idx = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name):
+                f = node.func
+                fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+                if fname not in _ATOMICS:
+                    continue
+                name = node.args[0].id
+                idx = node.args[1 : 1 + ndims.get(name, 0)]
+            else:
+                continue
+            if name not in ndims or stores.get(name):
+                continue
+            for k, e in enumerate(idx[: ndims[name]]):
+                if isinstance(e, ast.Name) and e.id in tid:
+                    found.add((name, k, tid[e.id]))
+    return tuple(sorted(found))
+
+
+def check_launch(label: str, launch: Sequence[int], what: str = "launch_dims") -> None:
+    """Warp's launch limits: each extent below 2**31 (``wp.tid()`` is 32-bit), total below 2**63."""
+    total = 1
+    for d, n in enumerate(launch):
+        if n > MAX_EXTENT:
+            raise ArgumentError(
+                f"op {label!r}: {what} {tuple(launch)}: extent {n} in dimension {d} exceeds Warp's limit of "
+                f"{MAX_EXTENT} (wp.tid() coordinates are signed 32-bit)"
+            )
+        total *= n
+    if total > MAX_TOTAL:
+        raise ArgumentError(
+            f"op {label!r}: {what} {tuple(launch)} launch {total} threads, more than Warp's limit of {MAX_TOTAL}"
+        )
+
+
+def check_output(label: str, name: str, shape: Sequence[int], itemsize: int) -> None:
+    """An output Warp can describe: each dimension below 2**31, the size in bytes below 2**63."""
+    total = itemsize
+    for d, n in enumerate(shape):
+        if n > MAX_EXTENT:
+            raise ArgumentError(
+                f"op {label!r}, output {name!r}: shape {tuple(shape)}: extent {n} in dimension {d} exceeds Warp's "
+                f"array limit of {MAX_EXTENT}; pass smaller output_dims / launch_dims"
+            )
+        total *= n
+    if total > MAX_TOTAL:
+        raise ArgumentError(
+            f"op {label!r}, output {name!r}: shape {tuple(shape)} would take {total} bytes, beyond what can be "
+            "allocated; pass smaller output_dims / launch_dims"
+        )
+
+
+def check_extents(
+    label: str,
+    triples: Sequence[tuple[str, int, int]],
+    launch: Sequence[int],
+    shapes: dict[str, tuple[int, ...]],
+    roles: dict[str, str],
+) -> None:
+    """Raise if an array indexed directly by a thread index is shorter than that launch extent."""
+    if not triples or any(int(n) == 0 for n in launch):
+        return  # a zero-thread launch reads nothing
+    for name, k, d in triples:
+        if d == -1:
+            if len(launch) != 1:
+                continue  # a single wp.tid() name in a multi-d launch: not a per-dimension index
+            d = 0
+        if d >= len(launch):
+            continue
+        shape = shapes.get(name)
+        if shape is None or k >= len(shape):
+            continue
+        if shape[k] < launch[d]:
+            role = roles.get(name, "input")
+            what = {"output": "output", "in_out": "in-out array"}.get(role, "input")
+            fix = (
+                "pass output_dims= at least the launch, or a smaller launch_dims="
+                if role == "output"
+                else "pass an array at least that long, or a smaller launch_dims="
+            )
+            raise ArgumentError(
+                f"op {label!r}, parameter {name!r}: the kernel indexes dimension {k} of this {what} with "
+                f"wp.tid() dimension {d}, so it must be at least the launch extent {launch[d]} "
+                f"(launch dims {tuple(launch)}), got extent {shape[k]} (Warp shape {tuple(shape)}); {fix}"
+            )

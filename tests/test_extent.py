@@ -1,0 +1,196 @@
+"""The extent rule: arrays the kernel indexes directly with wp.tid() must cover the launch.
+
+Each kernel below comes from the catalogue; the ones indexed any other way (offsets,
+gathers, shape guards, loops, early returns) must stay silent and give NumPy's answer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import interop
+from tests import catalogue as cat
+
+F = np.float32
+
+
+def _err(op, *args, **kw) -> str:
+    with pytest.raises(interop.ArgumentError) as ei:
+        op(*args, **kw)
+    return str(ei.value)
+
+
+# ---- what the analysis finds ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kernel, kw, expected",
+    [
+        (cat.scale_kernel, {}, {("a", 0, -1), ("out", 0, -1)}),
+        (cat.scalar_kernel, {}, {("x", 0, -1), ("y", 0, -1), ("out", 0, -1)}),
+        (cat.transpose_kernel, {}, {("a", 0, 0), ("a", 1, 1), ("out", 0, 1), ("out", 1, 0)}),
+        (cat.atomic_kernel, {"outputs": 1, "in_out": ["acc"]}, {("x", 0, -1), ("acc", 0, -1)}),
+        (
+            cat.inout_kernel,
+            {"outputs": 2, "in_out": ["acc"]},
+            {("x", 0, 0), ("x", 1, 1), ("acc", 0, 0)} | {("sq", 0, 0), ("sq", 1, 1)},
+        ),
+        (cat.shifted_kernel, {}, set()),
+        (cat.gather_kernel, {}, {("idx", 0, -1), ("out", 0, -1)}),
+        (cat.funky_kernel, {"outputs": 2}, set()),
+        (cat.guarded_kernel, {}, set()),
+        (cat.loop_kernel, {}, {("out", 0, -1)}),
+        (cat.reassigned_kernel, {}, set()),
+        (cat.function_op_fn, {}, set()),
+    ],
+)
+def test_direct_indexing_found(kernel, kw, expected):
+    assert set(interop.op(kernel, **kw).description.direct_index) == expected
+
+
+# ---- inputs shorter than the launch -----------------------------------------------------
+def test_input_shorter_than_launch_names_op_param_dim_extents():
+    op = interop.op(cat.scalar_kernel)
+    msg = _err(op, np.ones(8, F), np.ones(4, F), 2.0)
+    assert "op 'scalar_kernel', parameter 'y'" in msg
+    assert "dimension 0" in msg and "launch extent 8" in msg and "got extent 4" in msg
+
+
+def test_launch_dims_larger_than_inputs():
+    op = interop.op(cat.scale_kernel)
+    msg = _err(op, np.ones(4, F), 2.0, launch_dims=1 << 26)
+    assert "parameter 'a'" in msg and "launch extent 67108864" in msg and "got extent 4" in msg
+    # smaller launches and equal ones are fine (only the first n elements are touched)
+    np.testing.assert_array_equal(op(np.arange(4, dtype=F), 2.0, launch_dims=2), [0, 2])
+
+
+def test_output_dims_smaller_than_launch():
+    op = interop.op(cat.scale_kernel)
+    msg = _err(op, np.ones(1 << 22, F), 2.0, output_dims=1)
+    assert "parameter 'out'" in msg and "output" in msg and "launch extent 4194304" in msg and "got extent 1" in msg
+    assert "output_dims" in msg
+    # a larger output is fine: its tail stays zero
+    np.testing.assert_array_equal(op(np.ones(2, F), 2.0, output_dims=4), [2, 2, 0, 0])
+
+
+def test_in_out_shorter_than_launch():
+    op = interop.op(cat.atomic_kernel, in_out=["acc"])
+    msg = _err(op, np.ones(8, F), np.zeros(3, F))
+    assert "parameter 'acc'" in msg and "in-out" in msg and "launch extent 8" in msg and "got extent 3" in msg
+
+
+def test_two_dims_each_checked_against_its_launch_dim():
+    op = interop.op(cat.transpose_kernel)
+    a = np.arange(12, dtype=F).reshape(3, 4)
+    np.testing.assert_array_equal(op(a, output_dims=(4, 3)), a.T)
+    # the default output shape (the launch, (3, 4)) is too short in dimension 0 for out[j, i]
+    msg = _err(op, a)
+    assert "parameter 'out'" in msg and "dimension 0" in msg and "launch extent 4" in msg and "got extent 3" in msg
+    # out[j, i]: output dim 1 follows launch dim 0
+    msg = _err(op, a, output_dims=(4, 2))
+    assert "parameter 'out'" in msg and "dimension 1" in msg and "wp.tid() dimension 0" in msg
+    assert "launch extent 3" in msg and "got extent 2" in msg
+    msg = _err(op, a, launch_dims=(3, 5), output_dims=(5, 3))
+    assert "parameter 'a'" in msg and "dimension 1" in msg and "launch extent 5" in msg and "got extent 4" in msg
+
+
+def test_vec_arrays_compare_outer_dims():
+    op = interop.op(cat.vec3_kernel)
+    a = np.ones((5, 3), F)
+    msg = _err(op, a, np.ones((2, 3), F))
+    assert "parameter 'b'" in msg and "launch extent 5" in msg and "got extent 2" in msg
+
+
+def test_zero_length_launch_is_not_an_error():
+    op = interop.op(cat.scalar_kernel)
+    assert op(np.ones(0, F), np.ones(0, F), 1.0).shape == (0,)
+
+
+@pytest.mark.parametrize("fw", ["torch", "jax", "jax.jit", "paddle"])
+def test_every_framework_refuses_before_launching(fw):
+    op = interop.op(cat.scalar_kernel)
+    x, y = np.ones(8, F), np.ones(4, F)
+    if fw == "torch":
+        torch = pytest.importorskip("torch")
+        call = lambda: op(torch.from_numpy(x), torch.from_numpy(y), 2.0)  # noqa: E731
+    elif fw.startswith("jax"):
+        jax = pytest.importorskip("jax")
+        f = (lambda a, b: op(a, b, 2.0)) if fw == "jax" else jax.jit(lambda a, b: op(a, b, 2.0))
+        call = lambda: f(jax.numpy.asarray(x), jax.numpy.asarray(y))  # noqa: E731
+    else:
+        paddle = pytest.importorskip("paddle")
+        call = lambda: op(paddle.to_tensor(x), paddle.to_tensor(y), 2.0)  # noqa: E731
+    with pytest.raises(interop.ArgumentError, match=r"parameter 'y'.*launch extent 8.*got extent 4"):
+        call()
+
+
+# ---- Warp's launch limits -----------------------------------------------------------------
+def test_launch_beyond_warp_thread_limit():
+    op = interop.op(cat.scale_kernel)
+    msg = _err(op, np.ones(4, F), 2.0, launch_dims=(2**21, 2**21, 2**21), output_dims=4)
+    assert "9223372036854775808 threads" in msg and "Warp's limit" in msg
+    msg = _err(op, np.ones(4, F), 2.0, launch_dims=(2**31, 1), output_dims=4)
+    assert "extent 2147483648 in dimension 0" in msg
+
+
+def test_output_beyond_warp_array_limit():
+    op = interop.op(cat.vec3_kernel)
+    msg = _err(op, np.ones((4, 3), F), np.ones((4, 3), F), launch_dims=2**40)
+    assert "output 'out'" in msg and "extent 1099511627776" in msg and "array limit" in msg
+
+
+# ---- must stay silent ---------------------------------------------------------------------
+def test_offset_index_guarded_is_silent():
+    op = interop.op(cat.shifted_kernel)
+    a = np.arange(5, dtype=F)
+    np.testing.assert_array_equal(op(a, launch_dims=8), [1, 2, 3, 4, 0, 0, 0, 0])
+
+
+def test_gather_is_silent_for_the_gathered_array():
+    op = interop.op(cat.gather_kernel)
+    a = np.arange(3, dtype=F) * 10
+    idx = np.array([2, 0, 1, 2, 2], np.int32)
+    np.testing.assert_array_equal(op(a, idx, launch_dims=5), a[idx])
+    # the index array itself is indexed directly
+    msg = _err(op, a, idx, launch_dims=6)
+    assert "parameter 'idx'" in msg and "launch extent 6" in msg and "got extent 5" in msg
+
+
+def test_shape_guarded_funky_kernel_is_silent():
+    op = interop.op(cat.funky_kernel, outputs=2)
+    a = np.arange(6, dtype=F)
+    b, c = op(a, launch_dims=8, output_dims={"b": 8, "c": 3})
+    np.testing.assert_array_equal(b, a[np.arange(8) % 6] + 1)
+    np.testing.assert_array_equal(c, 2 * a[:3])
+
+
+def test_early_return_guard_is_silent():
+    op = interop.op(cat.guarded_kernel)
+    np.testing.assert_array_equal(op(np.arange(3, dtype=F), launch_dims=5), [0, 1, 2, 0, 0])
+
+
+def test_loop_over_an_array_is_silent():
+    op = interop.op(cat.loop_kernel)
+    np.testing.assert_array_equal(op(np.arange(3, dtype=F), launch_dims=4, output_dims=4), [3, 3, 3, 3])
+
+
+def test_reassigned_thread_index_is_silent():
+    op = interop.op(cat.reassigned_kernel)
+    out = op(np.arange(3, dtype=F) + 1, launch_dims=8)
+    assert out.shape == (8,) and out[0] in (1.0, 2.0, 3.0)
+
+
+def test_readme_bounds_checks_example_runs(tmp_path):
+    import os
+    import re
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    section = open(os.path.join(root, "README.md")).read().split("### Bounds checks", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    path = tmp_path / "readme_bounds.py"
+    path.write_text(code)
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "op 'scale', parameter 'a'" in r.stdout and "launch extent 8" in r.stdout and "got extent 4" in r.stdout

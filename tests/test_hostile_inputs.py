@@ -1,0 +1,410 @@
+"""Regression tests for hostile inputs (issue 9): each was a crash, a silent wrong answer or an
+unclear error. Every test fails without its fix; kernels come from the catalogue."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import interop
+from tests import catalogue as cat
+
+F = np.float32
+ALL = [f for f in ("numpy", "torch", "jax", "jax.jit", "paddle") if importlib.util.find_spec(f.split(".")[0])]
+TORCH = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+JAX = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax not installed")
+PADDLE = pytest.mark.skipif(importlib.util.find_spec("paddle") is None, reason="paddle not installed")
+
+
+def _to(fw: str, a):
+    if not isinstance(a, np.ndarray) or fw == "numpy":
+        return a
+    return interop.convert(np.ascontiguousarray(a), to=fw.split(".")[0], copy=True)
+
+
+def _np(x):
+    return np.asarray(interop.convert(x, to="numpy", copy=True))
+
+
+def _call(fw: str, op, *args, **kw):
+    """``op`` called with ``args`` converted to ``fw`` (``jax.jit``: arrays traced, the rest static)."""
+    conv = [_to(fw, a) for a in args]
+    if fw == "jax.jit":
+        import jax
+
+        pos = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+
+        def f(*arrays):
+            full = list(conv)
+            for i, x in zip(pos, arrays):
+                full[i] = x
+            return op(*full, **kw)
+
+        return jax.jit(f)(*[conv[i] for i in pos])
+    return op(*conv, **kw)
+
+
+# ---- output_dims smaller than the launch: was a heap overflow (SIGSEGV) -------------------------
+@pytest.mark.parametrize("fw", ALL)
+def test_output_dims_smaller_than_launch_is_refused(fw):
+    op = interop.op(cat.scale_kernel)
+    with pytest.raises(
+        interop.ArgumentError, match=r"op 'scale_kernel', parameter 'out'.*launch extent 4194304.*got extent 1"
+    ):
+        _call(fw, op, np.ones(1 << 22, F), 2.0, output_dims=1)
+
+
+@pytest.mark.parametrize("fw", ALL)
+def test_launch_dims_larger_than_inputs_is_refused(fw):
+    op = interop.op(cat.scale_kernel)
+    with pytest.raises(interop.ArgumentError, match=r"parameter 'a'.*launch extent 67108864.*got extent 4"):
+        _call(fw, op, np.ones(4, F), 2.0, launch_dims=1 << 26)
+
+
+# ---- ndarray subclasses: the fast path was keyed on the type, not the layout ------------------
+def _masked(a):
+    return np.ma.masked_array(a)
+
+
+def _memmap(a, tmp_path, name):
+    m = np.memmap(tmp_path / name, dtype=a.dtype, mode="w+", shape=a.shape)
+    m[:] = a
+    return m
+
+
+@pytest.mark.parametrize("kind", ["masked_array", "memmap"])
+def test_ndarray_subclass_input_of_another_length(kind, tmp_path):
+    op = interop.op(cat.scale_kernel)
+    files = iter(range(9))
+    make = _masked if kind == "masked_array" else (lambda a: _memmap(a, tmp_path, f"m{next(files)}"))
+    big, small = np.arange(16, dtype=F), np.arange(4, dtype=F)
+    np.testing.assert_array_equal(np.asarray(op(make(big), 2.0)), big * 2)
+    out = np.asarray(op(make(small), 2.0))
+    assert out.shape == (4,)
+    np.testing.assert_array_equal(out, small * 2)
+
+
+def test_ndarray_subclass_in_out_then_smaller():
+    op = interop.op(cat.atomic_kernel, in_out=["acc"])
+    n = 1 << 20
+    acc = np.ma.masked_array(np.zeros(n, F))
+    op(np.ma.masked_array(np.ones(n, F)), acc)
+    np.testing.assert_array_equal(np.asarray(acc[:3]), [2, 2, 2])
+    acc1 = np.ma.masked_array(np.zeros(1, F))
+    op(np.ma.masked_array(np.full(1, 3.0, F)), acc1)  # replayed the 2**20-element launch: SIGSEGV
+    np.testing.assert_array_equal(np.asarray(acc1), [6.0])
+
+
+# ---- Ctrl-C while a JAX FFI handler runs ---------------------------------------------------------
+@JAX
+def test_ctrl_c_during_jax_handler_surfaces_as_keyboard_interrupt():
+    # in a child process: before the fix the interrupt escaped the ctypes callback and the process died
+    code = textwrap.dedent(
+        """
+        import signal, numpy as np, warp as wp, jax, jax.numpy as jnp, interop
+        from tests import catalogue as cat
+        state = {"n": 0}
+        def interrupted(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+            state["n"] += 1
+            if state["n"] == 2:
+                signal.raise_signal(signal.SIGINT)  # Ctrl-C while the FFI handler runs
+            wp.launch(cat.scale_kernel, dim=a.shape, inputs=[a, s], outputs=[out])
+        op = interop.op(interrupted)
+        a = jnp.arange(4.0, dtype=jnp.float32)
+        assert np.asarray(op(a, 2.0)).tolist() == [0, 2, 4, 6]
+        try:
+            op(a, 2.0)
+            print("NO INTERRUPT")
+        except KeyboardInterrupt:
+            print("INTERRUPT")
+        assert np.asarray(op(a, 3.0)).tolist() == [0, 3, 6, 9]
+        f = jax.jit(lambda a: op(a, 1.0) * 2)
+        state["n"] = 1
+        try:
+            f(a).block_until_ready()
+        except Exception as e:
+            print("JIT", type(e).__name__, "KeyboardInterrupt" in str(e))
+        assert np.asarray(f(a)).tolist() == [0, 2, 4, 6]
+        print("ALIVE")
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.split("\n")
+    assert "INTERRUPT" in lines and "ALIVE" in lines
+    assert "JIT JaxRuntimeError True" in lines
+
+
+# ---- conversions Paddle cannot take --------------------------------------------------------------
+@PADDLE
+@TORCH
+def test_convert_negative_stride_paddle_view_to_torch_is_refused():
+    import paddle
+
+    x = paddle.to_tensor(np.arange(6.0))[::-1]  # was SIGABRT inside Paddle
+    with pytest.raises(interop.ArgumentError, match=r"convert: a paddle array .* negative strides .*copy=True"):
+        interop.convert(x, to="torch")
+    np.testing.assert_array_equal(interop.convert(x, to="torch", copy=True).numpy(), np.arange(6.0)[::-1])
+
+
+@PADDLE
+def test_convert_negative_stride_numpy_to_paddle_is_refused():
+    a = np.arange(6.0)[::-1]  # was Paddle's MemoryError "Fail to alloc memory of 18446744073709551600"
+    with pytest.raises(interop.ArgumentError, match=r"convert: a numpy array .* negative strides"):
+        interop.convert(a, to="paddle")
+    np.testing.assert_array_equal(interop.convert(a, to="paddle", copy=True).numpy(), a)
+
+
+# ---- arrays the kernel writes must own their elements ---------------------------------------------
+def _expanded(fw):
+    if fw == "numpy":
+        return np.lib.stride_tricks.as_strided(np.zeros(1, F), shape=(4,), strides=(0,))
+    if fw == "torch":
+        import torch
+
+        return torch.zeros(1).expand(4)
+    import paddle
+
+    return paddle.as_strided(paddle.zeros([1]), [4], [0])
+
+
+@pytest.mark.parametrize("fw", [f for f in ("numpy", "torch", "paddle") if f in ALL])
+def test_expanded_in_out_is_refused(fw):
+    op = interop.op(cat.atomic_kernel, in_out=["acc"])
+    acc = _expanded(fw)
+    with pytest.raises(
+        interop.ArgumentError, match=r"parameter 'acc': the kernel writes this array.*one memory location"
+    ):
+        op(_to(fw, np.ones(4, F)), acc)
+    # the same shape, owning its elements: fine (and the refusal above did not poison a fast path)
+    acc = _to(fw, np.zeros(4, F))
+    np.testing.assert_array_equal(_np(op(_to(fw, np.ones(4, F)), acc)), [2, 2, 2, 2])
+    with pytest.raises(interop.ArgumentError, match="one memory location"):
+        op(_to(fw, np.ones(4, F)), _expanded(fw))
+
+
+def test_overlapping_in_out_is_refused():
+    op = interop.op(cat.inout_kernel, outputs=2, in_out=["acc"])
+    base = np.zeros(4, F)
+    acc = np.lib.stride_tricks.as_strided(base, shape=(3,), strides=(0,))
+    with pytest.raises(interop.ArgumentError, match="one memory location"):
+        op(np.ones((3, 2), F), acc)
+    # a 2-d view whose rows overlap, written by transpose_kernel... as an in-out of a kernel
+    op2 = interop.op(cat.transpose_kernel, outputs=1, in_out=["out"])
+    over = np.lib.stride_tricks.as_strided(np.zeros(6, F), shape=(2, 3), strides=(4, 4))
+    with pytest.raises(interop.ArgumentError, match="one memory location"):
+        op2(np.ones((3, 2), F), over)
+    # strided but not overlapping is fine
+    spaced = np.zeros(8, F)[::2]
+    op(np.ones((4, 2), F), spaced)
+    np.testing.assert_array_equal(spaced, [2, 2, 2, 2])
+
+
+# ---- scalars -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("fw", ALL)
+@pytest.mark.parametrize("value", [2**32 + 3, np.int64(-(2**40)), 2**31])
+def test_integer_scalar_out_of_range_is_refused(fw, value):
+    op = interop.op(cat.int_offset_kernel)
+    if fw == "torch" and isinstance(value, np.integer):
+        value = int(value)
+    with pytest.raises(
+        interop.ArgumentError, match=r"op 'int_offset_kernel', parameter 's'.*\[-2147483648, 2147483647\]"
+    ):
+        _call(fw, op, np.zeros(2, np.int32), value)
+
+
+@pytest.mark.parametrize("fw", ALL)
+def test_integer_scalar_bounds_are_exact(fw):
+    op = interop.op(cat.int_offset_kernel)
+    np.testing.assert_array_equal(_np(_call(fw, op, np.zeros(2, np.int32), 2**31 - 1)), [2**31 - 1] * 2)
+    np.testing.assert_array_equal(_np(_call(fw, op, np.zeros(2, np.int32), -(2**31))), [-(2**31)] * 2)
+    # after a valid call (fast paths warm), an out-of-range value is still refused
+    with pytest.raises(interop.ArgumentError, match="parameter 's'"):
+        _call(fw, op, np.zeros(2, np.int32), 2**31)
+
+
+def test_generic_integer_scalar_out_of_range_is_refused():
+    op = cat.case("generic").op
+    with pytest.raises(interop.ArgumentError, match=r"parameter 's'.*int8 value in \[-128, 127\]"):
+        op(np.ones(2, np.int8), 300)
+
+
+@pytest.mark.parametrize("fw", ALL)
+def test_bool_for_a_float_scalar_is_refused(fw):
+    op = interop.op(cat.scale_kernel)
+    with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 's'.*got bool"):
+        _call(fw, op, np.ones(2, F), True)
+
+
+@pytest.mark.parametrize("fw", ALL)
+def test_vec3_scalar_given_two_numbers(fw):
+    op = interop.op(cat.vec_offset_kernel)
+    with pytest.raises(interop.ArgumentError, match=r"op 'vec_offset_kernel', parameter 'v'.*3 numbers, got 2"):
+        _call(fw, op, np.ones((2, 3), F), (1.0, 2.0))
+    out = _np(_call(fw, op, np.ones((2, 3), F), (1.0, 2.0, 3.0)))
+    np.testing.assert_array_equal(out, np.ones((2, 3)) + [1, 2, 3])
+
+
+@JAX
+def test_jax_static_scalar_errors_come_at_trace_time():
+    import jax
+    import jax.numpy as jnp
+
+    a = jnp.zeros(2, jnp.int32)
+    # make_jaxpr never runs the FFI handler: these used to surface as JaxRuntimeError at run time
+    with pytest.raises(interop.ArgumentError, match="parameter 's'"):
+        jax.make_jaxpr(lambda a: interop.op(cat.int_offset_kernel)(a, 2**32 + 3))(a)
+    with pytest.raises(interop.ArgumentError, match="parameter 'v'"):
+        jax.make_jaxpr(lambda a: interop.op(cat.vec_offset_kernel)(a, (1.0, 2.0)))(jnp.ones((2, 3)))
+
+
+@TORCH
+@pytest.mark.parametrize("value", ["2", None, 1j, (1.0,)])
+def test_torch_non_number_scalar_names_op_and_parameter(value):
+    import torch
+
+    op = interop.op(cat.scale_kernel)
+    with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 's': expected float32"):
+        op(torch.ones(2), value)
+
+
+# ---- torch tensors torch itself would not write ---------------------------------------------------
+@TORCH
+def test_torch_inference_tensor_in_out_outside_inference_mode():
+    import torch
+
+    op = interop.op(cat.atomic_kernel, in_out=["acc"])
+    with torch.inference_mode():
+        acc, probe = torch.zeros(4), torch.zeros(4)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+        probe.add_(1.0)  # what torch says
+    with pytest.raises(interop.ArgumentError, match=r"parameter 'acc': in-place update to an inference tensor"):
+        op(torch.ones(4), acc)
+    assert acc.tolist() == [0, 0, 0, 0]
+    with torch.inference_mode():
+        op(torch.ones(4), acc)
+    assert acc.tolist() == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("fw", [f for f in ("torch", "paddle") if f in ALL])
+def test_sparse_tensor_is_refused(fw):
+    op = interop.op(cat.scale_kernel)
+    if fw == "torch":
+        import torch
+
+        x = torch.ones(4).to_sparse()
+    else:
+        import paddle
+
+        x = paddle.to_tensor(np.ones(4, F)).to_sparse_coo(1)
+    with pytest.raises(interop.ArgumentError, match=r"parameter 'a': a .*sparse.* tensor has no dense strided memory"):
+        op(x, 2.0)
+
+
+# ---- empty vec arrays ---------------------------------------------------------------------------
+@pytest.mark.parametrize("fw", ALL)
+def test_empty_vec3_arrays(fw):
+    op = interop.op(cat.vec3_kernel)
+    out = _call(fw, op, np.zeros((0, 3), F), np.zeros((0, 3), F))
+    assert tuple(out.shape) == (0, 3)
+
+
+def test_empty_vec3_array_with_zero_strides():
+    op = interop.op(cat.vec3_kernel)
+    z = np.lib.stride_tricks.as_strided(np.zeros(1, F), shape=(0, 3), strides=(0, 0))
+    assert op(z, z).shape == (0, 3)
+
+
+# ---- Python-function ops and gradients ------------------------------------------------------------
+@TORCH
+def test_function_op_strided_leaf_backward_torch():
+    import torch
+
+    op = cat.case("function").op
+    base = torch.rand(16, dtype=torch.float32)
+    a = base[::2].requires_grad_()  # a strided leaf
+    b = torch.rand(8)
+    out = op(a, b)
+    np.testing.assert_allclose(out.detach().numpy(), 3 * base[::2].numpy() ** 2 + b.numpy(), rtol=1e-6)
+    out.sum().backward()
+    np.testing.assert_allclose(a.grad.numpy(), 6 * base[::2].numpy(), rtol=1e-6)
+
+
+@PADDLE
+def test_function_op_strided_input_backward_paddle():
+    import paddle
+
+    op = cat.case("function").op
+    an = np.random.default_rng(0).random(16).astype(F)
+    a = paddle.to_tensor(an, stop_gradient=False)
+    op(a[::2], paddle.ones([8])).sum().backward()
+    expected = np.zeros(16, F)
+    expected[::2] = 6 * an[::2]
+    np.testing.assert_allclose(a.grad.numpy(), expected, rtol=1e-6)
+
+
+@JAX
+def test_function_op_array_gradient_with_traced_scalar_jax():
+    import jax
+    import jax.numpy as jnp
+
+    op = interop.op(cat.function_scale_fn)
+    a = jnp.arange(4.0, dtype=jnp.float32)
+    g = jax.jit(jax.grad(lambda a, s: op(a, s).sum()))(a, 2.0)  # s is traced, only a's gradient is asked
+    np.testing.assert_array_equal(np.asarray(g), [2, 2, 2, 2])
+    with pytest.raises(NotImplementedError, match=r"traced scalar 's'"):
+        jax.grad(lambda a, s: op(a, s).sum(), argnums=1)(a, 2.0)
+
+
+@TORCH
+def test_function_op_array_gradient_with_0d_tensor_scalar_torch():
+    import torch
+
+    op = interop.op(cat.function_scale_fn)
+    a = torch.arange(4.0, requires_grad=True)
+    op(a, torch.tensor(2.0)).sum().backward()
+    assert a.grad.tolist() == [2, 2, 2, 2]
+    s = torch.tensor(2.0, requires_grad=True)
+    with pytest.raises(interop.UnsupportedError, match=r"no gradient for scalar 's'"):
+        op(torch.arange(4.0), s).sum().backward()
+
+
+@pytest.mark.parametrize("fw", [f for f in ("torch", "jax", "jax.jit", "paddle") if f in ALL])
+def test_backward_that_is_a_python_function_op(fw):
+    op = interop.op(cat._square_kernel, backward=interop.op(cat.square_backward_fn))
+    an = np.arange(5, dtype=F)
+    if fw == "torch":
+        import torch
+
+        a = torch.from_numpy(an.copy()).requires_grad_()
+        op(a).sum().backward()
+        g = a.grad.numpy()
+    elif fw.startswith("jax"):
+        import jax
+
+        f = jax.grad(lambda a: op(a).sum())
+        g = np.asarray((jax.jit(f) if fw == "jax.jit" else f)(jax.numpy.asarray(an)))
+    else:
+        import paddle
+
+        a = paddle.to_tensor(an, stop_gradient=False)
+        op(a).sum().backward()
+        g = a.grad.numpy()
+    np.testing.assert_array_equal(g, 2 * an)
+
+
+# ---- conversions from JAX: immutable buffers ------------------------------------------------------
+@JAX
+def test_convert_from_jax_to_numpy_is_read_only():
+    import jax.numpy as jnp
+
+    x = jnp.arange(4.0)
+    v = interop.convert(x, to="numpy")
+    assert not v.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        v[0] = 1.0
