@@ -66,6 +66,13 @@ class _Attrs(ctypes.Structure):
     ]
 
 
+class _ByteSpan(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_ATTR_STRING = 4
+
+
 class _ApiVersion(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -171,6 +178,22 @@ def buffers(lst: _List) -> list[tuple[int, tuple[int, ...]]]:
     return out
 
 
+def string_attr(frame: CallFrame, name: bytes) -> bytes | None:
+    """The value of the call's string attribute ``name`` (bytes), or None when it has none."""
+    attrs = frame.attrs
+    if not attrs.size:
+        return None
+    types = ctypes.cast(attrs.types, ctypes.POINTER(ctypes.c_int))
+    names = ctypes.cast(attrs.names, ctypes.POINTER(ctypes.POINTER(_ByteSpan)))
+    values = ctypes.cast(attrs.attrs, ctypes.POINTER(ctypes.c_void_p))
+    for k in range(attrs.size):
+        span = names[k].contents
+        if types[k] == _ATTR_STRING and ctypes.string_at(span.ptr, span.len) == name:
+            value = ctypes.cast(values[k], ctypes.POINTER(_ByteSpan)).contents
+            return ctypes.string_at(value.ptr, value.len)
+    return None
+
+
 def cuda_stream(frame: CallFrame) -> int:
     """XLA's CUDA stream for this call (a ``cudaStream_t`` as an int)."""
     args = _StreamGetArgs(ctypes.sizeof(_StreamGetArgs), _EMPTY_EXT, frame.ctx, None)
@@ -192,11 +215,14 @@ def _error(frame: CallFrame, message: str) -> int:
 _keep_alive: dict[tuple[str, str], object] = {}
 
 
-def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
+def register(name: str, handler: Callable[[CallFrame, str], None], command_buffer: bool = False) -> None:
     """Register ``handler(frame, platform)`` as XLA FFI target ``name`` on ``cpu`` and ``CUDA``.
 
     ``platform`` is ``"cpu"`` or ``"CUDA"``. An exception in the handler becomes an XLA
     error (raised by JAX as an ``XlaRuntimeError`` with the message and traceback).
+    ``command_buffer``: on CUDA, declare the target command-buffer compatible (XLA may
+    capture it into a CUDA graph: the handler then runs only while XLA records, so it must
+    only enqueue work on XLA's stream).
     """
     import jax
 
@@ -204,7 +230,9 @@ def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
         if (name, platform) in _keep_alive:
             continue
 
-        def callback(frame_p, platform=platform):
+        traits = _COMMAND_BUFFER_COMPATIBLE if command_buffer and platform == "CUDA" else 0
+
+        def callback(frame_p, platform=platform, traits=traits):
             frame = frame_p.contents
             ext = frame.extension_start
             if ext and ext.contents.type == _METADATA_EXTENSION:
@@ -212,7 +240,7 @@ def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
                 md = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
                 md.api_version.major_version = 0
                 md.api_version.minor_version = 1
-                md.traits = 0
+                md.traits = traits
                 return None
             try:
                 handler(frame, platform)

@@ -150,6 +150,7 @@ def op(
     zero_outputs: bool = True,
     nondifferentiable: Sequence[str] = (),
     vmap_method: str | None = None,
+    partition: str | None = None,
 ) -> Op:
     """Describe a Warp kernel (or annotated Python function) once, as an op every framework can call.
 
@@ -174,6 +175,11 @@ def op(
             batch element, correct for every kernel), ``"sequential"`` (``lax.map``) or
             ``"fold"`` (one launch, batch folded into the first launch dim; valid only for
             row-independent kernels, see the README).
+        partition: ``"rows"`` declares the launch independent along its first dimension:
+            thread ``i`` of that dimension reads and writes only row ``i`` of every array
+            argument and output, and every array's first dimension is the launch's first
+            dimension. Under ``jax.jit`` with inputs sharded along it, XLA then runs each
+            shard where it lives (no all-gather). Default ``None``: no such promise.
 
     Returns:
         An :class:`Op`. Describing the same kernel with the same options again returns
@@ -206,6 +212,7 @@ def op(
         zero_outputs=zero_outputs,
         nondifferentiable=nondifferentiable,
         vmap_method=vmap_method,
+        partition=partition,
     )
     with _ops_lock:
         existing = _ops.get(desc)
