@@ -905,7 +905,9 @@ def _register_targets(jop: JaxOp) -> None:
         name = _target(jop.desc, direction)
         if name not in _targets:
             _targets[name] = _Target(jop, direction)
-            _jax_ffi.register(name, _targets[name].run, command_buffer=True)
+            # CUDA graphs: a kernel's handler only zero-fills and launches on XLA's stream (capturable);
+            # a Python-function op may allocate or synchronize, so it is not declared compatible
+            _jax_ffi.register(name, _targets[name].run, command_buffer=jop.desc.kind == "kernel")
     if jop.desc.backward is not None:
         _op_for(jop.desc.backward).bound("jax")
 
