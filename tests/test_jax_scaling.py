@@ -178,14 +178,15 @@ EXPORT = textwrap.dedent(
 )
 
 
-def _run(tmp_path, script: str, *argv: str, devices: int = 1) -> dict:
+def _run(tmp_path, script: str, *argv: str, devices: int = 1, platform: str | None = "cpu") -> dict:
     (tmp_path / "kernels.py").write_text(KERNELS)  # Warp reads kernel source from a file
     path = tmp_path / f"script_{abs(hash(script))}.py"
     path.write_text(script)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([ROOT, str(tmp_path), env.get("PYTHONPATH", "")])
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
+    if platform:
+        env["JAX_PLATFORMS"] = platform
     r = subprocess.run(
         [sys.executable, str(path), *argv], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
     )
@@ -264,3 +265,90 @@ def test_export_round_trip_in_a_fresh_process(tmp_path):
     B = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_allclose(second["values"]["vmap"][0], 1.5 * B * B, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(second["values"]["vmap_grad"][0], 3.0 * B, rtol=1e-5, atol=1e-7)
+
+
+# ---- in process: the configuration attribute is enough to rebuild a launch ---------------
+def test_static_values_survive_the_configuration_attribute():
+    import warp as wp
+
+    from adapters import jax as interop_jax
+
+    values = [True, 3, -2.5, float("inf"), 1e-300, np.float32(0.1), np.int64(7), (1, 2.5), {"out": (4, 3)}]
+    for v in values:
+        back = interop_jax._unjson(interop_jax._jsonable(v))
+        assert type(back) is type(v) and back == v, (v, back)
+    nan = interop_jax._unjson(interop_jax._jsonable(float("nan")))
+    assert isinstance(nan, float) and np.isnan(nan)
+    assert interop_jax._unjson(interop_jax._jsonable(wp.vec3(1.0, 2.0, 3.0))) == (1.0, 2.0, 3.0)
+    with pytest.raises(TypeError, match="cannot record the static value"):
+        interop_jax._jsonable(object())
+
+
+def test_handler_rebuilt_from_the_configuration_alone():
+    """What a fresh process does for a deserialized module: no cached entry, no cached handler."""
+    import jax
+    import jax.numpy as jnp
+    import warp as wp
+
+    import interop
+    from adapters import jax as interop_jax
+
+    @wp.kernel
+    def shift(v: wp.array(dtype=wp.vec3), d: wp.vec3, s: float, out: wp.array(dtype=wp.vec3)):
+        i = wp.tid()
+        out[i] = s * v[i] + d
+
+    op = interop.op(shift)
+    v = jnp.asarray(np.arange(12, dtype=np.float32).reshape(4, 3))
+    f = jax.jit(jax.grad(lambda v: jnp.sum(op(v, wp.vec3(1.0, 2.0, 3.0), 0.5) ** 2)))
+    expected = f(v)
+    jop = op.bound("jax")
+    again = jax.jit(jax.grad(lambda v: jnp.sum(op(v, wp.vec3(1.0, 2.0, 3.0), 0.5) ** 2)))
+    lowered = again.lower(v).compile()
+    for direction in ("fwd", "bwd"):
+        interop_jax._targets[interop_jax._target(op.description, direction)].handlers.clear()
+    jop._by_config.clear()
+    np.testing.assert_array_equal(np.asarray(lowered(v)), np.asarray(expected))
+    assert len(jop._by_config) == 1  # rebuilt by the handler from the attribute
+    d = np.array([1.0, 2.0, 3.0], np.float32)
+    np.testing.assert_allclose(np.asarray(expected), 2 * (0.5 * np.asarray(v) + d) * 0.5, rtol=1e-6)
+
+
+# ---- CUDA: the kernel targets are command-buffer compatible (XLA captures them in CUDA graphs) ----
+CUDA_GRAPHS = textwrap.dedent(
+    """
+    import os, json
+    os.environ["XLA_FLAGS"] = "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1"
+    import numpy as np
+    import jax, jax.numpy as jnp
+    import interop
+    from kernels import scale_square, weighted
+
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        print("RESULTS " + json.dumps({"skip": "JAX has no CUDA backend here"}))
+        raise SystemExit(0)
+    op = interop.op(scale_square)
+    wop = interop.op(weighted)
+    f = jax.jit(lambda x, w: wop(op(x, 2.0) + 1.0, w))
+    g = jax.jit(jax.grad(lambda x, w: jnp.sum(wop(op(x, 2.0), w)), argnums=(0, 1)))
+    errs = []
+    for k in range(4):  # the first run records the graph, the others replay it with new data
+        x = np.linspace(-1, 1, 4096).astype(np.float32) * (k + 1)
+        w = np.array([0.5, -1.0 + k], np.float32)
+        t = 2 * x * x + 1
+        errs.append(float(np.max(np.abs(np.asarray(f(x, w)) - (w[0] * t + w[1] * t * t)))))
+        gx, gw = g(x, w)
+        s = 2 * x * x
+        errs.append(float(np.max(np.abs(np.asarray(gx) - (w[0] + 2 * w[1] * s) * 4 * x))))
+        errs.append(float(np.max(np.abs(np.asarray(gw) - [s.sum(), (s * s).sum()]) / (1 + np.abs(s * s).sum()))))
+    print("RESULTS " + json.dumps({"errs": errs}))
+    """
+)
+
+
+@pytest.mark.cuda
+def test_cuda_graphs_capture_the_launches(tmp_path):
+    r = _run(tmp_path, CUDA_GRAPHS, platform=None)
+    if "skip" in r:
+        pytest.skip(r["skip"])
+    assert max(r["errs"]) < 1e-3, r
