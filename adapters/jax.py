@@ -592,7 +592,10 @@ class _Launch:
         """The bare FFI call of this launch at batch ``levels``; the configuration travels as attribute."""
         batch = tuple(size for size, _ in reversed(levels))
         config = self.config(levels)
-        _targets[self.name].handlers.setdefault(config.encode(), _Handler(self, levels))
+        handler = _targets[self.name].handlers.setdefault(config.encode(), _Handler(self, levels))
+        if jax.default_backend() == "gpu":
+            # load the Warp module now: XLA may run the handler first while recording a CUDA graph
+            handler.prepare([getattr(d, "local_hardware_id", d.id) for d in jax.local_devices(backend="gpu")])
         out_types = [jax.ShapeDtypeStruct(batch + tuple(b.spec.shape), b.spec.dtype) for b in self.results]
         ffi = jax.ffi.ffi_call(
             self.name,
@@ -736,6 +739,15 @@ class _Handler:
             self.res_offsets = [(0,) * len(self.res)]
         self._warm: set = set()
         self._go: dict[str, Any] = {}
+
+    def prepare(self, ordinals) -> None:
+        """Build the launch records of CUDA devices ``ordinals`` (loads the module) ahead of any call."""
+        with _first_run_lock:
+            for k in ordinals:
+                device = get_device(f"cuda:{k}")
+                if device.alias not in self._go:
+                    fast = self.runner.fast_adjoint if self.adjoint else self.runner.fast_forward
+                    self._go[device.alias] = fast(device) if self.adjoint else _as_fwd(fast(device))
 
     def run(self, frame, platform: str) -> None:
         key = (platform, _jax_ffi.device_ordinal(frame) if platform != "cpu" else 0)

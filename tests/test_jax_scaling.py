@@ -155,6 +155,13 @@ EXPORT = textwrap.dedent(
         "vmap": (jax.vmap(lambda x: op(x, 1.5)), (B,)),
         "vmap_grad": (jax.grad(lambda x: jnp.sum(jax.vmap(lambda r: op(r, 1.5))(x))), (B,)),
     }
+    # a sharded function exports through shard_map (four devices in both processes)
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(np.array(jax.devices()), ("x",))
+    xs = jax.device_put(a, NamedSharding(mesh, P("x")))
+    sm = jax.shard_map(lambda x: op(x, 2.5), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    functions["shard_map"] = (sm, (xs,))
+    functions["shard_map_grad"] = (jax.grad(lambda x: jnp.sum(sm(x))), (xs,))
     mode, folder = sys.argv[1], sys.argv[2]
     out = {"names": [op.name, wop.name], "targets": interop_jax.targets(op, wop), "values": {}}
     for key, (f, args) in functions.items():
@@ -249,8 +256,8 @@ def test_undeclared_op_is_correct_and_gathers(sharded):
 
 def test_export_round_trip_in_a_fresh_process(tmp_path):
     pytest.importorskip("flatbuffers", reason="jax.export serialization needs flatbuffers")
-    first = _run(tmp_path, EXPORT, "export", str(tmp_path))
-    second = _run(tmp_path, EXPORT, "load", str(tmp_path))  # a fresh process describes the ops again
+    first = _run(tmp_path, EXPORT, "export", str(tmp_path), devices=4)
+    second = _run(tmp_path, EXPORT, "load", str(tmp_path), devices=4)  # a fresh process describes the ops again
     assert first["names"] == second["names"]
     assert first["targets"] == second["targets"]
     assert set(first["module_targets"]) <= set(first["targets"]), first["module_targets"]
@@ -265,6 +272,8 @@ def test_export_round_trip_in_a_fresh_process(tmp_path):
     B = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_allclose(second["values"]["vmap"][0], 1.5 * B * B, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(second["values"]["vmap_grad"][0], 3.0 * B, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(second["values"]["shard_map"][0], 2.5 * a * a, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(second["values"]["shard_map_grad"][0], 5.0 * a, rtol=1e-5, atol=1e-7)
 
 
 # ---- in process: the configuration attribute is enough to rebuild a launch ---------------
