@@ -361,3 +361,24 @@ def test_cuda_graphs_capture_the_launches(tmp_path):
     if "skip" in r:
         pytest.skip(r["skip"])
     assert max(r["errs"]) < 1e-3, r
+
+
+def test_readme_scaling_example_runs(tmp_path):
+    import re
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    section = text.split("## Scaling out with JAX", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code += textwrap.dedent(
+        """
+        import json
+        spec = lambda a: [e for e in a.sharding.spec if e is not None]
+        r = np.arange(16.0)
+        ok = [np.allclose(y, 2 * r * r), np.allclose(g, 4 * r), np.allclose(yr, 2 * r * r), np.allclose(gr, 4 * r),
+              np.allclose(yb, 2 * np.arange(32.0).reshape(4, 8) ** 2), np.allclose(y2, 2 * r * r)]
+        print("RESULTS " + json.dumps({"ok": ok, "specs": [spec(yb), spec(yr), spec(gr)]}))
+        """
+    )
+    r = _run(tmp_path, code, devices=4)
+    assert all(r["ok"]), r
+    assert r["specs"] == [["x"], ["x"], ["x"]], r
