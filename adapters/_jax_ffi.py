@@ -66,10 +66,6 @@ class _Attrs(ctypes.Structure):
     ]
 
 
-class _ByteSpan(ctypes.Structure):
-    _fields_ = [("ptr", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
 _ATTR_STRING = 4
 
 
@@ -178,19 +174,31 @@ def buffers(lst: _List) -> list[tuple[int, tuple[int, ...]]]:
     return out
 
 
+_c_int = ctypes.c_int
+_c_ptr = ctypes.c_void_p
+_c_size = ctypes.c_size_t
+_string_at = ctypes.string_at
+
+
 def string_attr(frame: CallFrame, name: bytes) -> bytes | None:
-    """The value of the call's string attribute ``name`` (bytes), or None when it has none."""
+    """The value of the call's string attribute ``name`` (bytes), or None when it has none.
+
+    Raw reads of the ``XLA_FFI_Attrs`` arrays (types: ``int``, names and values:
+    ``XLA_FFI_ByteSpan*``): this runs on every call, and ctypes casts cost microseconds.
+    """
     attrs = frame.attrs
-    if not attrs.size:
+    n = attrs.size
+    if not n:
         return None
-    types = ctypes.cast(attrs.types, ctypes.POINTER(ctypes.c_int))
-    names = ctypes.cast(attrs.names, ctypes.POINTER(ctypes.POINTER(_ByteSpan)))
-    values = ctypes.cast(attrs.attrs, ctypes.POINTER(ctypes.c_void_p))
-    for k in range(attrs.size):
-        span = names[k].contents
-        if types[k] == _ATTR_STRING and ctypes.string_at(span.ptr, span.len) == name:
-            value = ctypes.cast(values[k], ctypes.POINTER(_ByteSpan)).contents
-            return ctypes.string_at(value.ptr, value.len)
+    types, names, values = attrs.types, attrs.names, attrs.attrs
+    for k in range(n):
+        if _c_int.from_address(types + 4 * k).value != _ATTR_STRING:
+            continue
+        span = _c_ptr.from_address(names + 8 * k).value
+        if _string_at(_c_ptr.from_address(span).value, _c_size.from_address(span + 8).value) != name:
+            continue
+        value = _c_ptr.from_address(values + 8 * k).value
+        return _string_at(_c_ptr.from_address(value).value, _c_size.from_address(value + 8).value)
     return None
 
 
