@@ -841,7 +841,10 @@ def _entry_config(entry: _Entry, args, output_dims) -> str:
     a = []
     for p, spec in zip(entry.desc.call_params, entry.specs):
         if p.index in entry.static:
-            a.append(["s", _jsonable(entry.static[p.index])])
+            try:
+                a.append(["s", _jsonable(entry.static[p.index])])
+            except TypeError as e:
+                raise TypeError(f"op {entry.desc.label!r}, parameter {p.name!r}: {e}") from None
         else:
             a.append(["d", list(spec.shape), np.dtype(spec.dtype).name])
     od = None if output_dims is None else _jsonable(_thaw(_static_dims(entry.desc, "output_dims", output_dims)))
