@@ -168,7 +168,8 @@ EXPORT = textwrap.dedent(
         path = f"{folder}/{key}.bin"
         if mode == "export":
             exp = jax.export.export(jax.jit(f), disabled_checks=interop_jax.disabled_checks(op, wop))(*args)
-            open(path, "wb").write(exp.serialize())
+            # "forward" and "vmap" are serialized with their VJP: differentiable once loaded
+            open(path, "wb").write(exp.serialize(vjp_order=int(key in ("forward", "vmap"))))
             out.setdefault("module_targets", []).extend(
                 sorted({l.split("custom_call @")[1].split("(")[0] for l in exp.mlir_module().splitlines()
                         if "custom_call @" in l}))
@@ -180,6 +181,11 @@ EXPORT = textwrap.dedent(
         direct = direct if isinstance(direct, tuple) else (direct,)
         out["values"][key] = [np.asarray(r).tolist() for r in res]
         assert all(np.array_equal(np.asarray(r), np.asarray(d)) for r, d in zip(res, direct)), key
+        if key in ("forward", "vmap"):  # jax.grad of the deserialized function
+            ct = jax.grad(lambda *xs: jnp.sum(exp.call(*xs) ** 2))(*args)
+            direct_ct = jax.grad(lambda *xs: jnp.sum(f(*xs) ** 2))(*args)
+            assert np.array_equal(np.asarray(ct), np.asarray(direct_ct)), key
+            out["values"][key + "_call_grad"] = np.asarray(ct).tolist()
     print("RESULTS " + json.dumps(out))
     """
 )
@@ -273,6 +279,10 @@ def test_export_round_trip_in_a_fresh_process(tmp_path):
     np.testing.assert_allclose(second["values"]["vmap"][0], 1.5 * B * B, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(second["values"]["vmap_grad"][0], 3.0 * B, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(second["values"]["shard_map"][0], 2.5 * a * a, rtol=1e-5, atol=1e-7)
+    y = 2.5 * a * a  # d/dx sum(y**2) through the loaded function's VJP
+    np.testing.assert_allclose(second["values"]["forward_call_grad"], 2 * y * 5.0 * a, rtol=1e-5, atol=1e-6)
+    yb = 1.5 * B * B
+    np.testing.assert_allclose(second["values"]["vmap_call_grad"], 2 * yb * 3.0 * B, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(second["values"]["shard_map_grad"][0], 5.0 * a, rtol=1e-5, atol=1e-7)
 
 
