@@ -6,9 +6,13 @@ How one call becomes XLA work:
   ``launch_dims``, ``output_dims``, ``vmap_method``) is frozen into a hashable key. Each
   key gets, once, a :class:`_Entry`: the resolved plan, a ``jax.custom_vjp`` function of
   the dynamic operands (arrays and traced scalars), and its ``jax.jit`` for eager calls.
-- The forward and the adjoint are each a :class:`_Launch`: an FFI target registered once
-  (for ``cpu`` and ``CUDA``) whose handler reads XLA's buffers in place (zero-copy),
-  zero-fills the outputs and launches on XLA's stream. In-out arrays are aliased
+- The forward and the adjoint are each a :class:`_Launch`, called through one of the op's
+  two FFI targets (``interop.<op name>.fwd`` / ``.bwd``, named from the description only and
+  registered for ``cpu`` and ``CUDA`` when the op is described). Each call carries its
+  configuration as a JSON ``config`` attribute; the handler for it is built at trace time, or
+  rebuilt from the attribute in a process that only described the op (``jax.export``). The
+  handler reads XLA's buffers in place (zero-copy), zero-fills the outputs and launches on
+  XLA's stream. In-out arrays are aliased
   operand -> result; only then is the call marked as having a side effect, so unused
   outputs of a pure op are dead-code-eliminated.
 - Batching (``jax.vmap``) is a ``custom_vmap`` rule on each launch:
@@ -16,6 +20,9 @@ How one call becomes XLA work:
   element on offset pointers (correct for every kernel, unbatched operands are not
   copied); ``"sequential"`` uses ``lax.map``; ``"fold"`` (opt-in) folds the batch into the
   first launch dimension (one launch; valid only for row-independent kernels).
+- Sharding: batched ("loop") launches, and launches of ``partition="rows"`` ops, are
+  ``custom_partitioning`` calls that XLA splits along their first dimension; inside
+  ``shard_map`` results vary over the mesh axes of their operands (``check_vma=True``).
 - Gradients: ``custom_vjp`` with symbolic zeros, so the backward launch computes only the
   gradients asked for. Traced scalars reach the kernel as one-element arrays, so their
   gradient is Warp's adjoint, summed over threads. A hand-written backward op is called
