@@ -1,6 +1,6 @@
 """The Warp and JAX internals the JAX adapter cannot avoid, in one place.
 
-Checked against warp-lang 1.19.0 and jax/jaxlib 0.10.2.
+Checked against warp-lang 1.19.0 and jax/jaxlib 0.10.2 and 0.12.0.1.
 """
 
 from __future__ import annotations
@@ -25,3 +25,47 @@ def cuda_memset_async(device, ptr: int, nbytes: int, stream: int) -> None:
 
     if not runtime.core.wp_memset_device(device.context, ctypes.c_void_p(ptr), 0, nbytes, ctypes.c_void_p(stream)):
         raise RuntimeError(f"memset of {nbytes} bytes on {device} failed")
+
+
+# -- shard_map's varying-manual-axes types (check_vma=True) ----------------------------------
+def varying_axes(x) -> frozenset:
+    """The mesh axes ``x`` varies over inside ``shard_map`` (empty outside it).
+
+    jax 0.10-0.12 keep them in ``jax.typeof(x).manual_axis_type.varying``; older releases in ``.vma``.
+    """
+    t = jax.typeof(x)
+    mat = getattr(t, "manual_axis_type", None)
+    if mat is not None:
+        return frozenset(mat.varying)
+    return frozenset(getattr(t, "vma", ()) or ())
+
+
+def cast_varying(x, want: frozenset):
+    """``x`` retyped to vary over exactly ``want``: ``pcast`` to add axes, ``psum`` to drop them.
+
+    Dropping is what a gradient needs: a value replicated over an axis was broadcast to every
+    device there, so its cotangent is the sum of the per-device cotangents.
+    """
+    have = varying_axes(x)
+    extra = tuple(sorted(have - want))
+    if extra:
+        x = jax.lax.psum(x, extra)
+    missing = tuple(sorted(want - have))
+    if missing:
+        x = jax.lax.pcast(x, missing, to="varying")
+    return x
+
+
+def custom_partitioning():
+    """``(custom_partitioning, SdyShardingRule)`` from ``jax.experimental.custom_partitioning``."""
+    from jax.experimental.custom_partitioning import SdyShardingRule, custom_partitioning
+
+    return custom_partitioning, SdyShardingRule
+
+
+def manual_axes() -> frozenset:
+    """The mesh axes being mapped manually (inside ``shard_map``) where the current trace runs."""
+    from jax.sharding import get_abstract_mesh
+
+    mesh = get_abstract_mesh()
+    return frozenset(getattr(mesh, "manual_axes", ()) or ())

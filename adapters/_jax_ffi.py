@@ -68,6 +68,9 @@ class _Attrs(ctypes.Structure):
     ]
 
 
+_ATTR_STRING = 4
+
+
 class _ApiVersion(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -173,6 +176,34 @@ def buffers(lst: _List) -> list[tuple[int, tuple[int, ...]]]:
     return out
 
 
+_c_int = ctypes.c_int
+_c_ptr = ctypes.c_void_p
+_c_size = ctypes.c_size_t
+_string_at = ctypes.string_at
+
+
+def string_attr(frame: CallFrame, name: bytes) -> bytes | None:
+    """The value of the call's string attribute ``name`` (bytes), or None when it has none.
+
+    Raw reads of the ``XLA_FFI_Attrs`` arrays (types: ``int``, names and values:
+    ``XLA_FFI_ByteSpan*``): this runs on every call, and ctypes casts cost microseconds.
+    """
+    attrs = frame.attrs
+    n = attrs.size
+    if not n:
+        return None
+    types, names, values = attrs.types, attrs.names, attrs.attrs
+    for k in range(n):
+        if _c_int.from_address(types + 4 * k).value != _ATTR_STRING:
+            continue
+        span = _c_ptr.from_address(names + 8 * k).value
+        if _string_at(_c_ptr.from_address(span).value, _c_size.from_address(span + 8).value) != name:
+            continue
+        value = _c_ptr.from_address(values + 8 * k).value
+        return _string_at(_c_ptr.from_address(value).value, _c_size.from_address(value + 8).value)
+    return None
+
+
 def cuda_stream(frame: CallFrame) -> int:
     """XLA's CUDA stream for this call (a ``cudaStream_t`` as an int)."""
     args = _StreamGetArgs(ctypes.sizeof(_StreamGetArgs), _EMPTY_EXT, frame.ctx, None)
@@ -235,11 +266,14 @@ def interrupts() -> int:
     return _interrupt.count
 
 
-def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
+def register(name: str, handler: Callable[[CallFrame, str], None], command_buffer: bool = False) -> None:
     """Register ``handler(frame, platform)`` as XLA FFI target ``name`` on ``cpu`` and ``CUDA``.
 
     ``platform`` is ``"cpu"`` or ``"CUDA"``. An exception in the handler becomes an XLA
     error (raised by JAX as an ``XlaRuntimeError`` with the message and traceback).
+    ``command_buffer``: on CUDA, declare the target command-buffer compatible (XLA may
+    capture it into a CUDA graph: the handler then runs only while XLA records, so it must
+    only enqueue work on XLA's stream).
     """
     import jax
 
@@ -247,7 +281,9 @@ def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
         if (name, platform) in _keep_alive:
             continue
 
-        def callback(frame_p, platform=platform):
+        traits = _COMMAND_BUFFER_COMPATIBLE if command_buffer and platform == "CUDA" else 0
+
+        def callback(frame_p, platform=platform, traits=traits):
             # Nothing may unwind through XLA: an exception escaping a ctypes callback is printed
             # and the call reported as a success. On the main thread, Ctrl-C is deferred while
             # the handler runs (a KeyboardInterrupt could otherwise land between any two
@@ -263,7 +299,7 @@ def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
                     md = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
                     md.api_version.major_version = 0
                     md.api_version.minor_version = 1
-                    md.traits = 0
+                    md.traits = traits
                     return None
                 try:
                     handler(frame, platform)

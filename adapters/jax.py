@@ -6,9 +6,13 @@ How one call becomes XLA work:
   ``launch_dims``, ``output_dims``, ``vmap_method``) is frozen into a hashable key. Each
   key gets, once, a :class:`_Entry`: the resolved plan, a ``jax.custom_vjp`` function of
   the dynamic operands (arrays and traced scalars), and its ``jax.jit`` for eager calls.
-- The forward and the adjoint are each a :class:`_Launch`: an FFI target registered once
-  (for ``cpu`` and ``CUDA``) whose handler reads XLA's buffers in place (zero-copy),
-  zero-fills the outputs and launches on XLA's stream. In-out arrays are aliased
+- The forward and the adjoint are each a :class:`_Launch`, called through one of the op's
+  two FFI targets (``interop.<op name>.fwd`` / ``.bwd``, named from the description only and
+  registered for ``cpu`` and ``CUDA`` when the op is described). Each call carries its
+  configuration as a JSON ``config`` attribute; the handler for it is built at trace time, or
+  rebuilt from the attribute in a process that only described the op (``jax.export``). The
+  handler reads XLA's buffers in place (zero-copy), zero-fills the outputs and launches on
+  XLA's stream. In-out arrays are aliased
   operand -> result; only then is the call marked as having a side effect, so unused
   outputs of a pure op are dead-code-eliminated.
 - Batching (``jax.vmap``) is a ``custom_vmap`` rule on each launch:
@@ -16,6 +20,9 @@ How one call becomes XLA work:
   element on offset pointers (correct for every kernel, unbatched operands are not
   copied); ``"sequential"`` uses ``lax.map``; ``"fold"`` (opt-in) folds the batch into the
   first launch dimension (one launch; valid only for row-independent kernels).
+- Sharding: batched ("loop") launches, and launches of ``partition="rows"`` ops, are
+  ``custom_partitioning`` calls that XLA splits along their first dimension; inside
+  ``shard_map`` results vary over the mesh axes of their operands (``check_vma=True``).
 - Gradients: ``custom_vjp`` with symbolic zeros, so the backward launch computes only the
   gradients asked for. Traced scalars reach the kernel as one-element arrays, so their
   gradient is Warp's adjoint, summed over threads. A hand-written backward op is called
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import json
 import math
 import threading
 from typing import Any
@@ -78,6 +86,8 @@ class JaxOp:
         self._entries: dict[tuple, _Entry] = {}
         self._eager: dict[tuple, tuple] = {}  # eager signature -> (entry, scalar operand dtypes)
         self._lock = threading.Lock()
+        self._by_config: dict[str, _Entry] = {}  # an entry's configuration (JSON) -> the entry
+        _register_targets(self)
 
     def __repr__(self) -> str:
         return f"<interop JAX op {self.desc.name}>"
@@ -281,7 +291,7 @@ class _Entry:
         self.static: dict[int, Any] = {}
         self.dyn: list = []  # the call parameters passed as operands, in order
         for p, x in zip(desc.call_params, args):
-            if _is_jax(x) or _is_scalar_operand(p, x):
+            if _is_jax(x) or _is_scalar_operand(p, x) or isinstance(x, jax.ShapeDtypeStruct):
                 if p.is_array:
                     specs.append(ArraySpec(tuple(x.shape), np.dtype(x.dtype)))
                 else:
@@ -312,6 +322,8 @@ class _Entry:
             if desc.params[i].inner:
                 vector_components(desc, desc.params[i], v)
         self.plan = plan
+        self.config = _entry_config(self, args, output_dims)
+        jop._by_config.setdefault(self.config, self)
         self.fwd = _forward_launch(self, plan)
         self._bwd: dict[tuple, Any] = {}
         self._folded: dict[int, Any] = {}
@@ -407,17 +419,21 @@ class _Entry:
             return tuple(grads)
         if desc.backward is not None:
             return self._handwritten_backward(xs, want, ct_vals)
-        launch = self._bwd.get(want)
-        if launch is None:
-            launch = _adjoint_launch(self, plan, want)
-            self._bwd[want] = launch
+        launch = self.adjoint(want)
         operands = list(xs) + list(outs) + [c for c in ct_vals if c is not None]
         results = launch(*operands) if launch.results else ()
         for i, r in zip(launch.grad_for, results):
             grads[i] = r
         for i, k in launch.ct_passthrough:
             grads[i] = ct_vals[k]
-        return tuple(grads)
+        return _like_inputs(grads, xs)
+
+    def adjoint(self, want: tuple) -> _Launch:
+        """The adjoint launch computing the gradients of operands ``want``."""
+        launch = self._bwd.get(want)
+        if launch is None:
+            launch = self._bwd.setdefault(want, _adjoint_launch(self, self.plan, want))
+        return launch
 
     def _handwritten_backward(self, xs, want, ct_vals):
         desc = self.desc
@@ -444,7 +460,7 @@ class _Entry:
                 grads[i] = ct_vals[k]
             elif p.index in by_param:
                 grads[i] = by_param[p.index]
-        return tuple(grads)
+        return _like_inputs(grads, xs)
 
 
 _backward_ops: dict[Any, Any] = {}
@@ -462,14 +478,10 @@ def _op_for(bdesc):
 # ---------------------------------------------------------------------------------------
 # Launches: one FFI target family each (forward, or adjoint for a set of wanted gradients)
 # ---------------------------------------------------------------------------------------
-_name_lock = threading.Lock()
-_name_counter = itertools.count()
-
-
-def _unique_target(desc, what: str) -> str:
-    with _name_lock:
-        n = next(_name_counter)
-    return f"interop.{desc.name.replace('::', '.')}.{what}.{n}"
+def _target(desc, direction: str) -> str:
+    """The FFI target of an op's forward (``fwd``) or adjoint (``bwd``) launches: derived from the
+    description only, so the same op described in another process has the same targets."""
+    return f"interop.{desc.name.replace('::', '.')}.{direction}"
 
 
 class _Binding:
@@ -552,6 +564,7 @@ def _adjoint_launch(entry: _Entry, plan, want: tuple) -> _Launch:
         elif p.role == IN_OUT and p.index in inout_cts:
             launch.ct_passthrough.append((i, inout_cts[p.index]))
     launch.grad_for = grad_for
+    launch.want = want
     return launch
 
 
@@ -568,13 +581,18 @@ class _Launch:
         self.side_effect = side_effect
         self.grad_for: list[int] = []
         self.result_for: list[int] = [k for k, b in enumerate(results) if b.zero and b.slot == "adj"]
-        self.name = _unique_target(entry.desc, direction)
+        self.name = _target(entry.desc, direction)
+        self.want: tuple | None = None  # the adjoint's wanted gradients (set by _adjoint_launch)
+        self.fold = 0  # batch folded into the first dimension (vmap_method="fold"), else 0
         self._fns: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._folded: dict[int, _Launch] = {}
 
     def __call__(self, *xs):
         outs = self._fn(())(*xs)
+        vary = frozenset().union(*map(_jax_compat.varying_axes, xs)) if xs else frozenset()
+        if vary:  # inside shard_map: results vary over the mesh axes their operands vary over
+            outs = tuple(_jax_compat.cast_varying(o, vary) for o in outs)
         if self.direction == "bwd":
             return [outs[k] for k in self.result_for]
         return outs
@@ -591,18 +609,40 @@ class _Launch:
                 self._fns[levels] = f
         return f
 
-    def _build(self, levels: tuple):
+    def config(self, levels: tuple) -> str:
+        """Everything the handler needs to rebuild this launch from the description (JSON): the
+        entry's configuration, the wanted gradients, the folded batch and the vmap levels."""
+        return json.dumps(
+            {
+                "e": json.loads(self.entry.config),
+                "w": None if self.want is None else list(self.want),
+                "f": self.fold,
+                "l": [[size, list(flags)] for size, flags in levels],
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    def _ffi(self, levels: tuple):
+        """The bare FFI call of this launch at batch ``levels``; the configuration travels as attribute."""
         batch = tuple(size for size, _ in reversed(levels))
-        target = f"{self.name}.{len(self._fns)}"
-        _jax_ffi.register(target, _Handler(self, levels).run)
+        config = self.config(levels)
+        handler = _targets[self.name].handlers.setdefault(config.encode(), _Handler(self, levels))
+        if jax.default_backend() == "gpu":
+            # load the Warp module now: XLA may run the handler first while recording a CUDA graph
+            handler.prepare([getattr(d, "local_hardware_id", d.id) for d in jax.local_devices(backend="gpu")])
         out_types = [jax.ShapeDtypeStruct(batch + tuple(b.spec.shape), b.spec.dtype) for b in self.results]
         ffi = jax.ffi.ffi_call(
-            target,
+            self.name,
             out_types,
             has_side_effect=self.side_effect,
             input_output_aliases=self.aliases or None,
-            vmap_method="sequential",  # never used: custom_vmap below batches the call
+            vmap_method="sequential",  # never used: custom_vmap batches the call
         )
+        return lambda *xs: tuple(ffi(*xs, config=config))
+
+    def _build(self, levels: tuple):
+        ffi = _partitioned(self, levels) or self._ffi(levels)
 
         @custom_vmap
         def launch(*xs):
@@ -645,12 +685,15 @@ class _Launch:
         desc = self.entry.desc
         return all(desc.params[b.index].is_array for b in self.operands + self.results)
 
-    def _fold(self, axis_size, in_batched, xs):
-        folded = self._folded.get(axis_size)
+    def folded(self, batch: int) -> _Launch:
+        """This launch with a batch of ``batch`` folded into the first dimension."""
+        folded = self._folded.get(batch)
         if folded is None:
-            plan = self.entry.folded_plan(axis_size)
-            folded = self._refold(plan, axis_size)
-            self._folded[axis_size] = folded
+            folded = self._folded.setdefault(batch, self._refold(self.entry.folded_plan(batch), batch))
+        return folded
+
+    def _fold(self, axis_size, in_batched, xs):
+        folded = self.folded(axis_size)
         args = []
         for x, b in zip(xs, in_batched):
             if not b:
@@ -664,7 +707,7 @@ class _Launch:
             shape = (batch * b.spec.shape[0],) + tuple(b.spec.shape[1:])
             return _Binding(b.index, b.slot, ArraySpec(shape, b.spec.dtype), b.zero)
 
-        return _Launch(
+        launch = _Launch(
             self.entry,
             plan,
             self.direction,
@@ -673,6 +716,10 @@ class _Launch:
             self.aliases,
             self.side_effect,
         )
+        launch.want, launch.fold = self.want, batch
+        launch.grad_for, launch.result_for = self.grad_for, self.result_for
+        launch.ct_passthrough = getattr(self, "ct_passthrough", [])
+        return launch
 
 
 def _offsets(levels: tuple, bindings, flags_of) -> list[tuple[int, ...]]:
@@ -728,6 +775,15 @@ class _Handler:
         self._warm: set = set()
         self._go: dict[str, Any] = {}
 
+    def prepare(self, ordinals) -> None:
+        """Build the launch records of CUDA devices ``ordinals`` (loads the module) ahead of any call."""
+        with _first_run_lock:
+            for k in ordinals:
+                device = get_device(f"cuda:{k}")
+                if device.alias not in self._go:
+                    fast = self.runner.fast_adjoint if self.adjoint else self.runner.fast_forward
+                    self._go[device.alias] = fast(device) if self.adjoint else _as_fwd(fast(device))
+
     def run(self, frame, platform: str) -> None:
         key = (platform, _jax_ffi.device_ordinal(frame) if platform != "cpu" else 0)
         if key in self._warm:
@@ -772,3 +828,318 @@ class _Handler:
                 else:
                     adj[i] = (ptr + off, None)
             go(values, adj, stream)
+
+
+# ---------------------------------------------------------------------------------------
+# Stable FFI targets: one per op and direction; the call's configuration is an attribute
+# ---------------------------------------------------------------------------------------
+def _jsonable(v):
+    """A static value (scalar argument, output_dims) as JSON that :func:`_unjson` restores exactly."""
+    if isinstance(v, bool):
+        return {"b": v}
+    if isinstance(v, np.generic):
+        return {"n": [v.dtype.name, v.item()]}
+    if isinstance(v, int):
+        return {"i": v}
+    if isinstance(v, float):
+        return {"f": v.hex()}
+    if isinstance(v, dict):
+        return {"d": [[k, _jsonable(x)] for k, x in sorted(v.items())]}
+    if hasattr(v, "_wp_scalar_type_"):  # a Warp vector/matrix value: its components
+        return _jsonable(np.asarray(v).tolist())
+    if isinstance(v, (list, tuple)):
+        return {"t": [_jsonable(x) for x in v]}
+    if v is None:
+        return None
+    raise TypeError(f"cannot record the static value {v!r} ({type(v).__name__}) in an FFI call's configuration")
+
+
+def _unjson(v):
+    if v is None:
+        return None
+    ((tag, x),) = v.items()
+    if tag == "b":
+        return bool(x)
+    if tag == "n":
+        return np.dtype(x[0]).type(x[1])
+    if tag == "i":
+        return int(x)
+    if tag == "f":
+        return float.fromhex(x)
+    if tag == "d":
+        return {k: _unjson(y) for k, y in x}
+    return tuple(_unjson(y) for y in x)
+
+
+def _entry_config(entry: _Entry, args, output_dims) -> str:
+    """The static configuration of an entry as canonical JSON (see :func:`_entry_from_config`)."""
+    a = []
+    for p, spec in zip(entry.desc.call_params, entry.specs):
+        if p.index in entry.static:
+            try:
+                a.append(["s", _jsonable(entry.static[p.index])])
+            except TypeError as e:
+                raise TypeError(f"op {entry.desc.label!r}, parameter {p.name!r}: {e}") from None
+        else:
+            a.append(["d", list(spec.shape), np.dtype(spec.dtype).name])
+    od = None if output_dims is None else _jsonable(_thaw(_static_dims(entry.desc, "output_dims", output_dims)))
+    ld = None if entry.launch_dims is None else _jsonable(entry.launch_dims)
+    cfg = {"a": a, "ld": ld, "od": od, "vm": entry.vmap_method}
+    return json.dumps(cfg, sort_keys=True, separators=(",", ":"))
+
+
+def _thaw(v):
+    if isinstance(v, tuple) and len(v) == 2 and v[0] == "dict":
+        return {k: _thaw(x) for k, x in v[1]}
+    return v
+
+
+def _entry_from_config(jop: JaxOp, config: str) -> _Entry:
+    """The entry of a configuration, built from the description if this process has not seen it."""
+    entry = jop._by_config.get(config)
+    if entry is not None:
+        return entry
+    cfg = json.loads(config)
+    args = []
+    for kind, *rest in cfg["a"]:
+        if kind == "s":
+            args.append(_unjson(rest[0]))
+        else:
+            args.append(jax.ShapeDtypeStruct(tuple(rest[0]), np.dtype(rest[1])))
+    with jop._lock:
+        entry = jop._by_config.get(config)
+        if entry is None:
+            entry = _Entry(jop, args, _unjson(cfg["ld"]), _unjson(cfg["od"]), cfg["vm"])
+            jop._by_config[config] = entry
+    return entry
+
+
+class _Target:
+    """One registered FFI target (an op's forward or adjoint): finds the handler of each call's
+    configuration attribute, building it from the description the first time it is seen."""
+
+    def __init__(self, jop: JaxOp, direction: str):
+        self.jop = jop
+        self.direction = direction
+        self.handlers: dict[bytes, _Handler] = {}
+        self._lock = threading.Lock()
+
+    def run(self, frame, platform: str) -> None:
+        config = _jax_ffi.string_attr(frame, b"config")
+        handler = self.handlers.get(config)
+        if handler is None:
+            handler = self._rebuild(config)
+        handler.run(frame, platform)
+
+    def _rebuild(self, config: bytes | None) -> _Handler:
+        if config is None:
+            raise RuntimeError(f"FFI target of op {self.jop.desc.label!r} called without its 'config' attribute")
+        with self._lock:
+            handler = self.handlers.get(config)
+            if handler is None:
+                cfg = json.loads(config)
+                entry = _entry_from_config(self.jop, json.dumps(cfg["e"], sort_keys=True, separators=(",", ":")))
+                launch = entry.fwd if self.direction == "fwd" else entry.adjoint(tuple(cfg["w"]))
+                if cfg["f"]:
+                    launch = launch.folded(cfg["f"])
+                levels = tuple((size, tuple(flags)) for size, flags in cfg["l"])
+                handler = self.handlers[config] = _Handler(launch, levels)
+        return handler
+
+
+_targets: dict[str, _Target] = {}
+
+
+def _register_targets(jop: JaxOp) -> None:
+    for direction in ("fwd", "bwd"):
+        name = _target(jop.desc, direction)
+        if name not in _targets:
+            _targets[name] = _Target(jop, direction)
+            # CUDA graphs: a kernel's handler only zero-fills and launches on XLA's stream (capturable);
+            # a Python-function op may allocate or synchronize, so it is not declared compatible
+            _jax_ffi.register(name, _targets[name].run, command_buffer=jop.desc.kind == "kernel")
+    if jop.desc.backward is not None:
+        _op_for(jop.desc.backward).bound("jax")
+
+
+def on_describe(op) -> None:
+    """Register the op's FFI targets as soon as it is described (a deserialized ``jax.export``
+    module finds them by name)."""
+    op.bound("jax")
+
+
+def targets(*ops) -> list[str]:
+    """The FFI target names of ``ops`` (forward, adjoint, and those of a hand-written backward).
+
+    They depend only on each op's description, so they are the same in every process.
+    """
+    out: list[str] = []
+    for op in ops:
+        desc = op.description
+        while desc is not None:
+            for direction in ("fwd", "bwd"):
+                name = _target(desc, direction)
+                if name not in out:
+                    out.append(name)
+            desc = desc.backward
+    return out
+
+
+def disabled_checks(*ops) -> list:
+    """``disabled_checks=`` for :func:`jax.export.export` of a function calling ``ops``.
+
+    JAX refuses to serialize custom calls it does not know to be stable; these targets are:
+    their names come from the op descriptions and each call carries its own configuration,
+    so a process that describes the same ops again runs the deserialized function.
+
+    Example: ``jax.export.export(jax.jit(f), disabled_checks=adapters.jax.disabled_checks(op))(x)``
+    """
+    from jax.export import DisabledSafetyCheck
+
+    return [DisabledSafetyCheck.custom_call(t) for t in targets(*ops)]
+
+
+def _like_inputs(grads, xs) -> tuple:
+    """Gradients typed like their primal inputs inside ``shard_map`` (varying over the same axes)."""
+    out = []
+    for g, x in zip(grads, xs):
+        if g is not None and not isinstance(g, jax.custom_derivatives.SymbolicZero):
+            want = _jax_compat.varying_axes(x)
+            if want != _jax_compat.varying_axes(g):
+                g = _jax_compat.cast_varying(g, want)
+        out.append(g)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------
+# Partitioning under jax.jit: batched (vmap "loop") launches, and ops with partition="rows"
+# ---------------------------------------------------------------------------------------
+def _split_flags(launch: _Launch, levels: tuple):
+    """Which operands/results split along their first dimension when the launch is partitioned,
+    and the size of that dimension; None when the launch is not partitionable."""
+    if levels:
+        # one launch per element of the outermost batch: split it; unbatched operands replicate
+        size, flags = levels[-1]
+        return tuple(bool(f) for f in flags), (True,) * len(launch.results), size
+    entry = launch.entry
+    if entry.desc.partition != "rows" or launch.fold:
+        return None
+    rows = launch.plan.launch_dims[0]
+    ops = []
+    for b in launch.operands:
+        p = entry.desc.params[b.index]
+        if p.is_array:
+            if not b.spec.shape or b.spec.shape[0] != rows:
+                return None
+            ops.append(True)
+        else:
+            ops.append(False)  # a traced scalar: the same on every shard
+    for b in launch.results:
+        if not entry.desc.params[b.index].is_array or not b.spec.shape or b.spec.shape[0] != rows:
+            return None  # e.g. the gradient of a traced scalar is a sum over all rows
+    return tuple(ops), (True,) * len(launch.results), rows
+
+
+def _local_launch(launch: _Launch, levels: tuple, size: int):
+    """The bare FFI call of ``launch`` on one shard holding ``size`` of its first dimension."""
+    if levels:
+        return launch._ffi(levels[:-1] + ((size, levels[-1][1]),))
+    entry = launch.entry
+    args = []
+    for p, spec in zip(entry.desc.call_params, entry.specs):
+        if p.index in entry.static:
+            args.append(entry.static[p.index])
+        elif p.is_array:
+            args.append(jax.ShapeDtypeStruct((size,) + tuple(spec.shape[1:]), spec.dtype))
+        else:
+            args.append(jax.ShapeDtypeStruct(tuple(spec.shape), spec.dtype))
+    plan = launch.plan
+    ld = (size,) + tuple(plan.launch_dims[1:])
+    od = {p.name: (size,) + tuple(plan.warp_shapes[p.index][1:]) for p in entry.desc.output_params}
+    jop = entry.jop
+    local = _Entry(jop, args, ld, od or None, entry.vmap_method)
+    local = jop._by_config.setdefault(local.config, local)
+    local_launch = local.fwd if launch.direction == "fwd" else local.adjoint(launch.want)
+    return local_launch._ffi(())
+
+
+def _partitioned(launch: _Launch, levels: tuple):
+    """The launch as a ``custom_partitioning`` call that XLA splits along the first dimension of its
+    split operands and results (each shard runs the launch on its rows); None if not partitionable."""
+    split = _split_flags(launch, levels)
+    if split is None:
+        return None
+    op_split, res_split, size = split
+    if not any(op_split):
+        return None
+    custom_partitioning, SdyShardingRule = _jax_compat.custom_partitioning()
+    batch = tuple(s for s, _ in reversed(levels))
+    op_ranks = [len(batch_shape(levels, b, k)) for k, b in enumerate(launch.operands)]
+    res_ranks = [len(batch) + len(b.spec.shape) for b in launch.results]
+    counter = itertools.count()
+
+    def mapping(rank, split_first):
+        return tuple(("r" if (split_first and d == 0) else f"d{next(counter)}") for d in range(rank))
+
+    rule = SdyShardingRule(
+        tuple(mapping(r, s) for r, s in zip(op_ranks, op_split)),
+        tuple(mapping(r, s) for r, s in zip(res_ranks, res_split)),
+    )
+    ffi = launch._ffi(levels)
+
+    @custom_partitioning
+    def call(*xs):
+        return ffi(*xs)
+
+    def axes_of(arg_shapes):
+        from jax.sharding import NamedSharding
+
+        for a, s in zip(arg_shapes, op_split):
+            sh = a.sharding
+            if s and isinstance(sh, NamedSharding) and len(sh.spec) and sh.spec[0] is not None:
+                return sh.spec[0], sh.mesh
+        return None, None
+
+    def shardings(mesh, axes, flags, ranks):
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        return tuple(NamedSharding(mesh, P(axes) if f and r else P()) for f, r in zip(flags, ranks))
+
+    def count(mesh, axes):
+        names = axes if isinstance(axes, tuple) else (axes,)
+        return int(math.prod(mesh.shape[n] for n in names))
+
+    def infer(mesh, arg_shapes, result_shape):
+        axes, _ = axes_of(arg_shapes)
+        if axes is not None and size % count(mesh, axes):
+            axes = None
+        return shardings(mesh, axes, res_split, res_ranks)
+
+    def partition(mesh, arg_shapes, result_shape):
+        axes, _ = axes_of(arg_shapes)
+        n = 1 if axes is None else count(mesh, axes)
+        if size % n:
+            axes, n = None, 1
+        local = _local_launch(launch, levels, size // n) if n > 1 else ffi
+        return (
+            mesh,
+            local,
+            shardings(mesh, axes, res_split, res_ranks),
+            shardings(mesh, axes, op_split, op_ranks),
+        )
+
+    call.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule)
+
+    def run(*xs):
+        if _jax_compat.manual_axes():  # inside shard_map the call already runs per shard
+            return ffi(*xs)
+        return tuple(call(*xs))
+
+    return run
+
+
+def batch_shape(levels: tuple, binding: _Binding, k: int) -> tuple:
+    """The shape of operand ``k`` of a launch at batch ``levels`` (batched dims outermost first)."""
+    dims = tuple(size for size, flags in reversed(levels) if flags[k])
+    return dims + tuple(binding.spec.shape)

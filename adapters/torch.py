@@ -586,7 +586,7 @@ def _meta_plan(b: _Binding, args: Sequence[Any]):
                 )
         else:
             specs.append(_scalar_spec(b, p, x))
-    return b.op.plan(specs)
+    return b.op.plan(specs, extents=False)  # placeholder shapes: dtypes and vec/mat dims only
 
 
 def _scalar_spec(b: _Binding, p: Param, x: Any) -> ScalarSpec:

@@ -12,6 +12,7 @@ import hashlib
 import inspect
 import re
 import typing
+import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping, Sequence
@@ -30,6 +31,8 @@ Dims = typing.Union[int, Sequence[int]]
 # JAX batching rules (see adapters/jax.py): "loop" (default, correct for every kernel),
 # "sequential" (lax.map), "fold" (opt-in: batch folded into the first launch dim)
 VMAP_METHODS = ("loop", "sequential", "fold")
+# partition="rows": the launch is independent along its first dimension (see interop.op)
+PARTITIONS = ("rows",)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class OpDescription:
     vmap_method: str | None
     # threads per block of every launch (wp.launch's block_dim); None: Warp's default
     block_dim: int | None = None
+    partition: str | None = None
     label: str = field(default="", compare=False, hash=False)
     # returned parameters the kernel may read (so Warp's adjoint may write into their
     # upstream gradient): adapters hand such a gradient over as a private copy
@@ -244,10 +248,41 @@ def check_block_dim(value: Any, opname: str, kind: str = "kernel") -> int | None
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*$")
 
 
-def _default_name(key: str, fn: Any, options_hash: str) -> str:
+_name_owners: dict[str, list] = {}  # stable base name -> weak refs to the functions holding it
+
+
+def _source_of(fn: Any, kind: str) -> str:
+    try:
+        return fn.adj.source if kind == "kernel" else inspect.getsource(fn)
+    except (AttributeError, OSError, TypeError):
+        return ""
+
+
+def _default_name(key: str, fn: Any, kind: str, options_hash: str) -> str:
+    """``interop::<name>_<hash>``: the hash covers the key, the source and the options, so the same
+    kernel described in another process gets the same name (JAX export finds its FFI targets by it).
+    A second function object with the same key and source in one process gets a ``_<n>`` suffix."""
     base = re.sub(r"[^A-Za-z0-9_]", "_", key.rsplit(".", 1)[-1])
-    # the id keeps two different kernels with the same qualified name apart
-    return f"interop::{base}_{id(fn) & 0xFFFFFF:06x}_{options_hash}"
+    digest = hashlib.sha1(f"{key}\n{_source_of(fn, kind)}".encode()).hexdigest()[:6]
+    name = f"interop::{base}_{digest}_{options_hash}"
+    owners = _name_owners.setdefault(name, [])
+    free = None
+    for k, ref in enumerate(owners):
+        owner = ref()
+        if owner is fn:
+            return name if k == 0 else f"{name}_{k}"
+        if owner is None and free is None:
+            free = k
+    try:
+        ref = weakref.ref(fn)
+    except TypeError:
+        ref = lambda fn=fn: fn  # noqa: E731  (not weak-referenceable: held for the process)
+    if free is None:
+        owners.append(ref)
+        free = len(owners) - 1
+    else:
+        owners[free] = ref
+    return name if free == 0 else f"{name}_{free}"
 
 
 def describe(
@@ -263,6 +298,7 @@ def describe(
     nondifferentiable: Sequence[str] = (),
     vmap_method: str | None = None,
     block_dim: int | None = None,
+    partition: str | None = None,
 ) -> OpDescription:
     """Build (and validate) the description of ``fn``. See :func:`interop.op`."""
     kind, args, enable_backward, key = _fn_params(fn)
@@ -399,6 +435,13 @@ def describe(
 
     vm = _check_vmap_method(vmap_method, opname)
     bd = check_block_dim(block_dim, opname, kind)
+    if partition is not None and partition not in PARTITIONS:
+        raise ArgumentError(f"op {opname!r}: partition must be None or one of {PARTITIONS}, got {partition!r}")
+    if partition is not None and kind != "kernel":
+        raise ArgumentError(
+            f"op {opname!r}: partition={partition!r} applies to kernels only (a Python-function op launches "
+            "kernels of its own choosing)"
+        )
 
     bwd = None
     if backward is not None:
@@ -415,8 +458,9 @@ def describe(
                 None if bwd is None else bwd.name,
             )
             + (() if bd is None else (("block_dim", bd),))
+            + (() if partition is None else (partition,))
         )
-        desc_name = _default_name(key, fn, hashlib.sha1(ident.encode()).hexdigest()[:8])
+        desc_name = _default_name(key, fn, kind, hashlib.sha1(ident.encode()).hexdigest()[:8])
     else:
         desc_name = name
     return OpDescription(
@@ -432,6 +476,7 @@ def describe(
         backward=bwd,
         vmap_method=vm,
         block_dim=bd,
+        partition=partition,
         label=name or key.rsplit(".", 1)[-1],
         reads_returned=_returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT]),
         direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),

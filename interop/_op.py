@@ -40,12 +40,18 @@ class Op:
         """The op's qualified name, ``namespace::name`` (the PyTorch operator name)."""
         return self.description.name
 
-    def plan(self, specs: Sequence[Any], launch_dims: Any = None, output_dims: Any = None) -> CallPlan:
-        """Resolve a call from argument specs (cached). Used by adapters."""
-        key = (tuple(specs), _freeze(launch_dims), _freeze(output_dims))
+    def plan(
+        self, specs: Sequence[Any], launch_dims: Any = None, output_dims: Any = None, extents: bool = True
+    ) -> CallPlan:
+        """Resolve a call from argument specs (cached). Used by adapters.
+
+        ``extents=False`` skips the array-extent checks: for plans made from placeholder
+        shapes (a torch fake implementation reading only dtypes and vec/mat dims).
+        """
+        key = (tuple(specs), _freeze(launch_dims), _freeze(output_dims), extents)
         p = self._plans.get(key)
         if p is None:
-            p = make_plan(self.description, specs, launch_dims, output_dims)
+            p = make_plan(self.description, specs, launch_dims, output_dims, extents=extents)
             self._plans[key] = p
         return p
 
@@ -185,6 +191,7 @@ def op(
     nondifferentiable: Sequence[str] = (),
     vmap_method: str | None = None,
     block_dim: int | None = None,
+    partition: str | None = None,
 ) -> Op:
     """Describe a Warp kernel (or annotated Python function) once, as an op every framework can call.
 
@@ -215,6 +222,11 @@ def op(
             are not changed: for a tile kernel launched like ``wp.launch_tiled(k, dim=(m,),
             block_dim=b)`` pass ``launch_dims=(m, b)``. On the CPU Warp runs one thread per
             block (unless ``wp.config.enable_cpu_blocks``), which tile kernels handle.
+        partition: ``"rows"`` declares the launch independent along its first dimension:
+            thread ``i`` of that dimension reads and writes only row ``i`` of every array
+            argument and output, and every array's first dimension is the launch's first
+            dimension. Under ``jax.jit`` with inputs sharded along it, XLA then runs each
+            shard where it lives (no all-gather). Default ``None``: no such promise.
 
     Returns:
         An :class:`Op`. Describing the same kernel with the same options again returns
@@ -249,6 +261,7 @@ def op(
         nondifferentiable=nondifferentiable,
         vmap_method=vmap_method,
         block_dim=block_dim,
+        partition=partition,
     )
     with _ops_lock:
         existing = _ops.get(desc)

@@ -217,6 +217,8 @@ def make_plan(
     specs: Sequence[Any],
     launch_dims: Any = None,
     output_dims: Any = None,
+    *,
+    extents: bool = True,
 ) -> CallPlan:
     """Resolve a call of ``desc`` from the specs of its call parameters (in order).
 
@@ -226,6 +228,8 @@ def make_plan(
             per scalar, in the order of ``desc.call_params``.
         launch_dims: per-call override (int or tuple), or None.
         output_dims: per-call override (int, tuple, or dict by output name), or None.
+        extents: check arrays' extents against the launch (see ``interop/_extent.py``);
+            False for plans made from placeholder shapes.
 
     Raises:
         TypeError / ValueError naming the op and parameter.
@@ -304,7 +308,7 @@ def make_plan(
             )
         shapes[p.index] = _as_output_shape(desc, p, elem, tuple(dims), source)
 
-    for p in desc.output_params:
+    for p in desc.output_params if extents else ():
         _extent.check_output(desc.label, p.name, shapes[p.index], type_size_in_bytes(types[p.index]))
     if desc.kind == "kernel":
         if default_dims is None:
@@ -313,13 +317,14 @@ def make_plan(
             )
         launch = tuple(default_dims)
         _extent.check_launch(desc.label, launch)
-        _extent.check_extents(
-            desc.label,
-            desc.direct_index,
-            launch,
-            {p.name: shapes[p.index] for p in desc.params if p.is_array},
-            {p.name: p.role for p in desc.params},
-        )
+        if extents:
+            _extent.check_extents(
+                desc.label,
+                desc.direct_index,
+                launch,
+                {p.name: shapes[p.index] for p in desc.params if p.is_array},
+                {p.name: p.role for p in desc.params},
+            )
         kernel = desc.fn
         if kernel.is_generic:
             arg_types = []

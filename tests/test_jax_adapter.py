@@ -101,22 +101,31 @@ Y = jnp.asarray(np.linspace(0, 2, 8, dtype=np.float32))
 
 
 # ---- FFI binding ---------------------------------------------------------------------
-def test_target_registered_once_per_configuration():
+def test_one_target_per_op_and_direction_one_handler_per_configuration():
+    from adapters import jax as interop_jax
+
     op = interop.op(saxpy)
+    fwd = interop_jax._targets[interop_jax._target(op.description, "fwd")]
+    assert interop_jax.targets(op) == [
+        f"interop.{op.name.replace('::', '.')}.fwd",
+        f"interop.{op.name.replace('::', '.')}.bwd",
+    ]
+    assert all((t, "cpu") in _jax_ffi._keep_alive for t in interop_jax.targets(op))  # registered when described
     op(X, Y, 2.0)
-    n = len(_jax_ffi._keep_alive)
-    for s in (2.0, 3.0, 4.5):  # eager Python numbers are 0-d operands: no new target per value
+    n, h = len(_jax_ffi._keep_alive), len(fwd.handlers)
+    for s in (2.0, 3.0, 4.5):  # eager Python numbers are 0-d operands: no new configuration per value
         np.testing.assert_allclose(np.asarray(op(X, Y, s)), s * np.asarray(X) ** 2 + np.asarray(Y), rtol=1e-6)
-    assert len(_jax_ffi._keep_alive) == n
-    jax.jit(lambda x, y: op(x, y, 2.0))(X, Y)  # a Python constant under jit is static
-    assert len(_jax_ffi._keep_alive) == n + 2  # one target, on cpu and CUDA
+    assert len(fwd.handlers) == h
+    jax.jit(lambda x, y: op(x, y, 2.0))(X, Y)  # a Python constant under jit is static: a new configuration
+    assert len(fwd.handlers) == h + 1
     jax.jit(lambda x, y: op(x, y, 2.0))(X, Y)  # same static configuration: nothing new
-    assert len(_jax_ffi._keep_alive) == n + 2
+    assert len(fwd.handlers) == h + 1
     f = jax.jit(lambda x, y, s: op(x, y, s))
-    for s in (1.0, 4.0, 5.0):  # a traced scalar is an operand: one trace, the eager call's target
+    for s in (1.0, 4.0, 5.0):  # a traced scalar is an operand: one trace, the eager call's configuration
         np.testing.assert_allclose(np.asarray(f(X, Y, s)), s * np.asarray(X) ** 2 + np.asarray(Y), rtol=1e-6)
     assert f._cache_size() == 1
-    assert len(_jax_ffi._keep_alive) == n + 2
+    assert len(fwd.handlers) == h + 1
+    assert len(_jax_ffi._keep_alive) == n  # configurations never register targets
 
 
 def test_zero_copy_on_xla_buffers():

@@ -35,7 +35,7 @@ SCRIPT = textwrap.dedent(
     sharding = NamedSharding(mesh, P("x"))
     x = jax.device_put(jnp.arange(20, dtype=jnp.float32), sharding)
 
-    f = jax.jit(jax.shard_map(lambda a: op(a, 2.0), mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    f = jax.jit(jax.shard_map(lambda a: op(a, 2.0), mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     y = f(x)
     assert y.sharding.is_equivalent_to(x.sharding, 1), (y.sharding, x.sharding)
     assert len(y.addressable_shards) == 4
@@ -43,14 +43,14 @@ SCRIPT = textwrap.dedent(
     np.testing.assert_allclose(np.asarray(y), 2.0 * np.arange(20) ** 2)
 
     g = jax.jit(jax.grad(lambda a: jnp.sum(
-        jax.shard_map(lambda b: op(b, 2.0), mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)(a))))(x)
+        jax.shard_map(lambda b: op(b, 2.0), mesh=mesh, in_specs=P("x"), out_specs=P("x"))(a))))(x)
     assert g.sharding.is_equivalent_to(x.sharding, 1), g.sharding
     np.testing.assert_allclose(np.asarray(g), 4.0 * np.arange(20))
     print("SHARD_MAP_OK")
     """
 )
-# check_vma=False, as in Warp's guide (check_rep=False): an FFI call's results are typed as
-# not varying over the mesh axes, so JAX's varying-axes type check cannot follow them.
+# check_vma stays at its default (True): the op's results vary over the mesh axes its operands
+# vary over, and gradients are typed like their primal inputs.
 
 
 def test_shard_map_forward_and_grad_on_four_cpu_devices(tmp_path):
