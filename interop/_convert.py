@@ -53,8 +53,12 @@ def _check_view(x: Any, fw: str, dtype: Any) -> None:
 
 
 def _detach(x: Any, fw: str) -> Any:
+    # DLPack refuses tensors that require grad (torch) or are trainable (Paddle's
+    # stop_gradient=False); the detached view shares memory and leaves the caller's tensor as it was
     if fw == "torch" and x.requires_grad:
-        return x.detach()  # DLPack refuses tensors that require grad; the view shares memory
+        return x.detach()
+    if fw == "paddle" and not x.stop_gradient:
+        return x.detach()
     return x
 
 
@@ -162,8 +166,9 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
 
     Uses DLPack (``__dlpack__`` with the consumer's stream, so CUDA work stays ordered),
     ``__array_interface__`` or ``__cuda_array_interface__``. The result shares memory
-    with ``x`` and lives on the same device. A PyTorch tensor that requires grad is
-    detached (the view shares memory; autograd history does not cross frameworks).
+    with ``x`` and lives on the same device. A PyTorch tensor that requires grad, or a
+    Paddle tensor with ``stop_gradient=False``, is detached (the view shares memory;
+    autograd history does not cross frameworks).
 
     Args:
         x: a NumPy, Warp, PyTorch, JAX, Paddle or CuPy array.

@@ -245,6 +245,21 @@ def test_torch_requires_grad_converts_detached_and_grad_not_set(dst):
     np.testing.assert_array_equal(to_numpy(y), np.arange(6, dtype=np.float32))
 
 
+@pytest.mark.parametrize("dst", FRAMEWORKS)
+def test_paddle_trainable_converts_detached_and_grad_not_set(dst):
+    """A Paddle tensor with stop_gradient=False is handed over detached, sharing memory (as torch's)."""
+    paddle = pytest.importorskip("paddle")
+    t = paddle.arange(6, dtype="float32")
+    t.stop_gradient = False
+    y = interop.convert(t, to=dst)
+    assert data_ptr(y) == t.data_ptr()
+    assert t.grad is None
+    assert not t.stop_gradient  # the caller's tensor is unchanged
+    if dst == "paddle":
+        assert y.stop_gradient  # a detached view
+    np.testing.assert_array_equal(to_numpy(y), np.arange(6, dtype=np.float32))
+
+
 def test_convert_to_torch_never_sets_grad():
     torch = pytest.importorskip("torch")
     w = wp.array(np.ones(3, np.float32), device="cpu", requires_grad=True)
