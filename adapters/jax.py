@@ -544,6 +544,10 @@ class _Launch:
         self._fns: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._folded: dict[int, _Launch] = {}
+        # vmap_method="fold": the unbatched launch this one folds, and how many batch elements
+        # each of its rows holds (nested vmaps fold again, multiplying the factor)
+        self.base: _Launch = self
+        self.factor = 1
 
     def __call__(self, *xs):
         outs = self._fn(())(*xs)
@@ -618,11 +622,13 @@ class _Launch:
         return all(desc.params[b.index].is_array for b in self.operands + self.results)
 
     def _fold(self, axis_size, in_batched, xs):
-        folded = self._folded.get(axis_size)
+        # sized from the unbatched launch: under nested vmaps ``self`` is already folded
+        total = self.factor * axis_size
+        base = self.base
+        folded = base._folded.get(total)
         if folded is None:
-            plan = self.entry.folded_plan(axis_size)
-            folded = self._refold(plan, axis_size)
-            self._folded[axis_size] = folded
+            folded = base._refold(self.entry.folded_plan(total), total)
+            base._folded[total] = folded
         args = []
         for x, b in zip(xs, in_batched):
             if not b:
@@ -636,7 +642,7 @@ class _Launch:
             shape = (batch * b.spec.shape[0],) + tuple(b.spec.shape[1:])
             return _Binding(b.index, b.slot, ArraySpec(shape, b.spec.dtype), b.zero)
 
-        return _Launch(
+        folded = _Launch(
             self.entry,
             plan,
             self.direction,
@@ -645,6 +651,8 @@ class _Launch:
             self.aliases,
             self.side_effect,
         )
+        folded.base, folded.factor = self, batch
+        return folded
 
 
 def _offsets(levels: tuple, bindings, flags_of) -> list[tuple[int, ...]]:
