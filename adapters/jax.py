@@ -38,7 +38,7 @@ from jax.custom_batching import custom_vmap
 from interop import _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
 from interop._launch import external_stream, get_device
-from interop._plan import ArraySpec, ScalarSpec
+from interop._plan import ArraySpec, ScalarSpec, number_type
 
 from . import _jax_compat, _jax_ffi
 
@@ -84,7 +84,9 @@ class JaxOp:
     def __call__(self, *args, launch_dims=None, output_dims=None, vmap_method=None, **kwargs):
         if launch_dims is None and output_dims is None and vmap_method is None and not kwargs:
             # eager calls with concrete arrays and Python numbers: one dict lookup to the jitted call
-            fast = self._eager.get(tuple((x.shape, x.dtype) if type(x) is _ArrayImpl else type(x) for x in args))
+            fast = self._eager.get(
+                tuple((x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x) for x in args)
+            )
             if fast is not None:
                 entry, scalar_dtypes = fast
                 outs = entry.jitted(*[x if dt is None else np.asarray(x, dt) for x, dt in zip(args, scalar_dtypes)])
@@ -110,6 +112,8 @@ class JaxOp:
             # cached jitted call (as jax.jit does with Python scalars), so a new value does
             # not compile a new call. Under tracing, Python numbers stay static constants.
             args = tuple(_eager_scalar(p, x) for p, x in zip(params, args))
+        if any(_is_weak_scalar(p, x) for p, x in zip(params, args)):
+            args = tuple(_typed_weak_scalar(desc, p, x, args) if _is_weak_scalar(p, x) else x for p, x in zip(params, args))
         for p, x in zip(params, args):
             if _is_jax(x) or _is_scalar_operand(p, x):
                 key_parts.append((x.shape, x.dtype))
@@ -144,7 +148,9 @@ class JaxOp:
             and all(type(x) is _ArrayImpl or _is_scalar_operand(p, x) for p, x in zip(params, args))
             and len(self._eager) < 256
         ):
-            fast_key = tuple((x.shape, x.dtype) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original))
+            fast_key = tuple(
+                (x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original)
+            )
             self._eager[fast_key] = (entry, tuple(None if type(x) is _ArrayImpl else x.dtype for x in args))
         try:
             outs = entry.fn(*operands) if traced else entry.jitted(*operands)
@@ -171,6 +177,33 @@ def _eager_scalar(p, x):
 
 def _is_scalar_operand(p, x) -> bool:
     return not p.is_array and type(x) is np.ndarray and x.ndim == 0
+
+
+def _is_weak_scalar(p, x) -> bool:
+    """A weakly typed JAX value (a Python number under tracing) for a scalar parameter.
+
+    With ``jax_enable_x64`` a traced Python float is a weak float64; like ``jnp`` ops, the
+    op gives it the parameter's type instead of refusing it (a strong float64 is refused).
+    """
+    return not p.is_array and not p.inner and _is_jax(x) and x.shape == () and bool(jax.typeof(x).weak_type)
+
+
+def _typed_weak_scalar(desc, p, x, args):
+    """Weakly typed ``x`` cast to the type a Python number gets for ``p`` (checked like one).
+
+    A generic parameter takes the scalar type of the first generic array argument, as in the
+    plan. The cast is part of the traced computation, so the gradient flows back to ``x``.
+    """
+    kind = np.dtype(x.dtype).kind
+    number = bool if kind == "b" else int if kind in "iu" else float
+    generic_scalar = None
+    if p.generic:
+        for q, a in zip(desc.call_params, args):
+            if q.is_array and q.generic and hasattr(a, "dtype"):
+                generic_scalar = _dtypes.wp_scalar(a.dtype)
+                break
+    target = number_type(desc, p, number, generic_scalar)
+    return jax.lax.convert_element_type(x, _dtypes.np_dtype(_dtypes.split(target)[0]))
 
 
 def _is_jax(x) -> bool:
@@ -269,9 +302,9 @@ class _Entry:
             else:
                 specs.append(_py_spec(desc, p, x))
                 self.static[p.index] = x
-        self.specs = tuple(specs)
         self.launch_dims = None if launch_dims is None else _static_dims(desc, "launch_dims", launch_dims)
         self.output_dims = output_dims
+        self.specs = tuple(specs)
         try:
             plan = op.plan(self.specs, self.launch_dims, output_dims)
         except TypeError as e:

@@ -211,6 +211,15 @@ def _scalar_type(desc: OpDescription, p: Param, spec: ScalarSpec, generic_scalar
     return target
 
 
+def number_type(desc: OpDescription, p: Param, number: type, generic_scalar: Any = None) -> Any:
+    """Warp type a Python ``number`` (``float``, ``int`` or ``bool``) takes for scalar parameter ``p``.
+
+    ``generic_scalar`` is the scalar type the call's generic arrays resolve to (None if none).
+    Raises the error a Python number of that kind would meet (e.g. a float for an int parameter).
+    """
+    return _scalar_type(desc, p, ScalarSpec("py", number), generic_scalar)
+
+
 def make_plan(
     desc: OpDescription,
     specs: Sequence[Any],
