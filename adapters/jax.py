@@ -412,6 +412,10 @@ class _Entry:
             return tuple(grads)
         if desc.backward is not None:
             return self._handwritten_backward(xs, want, ct_vals)
+        if not desc.has_adjoint and any(
+            self.dyn[i].role != IN_OUT and plan.differentiable[self.dyn[i].index] for i in want
+        ):
+            raise desc.no_adjoint_error()  # at trace time, not as an XLA runtime error
         launch = self._bwd.get(want)
         if launch is None:
             launch = _adjoint_launch(self, plan, want)
