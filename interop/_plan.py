@@ -192,7 +192,7 @@ def _scalar_type(desc: OpDescription, p: Param, spec: ScalarSpec, generic_scalar
         kind = spec.dtype
         if isinstance(kind, np.dtype):
             ok = (
-                (kind.kind == "f" and _dtypes.is_float(tscalar))
+                (_dtypes.is_float_dtype(kind) and _dtypes.is_float(tscalar))
                 or (kind.kind in "iu" and not _dtypes.is_float(tscalar) and tscalar is not wp.bool)
                 or (kind.kind == "b" and tscalar is wp.bool)
             )
