@@ -62,6 +62,10 @@ def _detach(x: Any, fw: str) -> Any:
     return x
 
 
+def _is_bf16(x: Any, fw: str) -> bool:
+    return _dtype_name(x) == "bfloat16"
+
+
 def _to_numpy(x: Any, fw: str):
     import numpy as np
 
@@ -70,18 +74,24 @@ def _to_numpy(x: Any, fw: str):
     if fw == "warp":
         if not x.device.is_cpu:
             raise ArgumentError("array is on " + str(x.device))
-        return x.numpy()
+        return x.numpy()  # an ml_dtypes.bfloat16 view for bfloat16
+    if _is_bf16(x, fw):
+        # NumPy's DLPack import knows no bfloat16; Warp's does, and its .numpy() is an ml_dtypes view
+        return _to_numpy(_to_warp(x, fw, None), "warp")
     if fw == "torch":
         return x.detach().numpy()
     return np.from_dlpack(x)
 
 
 def _to_torch(x: Any, fw: str):
+    import numpy as np
     import torch
 
     if fw == "torch":
         return x
     if fw == "numpy":
+        if x.dtype == _dtypes.BFLOAT16:  # torch.from_numpy knows no ml_dtypes.bfloat16: same bits as int16
+            return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(x)
     return torch.from_dlpack(x)
 
@@ -112,6 +122,8 @@ def _to_jax(x: Any, fw: str):
 
     if fw == "jax":
         return x
+    if fw == "numpy" and x.dtype == _dtypes.BFLOAT16:
+        x = _to_warp(x, fw, None)  # NumPy's DLPack export knows no bfloat16; Warp's does
     if fw == "paddle":
         x = _DLPackDevice(x)
     return jnp.from_dlpack(x)
@@ -122,6 +134,8 @@ def _to_paddle(x: Any, fw: str):
 
     if fw == "paddle":
         return x
+    if fw == "numpy" and x.dtype == _dtypes.BFLOAT16:
+        x = _to_warp(x, fw, None)  # NumPy's DLPack export knows no bfloat16; Warp's does
     return paddle.from_dlpack(x) if hasattr(paddle, "from_dlpack") else paddle.utils.dlpack.from_dlpack(x)
 
 
@@ -242,4 +256,10 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
 
         host = np.asarray(src)
     host = host.copy()
-    return _to_warp(host, "numpy", dtype) if to == "warp" else _TARGETS[to](host, "numpy")
+    out = _to_warp(host, "numpy", dtype) if to == "warp" else _TARGETS[to](host, "numpy")
+    if _dtype_name(out) != _dtype_name(src):  # e.g. a bfloat16 tensor read back as its uint16 bits
+        raise ArgumentError(
+            f"convert: copying a {fw} array of dtype {_dtype_name(src)} to {to} would give dtype "
+            f"{_dtype_name(out)}; arrays are never cast"
+        )
+    return out
