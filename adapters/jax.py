@@ -253,7 +253,7 @@ def _py_spec(desc, p, x) -> ScalarSpec:
         return ScalarSpec("py", bool)
     if isinstance(x, numbers.Integral):
         return ScalarSpec("py", np.dtype(x.dtype) if isinstance(x, np.generic) else int)
-    if isinstance(x, numbers.Real):
+    if isinstance(x, numbers.Real) or (isinstance(x, np.generic) and x.dtype == _dtypes.BFLOAT16):
         return ScalarSpec("py", np.dtype(x.dtype) if isinstance(x, np.generic) else float)
     if p.inner and isinstance(x, (tuple, list)) or hasattr(x, "_wp_scalar_type_"):
         return ScalarSpec("py", tuple)
