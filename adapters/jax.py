@@ -170,7 +170,7 @@ def _eager_scalar(p, x):
     if p.is_array or p.generic or p.inner or isinstance(x, bool) or type(x) not in (int, float):
         return x
     dt = _SCALAR_NP.get(p.scalar)
-    if dt is None or (type(x) is float and dt.kind != "f"):
+    if dt is None or (type(x) is float and not _dtypes.is_float_dtype(dt)):
         return x  # let the plan report the mismatch
     return np.asarray(x, dt)
 

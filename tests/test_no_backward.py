@@ -42,7 +42,7 @@ DREF = 3 * X**2 * S  # d/dx sum(op(x)); the loss below adds sum(x), so its gradi
 
 def _frameworks():
     out = []
-    for fw in ("torch", "torch-compile", "jax", "jax-jit", "paddle", "warp"):
+    for fw in ("torch", "torch-compile", "torch-func", "jax", "jax-jit", "paddle", "warp"):
         mod = fw.split("-")[0]
         marks = [] if mod == "warp" or importlib.util.find_spec(mod) else [pytest.mark.skip(reason=f"{mod} missing")]
         out.append(pytest.param(fw, marks=marks, id=fw))
@@ -55,6 +55,12 @@ def _run(fw: str, op, grad: bool):
         import torch
 
         x = torch.from_numpy(X.copy()).requires_grad_(grad)
+        if fw == "torch-func":
+            x = x.detach()
+            value = op(x, S).numpy()
+            if not grad:
+                return value, None
+            return value, torch.func.grad(lambda x: op(x, S).sum() + x.sum())(x).numpy()
 
         def loss_fn(x):
             out = op(x, S)
