@@ -113,7 +113,9 @@ class JaxOp:
             # not compile a new call. Under tracing, Python numbers stay static constants.
             args = tuple(_eager_scalar(p, x) for p, x in zip(params, args))
         if any(_is_weak_scalar(p, x) for p, x in zip(params, args)):
-            args = tuple(_typed_weak_scalar(desc, p, x, args) if _is_weak_scalar(p, x) else x for p, x in zip(params, args))
+            args = tuple(
+                _typed_weak_scalar(desc, p, x, args) if _is_weak_scalar(p, x) else x for p, x in zip(params, args)
+            )
         for p, x in zip(params, args):
             if _is_jax(x) or _is_scalar_operand(p, x):
                 key_parts.append((x.shape, x.dtype))

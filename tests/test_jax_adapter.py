@@ -239,7 +239,9 @@ def test_nested_vmap_fold_matches_loop_and_numpy(in_axes, jit):
     np.testing.assert_array_equal(results["fold"], results["loop"])
     # gradients through the nested folded call: d/da sum(out**2) = 2 out
     op = interop.op(add, vmap_method="fold")
-    g = jax.grad(lambda a, b: jnp.sum(jax.vmap(jax.vmap(op), in_axes=in_axes)(a, b) ** 2))(jnp.asarray(a), jnp.asarray(b))
+    g = jax.grad(lambda a, b: jnp.sum(jax.vmap(jax.vmap(op), in_axes=in_axes)(a, b) ** 2))(
+        jnp.asarray(a), jnp.asarray(b)
+    )
     np.testing.assert_allclose(np.asarray(g), 2 * ref, rtol=1e-6)
     # three levels: (2, 2, 3, 4)
     a3 = rng.uniform(size=(2, 2, 3, 4)).astype(np.float32)
@@ -434,7 +436,9 @@ def test_x64_weakly_typed_scalars_take_the_parameter_type():
         # strongly typed float64 values are still refused, eager and traced, and so are floats for ints
         strong = jnp.asarray(2.5, jnp.float64)
         assert not jax.typeof(strong).weak_type
-        msg = r"op 'scale_shift', parameter 's': expected a float32 value .*got an array of shape \(\) and dtype float64"
+        msg = (
+            r"op 'scale_shift', parameter 's': expected a float32 value .*got an array of shape \(\) and dtype float64"
+        )
         with pytest.raises(TypeError, match=msg):
             op(a, strong, 3)
         with pytest.raises(TypeError, match=msg):

@@ -18,9 +18,7 @@ def cube_nb(x: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
 
 
 @wp.kernel(enable_backward=False)
-def cube_nb_bwd(
-    x: wp.array(dtype=float), s: float, adj_out: wp.array(dtype=float), adj_x: wp.array(dtype=float)
-):
+def cube_nb_bwd(x: wp.array(dtype=float), s: float, adj_out: wp.array(dtype=float), adj_x: wp.array(dtype=float)):
     i = wp.tid()
     adj_x[i] = 3.0 * x[i] * x[i] * s * adj_out[i]
 
