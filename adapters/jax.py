@@ -304,9 +304,9 @@ class _Entry:
             else:
                 specs.append(_py_spec(desc, p, x))
                 self.static[p.index] = x
+        self.specs = tuple(specs)
         self.launch_dims = None if launch_dims is None else _static_dims(desc, "launch_dims", launch_dims)
         self.output_dims = output_dims
-        self.specs = tuple(specs)
         try:
             plan = op.plan(self.specs, self.launch_dims, output_dims)
         except TypeError as e:
