@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from interop import _dtypes
 from interop._description import INPUT, OUTPUT, Param
 from interop._errors import ArgumentError
 from interop._op import _freeze
@@ -61,7 +62,7 @@ class EagerFramework:
             return ScalarSpec("py", bool), x
         if isinstance(x, numbers.Integral):
             return ScalarSpec("py", np.dtype(x.dtype) if isinstance(x, np.generic) else int), x
-        if isinstance(x, numbers.Real):
+        if isinstance(x, numbers.Real) or (isinstance(x, np.generic) and x.dtype == _dtypes.BFLOAT16):
             return ScalarSpec("py", np.dtype(x.dtype) if isinstance(x, np.generic) else float), x
         if p.inner and isinstance(x, (tuple, list)) or hasattr(x, "_wp_scalar_type_"):
             return ScalarSpec("py", tuple), x

@@ -16,6 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from interop import _dtypes
+from interop._errors import ArgumentError
 from interop._launch import external_stream
 from interop._plan import ArraySpec
 
@@ -86,6 +88,11 @@ class _CuPy(EagerFramework):
         return f"cuda:{_cupy().cuda.runtime.getDevice()}"
 
     def alloc(self, spec: ArraySpec, device: str, zero: bool, elem: Any = None):
+        if np.dtype(spec.dtype) == _dtypes.BFLOAT16:
+            raise _NoBfloat16(
+                "an output of dtype bfloat16 cannot be a CuPy array (CuPy has no bfloat16 dtype); call the op "
+                "with PyTorch, JAX or Paddle arrays"
+            )
         cp = _cupy()
         with cp.cuda.Device(int(device.split(":")[1])):
             return cp.zeros(spec.shape, spec.dtype) if zero else cp.empty(spec.shape, spec.dtype)
@@ -112,12 +119,19 @@ class _CuPy(EagerFramework):
 FRAMEWORK = _CuPy()
 
 
+class _NoBfloat16(ArgumentError):
+    pass
+
+
 def call(op, args, launch_dims, output_dims, kwargs):
     """Run ``op`` on CuPy arrays / CUDA Array Interface producers (see :meth:`interop.Op.__call__`)."""
     if kwargs:
         raise TypeError(f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for cupy arrays")
     _cupy(op.description.label)
-    _, _, returned, _, _ = FRAMEWORK.forward(op, args, launch_dims, output_dims)
+    try:
+        _, _, returned, _, _ = FRAMEWORK.forward(op, args, launch_dims, output_dims)
+    except _NoBfloat16 as e:
+        raise ArgumentError(f"op {op.description.label!r}: {e}") from None
     return pack_result(returned)
 
 

@@ -46,7 +46,7 @@ from jax.custom_batching import custom_vmap
 from interop import _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
 from interop._launch import external_stream, get_device
-from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, vector_components
+from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, number_type, vector_components
 
 from . import _jax_compat, _jax_ffi
 from ._jax_ffi import _interrupt
@@ -95,7 +95,9 @@ class JaxOp:
     def __call__(self, *args, launch_dims=None, output_dims=None, vmap_method=None, **kwargs):
         if launch_dims is None and output_dims is None and vmap_method is None and not kwargs:
             # eager calls with concrete arrays and Python numbers: one dict lookup to the jitted call
-            fast = self._eager.get(tuple((x.shape, x.dtype) if type(x) is _ArrayImpl else type(x) for x in args))
+            fast = self._eager.get(
+                tuple((x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x) for x in args)
+            )
             if fast is not None:
                 entry, scalar_dtypes = fast
                 try:
@@ -131,6 +133,10 @@ class JaxOp:
             # cached jitted call (as jax.jit does with Python scalars), so a new value does
             # not compile a new call. Under tracing, Python numbers stay static constants.
             args = tuple(_eager_scalar(p, x) for p, x in zip(params, args))
+        if any(_is_weak_scalar(p, x) for p, x in zip(params, args)):
+            args = tuple(
+                _typed_weak_scalar(desc, p, x, args) if _is_weak_scalar(p, x) else x for p, x in zip(params, args)
+            )
         for p, x in zip(params, args):
             if _is_jax(x) or _is_scalar_operand(p, x):
                 key_parts.append((x.shape, x.dtype))
@@ -165,7 +171,9 @@ class JaxOp:
             and all(type(x) is _ArrayImpl or _is_scalar_operand(p, x) for p, x in zip(params, args))
             and len(self._eager) < 256
         ):
-            fast_key = tuple((x.shape, x.dtype) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original))
+            fast_key = tuple(
+                (x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original)
+            )
             self._eager[fast_key] = (entry, tuple(None if type(x) is _ArrayImpl else x.dtype for x in args))
         interrupts = _jax_ffi.interrupts()
         try:
@@ -193,7 +201,7 @@ def _eager_scalar(p, x):
     if p.is_array or p.generic or p.inner or isinstance(x, bool) or type(x) not in (int, float):
         return x
     dt = _SCALAR_NP.get(p.scalar)
-    if dt is None or (type(x) is float and dt.kind != "f"):
+    if dt is None or (type(x) is float and not _dtypes.is_float_dtype(dt)):
         return x  # let the plan report the mismatch
     if dt.kind in "iu" and not np.iinfo(dt).min <= x <= np.iinfo(dt).max:
         return x  # stays static: the plan names the parameter and the range
@@ -202,6 +210,33 @@ def _eager_scalar(p, x):
 
 def _is_scalar_operand(p, x) -> bool:
     return not p.is_array and type(x) is np.ndarray and x.ndim == 0
+
+
+def _is_weak_scalar(p, x) -> bool:
+    """A weakly typed JAX value (a Python number under tracing) for a scalar parameter.
+
+    With ``jax_enable_x64`` a traced Python float is a weak float64; like ``jnp`` ops, the
+    op gives it the parameter's type instead of refusing it (a strong float64 is refused).
+    """
+    return not p.is_array and not p.inner and _is_jax(x) and x.shape == () and bool(jax.typeof(x).weak_type)
+
+
+def _typed_weak_scalar(desc, p, x, args):
+    """Weakly typed ``x`` cast to the type a Python number gets for ``p`` (checked like one).
+
+    A generic parameter takes the scalar type of the first generic array argument, as in the
+    plan. The cast is part of the traced computation, so the gradient flows back to ``x``.
+    """
+    kind = np.dtype(x.dtype).kind
+    number = bool if kind == "b" else int if kind in "iu" else float
+    generic_scalar = None
+    if p.generic:
+        for q, a in zip(desc.call_params, args):
+            if q.is_array and q.generic and hasattr(a, "dtype"):
+                generic_scalar = _dtypes.wp_scalar(a.dtype)
+                break
+    target = number_type(desc, p, number, generic_scalar)
+    return jax.lax.convert_element_type(x, _dtypes.np_dtype(_dtypes.split(target)[0]))
 
 
 def _is_jax(x) -> bool:
@@ -251,7 +286,7 @@ def _py_spec(desc, p, x) -> ScalarSpec:
         return ScalarSpec("py", bool)
     if isinstance(x, numbers.Integral):
         return ScalarSpec("py", np.dtype(x.dtype) if isinstance(x, np.generic) else int)
-    if isinstance(x, numbers.Real):
+    if isinstance(x, numbers.Real) or (isinstance(x, np.generic) and x.dtype == _dtypes.BFLOAT16):
         return ScalarSpec("py", np.dtype(x.dtype) if isinstance(x, np.generic) else float)
     if p.inner and isinstance(x, (tuple, list)) or hasattr(x, "_wp_scalar_type_"):
         return ScalarSpec("py", tuple)
@@ -419,6 +454,10 @@ class _Entry:
             return tuple(grads)
         if desc.backward is not None:
             return self._handwritten_backward(xs, want, ct_vals)
+        if not desc.has_adjoint and any(
+            self.dyn[i].role != IN_OUT and plan.differentiable[self.dyn[i].index] for i in want
+        ):
+            raise desc.no_adjoint_error()  # at trace time, not as an XLA runtime error
         launch = self.adjoint(want)
         operands = list(xs) + list(outs) + [c for c in ct_vals if c is not None]
         results = launch(*operands) if launch.results else ()
@@ -587,6 +626,10 @@ class _Launch:
         self._fns: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self._folded: dict[int, _Launch] = {}
+        # vmap_method="fold": the unbatched launch this one folds, and how many batch elements
+        # each of its rows holds (nested vmaps fold again, multiplying the factor)
+        self.base: _Launch = self
+        self.factor = 1
 
     def __call__(self, *xs):
         outs = self._fn(())(*xs)
@@ -686,10 +729,15 @@ class _Launch:
         return all(desc.params[b.index].is_array for b in self.operands + self.results)
 
     def folded(self, batch: int) -> _Launch:
-        """This launch with a batch of ``batch`` folded into the first dimension."""
-        folded = self._folded.get(batch)
+        """This launch with a batch of ``batch`` folded into the first dimension.
+
+        Sized from the unbatched launch: under nested vmaps ``self`` is already folded.
+        """
+        total = self.factor * batch
+        base = self.base
+        folded = base._folded.get(total)
         if folded is None:
-            folded = self._folded.setdefault(batch, self._refold(self.entry.folded_plan(batch), batch))
+            folded = base._folded.setdefault(total, base._refold(self.entry.folded_plan(total), total))
         return folded
 
     def _fold(self, axis_size, in_batched, xs):
@@ -719,6 +767,7 @@ class _Launch:
         launch.want, launch.fold = self.want, batch
         launch.grad_for, launch.result_for = self.grad_for, self.result_for
         launch.ct_passthrough = getattr(self, "ct_passthrough", [])
+        launch.base, launch.factor = self, batch
         return launch
 
 

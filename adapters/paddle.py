@@ -33,6 +33,7 @@ import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
+from interop import _dtypes
 from interop._description import IN_OUT, OUTPUT
 from interop._errors import ArgumentError
 from interop._launch import external_stream
@@ -46,6 +47,7 @@ _NP_OF_PADDLE: dict[Any, np.dtype] = {
     paddle.float16: np.dtype(np.float16),
     paddle.float32: np.dtype(np.float32),
     paddle.float64: np.dtype(np.float64),
+    paddle.bfloat16: _dtypes.BFLOAT16,  # NumPy's stand-in: ml_dtypes.bfloat16
     paddle.int8: np.dtype(np.int8),
     paddle.int16: np.dtype(np.int16),
     paddle.int32: np.dtype(np.int32),

@@ -64,6 +64,7 @@ _NP_TO_TORCH: dict[np.dtype, torch.dtype] = {
     np.dtype(np.float16): torch.float16,
     np.dtype(np.float32): torch.float32,
     np.dtype(np.float64): torch.float64,
+    _dtypes.BFLOAT16: torch.bfloat16,  # NumPy's stand-in: ml_dtypes.bfloat16
 }
 for _np_name, _t_name in (("uint16", "uint16"), ("uint32", "uint32"), ("uint64", "uint64")):
     if hasattr(torch, _t_name):

@@ -63,9 +63,17 @@ def _strides(x: Any, fw: str) -> tuple:
 
 
 def _detach(x: Any, fw: str) -> Any:
+    # DLPack refuses tensors that require grad (torch) or are trainable (Paddle's
+    # stop_gradient=False); the detached view shares memory and leaves the caller's tensor as it was
     if fw == "torch" and x.requires_grad:
-        return x.detach()  # DLPack refuses tensors that require grad; the view shares memory
+        return x.detach()
+    if fw == "paddle" and not x.stop_gradient:
+        return x.detach()
     return x
+
+
+def _is_bf16(x: Any, fw: str) -> bool:
+    return _dtype_name(x) == "bfloat16"
 
 
 def _to_numpy(x: Any, fw: str):
@@ -76,18 +84,24 @@ def _to_numpy(x: Any, fw: str):
     if fw == "warp":
         if not x.device.is_cpu:
             raise ArgumentError("array is on " + str(x.device))
-        return x.numpy()
+        return x.numpy()  # an ml_dtypes.bfloat16 view for bfloat16
+    if _is_bf16(x, fw):
+        # NumPy's DLPack import knows no bfloat16; Warp's does, and its .numpy() is an ml_dtypes view
+        return _to_numpy(_to_warp(x, fw, None), "warp")
     if fw == "torch":
         return x.detach().numpy()
     return np.from_dlpack(x)
 
 
 def _to_torch(x: Any, fw: str):
+    import numpy as np
     import torch
 
     if fw == "torch":
         return x
     if fw == "numpy":
+        if x.dtype == _dtypes.BFLOAT16:  # torch.from_numpy knows no ml_dtypes.bfloat16: same bits as int16
+            return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(x)
     return torch.from_dlpack(x)
 
@@ -118,6 +132,8 @@ def _to_jax(x: Any, fw: str):
 
     if fw == "jax":
         return x
+    if fw == "numpy" and x.dtype == _dtypes.BFLOAT16:
+        x = _to_warp(x, fw, None)  # NumPy's DLPack export knows no bfloat16; Warp's does
     if fw == "paddle":
         x = _DLPackDevice(x)
     return jnp.from_dlpack(x)
@@ -128,6 +144,8 @@ def _to_paddle(x: Any, fw: str):
 
     if fw == "paddle":
         return x
+    if fw == "numpy" and x.dtype == _dtypes.BFLOAT16:
+        x = _to_warp(x, fw, None)  # NumPy's DLPack export knows no bfloat16; Warp's does
     return paddle.from_dlpack(x) if hasattr(paddle, "from_dlpack") else paddle.utils.dlpack.from_dlpack(x)
 
 
@@ -172,8 +190,9 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
 
     Uses DLPack (``__dlpack__`` with the consumer's stream, so CUDA work stays ordered),
     ``__array_interface__`` or ``__cuda_array_interface__``. The result shares memory
-    with ``x`` and lives on the same device. A PyTorch tensor that requires grad is
-    detached (the view shares memory; autograd history does not cross frameworks).
+    with ``x`` and lives on the same device. A PyTorch tensor that requires grad, or a
+    Paddle tensor with ``stop_gradient=False``, is detached (the view shares memory;
+    autograd history does not cross frameworks).
 
     Args:
         x: a NumPy, Warp, PyTorch, JAX, Paddle or CuPy array.
@@ -253,4 +272,10 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
 
         host = np.asarray(src)
     host = host.copy()
-    return _to_warp(host, "numpy", dtype) if to == "warp" else _TARGETS[to](host, "numpy")
+    out = _to_warp(host, "numpy", dtype) if to == "warp" else _TARGETS[to](host, "numpy")
+    if _dtype_name(out) != _dtype_name(src):  # e.g. a bfloat16 tensor read back as its uint16 bits
+        raise ArgumentError(
+            f"convert: copying a {fw} array of dtype {_dtype_name(src)} to {to} would give dtype "
+            f"{_dtype_name(out)}; arrays are never cast"
+        )
+    return out

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import warp as wp
 
 from . import _dtypes, _warp_compat
-from ._errors import ArgumentError
+from ._errors import ArgumentError, UnsupportedError
 from ._extent import direct_indexing
 
 INPUT = "input"
@@ -49,8 +49,10 @@ class Param:
         inner: trailing vec/mat dims, ``(3,)`` for ``vec3``, ``(2, 2)`` for ``mat22``.
         ndim: number of Warp (outer) dimensions; 0 for scalars.
         generic: the dtype is resolved per call from the arguments.
-        differentiable: may receive a gradient (float, not excluded, kernel has a backward).
-            For generic parameters this holds if the resolved dtype is float.
+        differentiable: may receive a gradient (float, not excluded by ``nondifferentiable``).
+            For generic parameters this holds if the resolved dtype is float. For a kernel
+            compiled with ``enable_backward=False`` (and no ``backward=``) a gradient that
+            reaches the op raises :meth:`OpDescription.no_adjoint_error`, never a zero.
     """
 
     name: str
@@ -123,6 +125,21 @@ class OpDescription:
     def diff_array_inputs(self) -> tuple[Param, ...]:
         """Array inputs (role input) that can receive a gradient, in order."""
         return tuple(p for p in self.params if p.role == INPUT and p.is_array and p.differentiable)
+
+    @cached_property
+    def has_adjoint(self) -> bool:
+        """Warp generated an adjoint for the kernel (``enable_backward`` on), or the op is a
+        Python-function op (recorded by ``wp.Tape``)."""
+        return self.kind != "kernel" or self.enable_backward
+
+    def no_adjoint_error(self) -> UnsupportedError:
+        """The error for a gradient reaching an op whose kernel has no adjoint."""
+        return UnsupportedError(
+            f"op {self.label!r}: no gradient: the kernel was compiled with enable_backward=False, so Warp "
+            "generated no adjoint for it (a gradient flowing into the op would otherwise be silently zero); "
+            "compile it with enable_backward=True (Warp's default), give the op a hand-written backward "
+            "(interop.op(..., backward=<kernel or op>)), or stop the gradient before the op"
+        )
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -403,7 +420,9 @@ def describe(
                 "supported: Warp scalar, vector and matrix types and arrays of them"
             )
         float_ok = generic or _dtypes.is_float(scalar)
-        differentiable = bool(enable_backward and float_ok and pname not in nondiff)
+        # enable_backward=False keeps parameters differentiable: a gradient reaching the op
+        # raises (no_adjoint_error) instead of being dropped as a silent zero
+        differentiable = bool(float_ok and pname not in nondiff)
         params.append(
             Param(
                 name=pname,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import typing
 from typing import Any
 
+import ml_dtypes  # NumPy's bfloat16 (the dtype JAX uses, and Warp's .numpy() of a bfloat16 array)
 import numpy as np
 import warp as wp
 from warp._src import types as _wpt  # Warp's type tables (no public equivalent in 1.19)
@@ -19,13 +20,16 @@ GENERIC_TYPES = tuple(_wpt.generic_types)
 
 _PY_SCALARS = {float: wp.float32, int: wp.int32, bool: wp.bool}
 
-# Warp scalar type -> NumPy dtype (bfloat16 has no NumPy dtype: it is refused explicitly)
+# Warp scalar type -> NumPy dtype. NumPy has no bfloat16 of its own: ml_dtypes.bfloat16 stands
+# for it (Warp's own table maps it to uint16, the storage type, which would pass for an integer)
 _WP_TO_NP: dict[Any, np.dtype] = {
     k: np.dtype(v) for k, v in _wpt.warp_type_to_np_dtype.items() if k not in (_wpt.handle, _wpt.bfloat16)
 }
+_WP_TO_NP[wp.bfloat16] = np.dtype(ml_dtypes.bfloat16)
 _NP_TO_WP: dict[np.dtype, Any] = {v: k for k, v in _WP_TO_NP.items()}
 
-FLOAT_TYPES = (wp.float16, wp.float32, wp.float64)
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+FLOAT_TYPES = (wp.float16, wp.bfloat16, wp.float32, wp.float64)
 
 
 def normalize(t: Any) -> Any:
@@ -72,6 +76,11 @@ def compose(scalar: Any, inner: tuple[int, ...]) -> Any:
 
 def is_float(scalar: Any) -> bool:
     return scalar in FLOAT_TYPES
+
+
+def is_float_dtype(dtype: Any) -> bool:
+    """A NumPy float dtype, bfloat16 included (whose NumPy kind is 'V', not 'f')."""
+    return is_float(wp_scalar(dtype))
 
 
 def type_name(t: Any) -> str:

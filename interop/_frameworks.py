@@ -48,7 +48,9 @@ def framework_of(x: Any) -> str | None:
         fw = None  # numpy scalars (np.float32(2.0)) are scalars, not arrays (they too have __array_interface__)
     if fw == "jax" and not (hasattr(x, "shape") and hasattr(x, "dtype")):
         fw = None
-    if fw is None and root not in _ROOTS:
+    if root == "ml_dtypes" and isinstance(x, np.generic):
+        pass  # a NumPy scalar of an ml_dtypes type (bfloat16): a number, like np.float32(2.0)
+    elif fw is None and root not in _ROOTS:
         # other producers of the standard interfaces
         if hasattr(x, "__cuda_array_interface__"):
             fw = "cupy"  # any CAI producer (Numba, ...) is handled by the CuPy adapter

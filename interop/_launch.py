@@ -343,6 +343,8 @@ class Runner:
 
     def _fast(self, device, adjoint: bool):
         device = get_device(device)
+        if adjoint and not self.plan.desc.has_adjoint:
+            raise self.plan.desc.no_adjoint_error()
         if self.empty:
             return _nothing
         if self.plan.desc.kind == "function":
@@ -420,6 +422,8 @@ class Runner:
                 caller for inputs; the upstream gradient for outputs and in-out arrays), or None.
         """
         device = get_device(device)
+        if not self.plan.desc.has_adjoint:
+            raise self.plan.desc.no_adjoint_error()
         if self.empty:
             return
         if self.plan.desc.kind == "function":

@@ -193,7 +193,7 @@ def _scalar_type(desc: OpDescription, p: Param, spec: ScalarSpec, generic_scalar
         kind = spec.dtype
         if isinstance(kind, np.dtype):
             ok = (
-                (kind.kind == "f" and _dtypes.is_float(tscalar))
+                (_dtypes.is_float_dtype(kind) and _dtypes.is_float(tscalar))
                 or (kind.kind in "iu" and not _dtypes.is_float(tscalar) and tscalar is not wp.bool)
                 or (kind.kind == "b" and tscalar is wp.bool)
             )
@@ -210,6 +210,15 @@ def _scalar_type(desc: OpDescription, p: Param, spec: ScalarSpec, generic_scalar
         if not ok:
             raise _err(desc, p, f"a {_dtypes.type_name(target)} value", f"{getattr(kind, '__name__', kind)}")
     return target
+
+
+def number_type(desc: OpDescription, p: Param, number: type, generic_scalar: Any = None) -> Any:
+    """Warp type a Python ``number`` (``float``, ``int`` or ``bool``) takes for scalar parameter ``p``.
+
+    ``generic_scalar`` is the scalar type the call's generic arrays resolve to (None if none).
+    Raises the error a Python number of that kind would meet (e.g. a float for an int parameter).
+    """
+    return _scalar_type(desc, p, ScalarSpec("py", number), generic_scalar)
 
 
 def make_plan(

@@ -14,6 +14,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import ml_dtypes
 import numpy as np
 import warp as wp
 
@@ -71,6 +72,14 @@ def _square_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
 def _axpy_kernel(a: wp.array(dtype=float), b: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = a[i] * s + b[i]
+
+
+@wp.kernel
+def bfloat16_kernel(
+    x: wp.array(dtype=wp.bfloat16), y: wp.array(dtype=wp.bfloat16), s: wp.bfloat16, out: wp.array(dtype=wp.bfloat16)
+):
+    i = wp.tid()
+    out[i] = x[i] * x[i] * s + y[i]
 
 
 def function_op_fn(a: wp.array(dtype=float), b: wp.array(dtype=float), out: wp.array(dtype=float)):
@@ -322,6 +331,7 @@ _add(
         interop.op(generic_kernel),
         lambda rng, dt: (_f(rng, N, dt), 2.5),
         lambda a, s: (a * a * s,),
+        dtypes=(np.float32, np.float64, ml_dtypes.bfloat16),  # generic kernels resolve to bfloat16 too
     )
 )
 _add(
@@ -403,8 +413,37 @@ _add(
         call_kwargs={"block_dim": 32, "launch_dims": (4, 32)},
     )
 )
+_add(
+    Case(
+        "bfloat16",
+        interop.op(bfloat16_kernel),
+        lambda rng, dt: (_f(rng, N, dt), _f(rng, N, dt), 1.5),
+        lambda x, y, s: (x * x * s + y,),
+        dtypes=(ml_dtypes.bfloat16,),
+    )
+)
 
 CASE_IDS = [c.id for c in CASES]
+
+# ---- bfloat16 -------------------------------------------------------------------------------
+# NumPy has no bfloat16: ml_dtypes.bfloat16 stands for it (as in JAX). bfloat16 keeps 8 bits of
+# mantissa (relative step 2**-8 = 0.4%) and Warp rounds after each operation: the tolerances
+# allow a few such steps on values of order 1. References are computed in float64 from the
+# (exactly representable) bfloat16 inputs.
+BF16 = np.dtype(ml_dtypes.bfloat16)
+BF16_VALUE_TOL = dict(rtol=2e-2, atol=2e-2)
+BF16_GRAD_TOL = dict(rtol=5e-2, atol=5e-2)
+
+
+def is_bf16(dt) -> bool:
+    return np.dtype(dt) == BF16
+
+
+def reference_of(case: Case, args: tuple) -> tuple:
+    """The NumPy reference on copies of ``args`` (bfloat16 inputs upcast to float64 first)."""
+    return case.reference(
+        *[(a.astype(np.float64) if a.dtype == BF16 else a.copy()) if isinstance(a, np.ndarray) else a for a in args]
+    )
 
 
 def case(id: str) -> Case:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import warp as wp
-from catalogue import CASES, Case
+from catalogue import BF16_VALUE_TOL, CASES, Case, is_bf16, reference_of
 
 import interop
 
@@ -11,6 +11,8 @@ PARAMS = [pytest.param(c, np.dtype(dt), id=f"{c.id}-{np.dtype(dt).name}") for c 
 
 
 def tol(dt):
+    if is_bf16(dt):  # NumPy arrays of ml_dtypes.bfloat16, Warp arrays of wp.bfloat16
+        return BF16_VALUE_TOL
     return dict(rtol=1e-5, atol=1e-6) if dt == np.float32 else dict(rtol=1e-12, atol=1e-13)
 
 
@@ -19,14 +21,14 @@ def inputs(case: Case, dt):
 
 
 def check(case, dt, got, args):
-    expected = case.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    expected = reference_of(case, args)
     got = got if isinstance(got, tuple) else (got,)
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         g = g.numpy() if isinstance(g, wp.array) else g
         assert g.shape == e.shape, (g.shape, e.shape)
         assert g.dtype == dt
-        np.testing.assert_allclose(g, e, **tol(dt))
+        np.testing.assert_allclose(g.astype(np.float64), e, **tol(dt))
 
 
 @pytest.mark.parametrize("case, dt", PARAMS)

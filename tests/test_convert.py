@@ -6,6 +6,7 @@ require grad, and the op call path not copying NumPy/Warp inputs.
 
 import importlib.util
 
+import ml_dtypes
 import numpy as np
 import pytest
 import warp as wp
@@ -14,6 +15,7 @@ import interop
 from interop._frameworks import data_ptr, framework_of
 
 FRAMEWORKS = [f for f in ("numpy", "warp", "torch", "jax", "paddle") if importlib.util.find_spec(f) is not None]
+BF16 = np.dtype(ml_dtypes.bfloat16)  # NumPy's bfloat16 (as in JAX)
 
 
 def aligned_numpy(values: np.ndarray, align: int = 64) -> np.ndarray:
@@ -34,6 +36,8 @@ def make(fw: str, values: np.ndarray):
     if fw == "torch":
         import torch
 
+        if values.dtype == BF16:  # torch knows no ml_dtypes.bfloat16: float32 holds its values exactly
+            return torch.tensor(values.astype(np.float32)).to(torch.bfloat16)
         return torch.tensor(values)
     if fw == "jax":
         import jax.numpy as jnp
@@ -42,6 +46,8 @@ def make(fw: str, values: np.ndarray):
     if fw == "paddle":
         import paddle
 
+        if values.dtype == BF16:
+            return paddle.to_tensor(values.astype(np.float32), place=paddle.CPUPlace()).astype("bfloat16")
         return paddle.to_tensor(values, place=paddle.CPUPlace())
     raise AssertionError(fw)
 
@@ -50,6 +56,10 @@ def to_numpy(y) -> np.ndarray:
     fw = framework_of(y)
     if fw == "numpy":
         return y
+    if fw == "torch" and str(y.dtype) == "torch.bfloat16":
+        return y.float().numpy().astype(BF16)
+    if fw == "paddle" and str(y.dtype) == "paddle.bfloat16":
+        return y.astype("float32").numpy().astype(BF16)  # its .numpy() gives the raw uint16 bits
     if fw in ("warp", "torch", "paddle"):
         return y.numpy()
     return np.asarray(y)
@@ -78,6 +88,7 @@ VALUES = {
     "float32": (np.arange(12, dtype=np.float32).reshape(4, 3) - 5.5),
     "float64": (np.arange(10, dtype=np.float64) * 0.1).reshape(2, 5),
     "int32": np.arange(-3, 5, dtype=np.int32),
+    "bfloat16": (np.arange(12, dtype=np.float32).reshape(3, 4) * 0.25 - 1.5).astype(BF16),
 }
 
 
@@ -242,6 +253,21 @@ def test_torch_requires_grad_converts_detached_and_grad_not_set(dst):
     assert t.requires_grad  # the caller's tensor is unchanged
     if dst == "torch":
         assert not y.requires_grad  # a detached view
+    np.testing.assert_array_equal(to_numpy(y), np.arange(6, dtype=np.float32))
+
+
+@pytest.mark.parametrize("dst", FRAMEWORKS)
+def test_paddle_trainable_converts_detached_and_grad_not_set(dst):
+    """A Paddle tensor with stop_gradient=False is handed over detached, sharing memory (as torch's)."""
+    paddle = pytest.importorskip("paddle")
+    t = paddle.arange(6, dtype="float32")
+    t.stop_gradient = False
+    y = interop.convert(t, to=dst)
+    assert data_ptr(y) == t.data_ptr()
+    assert t.grad is None
+    assert not t.stop_gradient  # the caller's tensor is unchanged
+    if dst == "paddle":
+        assert y.stop_gradient  # a detached view
     np.testing.assert_array_equal(to_numpy(y), np.arange(6, dtype=np.float32))
 
 

@@ -397,11 +397,14 @@ def test_integer_arrays_not_differentiable():
     assert [p.name for p in d.diff_array_inputs] == ["x"]
 
 
-def test_enable_backward_false_not_differentiable():
+def test_enable_backward_false_keeps_parameters_differentiable():
+    """No adjoint, but float parameters stay differentiable: a gradient reaching the op raises
+    (tests/test_no_backward.py) instead of being dropped as a silent zero."""
     d = interop.op(no_backward).description
-    assert d.enable_backward is False
-    assert not any(p.differentiable for p in d.params)
-    assert d.diff_array_inputs == ()
+    assert d.enable_backward is False and not d.has_adjoint
+    assert [p.name for p in d.params if p.differentiable] == ["x", "out"]
+    assert "enable_backward=False" in str(d.no_adjoint_error())
+    assert interop.op(square).description.has_adjoint
 
 
 def test_nondifferentiable_option():
@@ -447,7 +450,7 @@ def test_backward_not_a_kernel():
 
 def test_backward_without_differentiable_input():
     with pytest.raises(ValueError, match=r"backward= given, but the op has no differentiable array input"):
-        interop.op(no_backward, backward=square_bwd)
+        interop.op(square, nondifferentiable=["x"], backward=square_bwd)
 
 
 # ---- other options ------------------------------------------------------------------------------

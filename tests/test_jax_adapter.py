@@ -229,6 +229,35 @@ def test_vmap_method_per_op_and_per_call():
         plain(a[0], b, vmap_method="expand_dims")
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("in_axes", [(0, 0), (0, None)], ids=["both-batched", "b-unbatched"])
+def test_nested_vmap_fold_matches_loop_and_numpy(in_axes, jit):
+    """jax.vmap(jax.vmap(op)) with vmap_method="fold" folds both batch levels into one launch
+    (issue 8 item 6: the outer level used to be sized from the unbatched call: rows left at zero)."""
+    rng = np.random.default_rng(4)
+    a = rng.uniform(1.0, 2.0, (2, 3, 4)).astype(np.float32)
+    b = rng.uniform(1.0, 2.0, (2, 3, 4) if in_axes[1] == 0 else (3, 4)).astype(np.float32)
+    ref = a + (b if in_axes[1] == 0 else b[None])
+    results = {}
+    for m in ("fold", "loop", "sequential"):
+        op = interop.op(add, vmap_method=m)
+        f = jax.vmap(jax.vmap(op), in_axes=in_axes)
+        f = jax.jit(f) if jit else f
+        results[m] = np.asarray(f(jnp.asarray(a), jnp.asarray(b)))
+        np.testing.assert_allclose(results[m], ref, rtol=1e-6, err_msg=m)
+    np.testing.assert_array_equal(results["fold"], results["loop"])
+    # gradients through the nested folded call: d/da sum(out**2) = 2 out
+    op = interop.op(add, vmap_method="fold")
+    g = jax.grad(lambda a, b: jnp.sum(jax.vmap(jax.vmap(op), in_axes=in_axes)(a, b) ** 2))(
+        jnp.asarray(a), jnp.asarray(b)
+    )
+    np.testing.assert_allclose(np.asarray(g), 2 * ref, rtol=1e-6)
+    # three levels: (2, 2, 3, 4)
+    a3 = rng.uniform(size=(2, 2, 3, 4)).astype(np.float32)
+    out3 = jax.vmap(jax.vmap(jax.vmap(op)))(jnp.asarray(a3), jnp.asarray(a3))
+    np.testing.assert_allclose(np.asarray(out3), 2 * a3, rtol=1e-6)
+
+
 # ---- gradients ---------------------------------------------------------------------------
 def test_traced_scalar_gradient_vs_finite_differences():
     op = interop.op(saxpy)
@@ -369,3 +398,61 @@ def test_traced_scalar_gradient_refused_where_unavailable():
 def vscale_1d(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = a[i] * s
+
+
+@wp.kernel
+def scale_shift(a: wp.array(dtype=float), s: float, k: int, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] * s + float(k)
+
+
+@wp.kernel
+def generic_scale(a: wp.array(dtype=typing.Any), s: typing.Any, out: wp.array(dtype=typing.Any)):
+    i = wp.tid()
+    out[i] = a[i] * s
+
+
+def test_x64_weakly_typed_scalars_take_the_parameter_type():
+    """With jax_enable_x64, a traced Python number is a weakly typed float64/int64: accepted for a
+    float32/int32 scalar (as jnp ops accept it), under jit and grad; a strongly typed float64 is not."""
+    op = interop.op(scale_shift)
+    gop = interop.op(generic_scale)
+    a_np = np.linspace(-1, 1, 8, dtype=np.float32)
+    with jax.enable_x64(True):
+        a = jnp.asarray(a_np)
+        ref = a_np * np.float32(2.5) + 3
+        for f in (jax.jit(lambda a, s, k: op(a, s, k)), lambda a, s, k: op(a, s, k)):
+            out = f(a, 2.5, 3)
+            assert out.dtype == jnp.float32
+            np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-6)
+        # weak values made inside the traced function (jnp.asarray of a Python number is weak too)
+        out = jax.jit(lambda a: op(a, jnp.asarray(2.5), jnp.asarray(3)))(a)
+        np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-6)
+        # gradients: d/ds sum(w * out) = sum(w * a); the cotangent of the weak float64 is float64
+        w = np.linspace(0.5, 1.5, 8)
+        gs, ga = jax.jit(jax.grad(lambda s, a: jnp.sum(jnp.asarray(w, jnp.float32) * op(a, s, 3)), argnums=(0, 1)))(
+            2.5, a
+        )
+        assert gs.dtype == jnp.float64 and ga.dtype == jnp.float32
+        np.testing.assert_allclose(float(gs), float(np.sum(w.astype(np.float32) * a_np)), rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(ga), 2.5 * w, rtol=1e-6)
+        # a generic kernel: the weak scalar takes the type the generic array fixes
+        out = jax.jit(lambda a, s: gop(a, s))(a, 2.5)
+        assert out.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(out), a_np * 2.5, rtol=1e-6)
+        g = jax.grad(lambda s: jnp.sum(gop(a, s)))(2.5)
+        np.testing.assert_allclose(float(g), float(np.sum(a_np)), rtol=1e-5, atol=1e-6)
+        # strongly typed float64 values are still refused, eager and traced, and so are floats for ints
+        strong = jnp.asarray(2.5, jnp.float64)
+        assert not jax.typeof(strong).weak_type
+        msg = (
+            r"op 'scale_shift', parameter 's': expected a float32 value .*got an array of shape \(\) and dtype float64"
+        )
+        with pytest.raises(TypeError, match=msg):
+            op(a, strong, 3)
+        with pytest.raises(TypeError, match=msg):
+            jax.jit(lambda a, s: op(a, s, 3))(a, strong)
+        with pytest.raises(TypeError, match=r"op 'scale_shift', parameter 'k': expected a int32 value, got float"):
+            jax.jit(lambda a, k: op(a, 2.5, k))(a, 3.0)
+        with pytest.raises(TypeError, match=r"op 'scale_shift', parameter 'a': expected .*float32"):
+            jax.jit(lambda a: op(a, 2.5, 3))(jnp.asarray(a_np, jnp.float64))

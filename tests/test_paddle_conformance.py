@@ -6,15 +6,23 @@ import pytest
 
 paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed")
 
-from catalogue import CASE_IDS, case, fd_grad, loss_weights  # noqa: E402
+from catalogue import BF16_GRAD_TOL, BF16_VALUE_TOL, CASE_IDS, case, fd_grad, is_bf16, loss_weights, reference_of  # noqa: E402
 
 from interop._frameworks import data_ptr  # noqa: E402
 
 
 def _tensor(a, stop_gradient=True):
-    t = paddle.to_tensor(np.array(a))
+    if is_bf16(a.dtype):  # paddle.to_tensor knows no ml_dtypes.bfloat16: float32 holds its values exactly
+        t = paddle.to_tensor(np.asarray(a, np.float32)).astype("bfloat16")
+    else:
+        t = paddle.to_tensor(np.array(a))
     t.stop_gradient = stop_gradient
     return t
+
+
+def _numpy(t):
+    """float64 values of a Paddle tensor (its .numpy() of a bfloat16 tensor gives the raw uint16 bits)."""
+    return t.astype("float64").numpy() if t.dtype == paddle.bfloat16 else t.numpy()
 
 
 @pytest.mark.parametrize("cid", CASE_IDS)
@@ -22,26 +30,34 @@ def test_values(cid):
     c = case(cid)
     for dt in c.dtypes:
         args = c.make(np.random.default_rng(0), dt)
-        ref = c.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        ref = reference_of(c, args)
         pargs = [_tensor(a) if isinstance(a, np.ndarray) else a for a in args]
         ptrs = [data_ptr(a) if isinstance(a, paddle.Tensor) else None for a in pargs]
         out = c.op(*pargs, **c.call_kwargs)
         out = out if isinstance(out, tuple) else (out,)
         assert all(isinstance(o, paddle.Tensor) for o in out)
         for o, r in zip(out, ref):
-            assert o.dtype == paddle.to_tensor(np.zeros(1, r.dtype)).dtype
-            np.testing.assert_allclose(o.numpy(), r, rtol=1e-5, atol=1e-6)
+            assert o.dtype == _tensor(np.zeros(1, dt)).dtype
+            np.testing.assert_allclose(_numpy(o), r, **(BF16_VALUE_TOL if is_bf16(dt) else dict(rtol=1e-5, atol=1e-6)))
         for k in c.in_out:  # updated in place, returned as the same tensor
             assert any(o is pargs[k] for o in out)
             assert data_ptr(pargs[k]) == ptrs[k]
 
 
-@pytest.mark.parametrize("cid", CASE_IDS)
-def test_gradients(cid):
+def _grad_params():
+    out = []
+    for cid in CASE_IDS:
+        c = case(cid)
+        dts = [np.float64 if np.float64 in c.dtypes else c.dtypes[0]] + [d for d in c.dtypes if is_bf16(d)]
+        out += [pytest.param(cid, d, id=f"{cid}-{np.dtype(d).name}") for d in dict.fromkeys(dts)]
+    return out
+
+
+@pytest.mark.parametrize("cid, dt", _grad_params())
+def test_gradients(cid, dt):
     c = case(cid)
-    dt = np.float64 if np.float64 in c.dtypes else c.dtypes[0]
     args = c.make(np.random.default_rng(1), dt)
-    ref = c.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    ref = reference_of(c, args)
     weights = loss_weights(c, ref)
     leaves, pargs = [], []
     for k, a in enumerate(args):
@@ -57,11 +73,13 @@ def test_gradients(cid):
     out = out if isinstance(out, tuple) else (out,)
     assert all(not o.stop_gradient for o in out)
     loss = sum((o * _tensor(w.astype(dt))).sum() for o, w in zip(out, weights))
+    assert loss.dtype == out[0].dtype
     loss.backward()
     expected = fd_grad(c, args, weights)
     tol = 1e-7 if dt == np.float64 else 2e-4
+    tol = BF16_GRAD_TOL if is_bf16(dt) else dict(rtol=tol, atol=tol)
     for leaf, g in zip(leaves, expected):
         if leaf is None or g is None:
             continue
-        assert leaf.grad is not None
-        np.testing.assert_allclose(leaf.grad.numpy(), g, rtol=tol, atol=tol)
+        assert leaf.grad is not None and leaf.grad.dtype == leaf.dtype
+        np.testing.assert_allclose(_numpy(leaf.grad), g, **tol)

@@ -4,16 +4,16 @@ gives the gradients of the catalogue (checked against finite differences of the 
 import numpy as np
 import pytest
 import warp as wp
-from catalogue import CASES, fd_grad, loss_weights
+from catalogue import BF16_GRAD_TOL, BF16_VALUE_TOL, CASES, fd_grad, is_bf16, loss_weights, reference_of
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.differentiable], ids=lambda c: c.id)
 def test_tape_gradients_match_finite_differences(case):
     rng = np.random.default_rng(3)
-    dt = case.dtypes[0]
+    dt = np.float32 if np.float32 in case.dtypes else case.dtypes[0]  # the bfloat16 case: bfloat16
     args = case.make(rng, dt)
     # keep inputs away from 0 so a missing gradient cannot pass by accident
-    args = tuple(a + dt(0.3) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a for a in args)
+    args = tuple(a + np.asarray(0.3, a.dtype) if isinstance(a, np.ndarray) else a for a in args)
     wargs = tuple(
         wp.array(a, dtype=wp.dtype_from_numpy(a.dtype), requires_grad=True) if isinstance(a, np.ndarray) else a
         for a in args
@@ -22,10 +22,11 @@ def test_tape_gradients_match_finite_differences(case):
     with tape:
         outs = case.op(*wargs)
     outs = outs if isinstance(outs, tuple) else (outs,)
-    ref = case.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    ref = reference_of(case, args)
     weights = loss_weights(case, ref)
     for o, r in zip(outs, ref):
-        np.testing.assert_allclose(o.numpy().reshape(r.shape), r, rtol=1e-4, atol=1e-5)
+        tol = BF16_VALUE_TOL if is_bf16(dt) else dict(rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(o.numpy().reshape(r.shape).astype(np.float64), r, **tol)
     tape.backward(
         grads={o: wp.array(w.reshape(o.numpy().shape).astype(dt), dtype=o.dtype) for o, w in zip(outs, weights)}
     )
@@ -33,9 +34,9 @@ def test_tape_gradients_match_finite_differences(case):
     for k, (a, g) in enumerate(zip(wargs, expected)):
         if g is None or k in case.in_out:
             continue
-        got = a.grad.numpy().reshape(g.shape)
+        got = a.grad.numpy().reshape(g.shape).astype(np.float64)
         assert np.abs(got).max() > 0
-        np.testing.assert_allclose(got, g, rtol=2e-3, atol=2e-3)
+        np.testing.assert_allclose(got, g, **(BF16_GRAD_TOL if is_bf16(dt) else dict(rtol=2e-3, atol=2e-3)))
 
 
 def test_tape_not_active_records_nothing_and_outputs_have_no_grad():
