@@ -439,6 +439,11 @@ def is_bf16(dt) -> bool:
     return np.dtype(dt) == BF16
 
 
+def is_float_dtype(dt) -> bool:
+    """A floating dtype, bfloat16 included (its NumPy kind is 'V', not 'f')."""
+    return np.dtype(dt).kind == "f" or np.dtype(dt) == BF16
+
+
 def reference_of(case: Case, args: tuple) -> tuple:
     """The NumPy reference on copies of ``args`` (bfloat16 inputs upcast to float64 first)."""
     return case.reference(
@@ -458,7 +463,7 @@ def loss_weights(case: Case, outs: tuple, seed: int = 1) -> list[np.ndarray]:
 
 def fd_grad(case: Case, args: tuple, weights: list[np.ndarray], eps: float = 1e-6) -> list[np.ndarray | None]:
     """Central finite differences (float64) of sum_k sum(w_k * ref_k) w.r.t. every float array argument."""
-    args64 = [np.asarray(a, np.float64) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a for a in args]
+    args64 = [np.asarray(a, np.float64) if isinstance(a, np.ndarray) and is_float_dtype(a.dtype) else a for a in args]
 
     def loss(av):
         outs = case.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in av])

@@ -8,7 +8,17 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
-from catalogue import BF16, BF16_GRAD_TOL, BF16_VALUE_TOL, CASE_IDS, case, fd_grad, loss_weights, reference_of  # noqa: E402
+from catalogue import (  # noqa: E402
+    BF16,
+    BF16_GRAD_TOL,
+    BF16_VALUE_TOL,
+    CASE_IDS,
+    case,
+    fd_grad,
+    is_float_dtype,
+    loss_weights,
+    reference_of,
+)
 from jax.test_util import check_grads  # noqa: E402
 
 TOL = {np.float32: dict(rtol=2e-4, atol=2e-5), np.float64: dict(rtol=1e-9, atol=1e-11), BF16.type: BF16_VALUE_TOL}
@@ -49,7 +59,7 @@ def test_values_and_gradients(cid, dt):
             return
         weights = loss_weights(c, ref)
         fd = fd_grad(c, args, weights)
-        diff = [k for k, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+        diff = [k for k, a in enumerate(args) if isinstance(a, np.ndarray) and is_float_dtype(a.dtype)]
 
         def loss(*arrays):
             full = list(jargs)
@@ -76,7 +86,7 @@ def test_check_grads(cid):
     with jax.enable_x64(True):
         # the catalogue's kernels are float32: JAX's numerical check runs in float32, so a loose tolerance
         args = _to_jax(c.make(np.random.default_rng(1), np.float32))
-        diff = [k for k, a in enumerate(args) if isinstance(a, jax.Array) and a.dtype.kind == "f"]
+        diff = [k for k, a in enumerate(args) if isinstance(a, jax.Array) and is_float_dtype(a.dtype)]
 
         def f(*arrays):
             full = list(args)
@@ -96,7 +106,7 @@ def test_vmap_and_grad_of_vmap(cid):
     c = case(cid)
     batch = [c.make(np.random.default_rng(20 + b), np.float32) for b in range(2)]
     arrays = [k for k, a in enumerate(batch[0]) if isinstance(a, np.ndarray)]
-    diff = [k for k in arrays if batch[0][k].dtype.kind == "f"]
+    diff = [k for k in arrays if is_float_dtype(batch[0][k].dtype)]
     stacked = {k: jnp.asarray(np.stack([args[k] for args in batch])) for k in arrays}
 
     def call(*xs):

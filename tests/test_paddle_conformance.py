@@ -6,7 +6,17 @@ import pytest
 
 paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed")
 
-from catalogue import BF16_GRAD_TOL, BF16_VALUE_TOL, CASE_IDS, case, fd_grad, is_bf16, loss_weights, reference_of  # noqa: E402
+from catalogue import (  # noqa: E402
+    BF16_GRAD_TOL,
+    BF16_VALUE_TOL,
+    CASE_IDS,
+    case,
+    fd_grad,
+    is_bf16,
+    is_float_dtype,
+    loss_weights,
+    reference_of,
+)
 
 from interop._frameworks import data_ptr  # noqa: E402
 
@@ -65,7 +75,7 @@ def test_gradients(cid, dt):
             leaves.append(None)
             pargs.append(a)
             continue
-        leaf = _tensor(a, stop_gradient=a.dtype.kind != "f")
+        leaf = _tensor(a, stop_gradient=not is_float_dtype(a.dtype))
         leaves.append(leaf)
         # an in-out tensor is updated in place, so it cannot be a leaf that needs a gradient
         pargs.append(leaf * 1.0 if k in c.in_out else leaf)
