@@ -46,7 +46,7 @@ from interop._launch import contiguous_strides, external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_layout
 
 from ._common import EagerFramework, pack_result
-from ._torch_compat import functorch_transforms_active
+from ._torch_compat import functorch_transforms_active, plain_eager, profiler_enabled
 
 __all__ = ["bind", "call", "on_describe", "operators"]
 
@@ -222,6 +222,8 @@ class _Entry:
 
 class _Binding:
     """The torch operators of one op (all scalar-signature variants), created once per op."""
+
+    eager_calls = 0  # calls that took the eager fast path (tests read it to tell the paths apart)
 
     def __init__(self, op):
         desc: OpDescription = op.description
@@ -732,7 +734,9 @@ def _make_setup_context(b: _Binding, mask: tuple):
     return setup_context
 
 
-def _make_backward(b: _Binding, mask: tuple):
+def _make_backward(b: _Binding, mask: tuple, direct: bool = False):
+    """The backward of one scalar signature; ``direct`` (the eager fast path) runs Warp's
+    adjoint without the dispatcher when nothing records or intercepts the backward."""
     n = b.ncall
     k = len(b.returned)
     qual = b.qualname(mask, "backward")
@@ -765,6 +769,8 @@ def _make_backward(b: _Binding, mask: tuple):
             return tuple(ret)
         if functorch_transforms_active() and torch.is_grad_enabled():
             got = _backward_function_class(b, mask, qual).apply(*args, *results, *grads, *dims, need)
+        elif direct and not torch.is_grad_enabled() and plain_eager(grads):
+            got = _eager_backward(b, mask, qual, (*args, *results, *grads, *dims, need))
         else:
             got = _OVERLOADS[qual](*args, *results, *grads, *dims, need)
         it = iter(got)
@@ -936,14 +942,21 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     if ld is not None or output_dims is not None:
         sargs.append(ld)
         sargs.extend(_normalize_output_dims(b, output_dims))
+    qual = base if mask == b.base_mask else _resolve(op, mask, "functional")
+    # plain eager work on real memory skips the dispatcher (see _eager_forward); meta tensors
+    # and other devices reach the operator (its fake implementation, or its error)
+    eager = (device is None or device.type in _EAGER_DEVICES) and plain_eager(args)
     if b.inout_pos and not grad:
-        ovl = _OVERLOADS[_resolve(op, mask, "mutable")]
-        res = ovl(*sargs)
+        if eager:
+            res = _eager_forward(b, mask, "mutable", sargs, args)
+        else:
+            res = _OVERLOADS[_resolve(op, mask, "mutable")](*sargs)
         outs = () if res is None else (res if isinstance(res, tuple) else (res,))
         returned = [args[i] for i in b.inout_pos] + list(outs)
         return pack_result(returned)
-    qual = base if mask == b.base_mask else _resolve(op, mask, "functional")
-    if grad and functorch_transforms_active():
+    if eager:
+        res = _eager_apply(b, mask, sargs) if grad else _eager_forward(b, mask, "functional", sargs, args)
+    elif grad and functorch_transforms_active():
         res = _function_class(b, mask, qual).apply(*sargs)
     else:
         res = _OVERLOADS[qual](*sargs)
@@ -1006,6 +1019,74 @@ def _backward_function_class(b: _Binding, mask: tuple, qual: str):
             },
         )
         b.functions[key] = cls
+    return cls
+
+
+# ---------------------------------------------------------------------------------------
+# the eager fast path: plain eager calls skip the dispatcher
+# ---------------------------------------------------------------------------------------
+# A call that nothing traces or intercepts (adapters._torch_compat.plain_eager) runs the
+# operator's own implementation (_Binding.run_forward / run_backward: the same plan, launch
+# record and backward code) directly, and, when a gradient is needed, through a cached
+# autograd.Function with the same setup_context and backward as register_autograd. The
+# registered operator stays the op's identity for everything that traces.
+_EAGER_DEVICES = frozenset({"cpu", "cuda"})
+
+
+def _eager_forward(b: _Binding, mask: tuple, kind: str, sargs: list, args: Sequence[Any]):
+    """The forward with no autograd node, as the operator's implementation runs it."""
+    b.eager_calls += 1
+    if profiler_enabled():
+        with torch.autograd.profiler.record_function(b.qualname(mask, "primary" if kind == b.primary_kind() else kind)):
+            res = b.run_forward(mask, kind, sargs)
+    else:
+        res = b.run_forward(mask, kind, sargs)
+    if kind == "mutable":
+        # what the dispatcher does for a mutating operator: autograd sees the in-place update
+        torch.autograd.graph.increment_version([args[i] for i in b.inout_pos])
+    return res
+
+
+def _eager_apply(b: _Binding, mask: tuple, sargs: list):
+    """The forward as an autograd node (the functional variant; in-out copies are the caller's)."""
+    b.eager_calls += 1
+    cls = b.functions.get(("eager", mask))
+    if cls is None:
+        cls = _eager_function_class(b, mask)
+    if profiler_enabled():
+        with torch.autograd.profiler.record_function(b.qualname(mask, "functional" if b.inout_pos else "primary")):
+            return cls.apply(*sargs)
+    return cls.apply(*sargs)
+
+
+def _eager_backward(b: _Binding, mask: tuple, qual: str, bargs: tuple):
+    """Warp's adjoint without the dispatcher (the backward operator's implementation)."""
+    if profiler_enabled():
+        with torch.autograd.profiler.record_function(qual):
+            return b.run_backward(mask, bargs)
+    return b.run_backward(mask, bargs)
+
+
+def _eager_function_class(b: _Binding, mask: tuple):
+    """The autograd.Function of the fast path: forward runs the functional implementation directly."""
+    key = ("eager", mask)
+    with b.lock:
+        cls = b.functions.get(key)
+        if cls is None:
+
+            def forward(*args):
+                return b.run_forward(mask, "functional", args)
+
+            cls = type(
+                f"{b.base}_eager",
+                (torch.autograd.Function,),
+                {
+                    "forward": staticmethod(forward),
+                    "setup_context": staticmethod(_make_setup_context(b, mask)),
+                    "backward": staticmethod(_make_backward(b, mask, direct=True)),
+                },
+            )
+            b.functions[key] = cls
     return cls
 
 
