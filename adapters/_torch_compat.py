@@ -16,6 +16,10 @@ Checked against torch 2.13.0 (CPU build).
 - ``torch._C._autograd._profiler_enabled`` says whether a profiler (``torch.profiler``,
   ``torch.autograd.profiler``) is recording, so the fast path pays for a
   ``record_function`` label only then.
+- :func:`function_apply` gives the C ``apply`` of an autograd.Function
+  (``torch._C._FunctionBase.apply``), which ``torch.autograd.Function.apply`` calls after
+  work that only torch.func needs (unwrapping dead functorch wrappers); the fast path
+  never runs under torch.func.
 """
 
 from __future__ import annotations
@@ -52,9 +56,7 @@ def plain_eager(tensors) -> bool:
     ``torch.jit.trace``, and every tensor among ``tensors`` is an ordinary ``torch.Tensor``
     (or ``nn.Parameter``), not a subclass.
     """
-    if _is_compiling() or not _CAN_TELL:  # first: Dynamo folds it to True and reads nothing below
-        return False
-    if _dispatch_stack_len() or _function_mode_enabled() or _active() or _is_tracing():
+    if not eager_context():
         return False
     plain = PLAIN_TENSOR_TYPES
     for a in tensors:
@@ -63,6 +65,21 @@ def plain_eager(tensors) -> bool:
     return True
 
 
+def eager_context() -> bool:
+    """:func:`plain_eager` without the tensor types: nothing traces or intercepts calls now."""
+    if _is_compiling() or not _CAN_TELL:  # first: Dynamo folds it to True and reads nothing below
+        return False
+    return not (_dispatch_stack_len() or _function_mode_enabled() or _active() or _is_tracing())
+
+
 def profiler_enabled() -> bool:
     """Whether a torch profiler is recording now."""
     return bool(_profiler_enabled()) if _profiler_enabled is not None else True
+
+
+def function_apply(cls):
+    """``cls.apply`` without the torch.func preamble of ``torch.autograd.Function.apply``."""
+    base = getattr(_C, "_FunctionBase", None)
+    if base is None or not hasattr(base, "apply"):
+        return cls.apply
+    return super(torch.autograd.Function, cls).apply

@@ -58,3 +58,52 @@ def report(title: str, rows: list[tuple[str, float]], baseline: str) -> list[tup
         mark = "  (baseline)" if label == baseline else ""
         print(f"  {label:58s} {sec * 1e6:10.1f} us {ratio:7.2f}x{mark}")
     return out
+
+
+def interleaved(rows: list[tuple[str, Callable[[], object]]], *, rounds: int = 15, batch_time: float = 0.02, sync=None):
+    """Median seconds per call of every row, measured round-robin: each round times one batch of
+    every row in turn, so a change in machine load hits all rows alike. Returns (label, seconds)."""
+    sizes = []
+    for _, fn in rows:
+        for _ in range(10):
+            fn()
+        n = 1
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            if sync:
+                sync()
+            dt = time.perf_counter() - t0
+            if dt >= batch_time / 4 or n >= 1 << 20:
+                break
+            n *= 2
+        sizes.append(max(1, int(n * batch_time / max(dt, 1e-9))))
+    samples: list[list[float]] = [[] for _ in rows]
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for k, ((_, fn), n) in enumerate(zip(rows, sizes)):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                if sync:
+                    sync()
+                samples[k].append((time.perf_counter() - t0) / n)
+    finally:
+        if gc_was:
+            gc.enable()
+    return [(label, statistics.median(s)) for (label, _), s in zip(rows, samples)]
+
+
+def ratios(title: str, results: list[tuple[str, float, float]], pairs: list[tuple[str, str]]) -> dict[str, float]:
+    """Print ``a / b`` for each (a, b) pair of row labels; return them by ``"a / b"``."""
+    us = {label: u for label, u, _ in results}
+    out = {}
+    print(f"  {title}")
+    for a, b in pairs:
+        r = us[a] / us[b]
+        out[f"{a} / {b}"] = r
+        print(f"    {a}  /  {b}: {r:.2f}x")
+    return out
