@@ -14,7 +14,7 @@ import warp as wp
 
 import interop
 
-from .harness import SIZES, interleaved, ratios, report
+from .harness import SIZES, clock, interleaved, ratios, report
 
 
 @wp.kernel
@@ -220,7 +220,7 @@ def run(quick: bool = False) -> dict:
                 ("nvidia warp_custom_op, forward+backward", fwd_bwd(nv)),
             ]
         base = "raw wp.launch, prebuilt Warp arrays"
-        table = report(f"PyTorch (CPU), saxpy, n={n}", interleaved(rows, **kw), base)
+        table = report(f"PyTorch (CPU), saxpy, n={n}, {clock()[0]}", interleaved(rows, **kw), base)
         ratios(
             "targets",
             table,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 from typing import Callable
@@ -60,9 +61,18 @@ def report(title: str, rows: list[tuple[str, float]], baseline: str) -> list[tup
     return out
 
 
+def clock() -> tuple[str, Callable[[], float]]:
+    """The clock of :func:`interleaved`: wall time, or with ``BENCH_CLOCK=cpu`` this process's CPU
+    time (steadier on a shared, overloaded machine; it adds up the CPU time of all threads)."""
+    if os.environ.get("BENCH_CLOCK", "wall") == "cpu":
+        return "process CPU time", time.process_time
+    return "wall time", time.perf_counter
+
+
 def interleaved(rows: list[tuple[str, Callable[[], object]]], *, rounds: int = 15, batch_time: float = 0.02, sync=None):
     """Median seconds per call of every row, measured round-robin: each round times one batch of
     every row in turn, so a change in machine load hits all rows alike. Returns (label, seconds)."""
+    _, now = clock()
     sizes = []
     for _, fn in rows:
         for _ in range(10):
@@ -85,12 +95,12 @@ def interleaved(rows: list[tuple[str, Callable[[], object]]], *, rounds: int = 1
     try:
         for _ in range(rounds):
             for k, ((_, fn), n) in enumerate(zip(rows, sizes)):
-                t0 = time.perf_counter()
+                t0 = now()
                 for _ in range(n):
                     fn()
                 if sync:
                     sync()
-                samples[k].append((time.perf_counter() - t0) / n)
+                samples[k].append((now() - t0) / n)
     finally:
         if gc_was:
             gc.enable()
