@@ -100,6 +100,7 @@ def run(quick: bool = False) -> dict:
             ),
             ("raw wp.launch forward + zero grads + adjoint launch", raw_fwd_adj),
             ("floor: empty PyLayer, forward+backward", fwd_bwd(EmptyLayer.apply)),
+            ("floor: paddle.zeros(n), the output allocation alone", lambda: paddle.zeros([n], dtype="float32")),
             ("wp.from_paddle x3 + wp.launch (output by paddle.zeros)", by_hand),
             ("interop op(x, y, 2.0), forward (no grad)", lambda: op(x, y, 2.0)),
             ("interop op, forward+backward (PyLayer)", fwd_bwd(op)),

@@ -204,6 +204,8 @@ def run(quick: bool = False) -> dict:
             ("floor: empty custom op, forward+backward", fwd_bwd(empty_custom_op)),
             ("floor: empty autograd.Function, forward", lambda: EmptyFunction.apply(x, y, 2.0)),
             ("floor: empty autograd.Function, forward+backward", fwd_bwd(EmptyFunction.apply)),
+            ("floor: torch.zeros(n), the output allocation alone", lambda: torch.zeros(n)),
+            ("plain torch (2*x+y), forward", lambda: 2.0 * x + y),
             ("plain torch (2*x+y), forward+backward", fwd_bwd(lambda a, b, s: s * a + b)),
             ("interop op, eager forward (no grad)", lambda: op(x, y, 2.0)),
             ("interop op, eager forward+backward", fwd_bwd(op)),
