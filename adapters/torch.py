@@ -28,6 +28,13 @@ first-class operator:
 - **vmap** (``register_vmap``): a loop over the batch, correct for every kernel.
 - **Speed**: each operator caches, per input signature (shapes, strides, dtypes, device),
   the validated plan and the launch record, so a repeated call only reads pointers.
+- **Eager fast path.** A call that nothing traces or intercepts (every tensor a plain
+  ``torch.Tensor``, not compiling, no torch.func transform, no TorchDispatchMode or
+  TorchFunctionMode, not ``torch.jit.trace``: ``_torch_compat.plain_eager``) skips the
+  dispatcher: it runs the operator's own implementation directly and, when a gradient is
+  needed, through a cached ``torch.autograd.Function`` with the same setup_context and
+  backward code. Everything else calls the registered operator. The profiler still sees the
+  operator's name (a ``record_function`` label, paid only while a profiler records).
 """
 
 from __future__ import annotations
