@@ -127,7 +127,6 @@ FRAMEWORK = _Paddle()
 
 
 # ---- argument checks that need the parameter name ------------------------------------------
-_call_params: dict[Any, tuple] = {}
 
 
 def _check_args(op, args: Sequence[Any]) -> bool:
@@ -137,9 +136,7 @@ def _check_args(op, args: Sequence[Any]) -> bool:
         whether some differentiable argument is a tensor with ``stop_gradient=False``.
     """
     desc = op.description
-    params = _call_params.get(desc)
-    if params is None:
-        params = _call_params.setdefault(desc, desc.call_params)
+    params = desc.call_params  # a cached property: no hashing of the description per call
     needs_grad = False
     for p, x in zip(params, args):
         if not isinstance(x, paddle.Tensor):
