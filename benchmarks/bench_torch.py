@@ -155,7 +155,6 @@ def run(quick: bool = False) -> dict:
         wx, wy, wout = (wp.array(t.numpy(), device="cpu") for t in (x, y, torch.zeros(n)))
         gx, gy, gout = (wp.zeros(n, dtype=float, device="cpu") for _ in range(3))
         gout.fill_(1.0)
-        out_t = torch.zeros(n)
 
         def fwd_bwd(f):
             def step():
@@ -198,7 +197,10 @@ def run(quick: bool = False) -> dict:
         assert atorch._binding(op).eager_calls == before + 1, "operator/compiled rows must not take the fast path"
 
         rows = [
-            ("raw wp.launch, prebuilt Warp arrays", lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu")),
+            (
+                "raw wp.launch, prebuilt Warp arrays",
+                lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"),
+            ),
             ("raw wp.launch forward + zero grads + adjoint launch", raw_fwd_adj),
             ("floor: empty custom op, forward", lambda: empty_custom_op(x, y, 2.0)),
             ("floor: empty custom op, forward+backward", fwd_bwd(empty_custom_op)),
@@ -230,7 +232,10 @@ def run(quick: bool = False) -> dict:
                 ("interop op, eager forward (no grad)", base),
                 ("interop op, eager forward+backward", "floor: empty autograd.Function, forward+backward"),
                 ("interop op, eager forward+backward", "raw wp.launch forward + zero grads + adjoint launch"),
-                ("interop in torch.compile(fullgraph=True), fwd+bwd", "interop via torch.ops (registered operator), fwd+bwd"),
+                (
+                    "interop in torch.compile(fullgraph=True), fwd+bwd",
+                    "interop via torch.ops (registered operator), fwd+bwd",
+                ),
             ],
         )
         results[n] = table
