@@ -170,6 +170,20 @@ class EagerFramework:
             op._fast[key] = self._make_fast(op, plan, values, device)
         return returned[0] if len(returned) == 1 else tuple(returned)
 
+    def call_with_plan(self, op, args, launch_dims, output_dims) -> tuple[list, CallPlan, str]:
+        """Like :meth:`call` (same per-signature cache), returning (returned arrays, plan, device):
+        for adapters that record an autograd node around the launch."""
+        key = self.fast_key(args)
+        if key is not None:
+            key = (self.name, key, _freeze(launch_dims), _freeze(output_dims))
+            fast = op._fast.get(key)
+            if fast is not None:
+                return fast(args, True), fast.plan, fast.device
+        plan, values, returned, device, _ = self.forward(op, args, launch_dims, output_dims)
+        if key is not None and len(op._fast) < 256:
+            op._fast[key] = self._make_fast(op, plan, values, device)
+        return returned, plan, device
+
     def _make_fast(self, op, plan: CallPlan, values: list, device: str):
         """A call for arguments with the signature just validated: pointers in, outputs allocated, launch."""
         desc = op.description
@@ -201,7 +215,7 @@ class EagerFramework:
         names = {p.index: p.name for p in desc.params}
         single = len(order) == 1
 
-        def fast(args):
+        def fast(args, as_list=False):
             vals = template.copy()
             for ai, pi, inout, strides in arrays:
                 x = args[ai]
@@ -218,11 +232,14 @@ class EagerFramework:
                 vals[pi] = (ptr(o), None)
                 made.append(o)
             go(vals, stream_of(device, args))
+            if as_list:
+                return [made[k] if kind == "out" else args[k] for kind, k in order]
             if single:
                 kind, k = order[0]
                 return made[k] if kind == "out" else args[k]
             return tuple(made[k] if kind == "out" else args[k] for kind, k in order)
 
+        fast.plan, fast.device = plan, device
         return fast
 
 

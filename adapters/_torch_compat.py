@@ -1,20 +1,85 @@
-"""The one PyTorch internal the torch adapter needs (STYLE.md rule 11).
+"""The PyTorch internals the torch adapter needs (STYLE.md rule 11), in one place.
 
-Checked against torch 2.13.0 (CPU build). ``torch._C._are_functorch_transforms_active``
-says whether a ``torch.func`` transform (grad, vjp, vmap, jacrev...) is being traced. The
-adapter needs it because the autograd.Function that ``torch.library.custom_op`` generates for
-``register_autograd`` has no ``setup_context`` staticmethod, which ``torch.func`` requires;
-under those transforms the adapter applies an equivalent autograd.Function of its own
-around the same registered operators.
+Checked against torch 2.13.0 (CPU build).
+
+- ``torch._C._are_functorch_transforms_active`` says whether a ``torch.func`` transform
+  (grad, vjp, vmap, jacrev...) is being traced. The autograd.Function that
+  ``torch.library.custom_op`` generates for ``register_autograd`` has no ``setup_context``
+  staticmethod, which ``torch.func`` requires; under those transforms the adapter applies
+  an equivalent autograd.Function of its own around the same registered operators.
+- The eager fast path (see ``adapters/torch.py``) is taken only for plain eager work;
+  :func:`plain_eager` decides it from ``torch._C._len_torch_dispatch_stack`` (any
+  TorchDispatchMode, FakeTensorMode, proxy/functionalization modes included),
+  ``torch._C._is_torch_function_mode_enabled`` (any TorchFunctionMode, ``with
+  torch.device(...)`` included), ``torch._C._is_tracing`` (``torch.jit.trace``) and the
+  functorch check above, after the public ``torch.compiler.is_compiling()``.
+- ``torch._C._autograd._profiler_enabled`` says whether a profiler (``torch.profiler``,
+  ``torch.autograd.profiler``) is recording, so the fast path pays for a
+  ``record_function`` label only then.
+- :func:`function_apply` gives the C ``apply`` of an autograd.Function
+  (``torch._C._FunctionBase.apply``), which ``torch.autograd.Function.apply`` calls after
+  work that only torch.func needs (unwrapping dead functorch wrappers); the fast path
+  never runs under torch.func.
 """
 
 from __future__ import annotations
 
 import torch
 
-_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+_C = torch._C
+_active = getattr(_C, "_are_functorch_transforms_active", None)
+_dispatch_stack_len = getattr(_C, "_len_torch_dispatch_stack", None)
+_function_mode_enabled = getattr(_C, "_is_torch_function_mode_enabled", None)
+_is_tracing = getattr(_C, "_is_tracing", None)
+_profiler_enabled = getattr(getattr(_C, "_autograd", None), "_profiler_enabled", None)
+_is_compiling = torch.compiler.is_compiling
+
+# Tensor types that run the fast path: exactly these, never a subclass (FakeTensor,
+# FunctionalTensor, DTensor, ... must reach the registered operator). nn.Parameter is a
+# plain tensor with no dispatch or function override of its own.
+PLAIN_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+
+# without the internals there is no safe way to tell plain eager work: always take the operator
+_CAN_TELL = None not in (_active, _dispatch_stack_len, _function_mode_enabled, _is_tracing)
 
 
 def functorch_transforms_active() -> bool:
     """True inside ``torch.func.grad``/``vjp``/``vmap``/``jacrev``... (False if torch cannot say)."""
     return bool(_active()) if _active is not None else False
+
+
+def plain_eager(tensors) -> bool:
+    """Whether a call with these arguments is plain eager work that may skip the dispatcher.
+
+    True when nothing traces or intercepts it: not compiling (Dynamo/export), no
+    ``torch.func`` transform, no TorchDispatchMode or TorchFunctionMode, not
+    ``torch.jit.trace``, and every tensor among ``tensors`` is an ordinary ``torch.Tensor``
+    (or ``nn.Parameter``), not a subclass.
+    """
+    if not eager_context():
+        return False
+    plain = PLAIN_TENSOR_TYPES
+    for a in tensors:
+        if isinstance(a, torch.Tensor) and type(a) not in plain:
+            return False
+    return True
+
+
+def eager_context() -> bool:
+    """:func:`plain_eager` without the tensor types: nothing traces or intercepts calls now."""
+    if _is_compiling() or not _CAN_TELL:  # first: Dynamo folds it to True and reads nothing below
+        return False
+    return not (_dispatch_stack_len() or _function_mode_enabled() or _active() or _is_tracing())
+
+
+def profiler_enabled() -> bool:
+    """Whether a torch profiler is recording now."""
+    return bool(_profiler_enabled()) if _profiler_enabled is not None else True
+
+
+def function_apply(cls):
+    """``cls.apply`` without the torch.func preamble of ``torch.autograd.Function.apply``."""
+    base = getattr(_C, "_FunctionBase", None)
+    if base is None or not hasattr(base, "apply"):
+        return cls.apply
+    return super(torch.autograd.Function, cls).apply

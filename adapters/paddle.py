@@ -3,7 +3,7 @@
 A call reads each tensor's data pointer and strides (``Tensor.data_ptr()``, ``strides``):
 no copy and no ``__array__()`` (Warp reading a Paddle tensor through ``__array__`` gets a
 temporary that can be freed under it). Outputs and gradients are allocated by Paddle
-(``paddle.zeros`` on the inputs' place). On CUDA every launch runs on Paddle's current
+(a zero-filled tensor on the inputs' place). On CUDA every launch runs on Paddle's current
 stream of that device.
 
 Gradients flow through one ``paddle.autograd.PyLayer`` per call:
@@ -41,6 +41,7 @@ from interop._op import Op
 from interop._plan import ArraySpec, check_layout
 
 from ._common import EagerFramework, pack_result
+from ._paddle_compat import zeros as _zeros
 
 # ---- dtypes and places ------------------------------------------------------------------
 _NP_OF_PADDLE: dict[Any, np.dtype] = {
@@ -112,8 +113,8 @@ class _Paddle(EagerFramework):
         return _device_of_place(x.place)
 
     def alloc(self, spec: ArraySpec, device: str, zero: bool, elem: Any = None):
-        make = paddle.zeros if zero else paddle.empty
-        return make(list(spec.shape), dtype=_PADDLE_OF_NP[spec.dtype], device=_place(device))
+        # zero-filled either way: the cheapest allocation Paddle offers here is its C ``full``
+        return _zeros(list(spec.shape), _PADDLE_OF_NP[spec.dtype], _place(device))
 
     def stream(self, device: str, arrays: Sequence[Any]) -> Any:
         if device == "cpu":
@@ -129,7 +130,6 @@ FRAMEWORK = _Paddle()
 
 
 # ---- argument checks that need the parameter name ------------------------------------------
-_call_params: dict[Any, tuple] = {}
 
 
 def _check_args(op, args: Sequence[Any]) -> bool:
@@ -139,9 +139,7 @@ def _check_args(op, args: Sequence[Any]) -> bool:
         whether some differentiable argument is a tensor with ``stop_gradient=False``.
     """
     desc = op.description
-    params = _call_params.get(desc)
-    if params is None:
-        params = _call_params.setdefault(desc, desc.call_params)
+    params = desc.call_params  # a cached property: no hashing of the description per call
     needs_grad = False
     for p, x in zip(params, args):
         if not isinstance(x, paddle.Tensor):
@@ -201,14 +199,11 @@ def _values(plan, params, tensors: dict, scalars: dict) -> list:
         if t is None:
             values[p.index] = scalars.get(p.index)
             continue
+        if not p.is_array or t.is_contiguous():
+            values[p.index] = (t.data_ptr(), None)  # None: contiguous
+            continue
         ptr, strides, itemsize = FRAMEWORK.layout(t)
-        if p.is_array:
-            values[p.index] = (
-                ptr,
-                check_layout(plan.desc, p, tuple(t.shape), strides, itemsize, written=p.role == "in_out"),
-            )
-        else:
-            values[p.index] = (ptr, None)
+        values[p.index] = (ptr, check_layout(plan.desc, p, tuple(t.shape), strides, itemsize, written=p.role == "in_out"))
     return values
 
 
@@ -224,9 +219,8 @@ class _OpLayer(PyLayer):
     @staticmethod
     def forward(ctx, state: _State, *tensors):
         ctx.set_materialize_grads(False)
-        plan, values, returned, device, stream = FRAMEWORK.forward(
-            state.op, state.args, state.launch_dims, state.output_dims
-        )
+        # the per-signature cache of the no-grad path: validated and planned once, recorded launch
+        returned, plan, device = FRAMEWORK.call_with_plan(state.op, state.args, state.launch_dims, state.output_dims)
         desc = plan.desc
         state.plan, state.device = plan, device
         outs, links, nondiff = [], [], []
@@ -236,7 +230,7 @@ class _OpLayer(PyLayer):
                 if not plan.differentiable[p.index]:
                     nondiff.append(r)
             else:
-                link = paddle.zeros(r.shape, dtype=r.dtype, device=r.place)
+                link = _zeros(r.shape, r.dtype, r.place)
                 links.append(link)
                 if not plan.differentiable[p.index]:
                     nondiff.append(link)
@@ -319,7 +313,7 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
         p = desc.params[idx]
         x = inputs[idx]
         if state.need_grad[idx] and plan.differentiable[idx]:
-            g = paddle.zeros(x.shape, dtype=x.dtype, device=x.place)
+            g = _zeros(x.shape, x.dtype, x.place)
             adj[idx] = (g.data_ptr(), None)
             result.append(g)
         else:
@@ -331,13 +325,28 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
         if desc.kind == "function" or p.name in desc.reads_returned:
             # the adjoint may accumulate into the upstream gradient of an array the kernel reads
             g = g.clone()
-        ptr, strides, itemsize = FRAMEWORK.layout(g)
-        adj[idx] = (ptr, check_layout(desc, p, tuple(g.shape), strides, itemsize))
+        if g.is_contiguous():
+            adj[idx] = (g.data_ptr(), None)
+        else:
+            ptr, strides, itemsize = FRAMEWORK.layout(g)
+            adj[idx] = (ptr, check_layout(desc, p, tuple(g.shape), strides, itemsize))
         keep.append(g)
     if any(r is not None for r in result):
         stream = FRAMEWORK.stream(device, ())
-        plan.runner.adjoint(device, values, adj, stream)
+        _adjoint_launcher(plan, device)(values, adj, stream)
     return tuple(result)
+
+
+_adjoint_launchers: dict[tuple, Any] = {}
+
+
+def _adjoint_launcher(plan, device: str):
+    """The recorded adjoint launch of ``plan`` on ``device`` (built once): ``go(values, adj, stream)``."""
+    key = (plan.runner, device)
+    go = _adjoint_launchers.get(key)
+    if go is None:
+        go = _adjoint_launchers.setdefault(key, plan.runner.fast_adjoint(device))
+    return go
 
 
 _backward_ops: dict[Any, Op] = {}
@@ -367,7 +376,7 @@ def _handwritten_backward(state: _State, inputs: dict, outs: list, up: dict):
     for p, spec in zip(desc.returned_params, state.out_specs):
         g = up.get(p.index)
         if g is None:
-            g = paddle.zeros(list(spec.shape), dtype=_PADDLE_OF_NP[spec.dtype], device=_place(state.device))
+            g = _zeros(list(spec.shape), _PADDLE_OF_NP[spec.dtype], _place(state.device))
         args.append(g)
     diff = desc.diff_array_inputs
     grad_params = bparams[len(bparams) - len(diff) :]

@@ -28,6 +28,13 @@ first-class operator:
 - **vmap** (``register_vmap``): a loop over the batch, correct for every kernel.
 - **Speed**: each operator caches, per input signature (shapes, strides, dtypes, device),
   the validated plan and the launch record, so a repeated call only reads pointers.
+- **Eager fast path.** A call that nothing traces or intercepts (every tensor a plain
+  ``torch.Tensor``, not compiling, no torch.func transform, no TorchDispatchMode or
+  TorchFunctionMode, not ``torch.jit.trace``: ``_torch_compat.plain_eager``) skips the
+  dispatcher: it runs the operator's own implementation directly and, when a gradient is
+  needed, through a cached ``torch.autograd.Function`` with the same setup_context and
+  backward code. Everything else calls the registered operator. The profiler still sees the
+  operator's name (a ``record_function`` label, paid only while a profiler records).
 """
 
 from __future__ import annotations
@@ -47,7 +54,14 @@ from interop._launch import contiguous_strides, external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_layout, vector_components
 
 from ._common import EagerFramework, pack_result
-from ._torch_compat import functorch_transforms_active
+from ._torch_compat import (
+    PLAIN_TENSOR_TYPES,
+    eager_context,
+    function_apply,
+    functorch_transforms_active,
+    plain_eager,
+    profiler_enabled,
+)
 
 __all__ = ["bind", "call", "on_describe", "operators"]
 
@@ -224,6 +238,8 @@ class _Entry:
 
 class _Binding:
     """The torch operators of one op (all scalar-signature variants), created once per op."""
+
+    eager_calls = 0  # calls that took the eager fast path (tests read it to tell the paths apart)
 
     def __init__(self, op):
         desc: OpDescription = op.description
@@ -430,11 +446,12 @@ class _Binding:
             values[idx] = v if conv is None else conv(v)
         return values
 
-    def run_forward(self, mask, kind, args):
-        n = self.ncall
-        ld = args[n] if len(args) > n else None
-        ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(self.outputs)))
-        e = self.entry(mask, kind, args, ld, ods)
+    def run_forward(self, mask, kind, args, e: _Entry | None = None):
+        if e is None:
+            n = self.ncall
+            ld = args[n] if len(args) > n else None
+            ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(self.outputs)))
+            e = self.entry(mask, kind, args, ld, ods)
         values = self.values(e, args)
         results = []
         mutable = kind == "mutable"
@@ -463,7 +480,8 @@ class _Binding:
                 return i
         raise KeyError(idx)
 
-    def run_backward(self, mask, args):
+    def run_backward(self, mask, args, e: _Entry | None = None):
+        """The backward operator's implementation; ``e``: the forward's entry (same plan), if known."""
         n, k = self.ncall, len(self.returned)
         results = args[n : n + k]
         grads = args[n + k : n + 2 * k]
@@ -471,7 +489,8 @@ class _Binding:
         ld = rest[0]
         ods = tuple(rest[1 : 1 + len(self.outputs)])
         needs = rest[1 + len(self.outputs)]
-        e = self.entry(mask, "backward", args, ld, ods)
+        if e is None:
+            e = self.entry(mask, "backward", args, ld, ods)
         values = self.values(e, args)
         adj: list[Any] = [None] * len(self.desc.params)
         cstrides = e.contiguous_outer
@@ -734,7 +753,9 @@ def _make_setup_context(b: _Binding, mask: tuple):
     return setup_context
 
 
-def _make_backward(b: _Binding, mask: tuple):
+def _make_backward(b: _Binding, mask: tuple, direct: bool = False):
+    """The backward of one scalar signature; ``direct`` (the eager fast path) runs Warp's
+    adjoint without the dispatcher when nothing records or intercepts the backward."""
     n = b.ncall
     k = len(b.returned)
     qual = b.qualname(mask, "backward")
@@ -767,6 +788,8 @@ def _make_backward(b: _Binding, mask: tuple):
             return tuple(ret)
         if functorch_transforms_active() and torch.is_grad_enabled():
             got = _backward_function_class(b, mask, qual).apply(*args, *results, *grads, *dims, need)
+        elif direct and not torch.is_grad_enabled() and plain_eager(grads):
+            got = _eager_backward(b, mask, qual, (*args, *results, *grads, *dims, need), ctx.entry)
         else:
             got = _OVERLOADS[qual](*args, *results, *grads, *dims, need)
         it = iter(got)
@@ -881,6 +904,10 @@ def _normalize_output_dims(b: _Binding, output_dims: Any) -> list:
 
 def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: dict) -> Any:
     """Run ``op`` on torch tensors through its registered operator (see :meth:`interop.Op.__call__`)."""
+    if launch_dims is None and output_dims is None and not kwargs:
+        res = _eager_signature_call(op, args)
+        if res is not _NOT_EAGER:
+            return res
     if kwargs:
         raise ArgumentError(
             f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for torch tensors"
@@ -907,7 +934,7 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
                 raise ArgumentError(
                     f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number), got bool"
                 )
-            if not p.inner and not isinstance(x, (numbers.Real, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            if not p.inner and not isinstance(x, (numbers.Real, np.generic, torch.SymInt, torch.SymFloat, torch.SymBool)):
                 # before torch's dispatcher, whose message names neither the op's label nor the fix
                 raise ArgumentError(
                     f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number or a 0-d tensor), "
@@ -951,15 +978,24 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     if ld is not None or output_dims is not None:
         sargs.append(ld)
         sargs.extend(_normalize_output_dims(b, output_dims))
+    qual = base if mask == b.base_mask else _resolve(op, mask, "functional")
+    # plain eager work on real memory skips the dispatcher (see _eager_forward); meta tensors
+    # and other devices reach the operator (its fake implementation, or its error)
+    eager = (device is None or device.type in _EAGER_DEVICES) and plain_eager(args)
     if b.inout_pos and not grad:
-        ovl = _OVERLOADS[_resolve(op, mask, "mutable")]
-        res = ovl(*sargs)
+        if eager:
+            res = _eager_forward(b, mask, "mutable", sargs, args)
+        else:
+            res = _OVERLOADS[_resolve(op, mask, "mutable")](*sargs)
         outs = iter(() if res is None else (res if isinstance(res, tuple) else (res,)))
         # kernel order: the in-out tensors (updated in place) where they sit among the outputs
         returned = [args[b._pos_of_index(p.index)] if p.role == IN_OUT else next(outs) for p in b.returned]
         return pack_result(returned)
-    qual = base if mask == b.base_mask else _resolve(op, mask, "functional")
-    if grad and functorch_transforms_active():
+    if eager:
+        res = _eager_apply(b, mask, sargs) if grad else _eager_forward(b, mask, "functional", sargs, args)
+        if not b.inout_pos and mask == b.base_mask and len(sargs) == b.ncall:
+            _remember_signature(b, args)
+    elif grad and functorch_transforms_active():
         res = _function_class(b, mask, qual).apply(*sargs)
     else:
         res = _OVERLOADS[qual](*sargs)
@@ -1046,6 +1082,155 @@ def _backward_function_class(b: _Binding, mask: tuple, qual: str):
         )
         b.functions[key] = cls
     return cls
+
+
+# ---------------------------------------------------------------------------------------
+# the eager fast path: plain eager calls skip the dispatcher
+# ---------------------------------------------------------------------------------------
+# A call that nothing traces or intercepts (adapters._torch_compat.plain_eager) runs the
+# operator's own implementation (_Binding.run_forward / run_backward: the same plan, launch
+# record and backward code) directly, and, when a gradient is needed, through a cached
+# autograd.Function with the same setup_context and backward as register_autograd. The
+# registered operator stays the op's identity for everything that traces.
+_EAGER_DEVICES = frozenset({"cpu", "cuda"})
+
+
+def _eager_forward(b: _Binding, mask: tuple, kind: str, sargs: list, args: Sequence[Any], e: _Entry | None = None):
+    """The forward with no autograd node, as the operator's implementation runs it."""
+    b.eager_calls += 1
+    if profiler_enabled():
+        with torch.autograd.profiler.record_function(b.qualname(mask, "primary" if kind == b.primary_kind() else kind)):
+            res = b.run_forward(mask, kind, sargs, e)
+    else:
+        res = b.run_forward(mask, kind, sargs, e)
+    if kind == "mutable":
+        # what the dispatcher does for a mutating operator: autograd sees the in-place update
+        torch.autograd.graph.increment_version([args[i] for i in b.inout_pos])
+    return res
+
+
+def _eager_apply(b: _Binding, mask: tuple, sargs: list, e: _Entry | None = None):
+    """The forward as an autograd node (the functional variant; in-out copies are the caller's).
+
+    ``e``: the entry of this signature when the caller has it (handed to the Function's
+    forward through a thread-local, since apply passes only the operator's arguments)."""
+    b.eager_calls += 1
+    apply = b.functions.get(("eager", mask))
+    if apply is None:
+        apply = _eager_function_class(b, mask)
+    _pending.entry = e
+    if profiler_enabled():
+        with torch.autograd.profiler.record_function(b.qualname(mask, "functional" if b.inout_pos else "primary")):
+            return apply(*sargs)
+    return apply(*sargs)
+
+
+_pending = threading.local()
+_NOT_EAGER = object()
+_PLAIN_NUMBERS = (float, int, bool)
+
+
+def _signature(args: Sequence[Any]) -> tuple | None:
+    """What a call's validation depends on: tensor type, shape, strides, dtype and device, and the type
+    of each Python number; None when an argument is neither (it takes the full path)."""
+    key = []
+    for a in args:
+        t = type(a)
+        if t in PLAIN_TENSOR_TYPES:
+            key.append((t, a.shape, a.stride(), a.dtype, a.device))
+        elif t in _PLAIN_NUMBERS:
+            key.append(t)
+        else:
+            return None
+    return tuple(key)
+
+
+def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
+    """After a validated eager call: later calls with the same signature skip the validation."""
+    runs = b.__dict__.get("eager_runs")
+    if runs is None:
+        runs = b.eager_runs = {}
+    key = _signature(args)
+    if key is None or key in runs or len(runs) >= 256:
+        return
+    mask = b.base_mask
+    e = b.entry(mask, "functional", args, None, (None,) * len(b.outputs))
+    tensor_pos = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+
+    def run(args):
+        if torch.is_grad_enabled():
+            for i in tensor_pos:
+                if args[i].requires_grad:
+                    return _eager_apply(b, mask, args, e)
+        return _eager_forward(b, mask, "functional", args, args, e)
+
+    runs[key] = run
+
+
+def _eager_signature_call(op, args: Sequence[Any]) -> Any:
+    """A plain eager call whose signature was validated before (no in-out parameter, no scalar
+    tensor, no launch_dims/output_dims), or _NOT_EAGER."""
+    if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
+        return _NOT_EAGER
+    b = _BINDINGS.get(op.description.name)
+    if b is None or b.op is not op:
+        return _NOT_EAGER
+    runs = b.__dict__.get("eager_runs")
+    if runs is None:
+        return _NOT_EAGER
+    key = _signature(args)
+    run = runs.get(key) if key is not None else None
+    if run is None:
+        return _NOT_EAGER
+    return run(args)
+
+
+def _eager_backward(b: _Binding, mask: tuple, qual: str, bargs: tuple, e: _Entry | None):
+    """Warp's adjoint without the dispatcher (the backward operator's implementation)."""
+    if profiler_enabled():
+        with torch.autograd.profiler.record_function(qual):
+            return b.run_backward(mask, bargs, e)
+    return b.run_backward(mask, bargs, e)
+
+
+def _eager_function_class(b: _Binding, mask: tuple):
+    """``apply`` of the fast path's autograd.Function: forward runs the functional implementation
+    directly, then the same setup_context as ``register_autograd``; same backward.
+
+    The Function is of the classic form (``forward(ctx, ...)``): the form with a separate
+    ``setup_context`` costs an ``inspect.signature`` per call, and is only needed by torch.func,
+    which never takes this path.
+    """
+    key = ("eager", mask)
+    with b.lock:
+        apply = b.functions.get(key)
+        if apply is None:
+            setup_context = _make_setup_context(b, mask)
+
+            def forward(ctx, *args):
+                e = _pending.entry
+                if e is None:
+                    n = b.ncall
+                    ld = args[n] if len(args) > n else None
+                    ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(b.outputs)))
+                    e = b.entry(mask, "functional", args, ld, ods)
+                else:
+                    _pending.entry = None
+                out = b.run_forward(mask, "functional", args, e)
+                setup_context(ctx, args, out)
+                ctx.entry = e
+                return out
+
+            cls = type(
+                f"{b.base}_eager",
+                (torch.autograd.Function,),
+                {
+                    "forward": staticmethod(forward),
+                    "backward": staticmethod(_make_backward(b, mask, direct=True)),
+                },
+            )
+            apply = b.functions[key] = function_apply(cls)
+    return apply
 
 
 def _check_grad_supported(b: _Binding, args) -> None:

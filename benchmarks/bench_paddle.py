@@ -6,7 +6,10 @@ Per size (n=1024 and n=1e6), ratios to a raw ``wp.launch`` on Warp arrays built 
   forward a user writes by hand (target: the op's forward is no slower);
 - the op's forward (inputs with ``stop_gradient=True``: no autograd node);
 - the op's forward + ``out.sum().backward()`` through its PyLayer (Warp's adjoint);
-- the same math in plain Paddle, forward + backward, for scale.
+- the same math in plain Paddle, forward + backward, for scale;
+- the floors: an empty PyLayer's forward+backward, and the raw forward + adjoint launches.
+
+All rows are measured round-robin in one process (see ``harness.interleaved``).
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from __future__ import annotations
 import numpy as np
 import paddle
 import warp as wp
+from paddle.autograd import PyLayer
 
 import interop
 
-from .harness import SIZES, per_call, report
+from .harness import SIZES, clock, interleaved, ratios, report
 
 
 @wp.kernel
@@ -26,15 +30,29 @@ def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.
     out[i] = a * x[i] + y[i]
 
 
+class EmptyLayer(PyLayer):
+    """A PyLayer with nothing inside: the floor of any Python-level Paddle autograd node."""
+
+    @staticmethod
+    def forward(ctx, x, y, a):
+        return paddle.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g
+
+
 def run(quick: bool = False) -> dict:
     results = {}
     op = interop.op(saxpy, name="bench_paddle::saxpy")
-    kw = {"min_time": 0.05, "repeat": 3} if quick else {}
+    kw = {"rounds": 5, "batch_time": 0.01} if quick else {}
     for n in SIZES:
         xn = np.random.default_rng(0).random(n, dtype=np.float32)
         x = paddle.to_tensor(xn)
         y = paddle.ones([n], dtype="float32")
         wx, wy, wout = wp.from_paddle(x), wp.from_paddle(y), wp.zeros(n, dtype=float, device="cpu")
+        gx, gy, gout = (wp.zeros(n, dtype=float, device="cpu") for _ in range(3))
+        gout.fill_(1.0)
 
         def by_hand():
             out = paddle.zeros([n], dtype="float32")
@@ -47,33 +65,64 @@ def run(quick: bool = False) -> dict:
             )
             return out
 
+        def raw_fwd_adj():
+            wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0], outputs=[wout], device="cpu")
+            gx.zero_()
+            gy.zero_()
+            wp.launch(
+                saxpy,
+                dim=n,
+                inputs=[wx, wy, 2.0],
+                outputs=[wout],
+                adj_inputs=[gx, gy, 0.0],
+                adj_outputs=[gout],
+                adjoint=True,
+                device="cpu",
+            )
+
         xg = x.clone()
         xg.stop_gradient = False
         yg = y.clone()
         yg.stop_gradient = False
 
-        def fwd_bwd():
-            op(xg, yg, 2.0).sum().backward()
+        def fwd_bwd(f):
+            def step():
+                f(xg, yg, 2.0).sum().backward()
+                xg.clear_gradient(False)
+                yg.clear_gradient(False)
 
-        def paddle_fwd_bwd():
-            (2.0 * xg + yg).sum().backward()
+            return step
 
         rows = [
             (
                 "raw wp.launch, prebuilt Warp arrays",
-                per_call(lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0], outputs=[wout], device="cpu"), **kw),
+                lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0], outputs=[wout], device="cpu"),
             ),
-            ("wp.from_paddle x3 + wp.launch (output by paddle.zeros)", per_call(by_hand, **kw)),
-            ("interop op(x, y, 2.0), forward", per_call(lambda: op(x, y, 2.0), **kw)),
-            ("interop op, forward + backward (PyLayer)", per_call(fwd_bwd, **kw)),
-            ("plain Paddle 2*x+y, forward + backward (reference)", per_call(paddle_fwd_bwd, **kw)),
+            ("raw wp.launch forward + zero grads + adjoint launch", raw_fwd_adj),
+            ("floor: empty PyLayer, forward+backward", fwd_bwd(EmptyLayer.apply)),
+            ("floor: paddle.zeros(n), the output allocation alone", lambda: paddle.zeros([n], dtype="float32")),
+            ("wp.from_paddle x3 + wp.launch (output by paddle.zeros)", by_hand),
+            ("interop op(x, y, 2.0), forward (no grad)", lambda: op(x, y, 2.0)),
+            ("interop op, forward+backward (PyLayer)", fwd_bwd(op)),
+            ("plain Paddle 2*x+y, forward+backward", fwd_bwd(lambda a, b, s: s * a + b)),
         ]
         np.testing.assert_allclose(op(x, y, 2.0).numpy(), 2.0 * xn + 1.0, rtol=1e-6)
         np.testing.assert_allclose(by_hand().numpy(), 2.0 * xn + 1.0, rtol=1e-6)
-        xg.clear_gradient()
-        fwd_bwd()
+        op(xg, yg, 2.0).sum().backward()
         np.testing.assert_allclose(xg.grad.numpy(), 2.0, rtol=1e-6)
-        xg.clear_gradient()
-        yg.clear_gradient()
-        results[n] = report(f"Paddle, saxpy, n={n}", rows, "raw wp.launch, prebuilt Warp arrays")
+        np.testing.assert_allclose(yg.grad.numpy(), 1.0, rtol=1e-6)
+        xg.clear_gradient(False)
+        yg.clear_gradient(False)
+        base = "raw wp.launch, prebuilt Warp arrays"
+        table = report(f"Paddle (CPU), saxpy, n={n}, {clock()[0]}", interleaved(rows, **kw), base)
+        ratios(
+            "targets",
+            table,
+            [
+                ("interop op(x, y, 2.0), forward (no grad)", base),
+                ("interop op, forward+backward (PyLayer)", "floor: empty PyLayer, forward+backward"),
+                ("interop op, forward+backward (PyLayer)", "raw wp.launch forward + zero grads + adjoint launch"),
+            ],
+        )
+        results[n] = table
     return results

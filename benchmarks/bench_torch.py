@@ -1,5 +1,7 @@
-"""PyTorch rows: an interop op called with tensors against raw ``wp.launch``, the custom-operator
-pattern of Warp's guide, and NVIDIA's ``warp_custom_op`` (package ``nvalchemi-toolkit-ops``).
+"""PyTorch rows: an interop op called with tensors against raw ``wp.launch``, PyTorch's own floors
+(an empty custom op, an empty ``autograd.Function``), the op through its registered operator and
+``torch.compile``, the custom-operator pattern of Warp's guide, and NVIDIA's ``warp_custom_op``
+(package ``nvalchemi-toolkit-ops``). All rows are measured round-robin in one process.
 
 Every row computes ``out = a * x + y`` for float32 tensors on the CPU; the forward+backward
 rows also compute the gradients of ``x`` and ``y`` for a given upstream gradient.
@@ -12,7 +14,7 @@ import warp as wp
 
 import interop
 
-from .harness import SIZES, per_call, report
+from .harness import SIZES, clock, interleaved, ratios, report
 
 
 @wp.kernel
@@ -109,11 +111,41 @@ def _nvidia_saxpy():
     return nv_saxpy, None
 
 
+# ---- floors: what PyTorch itself costs per call, with no work inside -------------------
+@torch.library.custom_op("bench_floor::empty", mutates_args=())
+def empty_custom_op(x: torch.Tensor, y: torch.Tensor, a: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@empty_custom_op.register_fake
+def _(x, y, a):
+    return torch.empty_like(x)
+
+
+empty_custom_op.register_autograd(lambda ctx, g: (g, g, None), setup_context=lambda ctx, inputs, output: None)
+
+
+class EmptyFunction(torch.autograd.Function):
+    """An autograd.Function with nothing inside: the floor of any Python-level autograd node."""
+
+    @staticmethod
+    def forward(ctx, x, y, a):
+        return torch.empty_like(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g, None
+
+
 def run(quick: bool = False) -> dict:
+    import adapters.torch as atorch
+
     results = {}
     op = interop.op(saxpy, name="bench_interop::saxpy")
+    registered = atorch.bind(op)  # torch.ops.bench_interop.saxpy: the path every tracer sees
+    compiled = torch.compile(lambda x, y: op(x, y, 2.0), fullgraph=True)
     nv, nv_reason = _nvidia_saxpy()
-    kw = {"min_time": 0.05, "repeat": 3} if quick else {}
+    kw = {"rounds": 5, "batch_time": 0.01} if quick else {}
     for n in SIZES:
         x = torch.rand(n)
         y = torch.rand(n)
@@ -121,41 +153,92 @@ def run(quick: bool = False) -> dict:
         yr = y.clone().requires_grad_(True)
         g = torch.rand(n)
         wx, wy, wout = (wp.array(t.numpy(), device="cpu") for t in (x, y, torch.zeros(n)))
-        out_t = torch.zeros(n)
+        gx, gy, gout = (wp.zeros(n, dtype=float, device="cpu") for _ in range(3))
+        gout.fill_(1.0)
 
         def fwd_bwd(f):
             def step():
                 xr.grad = None
                 yr.grad = None
-                f(xr, yr, 2.0).backward(g)
+                f(xr, yr, 2.0).sum().backward()
 
             return step
 
+        def raw_fwd_adj():
+            wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0], outputs=[wout], device="cpu")
+            gx.zero_()
+            gy.zero_()
+            wp.launch(
+                saxpy,
+                dim=n,
+                inputs=[wx, wy, 2.0],
+                outputs=[wout],
+                adj_inputs=[gx, gy, 0.0],
+                adj_outputs=[gout],
+                adjoint=True,
+                device="cpu",
+            )
+
         # every path computes the same values and gradients
         ref = 2.0 * x + y
-        paths = [("interop", op)] + [("guide", guide_saxpy)] + ([("nvidia", nv)] if nv is not None else [])
+        paths = [("interop", op), ("operator", registered), ("compiled", lambda a, b, s: compiled(a, b))]
+        paths += [("guide", guide_saxpy)] + ([("nvidia", nv)] if nv is not None else [])
         for _, f in paths:
             torch.testing.assert_close(f(x, y, 2.0), ref)
-            fwd_bwd(f)()
+            xr.grad = yr.grad = None
+            f(xr, yr, 2.0).backward(g)
             torch.testing.assert_close(xr.grad, 2.0 * g)
             torch.testing.assert_close(yr.grad, g)
+        before = atorch._binding(op).eager_calls
+        op(x, y, 2.0)
+        assert atorch._binding(op).eager_calls == before + 1, "the eager row must take the fast path"
+        registered(x, y, 2.0)
+        compiled(x, y)
+        assert atorch._binding(op).eager_calls == before + 1, "operator/compiled rows must not take the fast path"
 
         rows = [
-            ("raw wp.launch, prebuilt Warp arrays", per_call(lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"), **kw)),
-            ("wp.launch, tensors passed directly", per_call(lambda: wp.launch(saxpy, dim=n, inputs=[x, y, 2.0, out_t], device="cpu"), **kw)),
-            ("guide custom op, forward", per_call(lambda: guide_saxpy(x, y, 2.0), **kw)),
-            ("guide custom op, forward+backward", per_call(fwd_bwd(guide_saxpy), **kw)),
+            (
+                "raw wp.launch, prebuilt Warp arrays",
+                lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"),
+            ),
+            ("raw wp.launch forward + zero grads + adjoint launch", raw_fwd_adj),
+            ("floor: empty custom op, forward", lambda: empty_custom_op(x, y, 2.0)),
+            ("floor: empty custom op, forward+backward", fwd_bwd(empty_custom_op)),
+            ("floor: empty autograd.Function, forward", lambda: EmptyFunction.apply(x, y, 2.0)),
+            ("floor: empty autograd.Function, forward+backward", fwd_bwd(EmptyFunction.apply)),
+            ("floor: torch.zeros(n), the output allocation alone", lambda: torch.zeros(n)),
+            ("plain torch (2*x+y), forward", lambda: 2.0 * x + y),
+            ("plain torch (2*x+y), forward+backward", fwd_bwd(lambda a, b, s: s * a + b)),
+            ("interop op, eager forward (no grad)", lambda: op(x, y, 2.0)),
+            ("interop op, eager forward+backward", fwd_bwd(op)),
+            ("interop via torch.ops (registered operator), forward", lambda: registered(x, y, 2.0)),
+            ("interop via torch.ops (registered operator), fwd+bwd", fwd_bwd(registered)),
+            ("interop in torch.compile(fullgraph=True), forward", lambda: compiled(x, y)),
+            ("interop in torch.compile(fullgraph=True), fwd+bwd", fwd_bwd(lambda a, b, s: compiled(a, b))),
+            ("guide custom op, forward", lambda: guide_saxpy(x, y, 2.0)),
+            ("guide custom op, forward+backward", fwd_bwd(guide_saxpy)),
         ]
         if nv is not None:
             rows += [
-                ("nvidia warp_custom_op, forward", per_call(lambda: nv(x, y, 2.0), **kw)),
-                ("nvidia warp_custom_op, forward+backward", per_call(fwd_bwd(nv), **kw)),
+                ("nvidia warp_custom_op, forward", lambda: nv(x, y, 2.0)),
+                ("nvidia warp_custom_op, forward+backward", fwd_bwd(nv)),
             ]
-        rows += [
-            ("interop op, forward (no grad)", per_call(lambda: op(x, y, 2.0), **kw)),
-            ("interop op, forward+backward", per_call(fwd_bwd(op), **kw)),
-        ]
-        results[n] = report(f"PyTorch (CPU), saxpy, n={n}", rows, "raw wp.launch, prebuilt Warp arrays")
+        base = "raw wp.launch, prebuilt Warp arrays"
+        table = report(f"PyTorch (CPU), saxpy, n={n}, {clock()[0]}", interleaved(rows, **kw), base)
+        ratios(
+            "targets",
+            table,
+            [
+                ("interop op, eager forward (no grad)", base),
+                ("interop op, eager forward+backward", "floor: empty autograd.Function, forward+backward"),
+                ("interop op, eager forward+backward", "raw wp.launch forward + zero grads + adjoint launch"),
+                (
+                    "interop in torch.compile(fullgraph=True), fwd+bwd",
+                    "interop via torch.ops (registered operator), fwd+bwd",
+                ),
+            ],
+        )
+        results[n] = table
         if nv is None:
             print(f"  nvidia warp_custom_op rows skipped: {nv_reason}")
     return results

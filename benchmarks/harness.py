@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import time
 from typing import Callable
@@ -57,4 +58,62 @@ def report(title: str, rows: list[tuple[str, float]], baseline: str) -> list[tup
         out.append((label, sec * 1e6, ratio))
         mark = "  (baseline)" if label == baseline else ""
         print(f"  {label:58s} {sec * 1e6:10.1f} us {ratio:7.2f}x{mark}")
+    return out
+
+
+def clock() -> tuple[str, Callable[[], float]]:
+    """The clock of :func:`interleaved`: wall time, or with ``BENCH_CLOCK=cpu`` this process's CPU
+    time (steadier on a shared, overloaded machine; it adds up the CPU time of all threads)."""
+    if os.environ.get("BENCH_CLOCK", "wall") == "cpu":
+        return "process CPU time", time.process_time
+    return "wall time", time.perf_counter
+
+
+def interleaved(rows: list[tuple[str, Callable[[], object]]], *, rounds: int = 15, batch_time: float = 0.02, sync=None):
+    """Median seconds per call of every row, measured round-robin: each round times one batch of
+    every row in turn, so a change in machine load hits all rows alike. Returns (label, seconds)."""
+    _, now = clock()
+    sizes = []
+    for _, fn in rows:
+        for _ in range(10):
+            fn()
+        n = 1
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            if sync:
+                sync()
+            dt = time.perf_counter() - t0
+            if dt >= batch_time / 4 or n >= 1 << 20:
+                break
+            n *= 2
+        sizes.append(max(1, int(n * batch_time / max(dt, 1e-9))))
+    samples: list[list[float]] = [[] for _ in rows]
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(rounds):
+            for k, ((_, fn), n) in enumerate(zip(rows, sizes)):
+                t0 = now()
+                for _ in range(n):
+                    fn()
+                if sync:
+                    sync()
+                samples[k].append((now() - t0) / n)
+    finally:
+        if gc_was:
+            gc.enable()
+    return [(label, statistics.median(s)) for (label, _), s in zip(rows, samples)]
+
+
+def ratios(title: str, results: list[tuple[str, float, float]], pairs: list[tuple[str, str]]) -> dict[str, float]:
+    """Print ``a / b`` for each (a, b) pair of row labels; return them by ``"a / b"``."""
+    us = {label: u for label, u, _ in results}
+    out = {}
+    print(f"  {title}")
+    for a, b in pairs:
+        r = us[a] / us[b]
+        out[f"{a} / {b}"] = r
+        print(f"    {a}  /  {b}: {r:.2f}x")
     return out
