@@ -934,7 +934,10 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
                 raise ArgumentError(
                     f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number), got bool"
                 )
-            if not p.inner and not isinstance(x, (numbers.Real, np.generic, torch.SymInt, torch.SymFloat, torch.SymBool)):
+            if not p.inner and not (
+                    isinstance(x, (numbers.Real, torch.SymInt, torch.SymFloat, torch.SymBool))
+                    or (isinstance(x, np.generic) and not isinstance(x, np.flexible))  # ml_dtypes.bfloat16 too
+                ):
                 # before torch's dispatcher, whose message names neither the op's label nor the fix
                 raise ArgumentError(
                     f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number or a 0-d tensor), "
