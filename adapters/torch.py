@@ -37,13 +37,13 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from warp._src.types import type_size_in_bytes
 
 from interop import _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import contiguous_strides, external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_layout
+from interop._warp_compat import type_size_in_bytes
 
 from ._common import EagerFramework, pack_result
 from ._torch_compat import functorch_transforms_active

@@ -17,10 +17,10 @@ from functools import cached_property
 from typing import Any, Mapping, Sequence
 
 import warp as wp
-from warp._src import codegen as _wpc
-from warp._src import types as _wpt
 
 from . import _dtypes
+from . import _warp_compat as _wpc
+from . import _warp_compat as _wpt
 from ._errors import ArgumentError
 
 INPUT = "input"

@@ -12,9 +12,9 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import warp as wp
-from warp._src import types as _wpt
 
 from . import _dtypes
+from . import _warp_compat as _wpt
 from ._description import OpDescription, Param, normalize_dims, normalize_output_dims
 from ._errors import ArgumentError
 
