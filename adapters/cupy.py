@@ -19,7 +19,7 @@ import numpy as np
 from interop._launch import external_stream
 from interop._plan import ArraySpec
 
-from ._common import EagerFramework, pack_result
+from ._common import EagerFramework, pack_result, unexpected_keywords
 
 _cupy_mod = None
 
@@ -115,7 +115,7 @@ FRAMEWORK = _CuPy()
 def call(op, args, launch_dims, output_dims, kwargs):
     """Run ``op`` on CuPy arrays / CUDA Array Interface producers (see :meth:`interop.Op.__call__`)."""
     if kwargs:
-        raise TypeError(f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for cupy arrays")
+        raise TypeError(unexpected_keywords(op.description, kwargs))
     _cupy(op.description.label)
     _, _, returned, _, _ = FRAMEWORK.forward(op, args, launch_dims, output_dims)
     return pack_result(returned)

@@ -38,7 +38,7 @@ from interop._launch import external_stream
 from interop._op import Op
 from interop._plan import ArraySpec, check_layout
 
-from ._common import EagerFramework, pack_result
+from ._common import EagerFramework, pack_result, unexpected_keywords
 
 # ---- dtypes and places ------------------------------------------------------------------
 _NP_OF_PADDLE: dict[Any, np.dtype] = {
@@ -415,9 +415,7 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
 def call(op, args, launch_dims, output_dims, kwargs):
     """Run ``op`` on Paddle tensors (see :meth:`interop.Op.__call__`)."""
     if kwargs:
-        raise TypeError(
-            f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for paddle arrays"
-        )
+        raise TypeError(unexpected_keywords(op.description, kwargs))
     if _check_args(op, args) and paddle.is_grad_enabled():
         return _call_grad(op, args, launch_dims, output_dims)
     # no autograd node: the shared eager path (validated once per argument signature)

@@ -45,7 +45,7 @@ from interop._launch import contiguous_strides, external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_layout
 from interop._warp_compat import type_size_in_bytes
 
-from ._common import EagerFramework, pack_result
+from ._common import EagerFramework, pack_result, unexpected_keywords
 from ._torch_compat import functorch_transforms_active
 
 __all__ = ["bind", "call", "on_describe", "operators"]
@@ -879,9 +879,7 @@ def _normalize_output_dims(b: _Binding, output_dims: Any) -> list:
 def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: dict) -> Any:
     """Run ``op`` on torch tensors through its registered operator (see :meth:`interop.Op.__call__`)."""
     if kwargs:
-        raise ArgumentError(
-            f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for torch tensors"
-        )
+        raise ArgumentError(unexpected_keywords(op.description, kwargs))
     # first: registers the op if needed (at trace time under Dynamo), so that the binding
     # read below already exists when Dynamo first reads the registry
     base = _resolve(op, None, "functional")
