@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -31,6 +32,24 @@ nox.options.reuse_existing_virtualenvs = True
 # uv if installed (fast, cached, hard-linked), else venv + pip; never download a Python
 nox.options.default_venv_backend = "uv|venv"
 os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+
+def _pyenv_all_versions() -> None:
+    """With pyenv, make every installed Python visible to the sessions (python3.12 etc.)."""
+    if os.environ.get("PYENV_VERSION") or not shutil.which("pyenv"):
+        return
+    try:
+        out = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return
+    versions = [v for v in out.split() if v[:1].isdigit() and "/" not in v]
+    if versions:
+        # the default version first, so that plain python3 stays what it was
+        default = subprocess.run(["pyenv", "version-name"], capture_output=True, text=True).stdout.strip()
+        os.environ["PYENV_VERSION"] = ":".join(dict.fromkeys([default, *sorted(versions, reverse=True)]))
+
+
+_pyenv_all_versions()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CI_PYTHON = "3.11"  # the torch 2.13.0 CPU wheel is built for CPython 3.11
