@@ -111,9 +111,7 @@ def _install(session, extras: str, constraints: str, *more: str) -> None:
         else:
             args += src
     # progress: the installer's own output is shown (uv prints what it resolves and installs)
-    session.install(
-        *args, *_constraints(constraints), "-e", f".[{','.join(extras_list)}]", *more, silent=False
-    )
+    session.install(*args, *_constraints(constraints), "-e", f".[{','.join(extras_list)}]", *more, silent=False)
 
 
 @nox.session(python=CI_PYTHON)
