@@ -45,8 +45,8 @@ warp_type_to_np_dtype = _types.warp_type_to_np_dtype
 handle = _types.handle
 bfloat16 = _types.bfloat16
 type_is_generic = _types.type_is_generic
-Float = _types.Float
-Int = _types.Int
+Float: Any = _types.Float  # generic scalar type variables (typing.TypeVar in Warp)
+Int: Any = _types.Int
 array_t = _types.array_t
 type_size_in_bytes = _types.type_size_in_bytes
 
@@ -129,20 +129,20 @@ def direct_cpu_invoker(launch, fwd_views: dict, adj_views: dict):
             setattr(args, name, params[k])
 
     if not launch.adjoint:
-        hook = launch.hooks.forward
+        forward = launch.hooks.forward
 
-        def call():
-            hook(bounds_ref, args_ref)
+        def call_forward():
+            forward(bounds_ref, args_ref)
 
-        return call, sync
+        return call_forward, sync
     adj_args, _ = build(1 + nargs, adj_views)
     adj_ref = ctypes.byref(adj_args)
-    hook = launch.hooks.backward
+    backward = launch.hooks.backward
 
-    def call():
-        hook(bounds_ref, args_ref, adj_ref)
+    def call_backward():
+        backward(bounds_ref, args_ref, adj_ref)
 
-    return call, sync
+    return call_backward, sync
 
 
 def cuda_memset_async(device, ptr: int, nbytes: int, stream: int) -> None:
@@ -151,7 +151,6 @@ def cuda_memset_async(device, ptr: int, nbytes: int, stream: int) -> None:
     Warp's public ``array.zero_()`` uses the device's current stream; the native call takes
     an explicit stream (XLA's), so that stream's order is kept without swapping Warp's.
     """
-    if not _context.runtime.core.wp_memset_device(
-        device.context, ctypes.c_void_p(ptr), 0, nbytes, ctypes.c_void_p(stream)
-    ):
+    rt: Any = _context.runtime
+    if not rt.core.wp_memset_device(device.context, ctypes.c_void_p(ptr), 0, nbytes, ctypes.c_void_p(stream)):
         raise RuntimeError(f"memset of {nbytes} bytes on {device} failed")
