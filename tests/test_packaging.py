@@ -5,9 +5,9 @@ import os
 import subprocess
 import sys
 import tarfile
-import tomllib
 
 import pytest
+import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
