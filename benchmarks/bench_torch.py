@@ -141,8 +141,14 @@ def run(quick: bool = False) -> dict:
             torch.testing.assert_close(yr.grad, g)
 
         rows = [
-            ("raw wp.launch, prebuilt Warp arrays", per_call(lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"), **kw)),
-            ("wp.launch, tensors passed directly", per_call(lambda: wp.launch(saxpy, dim=n, inputs=[x, y, 2.0, out_t], device="cpu"), **kw)),
+            (
+                "raw wp.launch, prebuilt Warp arrays",
+                per_call(lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"), **kw),
+            ),
+            (
+                "wp.launch, tensors passed directly",
+                per_call(lambda: wp.launch(saxpy, dim=n, inputs=[x, y, 2.0, out_t], device="cpu"), **kw),
+            ),
             ("guide custom op, forward", per_call(lambda: guide_saxpy(x, y, 2.0), **kw)),
             ("guide custom op, forward+backward", per_call(fwd_bwd(guide_saxpy), **kw)),
         ]
