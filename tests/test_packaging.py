@@ -49,3 +49,23 @@ def test_sdist_contains_what_its_tests_need(tmp_path):
     for needed in ("conftest.py", "tests/catalogue.py", "tests/test_errors.py", "LICENSE", "interop/_warp_compat.py"):
         assert needed in names, needed
     assert "License-Expression: Apache-2.0" in pkg_info
+
+
+def test_lint_session_covers_every_python_folder():
+    # ruff check and ruff format --check run over these; a new folder of Python files must be added
+    import ast
+
+    tree = ast.parse(open(os.path.join(ROOT, "noxfile.py")).read())
+    lint = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "lint")
+    folders = next(
+        [e.value for e in n.value.elts]
+        for n in ast.walk(lint)
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "folders"
+    )
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    tops = {p.split("/", 1)[0] for p in tracked}
+    assert tops <= set(folders), sorted(tops - set(folders))
+    source = ast.get_source_segment(open(os.path.join(ROOT, "noxfile.py")).read(), lint)
+    assert '"format", "--check", *folders' in source and '"mypy", "interop", "adapters"' in source
