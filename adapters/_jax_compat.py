@@ -1,6 +1,7 @@
 """The Warp and JAX internals the JAX adapter cannot avoid, in one place.
 
-Checked against jax/jaxlib 0.10.2 and 0.12.0.1 (and the floor in pyproject.toml).
+Checked against jax/jaxlib 0.9.0 (the floor in pyproject.toml), 0.10.2 and 0.12.0.1
+(nox sessions jax_oldest, tests, jax_newest).
 """
 
 from __future__ import annotations
