@@ -156,9 +156,7 @@ class EagerFramework:
 
     def call(self, op, args, launch_dims, output_dims, kwargs):
         if kwargs:
-            raise ArgumentError(
-                f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for {self.name} arrays"
-            )
+            raise ArgumentError(unexpected_keywords(op.description, kwargs))
         key = self.fast_key(args)
         if key is not None:
             key = (self.name, key, _freeze(launch_dims), _freeze(output_dims))
@@ -245,3 +243,13 @@ class EagerFramework:
 
 def pack_result(returned: Sequence[Any]) -> Any:
     return returned[0] if len(returned) == 1 else tuple(returned)
+
+
+def unexpected_keywords(desc, kwargs, options: tuple[str, ...] = ()) -> str:
+    """The message for keyword arguments an op does not take: lists the names it does take."""
+    names = [p.name for p in desc.call_params]
+    extra = ", ".join(f"{o}=" for o in ("launch_dims", "output_dims", "framework", *options))
+    return (
+        f"op {desc.label!r}: unexpected keyword argument(s) {sorted(kwargs)}; its parameters are "
+        f"{names} (and the options {extra})"
+    )

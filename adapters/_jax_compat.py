@@ -1,13 +1,14 @@
 """The Warp and JAX internals the JAX adapter cannot avoid, in one place.
 
-Checked against warp-lang 1.19.0 and jax/jaxlib 0.10.2 and 0.12.0.1.
+Checked against warp-lang 1.19.0 and jax/jaxlib 0.9.0 (the floor in pyproject.toml), 0.10.2 and
+0.12.0.1 (nox sessions jax_oldest, tests, jax_newest).
 """
 
 from __future__ import annotations
 
-import ctypes
-
 import jax
+
+from interop import _warp_compat
 
 
 def is_tracer(x) -> bool:
@@ -18,13 +19,9 @@ def is_tracer(x) -> bool:
 def cuda_memset_async(device, ptr: int, nbytes: int, stream: int) -> None:
     """Zero ``nbytes`` at device pointer ``ptr`` on CUDA stream ``stream`` (XLA's), without a sync.
 
-    Warp's public ``array.zero_()`` uses the device's current stream; the native call takes
-    an explicit stream, so XLA's stream order is kept without swapping Warp's current stream.
+    Warp's part lives in ``interop._warp_compat`` (the one module that touches Warp internals).
     """
-    from warp._src.context import runtime
-
-    if not runtime.core.wp_memset_device(device.context, ctypes.c_void_p(ptr), 0, nbytes, ctypes.c_void_p(stream)):
-        raise RuntimeError(f"memset of {nbytes} bytes on {device} failed")
+    _warp_compat.cuda_memset_async(device, ptr, nbytes, stream)
 
 
 # -- shard_map's varying-manual-axes types (check_vma=True) ----------------------------------

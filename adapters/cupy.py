@@ -21,7 +21,7 @@ from interop._errors import ArgumentError
 from interop._launch import external_stream
 from interop._plan import ArraySpec
 
-from ._common import EagerFramework, pack_result
+from ._common import EagerFramework, pack_result, unexpected_keywords
 
 _cupy_mod = None
 
@@ -126,7 +126,7 @@ class _NoBfloat16(ArgumentError):
 def call(op, args, launch_dims, output_dims, kwargs):
     """Run ``op`` on CuPy arrays / CUDA Array Interface producers (see :meth:`interop.Op.__call__`)."""
     if kwargs:
-        raise TypeError(f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for cupy arrays")
+        raise TypeError(unexpected_keywords(op.description, kwargs))
     _cupy(op.description.label)
     try:
         _, _, returned, _, _ = FRAMEWORK.forward(op, args, launch_dims, output_dims)

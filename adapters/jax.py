@@ -49,6 +49,7 @@ from interop._launch import external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, number_type, vector_components
 
 from . import _jax_compat, _jax_ffi
+from ._common import unexpected_keywords
 from ._jax_ffi import _interrupt
 
 DEFAULT_VMAP_METHOD = "loop"
@@ -117,7 +118,7 @@ class JaxOp:
     def _call(self, args, launch_dims, output_dims, vmap_method, kwargs):
         desc = self.desc
         if kwargs:
-            raise TypeError(f"op {desc.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for JAX arrays")
+            raise TypeError(unexpected_keywords(desc, kwargs, ("vmap_method",)))
         params = desc.call_params
         if len(args) != len(params):
             raise TypeError(

@@ -40,7 +40,7 @@ from interop._launch import external_stream
 from interop._op import Op
 from interop._plan import ArraySpec, check_layout
 
-from ._common import EagerFramework, pack_result
+from ._common import EagerFramework, pack_result, unexpected_keywords
 from ._paddle_compat import zeros as _zeros
 
 # ---- dtypes and places ------------------------------------------------------------------
@@ -203,7 +203,10 @@ def _values(plan, params, tensors: dict, scalars: dict) -> list:
             values[p.index] = (t.data_ptr(), None)  # None: contiguous
             continue
         ptr, strides, itemsize = FRAMEWORK.layout(t)
-        values[p.index] = (ptr, check_layout(plan.desc, p, tuple(t.shape), strides, itemsize, written=p.role == "in_out"))
+        values[p.index] = (
+            ptr,
+            check_layout(plan.desc, p, tuple(t.shape), strides, itemsize, written=p.role == "in_out"),
+        )
     return values
 
 
@@ -436,9 +439,7 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
 def call(op, args, launch_dims, output_dims, kwargs):
     """Run ``op`` on Paddle tensors (see :meth:`interop.Op.__call__`)."""
     if kwargs:
-        raise TypeError(
-            f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for paddle arrays"
-        )
+        raise TypeError(unexpected_keywords(op.description, kwargs))
     if _check_args(op, args) and paddle.is_grad_enabled():
         return _call_grad(op, args, launch_dims, output_dims)
     # no autograd node: the shared eager path (validated once per argument signature)

@@ -45,15 +45,15 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from warp._src.types import type_size_in_bytes
 
 from interop import _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import contiguous_strides, external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_layout, vector_components
+from interop._warp_compat import type_size_in_bytes
 
-from ._common import EagerFramework, pack_result
+from ._common import EagerFramework, pack_result, unexpected_keywords
 from ._torch_compat import (
     PLAIN_TENSOR_TYPES,
     eager_context,
@@ -909,9 +909,7 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         if res is not _NOT_EAGER:
             return res
     if kwargs:
-        raise ArgumentError(
-            f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for torch tensors"
-        )
+        raise ArgumentError(unexpected_keywords(op.description, kwargs))
     # first: registers the op if needed (at trace time under Dynamo), so that the binding
     # read below already exists when Dynamo first reads the registry
     base = _resolve(op, None, "functional")
@@ -935,9 +933,9 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
                     f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number), got bool"
                 )
             if not p.inner and not (
-                    isinstance(x, (numbers.Real, torch.SymInt, torch.SymFloat, torch.SymBool))
-                    or (isinstance(x, np.generic) and not isinstance(x, np.flexible))  # ml_dtypes.bfloat16 too
-                ):
+                isinstance(x, (numbers.Real, torch.SymInt, torch.SymFloat, torch.SymBool))
+                or (isinstance(x, np.generic) and not isinstance(x, np.flexible))  # ml_dtypes.bfloat16 too
+            ):
                 # before torch's dispatcher, whose message names neither the op's label nor the fix
                 raise ArgumentError(
                     f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number or a 0-d tensor), "

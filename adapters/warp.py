@@ -11,13 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import warp as wp
-from warp._src import context as _wpctx
 
-from interop import _dtypes
+from interop import _dtypes, _warp_compat
 from interop._errors import ArgumentError, UnsupportedError
 from interop._plan import ArraySpec
 
-from ._common import EagerFramework
+from ._common import EagerFramework, unexpected_keywords
 
 
 class _Warp(EagerFramework):
@@ -55,11 +54,11 @@ class _Warp(EagerFramework):
         return None  # Warp's current stream on the device
 
     def call(self, op, args, launch_dims, output_dims, kwargs):
-        tape = _wpctx.runtime.tape if _wpctx.runtime is not None else None
+        tape = _warp_compat.active_tape()
         if tape is None or not any(isinstance(a, wp.array) and a.requires_grad for a in args):
             return super().call(op, args, launch_dims, output_dims, kwargs)
         if kwargs:
-            raise ArgumentError(f"op {op.description.label!r}: unexpected keyword argument(s) {sorted(kwargs)}")
+            raise ArgumentError(unexpected_keywords(op.description, kwargs))
         plan, values, returned, device, stream = self.forward(op, args, launch_dims, output_dims)
         _record_on_tape(tape, op, plan, args, values, returned, device)
         return returned[0] if len(returned) == 1 else tuple(returned)

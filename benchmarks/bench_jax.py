@@ -45,7 +45,10 @@ def run(quick: bool = False) -> dict:
             return lambda: jax.block_until_ready(f())
 
         rows = [
-            ("raw wp.launch, prebuilt Warp arrays", per_call(lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"), **kw)),
+            (
+                "raw wp.launch, prebuilt Warp arrays",
+                per_call(lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"), **kw),
+            ),
             ("wp.jax_kernel inside jit", per_call(block(lambda: theirs(x, y)), **kw)),
             ("interop op inside jit", per_call(block(lambda: ours(x, y)), **kw)),
             ("interop op, eager call", per_call(block(lambda: op(x, y, 2.0)), **kw)),
@@ -56,9 +59,11 @@ def run(quick: bool = False) -> dict:
         ]
         res = report(f"JAX, saxpy, n={n} (CPU)", rows, "wp.jax_kernel inside jit")
         t = dict(rows)
-        print(f"  ratios: ours/jax_kernel jitted forward {t['interop op inside jit'] / t['wp.jax_kernel inside jit']:.2f}x "
-              f"(target <= 0.75); ours/jax_kernel jit(grad) "
-              f"{t['interop op jit(grad)'] / t['wp.jax_kernel jit(grad) (enable_backward=True)']:.2f}x (target <= 0.5); "
-              f"eager/jitted {t['interop op, eager call'] / t['interop op inside jit']:.2f}x (target <= 2)")
+        print(
+            f"  ratios: ours/jax_kernel jitted forward {t['interop op inside jit'] / t['wp.jax_kernel inside jit']:.2f}x "
+            f"(target <= 0.75); ours/jax_kernel jit(grad) "
+            f"{t['interop op jit(grad)'] / t['wp.jax_kernel jit(grad) (enable_backward=True)']:.2f}x (target <= 0.5); "
+            f"eager/jitted {t['interop op, eager call'] / t['interop op inside jit']:.2f}x (target <= 2)"
+        )
         results[n] = res
     return results

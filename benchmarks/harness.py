@@ -10,6 +10,9 @@ from typing import Callable
 
 SIZES = (1024, 1_000_000)
 
+#: every block printed by :func:`report` in this process: (title, [(label, us, ratio)], baseline)
+RECORDED: list[tuple[str, list[tuple[str, float, float]], str]] = []
+
 
 def per_call(fn: Callable[[], object], *, warmup: int = 20, min_time: float = 0.2, repeat: int = 7, sync=None) -> float:
     """Median seconds per call of ``fn``: ``repeat`` batches, each at least ``min_time`` long."""
@@ -58,6 +61,7 @@ def report(title: str, rows: list[tuple[str, float]], baseline: str) -> list[tup
         out.append((label, sec * 1e6, ratio))
         mark = "  (baseline)" if label == baseline else ""
         print(f"  {label:58s} {sec * 1e6:10.1f} us {ratio:7.2f}x{mark}")
+    RECORDED.append((title, out, baseline))
     return out
 
 

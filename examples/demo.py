@@ -1,17 +1,21 @@
 """Demo: one Warp kernel, described once, run through every installed framework.
 
-Prints each framework's outputs (and gradients where the framework has autograd)
-side by side with a NumPy reference, and whether they agree.
+Prints the kernel and the one ``interop.op(...)`` line that wraps it, then every output and
+gradient each framework computes next to a NumPy reference (and whether they agree), then one
+zero-copy ``interop.convert`` round trip with the data pointers.
 
     python examples/demo.py
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
+import warnings
 
 import numpy as np
 import warp as wp
@@ -23,6 +27,26 @@ import interop  # noqa: E402
 
 wp.config.quiet = True
 wp.config.log_level = wp.LOG_WARNING  # no per-module load messages
+# third-party noise that says nothing about this demo: Paddle's "No ccache found" at import
+warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence C-level stderr (Warp's "Could not find or load the NVIDIA CUDA driver" at init)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+with _quiet_stderr():
+    wp.init()
 
 
 @wp.kernel
@@ -35,7 +59,7 @@ def wave(
 
 
 OP = interop.op(wave, outputs=2, name="demo::wave")
-N = 5
+N = 4
 rng = np.random.default_rng(0)
 INPUTS = (rng.uniform(-1, 1, N).astype(np.float32), rng.uniform(-1, 1, (N, 3)).astype(np.float32), 2.0)
 
@@ -50,38 +74,92 @@ def reference(x, v, a):
 
 
 FRAMEWORKS = ("numpy", "warp", "torch", "jax", "paddle", "cupy")
+NAMES = {"outputs": ["y", "w"], "grads": ["dloss/dx", "dloss/dv"]}
+
+
+def _fmt(a) -> str:
+    return np.array2string(np.asarray(a), precision=4, suppress_small=True, max_line_width=200).replace("\n", "")
+
+
+def _op_line() -> str:
+    with open(os.path.abspath(__file__)) as f:
+        return next(line.strip() for line in f if line.startswith("OP = interop.op("))
+
+
+def _version(fw: str) -> str:
+    if fw == "numpy":
+        return np.__version__
+    if fw == "warp":
+        return wp.config.version
+    mod = importlib.import_module(fw)
+    return getattr(mod, "__version__", "?")
+
+
+def _compare(kind: str, got, ref) -> bool:
+    ok = True
+    for name, g, r in zip(NAMES[kind], got, ref):
+        g = np.asarray(g)
+        agree = g.shape == r.shape and np.allclose(g, r, rtol=1e-4, atol=1e-5)
+        diff = float(np.max(np.abs(g - r))) if g.shape == r.shape else float("nan")
+        print(f"    {name:9s} = {_fmt(g)}   max |diff| {diff:.1e}  {'agrees' if agree else 'MISMATCH'}")
+        ok = ok and agree
+    return ok
+
+
+def convert_round_trip() -> None:
+    """torch -> jax -> numpy -> paddle with interop.convert: one buffer, the same pointer throughout."""
+    have = [fw for fw in ("torch", "jax", "paddle") if importlib.util.find_spec(fw) is not None]
+    print("\nZero-copy round trip with interop.convert (the data pointer never changes):")
+    if "torch" not in have:
+        print("    needs torch (not installed)")
+        return
+    import torch
+
+    t = torch.arange(6, dtype=torch.float32)
+    print(f"    torch  {t.data_ptr():#x}  t = torch.arange(6.0)")
+    x = t
+    steps = [fw for fw in ("jax", "numpy", "paddle") if fw == "numpy" or fw in have]
+    for fw in steps:
+        x = interop.convert(x, to=fw)
+        print(f"    {fw:6s} {interop.convert(x, to='numpy').ctypes.data:#x}  interop.convert(..., to={fw!r})")
+    back = interop.convert(x, to="torch")
+    print(f"    torch  {back.data_ptr():#x}  back to torch; same memory: {back.data_ptr() == t.data_ptr()}")
 
 
 def main() -> int:
     ref = reference(*INPUTS)
-    print(f"kernel: wave(x, v, a) -> (y, w); loss for gradients: sum(y) + sum(w); n={N}\n")
-    print(f"{'reference':10s} y={np.round(ref['outputs'][0], 4)}")
-    print(f"{'':10s} dloss/dx={np.round(ref['grads'][0], 4)}\n")
+    print("The kernel (written once, in Warp):\n")
+    print("    " + inspect.getsource(wave.func).rstrip().replace("\n", "\n    "))
+    print("\nThe one line that makes it callable from every framework:\n")
+    print(f"    {_op_line()}")
+    print(f"\nInputs: x ({N},), v ({N}, 3), a = {INPUTS[2]}; gradients of loss = sum(y) + sum(w)\n")
+    print("NumPy reference:")
+    for kind, names in NAMES.items():
+        for name, r in zip(names, ref[kind]):
+            print(f"    {name:9s} = {_fmt(r)}")
     all_ok = True
     for fw in FRAMEWORKS:
         if fw not in ("numpy", "warp") and importlib.util.find_spec(fw) is None:
-            print(f"{fw:10s} not installed")
+            print(f"\n{fw}: not installed")
             continue
         if importlib.util.find_spec(f"demo_{fw}") is None:
-            print(f"{fw:10s} installed, but this demo has no runner for it")
+            print(f"\n{fw}: installed, but this demo has no runner for it")
             continue
         mod = importlib.import_module(f"demo_{fw}")
         try:
             res = mod.run(OP, INPUTS)
         except mod.Unavailable as e:  # e.g. CuPy without a GPU
-            print(f"{fw:10s} skipped: {e}")
+            print(f"\n{fw}: skipped ({e})")
             continue
-        ok = all(np.allclose(o, r, rtol=1e-4, atol=1e-5) for o, r in zip(res["outputs"], ref["outputs"]))
-        line = f"{fw:10s} y={np.round(res['outputs'][0], 4)}  outputs agree: {ok}"
+        print(f"\n{fw} {_version(fw)}: {(mod.__doc__ or '').split(':', 1)[-1].strip()}")
+        ok = _compare("outputs", res["outputs"], ref["outputs"])
         if res.get("grads") is not None:
-            gok = all(np.allclose(g, r, rtol=1e-4, atol=1e-5) for g, r in zip(res["grads"], ref["grads"]))
-            line += f"\n{'':10s} dloss/dx={np.round(res['grads'][0], 4)}  gradients agree: {gok}"
-            ok = ok and gok
+            ok = _compare("grads", res["grads"], ref["grads"]) and ok
         else:
-            line += "  (no autograd in this framework)"
-        print(line)
+            print("    (no autograd in this framework)")
         all_ok = all_ok and ok
-    print("\nall frameworks agree" if all_ok else "\nMISMATCH")
+    convert_round_trip()
+    print("\nall frameworks agree with the reference" if all_ok else "\nMISMATCH")
     return 0 if all_ok else 1
 
 

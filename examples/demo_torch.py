@@ -1,7 +1,6 @@
 """Demo runner for PyTorch: forward eager and under torch.compile, gradients with autograd."""
 
 
-
 class Unavailable(Exception):
     pass
 

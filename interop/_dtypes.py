@@ -13,7 +13,8 @@ from typing import Any
 import ml_dtypes  # NumPy's bfloat16 (the dtype JAX uses, and Warp's .numpy() of a bfloat16 array)
 import numpy as np
 import warp as wp
-from warp._src import types as _wpt  # Warp's type tables (no public equivalent in 1.19)
+
+from . import _warp_compat as _wpt  # Warp's type tables (no public equivalent in 1.19)
 
 # Warp's own generic placeholders: typing.Any, Scalar, Float, Int
 GENERIC_TYPES = tuple(_wpt.generic_types)

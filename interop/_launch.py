@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import ctypes
 import threading
 import types as _pytypes
 from typing import Any, Sequence
 
 import warp as wp
-from warp._src import context as _wpctx
-from warp._src.types import array_t, type_size_in_bytes
 
 from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError
 from ._plan import check_scalar_value, int_range, vector_components
+from ._warp_compat import apic_active as _apic_active
+from ._warp_compat import array_t, type_size_in_bytes
+from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
 
 _devices: dict[Any, Any] = {}
 _init_done = False
@@ -353,7 +353,7 @@ class Runner:
             return lambda values, adj, stream=None: self._call_function(device, values, stream)
         slot = self._new_slot(device, adjoint)
         launch = slot.launch
-        direct = _direct_cpu_invoker(launch, slot) if device.is_cpu else None
+        direct = _direct_cpu_invoker_compat(launch, slot.fwd, slot.adj) if device.is_cpu else None
         fill = self._fill
         lock = slot.lock
         slow = self.adjoint if adjoint else (lambda d, v, a, s: self.forward(d, v, s))
@@ -560,62 +560,6 @@ def _uses_tiles(kernel) -> bool:
 
 def _nothing(values, adj=None, stream=None) -> None:
     return None
-
-
-def _apic_active() -> bool:
-    rt = _wpctx.runtime
-    return rt is not None and getattr(rt, "_apic_capture", None) is not None
-
-
-def _direct_cpu_invoker(launch, slot):
-    """(call, sync) to run a CPU kernel without rebuilding its argument structs each time.
-
-    Mirrors ``warp._src.context.invoke`` (Warp 1.19): one ctypes struct with a field per
-    kernel parameter (and a second one for the adjoint arguments). Array descriptors are
-    nested structs we update through views; scalars are copied in by ``sync``. Returns
-    None where that path does not apply (tile kernels with block_dim > 1).
-    """
-    if launch.block_dim > 1:
-        return None
-    kernel = launch.kernel
-    params = launch.params
-    nargs = len(kernel.adj.args)
-
-    def build(offset, views):
-        fields = [(a.label, type(params[offset + i])) for i, a in enumerate(kernel.adj.args)]
-        struct = type("ArgsStruct", (ctypes.Structure,), {"_fields_": fields})()
-        scalars = []
-        for i, (name, _) in enumerate(fields):
-            setattr(struct, name, params[offset + i])
-            if i in views:
-                # the struct holds its own copy of the descriptor: update that copy from now on
-                views[i] = getattr(struct, name)
-            else:
-                scalars.append((name, offset + i))
-        return struct, scalars
-
-    args, scalar_fields = build(1, slot.fwd)
-    bounds_ref, args_ref = ctypes.byref(launch.bounds), ctypes.byref(args)
-
-    def sync():
-        for name, k in scalar_fields:
-            setattr(args, name, params[k])
-
-    if not launch.adjoint:
-        hook = launch.hooks.forward
-
-        def call():
-            hook(bounds_ref, args_ref)
-
-        return call, sync
-    adj_args, _ = build(1 + nargs, slot.adj)
-    adj_ref = ctypes.byref(adj_args)
-    hook = launch.hooks.backward
-
-    def call():
-        hook(bounds_ref, args_ref, adj_ref)
-
-    return call, sync
 
 
 def _zero_of(t: Any):

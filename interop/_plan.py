@@ -12,12 +12,12 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import warp as wp
-from warp._src import types as _wpt
-from warp._src.types import type_size_in_bytes
 
 from . import _dtypes, _extent
+from . import _warp_compat as _wpt
 from ._description import OpDescription, Param, normalize_dims, normalize_output_dims
 from ._errors import ArgumentError
+from ._warp_compat import type_size_in_bytes
 
 
 class ArraySpec(NamedTuple):

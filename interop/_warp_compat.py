@@ -1,6 +1,17 @@
-"""The Warp internals the op description needs (STYLE.md rule 11), in one place.
+"""Every use of Warp's internals (``warp._src``), in one place.
 
-Checked on warp-lang 1.19.0. What it wraps:
+Checked against warp-lang 1.19.0 (``CHECKED``). Warp has no public equivalent for:
+
+- its type tables (``generic_types``, ``warp_type_to_np_dtype``, ``type_is_generic``, the
+  ``Float``/``Int`` generic scalars, ``array_t``, the ctypes array descriptor a launch record
+  holds), ``codegen.Struct`` and ``context.runtime`` (the active ``wp.Tape``, API capture);
+- ``direct_cpu_invoker``, which mirrors ``warp._src.context.invoke`` to call a compiled CPU entry
+  point with an argument struct built once. That mirror depends on the layout of Warp's
+  launch records, so it is used only on the Warp versions in ``CHECKED``: on any other Warp the
+  callers fall back to the public replay ``wp.Launch.launch`` (slower per call, same results),
+  after a one-time ``RuntimeWarning``.
+
+Also the description's array and struct tests:
 
 - ``warp._src.types.is_array``: is an annotation any Warp array type (plain, indexed,
   fabric), in either spelling: a ``wp.array(dtype=...)`` instance or one of the 1.19
@@ -15,23 +26,157 @@ Checked on warp-lang 1.19.0. What it wraps:
 
 from __future__ import annotations
 
+import ctypes
+import threading
+import warnings
 from typing import Any
 
 import warp as wp
-from warp._src import codegen as _wpc
-from warp._src import types as _wpt
 
-__all__ = ["array_class_name", "is_array_annotation", "is_plain_array_annotation", "is_struct"]
+try:
+    from warp._src import codegen as _codegen
+    from warp._src import context as _context
+    from warp._src import types as _types
+except ImportError as e:  # pragma: no cover - depends on the installed Warp
+    raise ImportError(
+        f"warp-interop needs Warp's internal modules warp._src.{{types,codegen,context}} (checked on "
+        f"warp-lang 1.19); the installed warp-lang {wp.config.version} does not have them: {e}"
+    ) from e
+
+#: (major, minor) Warp releases this module was checked against.
+CHECKED = ((1, 19),)
+VERSION = tuple(int(p) for p in wp.config.version.split(".")[:2] if p.isdigit())
+#: True when the installed Warp is one this module was checked on; else the direct CPU path is off.
+VERIFIED = VERSION in CHECKED
+
+# -- type tables --------------------------------------------------------------------------
+is_array = _types.is_array
+Struct = _codegen.Struct
+generic_types = tuple(_types.generic_types)
+warp_type_to_np_dtype = _types.warp_type_to_np_dtype
+handle = _types.handle
+bfloat16 = _types.bfloat16
+type_is_generic = _types.type_is_generic
+Float: Any = _types.Float  # generic scalar type variables (typing.TypeVar in Warp)
+Int: Any = _types.Int
+array_t = _types.array_t
+type_size_in_bytes = _types.type_size_in_bytes
 
 
+# -- runtime ------------------------------------------------------------------------------
+def runtime() -> Any:
+    """Warp's runtime object (None before ``wp.init()``)."""
+    return _context.runtime
+
+
+def active_tape() -> Any:
+    """The ``wp.Tape`` being recorded, or None."""
+    rt = _context.runtime
+    return rt.tape if rt is not None else None
+
+
+def apic_active() -> bool:
+    """True while Warp's API capture (``wp.capture_*`` of launches) is recording."""
+    rt = _context.runtime
+    return rt is not None and getattr(rt, "_apic_capture", None) is not None
+
+
+_warned = False
+_warn_lock = threading.Lock()
+
+
+def _warn_unverified() -> None:
+    global _warned
+    with _warn_lock:
+        if _warned:
+            return
+        _warned = True
+    checked = ", ".join(f"{a}.{b}" for a, b in CHECKED)
+    warnings.warn(
+        f"warp-interop: warp-lang {wp.config.version} is not a version its direct CPU launch path was checked "
+        f"on ({checked}); using Warp's public launch replay instead (same results, more per-call overhead)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def direct_cpu_invoker(launch, fwd_views: dict, adj_views: dict):
+    """(call, sync) to run a recorded CPU launch without rebuilding its argument structs.
+
+    Mirrors ``warp._src.context.invoke`` (Warp 1.19): one ctypes struct with a field per
+    kernel parameter (and a second one for the adjoint arguments). Array descriptors are
+    nested structs updated through views (``fwd_views``/``adj_views`` map a parameter index to
+    its descriptor and are updated to point at the struct's copy); scalars are copied in by
+    ``sync``. Returns None where that path does not apply (tile kernels with block_dim > 1) or
+    the installed Warp is not in ``CHECKED`` (after a one-time warning): the caller then uses
+    ``launch.launch``.
+    """
+    if not VERIFIED:
+        _warn_unverified()
+        return None
+    if launch.block_dim > 1:
+        return None
+    kernel = launch.kernel
+    params = launch.params
+    nargs = len(kernel.adj.args)
+
+    def build(offset, views):
+        fields = [(a.label, type(params[offset + i])) for i, a in enumerate(kernel.adj.args)]
+        struct = type("ArgsStruct", (ctypes.Structure,), {"_fields_": fields})()
+        scalars = []
+        for i, (name, _) in enumerate(fields):
+            setattr(struct, name, params[offset + i])
+            if i in views:
+                # the struct holds its own copy of the descriptor: update that copy from now on
+                views[i] = getattr(struct, name)
+            else:
+                scalars.append((name, offset + i))
+        return struct, scalars
+
+    args, scalar_fields = build(1, fwd_views)
+    bounds_ref, args_ref = ctypes.byref(launch.bounds), ctypes.byref(args)
+
+    def sync():
+        for name, k in scalar_fields:
+            setattr(args, name, params[k])
+
+    if not launch.adjoint:
+        forward = launch.hooks.forward
+
+        def call_forward():
+            forward(bounds_ref, args_ref)
+
+        return call_forward, sync
+    adj_args, _ = build(1 + nargs, adj_views)
+    adj_ref = ctypes.byref(adj_args)
+    backward = launch.hooks.backward
+
+    def call_backward():
+        backward(bounds_ref, args_ref, adj_ref)
+
+    return call_backward, sync
+
+
+def cuda_memset_async(device, ptr: int, nbytes: int, stream: int) -> None:
+    """Zero ``nbytes`` at device pointer ``ptr`` on CUDA stream ``stream``, without a sync.
+
+    Warp's public ``array.zero_()`` uses the device's current stream; the native call takes
+    an explicit stream (XLA's), so that stream's order is kept without swapping Warp's.
+    """
+    rt: Any = _context.runtime
+    if not rt.core.wp_memset_device(device.context, ctypes.c_void_p(ptr), 0, nbytes, ctypes.c_void_p(stream)):
+        raise RuntimeError(f"memset of {nbytes} bytes on {device} failed")
+
+
+# -- annotations (interop/_description.py) ---------------------------------------------------
 def is_array_annotation(ann: Any) -> bool:
     """True for any Warp array annotation (plain, indexed or fabric; either spelling)."""
-    return bool(_wpt.is_array(ann))
+    return bool(_types.is_array(ann))
 
 
 def is_plain_array_annotation(ann: Any) -> bool:
     """True for a plain ``wp.array`` annotation: ``wp.array(dtype=...)`` or ``wp.array[...]``/``wp.arrayNd[...]``."""
-    return bool(_wpt.matches_array_class(ann, wp.array))
+    return bool(_types.matches_array_class(ann, wp.array))
 
 
 def array_class_name(ann: Any) -> str:
@@ -42,4 +187,4 @@ def array_class_name(ann: Any) -> str:
 
 def is_struct(t: Any) -> bool:
     """True for a ``@wp.struct`` type."""
-    return isinstance(t, _wpc.Struct)
+    return isinstance(t, _codegen.Struct)

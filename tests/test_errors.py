@@ -178,8 +178,14 @@ def test_wrong_argument_count(warm):
 
 
 def test_unexpected_keyword():
-    with pytest.raises(TypeError, match=r"op 'saxpy': unexpected keyword argument\(s\) \['foo'\] for numpy arrays"):
+    msg = (
+        r"op 'saxpy': unexpected keyword argument\(s\) \['foo'\]; its parameters are \['x', 'y', 'a'\] "
+        r"\(and the options launch_dims=, output_dims=, framework=\)"
+    )
+    with pytest.raises(TypeError, match=msg):
         SAXPY(X, X, 1.0, foo=1)
+    with pytest.raises(TypeError, match=msg.replace("foo", "x_")):
+        SAXPY(X, X, 1.0, x_=X)  # a misspelt parameter name
 
 
 def test_framework_keyword_mismatch():

@@ -200,7 +200,9 @@ def test_diagonal_no_inputs():
 def test_scale_static_and_traced_scalar():
     jax_scale = interop.op(scale_kernel)
     a = jnp.arange(10, dtype=jnp.float32)
-    np.testing.assert_array_equal(np.asarray(jax.jit(lambda: jax_scale(jnp.arange(10, dtype=jnp.float32), 2.0))()), 2.0 * np.arange(10))
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(lambda: jax_scale(jnp.arange(10, dtype=jnp.float32), 2.0))()), 2.0 * np.arange(10)
+    )
     # the guide's "ERROR: traced scalar argument" works here: the scalar is a 0-d operand
     f = jax.jit(lambda a, s: jax_scale(a, s))
     np.testing.assert_array_equal(np.asarray(f(a, 2.0)), 2.0 * np.arange(10))
@@ -356,8 +358,8 @@ def test_python_function_op():
     np.testing.assert_array_equal(np.asarray(c), 2.0 * np.arange(10))
     np.testing.assert_array_equal(np.asarray(d), 2.0 * np.arange(10).reshape(5, 2))
     # and, unlike jax_callable, it has a gradient (wp.Tape)
-    ga, gb = jax.grad(lambda a, b: jnp.sum(jax_func(a, b, 2.0)[0]) + jnp.sum(jax_func(a, b, 2.0)[1] ** 2), argnums=(0, 1))(
-        jnp.arange(10, dtype=jnp.float32), jnp.ones((5, 2), jnp.float32)
-    )
+    ga, gb = jax.grad(
+        lambda a, b: jnp.sum(jax_func(a, b, 2.0)[0]) + jnp.sum(jax_func(a, b, 2.0)[1] ** 2), argnums=(0, 1)
+    )(jnp.arange(10, dtype=jnp.float32), jnp.ones((5, 2), jnp.float32))
     np.testing.assert_allclose(np.asarray(ga), np.full(10, 2.0))
     np.testing.assert_allclose(np.asarray(gb), np.full((5, 2), 8.0))

@@ -113,7 +113,8 @@ def test_wrong_argument_count_and_keyword():
     with pytest.raises(TypeError, match=r"op 'paddle_errors::saxpy' takes 3 argument\(s\) \['x', 'y', 'a'\]"):
         SAXPY(f32(4), f32(4))
     with pytest.raises(
-        TypeError, match=r"op 'paddle_errors::saxpy': unexpected keyword argument\(s\) \['stream'\] for paddle arrays"
+        TypeError,
+        match=r"op 'paddle_errors::saxpy': unexpected keyword argument\(s\) \['stream'\]; its parameters are \['x', 'y', 'a'\]",
     ):
         SAXPY(f32(4), f32(4), 2.0, stream=None)
 

@@ -137,7 +137,9 @@ def test_compiled_scalar_tensor_gradient_and_dims_arguments():
     cf(x, y, s).sum().backward()
     torch.testing.assert_close(s.grad, torch.sin(x).sum())
     # per-call output_dims / launch_dims are operator arguments, symbolic under dynamic=True
-    cf2 = torch.compile(lambda v, n: VLEN(v, launch_dims=n, output_dims=n)[0], backend="aot_eager", fullgraph=True, dynamic=True)
+    cf2 = torch.compile(
+        lambda v, n: VLEN(v, launch_dims=n, output_dims=n)[0], backend="aot_eager", fullgraph=True, dynamic=True
+    )
     v = torch.rand(9, 3)
     torch.testing.assert_close(cf2(v, 4), v[:4].norm(dim=1))
     torch._dynamo.reset()

@@ -205,7 +205,9 @@ def test_no_grad_and_inference_mode():
 
 # ---- bad input ------------------------------------------------------------------------
 def test_float64_tensor_for_float32_parameter():
-    with pytest.raises(TypeError, match=r"op 'tt_ops::saxpy', parameter 'x': expected .*float32.* got .*float64.*never cast"):
+    with pytest.raises(
+        TypeError, match=r"op 'tt_ops::saxpy', parameter 'x': expected .*float32.* got .*float64.*never cast"
+    ):
         SAXPY(torch.rand(4, dtype=torch.float64), torch.rand(4), 1.0)
 
 
@@ -242,7 +244,10 @@ def test_meta_tensors_give_shapes_without_running():
 
 def test_non_contiguous_vec_components_are_refused():
     v = torch.rand(3, 6).t()  # shape (6, 3), components 6 elements apart
-    with pytest.raises(ValueError, match=r"op 'tt_ops::vnorm', parameter 'v': the vec/mat components of each element must be contiguous"):
+    with pytest.raises(
+        ValueError,
+        match=r"op 'tt_ops::vnorm', parameter 'v': the vec/mat components of each element must be contiguous",
+    ):
         VNORM(v)
 
 
