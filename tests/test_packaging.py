@@ -22,7 +22,7 @@ def test_extras_are_ranges_not_pins():
     for name in ("torch", "jax", "paddle"):
         for req in extras[name]:
             assert "==" not in req, req
-    assert extras["jax"] == ["jax>=0.9", "jaxlib>=0.9"]
+    assert extras["jax"][:2] == ["jax>=0.9", "jaxlib>=0.9"]  # + flatbuffers (jax.export serialization)
     assert "paddlepaddle>=3.2" in extras["paddle"] and extras["torch"] == ["torch>=2.13"]
 
 
