@@ -10,6 +10,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -69,20 +70,38 @@ def _has_buffer(x: Any) -> bool:
     return True
 
 
+_adapters: dict[str, Any] = {}  # fully imported adapters (sys.modules also holds half-imported ones)
+_adapter_lock = threading.RLock()
+
+
 def adapter(name: str):
-    """The adapter module for framework ``name`` (imported on first use)."""
-    mod = sys.modules.get(f"adapters.{name}")
+    """The adapter module for framework ``name``, imported and Warp initialised once, under a lock.
+
+    Another thread may be importing the adapter right now: ``sys.modules`` already holds that
+    partially initialised module, so only modules recorded here after their import finished
+    are returned without the lock.
+    """
+    mod = _adapters.get(name)
     if mod is not None:
         return mod
     if name not in FRAMEWORKS:
         raise ValueError(f"unknown framework {name!r}; expected one of {FRAMEWORKS}")
-    try:
-        return importlib.import_module(f"adapters.{name}")
-    except ImportError as e:
-        raise ImportError(
-            f"the {name} adapter could not be imported ({e}); install the framework, e.g. "
-            f"pip install 'warp-interop[{name}]'"
-        ) from e
+    with _adapter_lock:
+        mod = _adapters.get(name)
+        if mod is not None:
+            return mod
+        from ._launch import ensure_init
+
+        ensure_init()  # before any adapter can launch
+        try:
+            mod = importlib.import_module(f"adapters.{name}")
+        except ImportError as e:
+            raise ImportError(
+                f"the {name} adapter could not be imported ({e}); install the framework, e.g. "
+                f"pip install 'warp-interop[{name}]'"
+            ) from e
+        _adapters[name] = mod
+        return mod
 
 
 def data_ptr(x: Any) -> int:

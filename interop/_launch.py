@@ -24,14 +24,24 @@ from ._errors import ArgumentError, UnsupportedError
 
 _devices: dict[Any, Any] = {}
 _init_done = False
+_init_lock = threading.Lock()
+
+# Held while Warp builds or loads a module (recording a launch, a Python-function op's own
+# launches). Warp 1.19's ``Module.load`` is not thread-safe: two threads loading one module
+# hash load the same object twice under one name, and dropping either copy unloads the code
+# the other's launch records still call (a segfault). Replaying a recorded launch never loads,
+# so the hot path does not take this lock.
+build_lock = threading.RLock()
 
 
 def ensure_init() -> None:
-    """Initialise Warp on first use (``wp.from_*`` helpers fail before ``wp.init()``)."""
+    """Initialise Warp once, under a lock (``wp.from_*`` helpers fail before ``wp.init()``)."""
     global _init_done
     if not _init_done:
-        wp.init()
-        _init_done = True
+        with _init_lock:
+            if not _init_done:
+                wp.init()
+                _init_done = True
 
 
 def get_device(device: Any):
@@ -230,7 +240,10 @@ class Runner:
                     adj_inputs.append(_zero_of(plan.types[i]))
             kw = {"adj_inputs": adj_inputs, "adjoint": True}
         try:
-            slot.launch = wp.launch(kernel, dim=plan.launch_dims, inputs=inputs, device=device, record_cmd=True, **kw)
+            with build_lock:
+                slot.launch = wp.launch(
+                    kernel, dim=plan.launch_dims, inputs=inputs, device=device, record_cmd=True, **kw
+                )
         except Exception as e:
             parent = getattr(kernel, "generic_parent", None)
             if parent is None:
@@ -452,7 +465,8 @@ class Runner:
 
     def _call_function(self, device, values, stream) -> None:
         args = self._function_args(device, values)
-        with wp.ScopedDevice(device):
+        # the function's own wp.launch calls may load modules: one Python-function op at a time
+        with build_lock, wp.ScopedDevice(device):
             if stream is not None:
                 with wp.ScopedStream(stream, sync_enter=False, sync_exit=False):
                     self.plan.kernel(*args)
@@ -469,7 +483,7 @@ class Runner:
             )
         args = self._function_args(device, values, adj, scratch_outputs=True)
         tape = wp.Tape()
-        with wp.ScopedDevice(device):
+        with build_lock, wp.ScopedDevice(device):
             ctx = (
                 wp.ScopedStream(stream, sync_enter=False, sync_exit=False)
                 if stream is not None
