@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from interop._description import INPUT, OUTPUT, Param
+from interop import _cache
 from interop._errors import ArgumentError
 from interop._op import _freeze
 from interop._plan import ArraySpec, CallPlan, ScalarSpec, check_layout
@@ -165,8 +166,8 @@ class EagerFramework:
             if fast is not None:
                 return fast(args)
         plan, values, returned, device, stream = self.forward(op, args, launch_dims, output_dims)
-        if key is not None and len(op._fast) < 256:
-            op._fast[key] = self._make_fast(op, plan, values, device)
+        if key is not None:
+            _cache.put(op._fast, key, self._make_fast(op, plan, values, device), _cache.FAST_PATHS_PER_OP)
         return returned[0] if len(returned) == 1 else tuple(returned)
 
     def _make_fast(self, op, plan: CallPlan, values: list, device: str):

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap
 
-from interop import _dtypes
+from interop import _cache, _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
 from interop._launch import external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec
@@ -134,7 +134,7 @@ class JaxOp:
                 entry = self._entries.get(key)
                 if entry is None:
                     entry = _Entry(self, args, launch_dims, output_dims, vmap_method)
-                    self._entries[key] = entry
+                    _cache.put(self._entries, key, entry, _cache.PLANS_PER_OP)
         if (
             not traced
             and launch_dims is None
@@ -142,10 +142,10 @@ class JaxOp:
             and vmap_method is None
             and len(operands) == len(args)
             and all(type(x) is _ArrayImpl or _is_scalar_operand(p, x) for p, x in zip(params, args))
-            and len(self._eager) < 256
         ):
             fast_key = tuple((x.shape, x.dtype) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original))
-            self._eager[fast_key] = (entry, tuple(None if type(x) is _ArrayImpl else x.dtype for x in args))
+            fast = (entry, tuple(None if type(x) is _ArrayImpl else x.dtype for x in args))
+            _cache.put(self._eager, fast_key, fast, _cache.FAST_PATHS_PER_OP)
         try:
             outs = entry.fn(*operands) if traced else entry.jitted(*operands)
         except TypeError as e:

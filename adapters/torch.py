@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from warp._src.types import type_size_in_bytes
 
-from interop import _dtypes
+from interop import _cache, _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import contiguous_strides, external_stream, get_device
@@ -346,7 +346,7 @@ class _Binding:
         e = self.entries.get(key)
         if e is None:
             e = self._make_entry(mask, args, ld, ods)
-            self.entries[key] = e
+            _cache.put(self.entries, key, e, _cache.FAST_PATHS_PER_OP)
         return e
 
     def _make_entry(self, mask, args, ld, ods) -> _Entry:

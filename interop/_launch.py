@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import threading
 import types as _pytypes
+import weakref
 from typing import Any, Sequence
 
 import warp as wp
@@ -115,7 +116,8 @@ class _ScalarsAsArrays(ast.NodeTransformer):
         return node
 
 
-_variants: dict[tuple, Any] = {}
+# kernel -> {scalar names: variant}; weak, so a dropped op's kernel (and its variants) can go
+_variants: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _variant_lock = threading.Lock()
 
 
@@ -125,9 +127,11 @@ def scalar_ref_kernel(kernel, names: tuple[str, ...]):
     The body reads the value once (``s = s_arr[0]``), so the adjoint accumulates the
     scalar's gradient into the gradient array, summed over all threads.
     """
-    key = (kernel, names)
     with _variant_lock:
-        k = _variants.get(key)
+        per_kernel = _variants.get(kernel)
+        if per_kernel is None:
+            per_kernel = _variants[kernel] = {}
+        k = per_kernel.get(names)
         if k is not None:
             return k
         f = kernel.func
@@ -148,7 +152,7 @@ def scalar_ref_kernel(kernel, names: tuple[str, ...]):
             code_transformers=[_ScalarsAsArrays(names)],
             source=kernel.adj.source,
         )
-        _variants[key] = k
+        per_kernel[names] = k
         return k
 
 
