@@ -14,6 +14,8 @@ objects are kept alive here for the life of the process (XLA holds raw pointers)
 from __future__ import annotations
 
 import ctypes
+import itertools
+import re
 import traceback
 from typing import Callable
 
@@ -191,6 +193,27 @@ def _error(frame: CallFrame, message: str) -> int:
 
 _keep_alive: dict[tuple[str, str], object] = {}
 
+# Exceptions raised in handlers, by a token their XLA error message carries, so an eager call
+# can raise the original exception (type and message) instead of JAX's runtime error. Bounded:
+# errors raised under a user's own jax.jit are never claimed.
+_raised: dict[str, BaseException] = {}
+_raised_counter = itertools.count()
+_TOKEN = re.compile(r"\[interop-error-(\d+)\]")
+
+
+def _remember(e: BaseException) -> str:
+    token = f"interop-error-{next(_raised_counter)}"
+    while len(_raised) >= 16:
+        _raised.pop(next(iter(_raised)), None)
+    _raised[token] = e
+    return token
+
+
+def original_error(e: BaseException) -> BaseException | None:
+    """The exception a handler raised, if ``e`` (JAX's runtime error) reports one, else None."""
+    m = _TOKEN.search(str(e))
+    return _raised.pop(f"interop-error-{m.group(1)}", None) if m else None
+
 
 def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
     """Register ``handler(frame, platform)`` as XLA FFI target ``name`` on ``cpu`` and ``CUDA``.
@@ -217,7 +240,8 @@ def register(name: str, handler: Callable[[CallFrame, str], None]) -> None:
             try:
                 handler(frame, platform)
             except BaseException as e:  # never let an exception unwind through XLA
-                return _error(frame, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+                token = _remember(e)
+                return _error(frame, f"{type(e).__name__}: {e} [{token}]\n{traceback.format_exc()}")
             return None
 
         cb = _Handler(callback)

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap
+from jax.errors import JaxRuntimeError as _JaxRuntimeError
 
 from interop import _cache, _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
@@ -148,6 +149,11 @@ class JaxOp:
             _cache.put(self._eager, fast_key, fast, _cache.FAST_PATHS_PER_OP)
         try:
             outs = entry.fn(*operands) if traced else entry.jitted(*operands)
+        except _JaxRuntimeError as e:
+            original = _jax_ffi.original_error(e)
+            if original is None or isinstance(original, KeyboardInterrupt):
+                raise
+            raise original.with_traceback(None) from e
         except TypeError as e:
             if _JVP_MARKER in str(e):
                 raise TypeError(

@@ -21,7 +21,7 @@ from warp._src import context as _wpctx
 from warp._src.types import array_t, type_size_in_bytes
 
 from . import _dtypes
-from ._errors import ArgumentError, UnsupportedError
+from ._errors import ArgumentError, UnsupportedError, naming_op
 
 _devices: dict[Any, Any] = {}
 _init_done = False
@@ -251,7 +251,7 @@ class Runner:
         except Exception as e:
             parent = getattr(kernel, "generic_parent", None)
             if parent is None:
-                raise
+                raise naming_op(e, plan.desc.label) from e
             # A failed overload build is recorded against the whole Warp module and would
             # break every other kernel in it: drop the overload so the module builds again.
             for sig, ovl in list(parent.overloads.items()):
@@ -470,12 +470,15 @@ class Runner:
     def _call_function(self, device, values, stream) -> None:
         args = self._function_args(device, values)
         # the function's own wp.launch calls may load modules: one Python-function op at a time
-        with build_lock, wp.ScopedDevice(device):
-            if stream is not None:
-                with wp.ScopedStream(stream, sync_enter=False, sync_exit=False):
+        try:
+            with build_lock, wp.ScopedDevice(device):
+                if stream is not None:
+                    with wp.ScopedStream(stream, sync_enter=False, sync_exit=False):
+                        self.plan.kernel(*args)
+                else:
                     self.plan.kernel(*args)
-            else:
-                self.plan.kernel(*args)
+        except Exception as e:
+            raise naming_op(e, self.plan.desc.label) from e.__cause__
 
     def _tape_backward(self, device, values, adj, stream) -> None:
         if self.ref_idx:
@@ -493,10 +496,13 @@ class Runner:
                 if stream is not None
                 else contextlib.nullcontext()
             )
-            with ctx:
-                with tape:
-                    self.plan.kernel(*args)
-                tape.backward()
+            try:
+                with ctx:
+                    with tape:
+                        self.plan.kernel(*args)
+                    tape.backward()
+            except Exception as e:
+                raise naming_op(e, self.plan.desc.label) from e.__cause__
 
 
 def _nothing(values, adj=None, stream=None) -> None:
