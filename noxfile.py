@@ -1,4 +1,4 @@
-"""nox sessions: tests, demo, benchmarks, lint.
+"""nox sessions: tests, demo, benchmarks, lint, properties, soak.
 
 Framework versions are pinned exactly (see pyproject extras): an unpinned torch
 would download several GB of CUDA packages.
@@ -17,6 +17,29 @@ def tests(session):
     """Run the test suite against every framework that installs here (CPU)."""
     session.install("-e", FRAMEWORKS)
     session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session
+def properties(session):
+    """Property-based tests at full size: INTEROP_PROPERTY_EXAMPLES cases per test and framework.
+
+    Default 2,500: each framework runs through 4 property tests (3 for JAX/Paddle: in-out is NumPy and
+    torch), so every framework sees >= 7,500 forward cases plus 2,500 gradient cases (>= 10,000).
+    Override with ``nox -s properties -- <count>``. Cases are drawn at random (not the CI's fixed set).
+    """
+    session.install("-e", FRAMEWORKS)
+    count = session.posargs[0] if session.posargs else "2500"
+    env = {"INTEROP_PROPERTY_EXAMPLES": count, "INTEROP_PROPERTY_RANDOM": "1"}
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_properties.py", env=env)
+
+
+@nox.session
+def soak(session):
+    """Long runs at the issue's full size: 5,000 distinct shapes and 500 dropped ops (tests/test_bounds.py),
+    then 100,000 forward+backward calls per framework with changing shapes (resident MiB printed)."""
+    session.install("-e", FRAMEWORKS)
+    session.run("pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/test_bounds.py", env={"INTEROP_SOAK_FULL": "1"})
+    session.run("python", "tests/soak.py", *(session.posargs or ["100000"]))
 
 
 @nox.session
