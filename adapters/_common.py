@@ -12,8 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from interop._description import INPUT, OUTPUT, Param
 from interop import _cache
+from interop._description import INPUT, OUTPUT, Param
 from interop._errors import ArgumentError
 from interop._op import _freeze
 from interop._plan import ArraySpec, CallPlan, ScalarSpec, check_layout

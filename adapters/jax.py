@@ -38,6 +38,7 @@ from jax.errors import JaxRuntimeError as _JaxRuntimeError
 
 from interop import _cache, _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
+from interop._errors import ArgumentError
 from interop._launch import external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec
 
@@ -98,7 +99,7 @@ class JaxOp:
             raise TypeError(f"op {desc.label!r}: unexpected keyword argument(s) {sorted(kwargs)} for JAX arrays")
         params = desc.call_params
         if len(args) != len(params):
-            raise TypeError(
+            raise ArgumentError(
                 f"op {desc.label!r} takes {len(params)} argument(s) {[p.name for p in params]} "
                 f"(outputs are returned, not passed), got {len(args)}"
             )
@@ -117,7 +118,7 @@ class JaxOp:
                 operands.append(x)
                 traced = traced or _jax_compat.is_tracer(x)
             elif p.is_array:
-                raise TypeError(
+                raise ArgumentError(
                     f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()} as a JAX array, "
                     f"got {type(x).__module__}.{type(x).__qualname__}"
                 )

@@ -34,6 +34,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from interop._description import IN_OUT, OUTPUT
+from interop._errors import ArgumentError
 from interop._launch import external_stream
 from interop._op import Op
 from interop._plan import ArraySpec, check_layout
@@ -151,7 +152,7 @@ def _check_args(op, args: Sequence[Any]) -> bool:
                 )
             continue
         if x.dtype not in _NP_OF_PADDLE:
-            raise TypeError(
+            raise ArgumentError(
                 f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got a Paddle tensor of "
                 f"dtype {x.dtype} (not supported by Warp)"
             )

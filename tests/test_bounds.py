@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from _subprocess import run_script
 
 pytestmark = pytest.mark.timeout(1800)

@@ -10,9 +10,12 @@ import importlib.util
 import numpy as np
 import pytest
 import warp as wp
+from guide_kernels import add_kernel as add_int  # noqa: E402
+from guide_kernels import diagonal_kernel as diagonal
+from guide_kernels import lookup_kernel as lookup
+from guide_kernels import rowsum_kernel as rowsum
 
 import interop
-from guide_kernels import add_kernel as add_int, diagonal_kernel as diagonal, lookup_kernel as lookup, rowsum_kernel as rowsum  # noqa: E402
 
 FRAMEWORKS = [
     f for f in ("numpy", "warp", "torch", "jax", "paddle") if f in ("numpy", "warp") or importlib.util.find_spec(f)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import warp as wp
+from _subprocess import run_script
 
 import interop
-from _subprocess import run_script
 
 torch = pytest.importorskip("torch")
 
@@ -106,7 +106,9 @@ def test_python_function_op_that_raises_under_jax_jit():
     o = _function_op("raises_jit", fail_on={1})
     f = jax.jit(lambda a: o(a))
     x = np.arange(4, dtype=np.float32)
-    with pytest.raises(jax.errors.JaxRuntimeError, match=r"(?s)RuntimeError: .*op 'failures::raises_jit': .*user failure #1"):
+    with pytest.raises(
+        jax.errors.JaxRuntimeError, match=r"(?s)RuntimeError: .*op 'failures::raises_jit': .*user failure #1"
+    ):
         np.asarray(f(jax.numpy.asarray(x)))
     np.testing.assert_array_equal(np.asarray(f(jax.numpy.asarray(x))), 2 * x)
 

@@ -14,12 +14,24 @@ from functools import partial
 import numpy as np
 import pytest
 import warp as wp
+from guide_kernels import (
+    add_kernel as add_int_kernel,
+)
+from guide_kernels import (
+    diagonal_kernel,
+    lookup_kernel,
+    matmul_kernel,
+    rowsum_kernel,
+    scale_kernel,
+    scale_vec_kernel,
+    sincos_kernel,
+    triple_kernel,
+)
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import interop  # noqa: E402
-from guide_kernels import add_kernel as add_int_kernel, diagonal_kernel, lookup_kernel, matmul_kernel, rowsum_kernel, scale_kernel, scale_vec_kernel, sincos_kernel, triple_kernel  # noqa: E402
 
 
 @wp.kernel
@@ -139,7 +151,9 @@ def test_diagonal_no_inputs():
 def test_scale_static_and_traced_scalar():
     jax_scale = interop.op(scale_kernel)
     a = jnp.arange(10, dtype=jnp.float32)
-    np.testing.assert_array_equal(np.asarray(jax.jit(lambda: jax_scale(jnp.arange(10, dtype=jnp.float32), 2.0))()), 2.0 * np.arange(10))
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(lambda: jax_scale(jnp.arange(10, dtype=jnp.float32), 2.0))()), 2.0 * np.arange(10)
+    )
     # the guide's "ERROR: traced scalar argument" works here: the scalar is a 0-d operand
     f = jax.jit(lambda a, s: jax_scale(a, s))
     np.testing.assert_array_equal(np.asarray(f(a, 2.0)), 2.0 * np.arange(10))
@@ -295,8 +309,8 @@ def test_python_function_op():
     np.testing.assert_array_equal(np.asarray(c), 2.0 * np.arange(10))
     np.testing.assert_array_equal(np.asarray(d), 2.0 * np.arange(10).reshape(5, 2))
     # and, unlike jax_callable, it has a gradient (wp.Tape)
-    ga, gb = jax.grad(lambda a, b: jnp.sum(jax_func(a, b, 2.0)[0]) + jnp.sum(jax_func(a, b, 2.0)[1] ** 2), argnums=(0, 1))(
-        jnp.arange(10, dtype=jnp.float32), jnp.ones((5, 2), jnp.float32)
-    )
+    ga, gb = jax.grad(
+        lambda a, b: jnp.sum(jax_func(a, b, 2.0)[0]) + jnp.sum(jax_func(a, b, 2.0)[1] ** 2), argnums=(0, 1)
+    )(jnp.arange(10, dtype=jnp.float32), jnp.ones((5, 2), jnp.float32))
     np.testing.assert_allclose(np.asarray(ga), np.full(10, 2.0))
     np.testing.assert_allclose(np.asarray(gb), np.full((5, 2), 8.0))

@@ -10,9 +10,20 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
+from guide_kernels import (  # noqa: E402
+    add_kernel,
+    diagonal_kernel,
+    lookup_kernel,
+    matmul_kernel,
+    rowsum_kernel,
+    saxpy,
+    scale_kernel,
+    scale_vec_kernel,
+    sincos_kernel,
+    triple_kernel,
+)
 
 import interop
-from guide_kernels import add_kernel, diagonal_kernel, lookup_kernel, matmul_kernel, rowsum_kernel, saxpy, scale_kernel, scale_vec_kernel, sincos_kernel, triple_kernel  # noqa: E402
 from interop._frameworks import data_ptr
 
 

@@ -15,11 +15,11 @@ import os
 import numpy as np
 import pytest
 import warp as wp
+from catalogue import PROPERTY_INNER, PROPERTY_SCALARS, affine2d_op, copy_op, rowsum_op
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import interop
-from catalogue import PROPERTY_INNER, PROPERTY_SCALARS, affine2d_op, copy_op, rowsum_op
 
 EXAMPLES = int(os.environ.get("INTEROP_PROPERTY_EXAMPLES", "25"))
 DOCUMENTED = (interop.ArgumentError, interop.UnsupportedError)

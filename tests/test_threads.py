@@ -9,7 +9,6 @@ import re
 from collections import Counter
 
 import pytest
-
 from _subprocess import run_script
 
 pytestmark = pytest.mark.timeout(900)
