@@ -23,12 +23,12 @@ def tests(session):
 def properties(session):
     """Property-based tests at full size: INTEROP_PROPERTY_EXAMPLES cases per test and framework.
 
-    Default 2,500: each framework runs through 4 property tests (3 for JAX/Paddle: in-out is NumPy and
-    torch), so every framework sees >= 7,500 forward cases plus 2,500 gradient cases (>= 10,000).
+    Default 3,400 per test: NumPy runs 3 property tests (layouts, dtypes, in-out), PyTorch 4 (and
+    gradients), JAX and Paddle 3 (layouts, dtypes, gradients): >= 10,200 cases per framework.
     Override with ``nox -s properties -- <count>``. Cases are drawn at random (not the CI's fixed set).
     """
     session.install("-e", FRAMEWORKS)
-    count = session.posargs[0] if session.posargs else "2500"
+    count = session.posargs[0] if session.posargs else "3400"
     env = {"INTEROP_PROPERTY_EXAMPLES": count, "INTEROP_PROPERTY_RANDOM": "1"}
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_properties.py", env=env)
 
