@@ -154,7 +154,7 @@ class JaxOp:
             original = _jax_ffi.original_error(e)
             if original is None or isinstance(original, KeyboardInterrupt):
                 raise
-            raise original.with_traceback(None) from e
+            raise original from original.__cause__  # the handler's exception, not XLA's report of it
         except TypeError as e:
             if _JVP_MARKER in str(e):
                 raise TypeError(

@@ -251,7 +251,7 @@ class Runner:
         except Exception as e:
             parent = getattr(kernel, "generic_parent", None)
             if parent is None:
-                raise naming_op(e, plan.desc.label) from e
+                raise naming_op(e, plan.desc.label)  # noqa: B904 (the original is its __cause__)
             # A failed overload build is recorded against the whole Warp module and would
             # break every other kernel in it: drop the overload so the module builds again.
             for sig, ovl in list(parent.overloads.items()):
@@ -478,7 +478,7 @@ class Runner:
                 else:
                     self.plan.kernel(*args)
         except Exception as e:
-            raise naming_op(e, self.plan.desc.label) from e.__cause__
+            raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
     def _tape_backward(self, device, values, adj, stream) -> None:
         if self.ref_idx:
@@ -502,7 +502,7 @@ class Runner:
                         self.plan.kernel(*args)
                     tape.backward()
             except Exception as e:
-                raise naming_op(e, self.plan.desc.label) from e.__cause__
+                raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
 
 def _nothing(values, adj=None, stream=None) -> None:

@@ -94,8 +94,9 @@ def test_python_function_op_that_raises(framework):
     """The original type (RuntimeError) and message, naming the op; the next call is right."""
     o = _function_op(f"raises_{framework}", fail_on={1})
     x = np.arange(4, dtype=np.float32)
-    with pytest.raises(RuntimeError, match=rf"(?s)op 'failures::raises_{framework}': .*user failure #1"):
+    with pytest.raises(RuntimeError, match=rf"(?s)op 'failures::raises_{framework}': .*user failure #1") as info:
         o(_make(framework, x))
+    assert str(info.value.__cause__) == "user failure #1"  # the original, chained
     np.testing.assert_array_equal(np.asarray(o(_make(framework, x))), 2 * x)
 
 
