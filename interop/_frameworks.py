@@ -84,6 +84,9 @@ def adapter(name: str):
     mod = _adapters.get(name)
     if mod is not None:
         return mod
+    mod = sys.modules.get(f"adapters.{name}")
+    if mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", True):
+        return mod  # imported by the import hook below (Warp initialised there); no lock inside a trace
     if name not in FRAMEWORKS:
         raise ValueError(f"unknown framework {name!r}; expected one of {FRAMEWORKS}")
     with _adapter_lock:
@@ -157,6 +160,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         def exec_module(module):
             loader_exec(module)
             try:
+                from ._launch import ensure_init
+
+                ensure_init()
                 importlib.import_module(f"adapters.{name}")
             except Exception:  # never break the user's import; the adapter loads on first use instead
                 pass
