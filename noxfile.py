@@ -1,4 +1,4 @@
-"""nox sessions: tests, demo, bench, lint, and the version matrix.
+"""nox sessions: tests, demo, bench, lint, properties, soak, and the version matrix.
 
 pyproject.toml declares the supported ranges; the exact versions every session installs are
 in constraints/*.txt, so runs are reproducible. Environments are built with uv when it is
@@ -119,6 +119,29 @@ def tests(session):
     """The test suite on the pinned combination CI runs (Python 3.11, torch, jax, paddle; CPU)."""
     _install(session, "torch,jax,paddle,test", "ci.txt")
     session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session(python=CI_PYTHON)
+def properties(session):
+    """Property-based tests at full size: INTEROP_PROPERTY_EXAMPLES cases per test and framework.
+
+    Default 3,400 per test: NumPy runs 3 property tests (layouts, dtypes, in-out), PyTorch 4 (and
+    gradients), JAX and Paddle 3 (layouts, dtypes, gradients): >= 10,200 cases per framework.
+    Override with ``nox -s properties -- <count>``. Cases are drawn at random (not the CI's fixed set).
+    """
+    _install(session, "torch,jax,paddle,test", "ci.txt")
+    count = session.posargs[0] if session.posargs else "3400"
+    env = {"INTEROP_PROPERTY_EXAMPLES": count, "INTEROP_PROPERTY_RANDOM": "1"}
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_properties.py", env=env)
+
+
+@nox.session(python=CI_PYTHON)
+def soak(session):
+    """Long runs at the issue's full size: 5,000 distinct shapes and 500 dropped ops (tests/test_bounds.py),
+    then 100,000 forward+backward calls per framework with changing shapes (resident MiB printed)."""
+    _install(session, "torch,jax,paddle,test", "ci.txt")
+    session.run("pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/test_bounds.py", env={"INTEROP_SOAK_FULL": "1"})
+    session.run("python", "tests/soak.py", *(session.posargs or ["100000"]))
 
 
 @nox.session(python=CI_PYTHON)

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from interop import _dtypes
+from interop import _cache, _dtypes
 from interop._description import INPUT, OUTPUT, Param
 from interop._errors import ArgumentError
 from interop._op import _freeze
@@ -164,8 +164,8 @@ class EagerFramework:
             if fast is not None:
                 return fast(args)
         plan, values, returned, device, stream = self.forward(op, args, launch_dims, output_dims)
-        if key is not None and len(op._fast) < 256:
-            op._fast[key] = self._make_fast(op, plan, values, device)
+        if key is not None:
+            _cache.put(op._fast, key, self._make_fast(op, plan, values, device), _cache.FAST_PATHS_PER_OP)
         return returned[0] if len(returned) == 1 else tuple(returned)
 
     def call_with_plan(self, op, args, launch_dims, output_dims) -> tuple[list, CallPlan, str]:
@@ -178,8 +178,8 @@ class EagerFramework:
             if fast is not None:
                 return fast(args, True), fast.plan, fast.device
         plan, values, returned, device, _ = self.forward(op, args, launch_dims, output_dims)
-        if key is not None and len(op._fast) < 256:
-            op._fast[key] = self._make_fast(op, plan, values, device)
+        if key is not None:
+            _cache.put(op._fast, key, self._make_fast(op, plan, values, device), _cache.FAST_PATHS_PER_OP)
         return returned, plan, device
 
     def _make_fast(self, op, plan: CallPlan, values: list, device: str):

@@ -14,6 +14,8 @@ objects are kept alive here for the life of the process (XLA holds raw pointers)
 from __future__ import annotations
 
 import ctypes
+import itertools
+import re
 import signal
 import threading
 import traceback
@@ -229,6 +231,27 @@ _INTERRUPTED = (
     "KeyboardInterrupt itself once JAX returns)"
 )
 
+# Exceptions raised in handlers, by a token their XLA error message carries, so an eager call
+# can raise the original exception (type and message) instead of JAX's runtime error. Bounded:
+# errors raised under a user's own jax.jit are never claimed.
+_raised: dict[str, BaseException] = {}
+_raised_counter = itertools.count()
+_TOKEN = re.compile(r"\[interop-error-(\d+)\]")
+
+
+def _remember(e: BaseException) -> str:
+    token = f"interop-error-{next(_raised_counter)}"
+    while len(_raised) >= 16:
+        _raised.pop(next(iter(_raised)), None)
+    _raised[token] = e
+    return token
+
+
+def original_error(e: BaseException) -> BaseException | None:
+    """The exception a handler raised, if ``e`` (JAX's runtime error) reports one, else None."""
+    m = _TOKEN.search(str(e))
+    return _raised.pop(f"interop-error-{m.group(1)}", None) if m else None
+
 
 class _Interrupt:
     count = 0  # Ctrl-C seen while handlers ran, ever
@@ -306,7 +329,8 @@ def register(name: str, handler: Callable[[CallFrame, str], None], command_buffe
                 except KeyboardInterrupt:
                     _interrupt.count += 1
                 except BaseException as e:
-                    return _error(frame, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+                    token = _remember(e)
+                    return _error(frame, f"{type(e).__name__}: {e} [{token}]\n{traceback.format_exc()}")
                 if _interrupt.count != seen:
                     return _error(frame, _INTERRUPTED)
                 return None

@@ -42,9 +42,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_batching import custom_vmap
+from jax.errors import JaxRuntimeError as _JaxRuntimeError
 
-from interop import _dtypes
+from interop import _cache, _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
+from interop._errors import ArgumentError
 from interop._launch import external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, number_type, vector_components
 
@@ -108,9 +110,12 @@ class JaxOp:
                 seen = _interrupt.count
                 try:
                     outs = entry.jitted(*operands)
-                except Exception:
+                except Exception as e:
                     if _interrupt.count != seen:
                         raise KeyboardInterrupt from None  # Ctrl-C during the launch failed the XLA call
+                    original_exc = _jax_ffi.original_error(e) if isinstance(e, _JaxRuntimeError) else None
+                    if original_exc is not None and not isinstance(original_exc, KeyboardInterrupt):
+                        raise original_exc from original_exc.__cause__  # the handler's exception
                     raise
                 return outs[0] if len(outs) == 1 else tuple(outs)
         return self._call(args, launch_dims, output_dims, vmap_method, kwargs)
@@ -121,7 +126,7 @@ class JaxOp:
             raise TypeError(unexpected_keywords(desc, kwargs, ("vmap_method",)))
         params = desc.call_params
         if len(args) != len(params):
-            raise TypeError(
+            raise ArgumentError(
                 f"op {desc.label!r} takes {len(params)} argument(s) {[p.name for p in params]} "
                 f"(outputs are returned, not passed), got {len(args)}"
             )
@@ -144,7 +149,7 @@ class JaxOp:
                 operands.append(x)
                 traced = traced or _jax_compat.is_tracer(x)
             elif p.is_array:
-                raise TypeError(
+                raise ArgumentError(
                     f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()} as a JAX array, "
                     f"got {type(x).__module__}.{type(x).__qualname__}"
                 )
@@ -162,7 +167,7 @@ class JaxOp:
                 entry = self._entries.get(key)
                 if entry is None:
                     entry = _Entry(self, args, launch_dims, output_dims, vmap_method)
-                    self._entries[key] = entry
+                    _cache.put(self._entries, key, entry, _cache.PLANS_PER_OP)
         if (
             not traced
             and launch_dims is None
@@ -170,12 +175,12 @@ class JaxOp:
             and vmap_method is None
             and len(operands) == len(args)
             and all(type(x) is _ArrayImpl or _is_scalar_operand(p, x) for p, x in zip(params, args))
-            and len(self._eager) < 256
         ):
             fast_key = tuple(
                 (x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original)
             )
-            self._eager[fast_key] = (entry, tuple(None if type(x) is _ArrayImpl else x.dtype for x in args))
+            fast = (entry, tuple(None if type(x) is _ArrayImpl else x.dtype for x in args))
+            _cache.put(self._eager, fast_key, fast, _cache.FAST_PATHS_PER_OP)
         interrupts = _jax_ffi.interrupts()
         try:
             outs = entry.fn(*operands) if traced else entry.jitted(*operands)
@@ -185,6 +190,11 @@ class JaxOp:
             if _jax_ffi.interrupts() != interrupts:
                 # Ctrl-C during the launch failed the XLA call: hand the interrupt to the user
                 raise KeyboardInterrupt from None
+            if isinstance(e, _JaxRuntimeError):
+                original_exc = _jax_ffi.original_error(e)
+                if original_exc is None or isinstance(original_exc, KeyboardInterrupt):
+                    raise
+                raise original_exc from original_exc.__cause__  # the handler's exception, not XLA's report
             if not isinstance(e, TypeError):
                 raise
             if _JVP_MARKER in str(e):

@@ -157,7 +157,7 @@ def _check_args(op, args: Sequence[Any]) -> bool:
                 "Warp kernel can read; pass a dense tensor (.to_dense())"
             )
         if x.dtype not in _NP_OF_PADDLE:
-            raise TypeError(
+            raise ArgumentError(
                 f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got a Paddle tensor of "
                 f"dtype {x.dtype} (not supported by Warp)"
             )

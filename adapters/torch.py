@@ -46,7 +46,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from interop import _dtypes
+from interop import _cache, _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import contiguous_strides, external_stream, get_device
@@ -364,7 +364,7 @@ class _Binding:
         e = self.entries.get(key)
         if e is None:
             e = self._make_entry(mask, args, ld, ods)
-            self.entries[key] = e
+            _cache.put(self.entries, key, e, _cache.FAST_PATHS_PER_OP)
         return e
 
     def _make_entry(self, mask, args, ld, ods) -> _Entry:

@@ -10,6 +10,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -71,20 +72,41 @@ def _has_buffer(x: Any) -> bool:
     return True
 
 
+_adapters: dict[str, Any] = {}  # fully imported adapters (sys.modules also holds half-imported ones)
+_adapter_lock = threading.RLock()
+
+
 def adapter(name: str):
-    """The adapter module for framework ``name`` (imported on first use)."""
-    mod = sys.modules.get(f"adapters.{name}")
+    """The adapter module for framework ``name``, imported and Warp initialised once, under a lock.
+
+    Another thread may be importing the adapter right now: ``sys.modules`` already holds that
+    partially initialised module, so only modules recorded here after their import finished
+    are returned without the lock.
+    """
+    mod = _adapters.get(name)
     if mod is not None:
         return mod
+    mod = sys.modules.get(f"adapters.{name}")
+    if mod is not None and not getattr(getattr(mod, "__spec__", None), "_initializing", True):
+        return mod  # imported by the import hook below (Warp initialised there); no lock inside a trace
     if name not in FRAMEWORKS:
         raise ValueError(f"unknown framework {name!r}; expected one of {FRAMEWORKS}")
-    try:
-        return importlib.import_module(f"adapters.{name}")
-    except ImportError as e:
-        raise ImportError(
-            f"the {name} adapter could not be imported ({e}); install the framework, e.g. "
-            f"pip install 'warp-interop[{name}]'"
-        ) from e
+    with _adapter_lock:
+        mod = _adapters.get(name)
+        if mod is not None:
+            return mod
+        from ._launch import ensure_init
+
+        ensure_init()  # before any adapter can launch
+        try:
+            mod = importlib.import_module(f"adapters.{name}")
+        except ImportError as e:
+            raise ImportError(
+                f"the {name} adapter could not be imported ({e}); install the framework, e.g. "
+                f"pip install 'warp-interop[{name}]'"
+            ) from e
+        _adapters[name] = mod
+        return mod
 
 
 def data_ptr(x: Any) -> int:
@@ -140,6 +162,9 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         def exec_module(module):
             loader_exec(module)
             try:
+                from ._launch import ensure_init
+
+                ensure_init()
                 importlib.import_module(f"adapters.{name}")
             except Exception:  # never break the user's import; the adapter loads on first use instead
                 pass

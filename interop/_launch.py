@@ -12,12 +12,13 @@ import ast
 import contextlib
 import threading
 import types as _pytypes
+import weakref
 from typing import Any, Sequence
 
 import warp as wp
 
 from . import _dtypes
-from ._errors import ArgumentError, UnsupportedError
+from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._plan import check_scalar_value, int_range, vector_components
 from ._warp_compat import apic_active as _apic_active
 from ._warp_compat import array_t, type_size_in_bytes
@@ -25,14 +26,24 @@ from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
 
 _devices: dict[Any, Any] = {}
 _init_done = False
+_init_lock = threading.Lock()
+
+# Held while Warp builds or loads a module (recording a launch, a Python-function op's own
+# launches). Warp 1.19's ``Module.load`` is not thread-safe: two threads loading one module
+# hash load the same object twice under one name, and dropping either copy unloads the code
+# the other's launch records still call (a segfault). Replaying a recorded launch never loads,
+# so the hot path does not take this lock.
+build_lock = threading.RLock()
 
 
 def ensure_init() -> None:
-    """Initialise Warp on first use (``wp.from_*`` helpers fail before ``wp.init()``)."""
+    """Initialise Warp once, under a lock (``wp.from_*`` helpers fail before ``wp.init()``)."""
     global _init_done
     if not _init_done:
-        wp.init()
-        _init_done = True
+        with _init_lock:
+            if not _init_done:
+                wp.init()
+                _init_done = True
 
 
 def get_device(device: Any):
@@ -106,7 +117,8 @@ class _ScalarsAsArrays(ast.NodeTransformer):
         return node
 
 
-_variants: dict[tuple, Any] = {}
+# kernel -> {scalar names: variant}; weak, so a dropped op's kernel (and its variants) can go
+_variants: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _variant_lock = threading.Lock()
 
 
@@ -116,9 +128,11 @@ def scalar_ref_kernel(kernel, names: tuple[str, ...]):
     The body reads the value once (``s = s_arr[0]``), so the adjoint accumulates the
     scalar's gradient into the gradient array, summed over all threads.
     """
-    key = (kernel, names)
     with _variant_lock:
-        k = _variants.get(key)
+        per_kernel = _variants.get(kernel)
+        if per_kernel is None:
+            per_kernel = _variants[kernel] = {}
+        k = per_kernel.get(names)
         if k is not None:
             return k
         f = kernel.func
@@ -144,7 +158,7 @@ def scalar_ref_kernel(kernel, names: tuple[str, ...]):
             code_transformers=[_ScalarsAsArrays(names)],
             source=kernel.adj.source,
         )
-        _variants[key] = k
+        per_kernel[names] = k
         return k
 
 
@@ -246,11 +260,15 @@ class Runner:
         try:
             if plan.desc.block_dim is not None:
                 kw["block_dim"] = plan.desc.block_dim
-            slot.launch = wp.launch(kernel, dim=plan.launch_dims, inputs=inputs, device=device, record_cmd=True, **kw)
+            with build_lock:
+                slot.launch = wp.launch(
+                    kernel, dim=plan.launch_dims, inputs=inputs, device=device, record_cmd=True, **kw
+                )
         except Exception as e:
             parent = getattr(kernel, "generic_parent", None)
             if parent is None or parent is not plan.desc.fn:
-                raise  # not an overload this package made (e.g. the user's own wp.overload instance)
+                # not an overload this package made (e.g. the user's own wp.overload instance)
+                raise naming_op(e, plan.desc.label)  # noqa: B904 (the original is its __cause__)
             # A failed overload build is recorded against the whole Warp module and would
             # break every other kernel in it: drop the overload so the module builds again.
             for sig, ovl in list(parent.overloads.items()):
@@ -513,12 +531,16 @@ class Runner:
 
     def _call_function(self, device, values, stream) -> None:
         args = self._function_args(device, values)
-        with wp.ScopedDevice(device):
-            if stream is not None:
-                with wp.ScopedStream(stream, sync_enter=False, sync_exit=False):
+        # the function's own wp.launch calls may load modules: one Python-function op at a time
+        try:
+            with build_lock, wp.ScopedDevice(device):
+                if stream is not None:
+                    with wp.ScopedStream(stream, sync_enter=False, sync_exit=False):
+                        self.plan.kernel(*args)
+                else:
                     self.plan.kernel(*args)
-            else:
-                self.plan.kernel(*args)
+        except Exception as e:
+            raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
     def _tape_backward(self, device, values, adj, stream) -> None:
         asked = [self.plan.desc.params[i].name for i in self.ref_idx if adj is not None and adj[i] is not None]
@@ -532,16 +554,19 @@ class Runner:
             )
         args = self._function_args(device, values, adj, scratch_outputs=True)
         tape = wp.Tape()
-        with wp.ScopedDevice(device):
+        with build_lock, wp.ScopedDevice(device):
             ctx = (
                 wp.ScopedStream(stream, sync_enter=False, sync_exit=False)
                 if stream is not None
                 else contextlib.nullcontext()
             )
-            with ctx:
-                with tape:
-                    self.plan.kernel(*args)
-                tape.backward()
+            try:
+                with ctx:
+                    with tape:
+                        self.plan.kernel(*args)
+                    tape.backward()
+            except Exception as e:
+                raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
 
 def _uses_tiles(kernel) -> bool:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import weakref
 from typing import Any, Sequence
 
+from . import _cache
 from ._description import OpDescription, check_block_dim, describe
 from ._errors import ArgumentError
 from ._frameworks import adapter, framework_of, watch_framework_imports
 from ._plan import CallPlan, make_plan
 
-_ops: dict[OpDescription, Op] = {}
+# Described ops, weakly: an op the user drops is freed (its plans, launch records, fast paths).
+# Describing an equal description while the op lives returns the same op.
+_ops: weakref.WeakValueDictionary[OpDescription, Op] = weakref.WeakValueDictionary()
 _MISSING = object()
 _ops_lock = threading.Lock()
 
@@ -52,7 +56,7 @@ class Op:
         p = self._plans.get(key)
         if p is None:
             p = make_plan(self.description, specs, launch_dims, output_dims, extents=extents)
-            self._plans[key] = p
+            _cache.put(self._plans, key, p, _cache.PLANS_PER_OP)
         return p
 
     def bound(self, framework: str) -> Any:
@@ -267,7 +271,7 @@ def op(
         existing = _ops.get(desc)
         if existing is not None:
             return existing
-        for other in _ops.values():
+        for other in list(_ops.values()):
             if other.description.name == desc.name:
                 raise ArgumentError(
                     f"op name {desc.name!r} is already used by {other.description.key!r} with other options; "

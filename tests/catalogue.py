@@ -487,3 +487,49 @@ def fd_grad(case: Case, args: tuple, weights: list[np.ndarray], eps: float = 1e-
             gf[j] = (lp - lm) / (2 * eps)
         grads.append(g)
     return grads
+
+
+# ---- kernels the property tests draw from (tests/test_properties.py) -------------------------
+# Each in its own Warp module with every overload declared up front: the module builds once (and
+# is cached), whatever order the generated cases reach the types in.
+PROPERTY_SCALARS = (
+    wp.bool, wp.int8, wp.uint8, wp.int16, wp.uint16, wp.int32, wp.uint32, wp.int64, wp.uint64,
+    wp.float16, wp.float32, wp.float64,
+)  # fmt: skip
+PROPERTY_INNER = {(3,): wp.vec3f, (2, 2): wp.mat22f, (3, 3): wp.mat33d}  # vec/mat inner shapes (copy)
+
+
+@wp.kernel(module="unique")
+def copy_kernel(a: wp.array(dtype=typing.Any), out: wp.array(dtype=typing.Any)):
+    """Generic copy: every Warp scalar type (bool, float16, every int width), vec and mat."""
+    i = wp.tid()
+    out[i] = a[i]
+
+
+for _t in PROPERTY_SCALARS + tuple(PROPERTY_INNER.values()):
+    wp.overload(copy_kernel, {"a": wp.array(dtype=_t), "out": wp.array(dtype=_t)})
+
+
+@wp.kernel(module="unique")
+def affine2d_kernel(
+    a: wp.array2d(dtype=typing.Any), b: wp.array2d(dtype=typing.Any), s: typing.Any, out: wp.array2d(dtype=typing.Any)
+):
+    i, j = wp.tid()
+    out[i, j] = a[i, j] * s + b[i, j] * b[i, j]
+
+
+for _t in (wp.float32, wp.float64):
+    wp.overload(affine2d_kernel, {"a": wp.array2d(dtype=_t), "b": wp.array2d(dtype=_t), "s": _t,
+                                  "out": wp.array2d(dtype=_t)})  # fmt: skip
+
+
+@wp.kernel(module="unique")
+def rowsum_kernel(x: wp.array2d(dtype=float), acc: wp.array(dtype=float)):
+    """In-out accumulator: acc[i] += sum_j 3 x[i, j]^2 (read, then updated in place)."""
+    i, j = wp.tid()
+    wp.atomic_add(acc, i, 3.0 * x[i, j] * x[i, j])
+
+
+copy_op = interop.op(copy_kernel, name="catalogue::copy")
+affine2d_op = interop.op(affine2d_kernel, name="catalogue::affine2d")
+rowsum_op = interop.op(rowsum_kernel, in_out=["acc"], name="catalogue::rowsum")

@@ -10,18 +10,16 @@ import importlib.util
 import numpy as np
 import pytest
 import warp as wp
+from guide_kernels import add_kernel as add_int  # noqa: E402
+from guide_kernels import diagonal_kernel as diagonal
+from guide_kernels import lookup_kernel as lookup
+from guide_kernels import rowsum_kernel as rowsum
 
 import interop
 
 FRAMEWORKS = [
     f for f in ("numpy", "warp", "torch", "jax", "paddle") if f in ("numpy", "warp") or importlib.util.find_spec(f)
 ]
-
-
-@wp.kernel
-def add_int(a: wp.array(dtype=int), b: wp.array(dtype=int), output: wp.array(dtype=int)):
-    tid = wp.tid()
-    output[tid] = a[tid] + b[tid]
 
 
 @wp.kernel
@@ -46,24 +44,6 @@ def vecmat(
     d[i] = a[i] * 2.0
     e[i] = b[i] * a[i]
     f[i] = c[i] * a[i]
-
-
-@wp.kernel
-def rowsum(matrix: wp.array2d(dtype=float), sums: wp.array1d(dtype=float)):
-    i, j = wp.tid()
-    wp.atomic_add(sums, i, matrix[i, j])
-
-
-@wp.kernel
-def lookup(table: wp.array(dtype=float), indices: wp.array(dtype=int), output: wp.array(dtype=float)):
-    i = wp.tid()
-    output[i] = table[indices[i]]
-
-
-@wp.kernel
-def diagonal(output: wp.array(dtype=wp.mat33)):
-    tid = wp.tid()
-    output[tid] = wp.mat33(1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 3.0)
 
 
 def to_fw(fw, a, warp_dtype=None):

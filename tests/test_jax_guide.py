@@ -14,55 +14,24 @@ from functools import partial
 import numpy as np
 import pytest
 import warp as wp
+from guide_kernels import (
+    add_kernel as add_int_kernel,
+)
+from guide_kernels import (
+    diagonal_kernel,
+    lookup_kernel,
+    matmul_kernel,
+    rowsum_kernel,
+    scale_kernel,
+    scale_vec_kernel,
+    sincos_kernel,
+    triple_kernel,
+)
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import interop  # noqa: E402
-
-
-@wp.kernel
-def triple_kernel(input: wp.array(dtype=float), output: wp.array(dtype=float)):
-    tid = wp.tid()
-    output[tid] = 3.0 * input[tid]
-
-
-@wp.kernel
-def add_int_kernel(a: wp.array(dtype=int), b: wp.array(dtype=int), output: wp.array(dtype=int)):
-    tid = wp.tid()
-    output[tid] = a[tid] + b[tid]
-
-
-@wp.kernel
-def sincos_kernel(angle: wp.array(dtype=float), sin_out: wp.array(dtype=float), cos_out: wp.array(dtype=float)):
-    tid = wp.tid()
-    sin_out[tid] = wp.sin(angle[tid])
-    cos_out[tid] = wp.cos(angle[tid])
-
-
-@wp.kernel
-def diagonal_kernel(output: wp.array(dtype=wp.mat33)):
-    tid = wp.tid()
-    output[tid] = wp.mat33(1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 3.0)
-
-
-@wp.kernel
-def scale_kernel(a: wp.array(dtype=float), s: float, output: wp.array(dtype=float)):
-    tid = wp.tid()
-    output[tid] = a[tid] * s
-
-
-@wp.kernel
-def matmul_kernel(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float), c: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    N = a.shape[0]
-    K = a.shape[1]
-    M = b.shape[1]
-    if i < N and j < M:
-        s = wp.float32(0)
-        for k in range(K):
-            s += a[i, k] * b[k, j]
-        c[i, j] = s
 
 
 @wp.kernel
@@ -97,18 +66,6 @@ def add_kernel(a: wp.array(dtype=float), b: wp.array(dtype=float), output: wp.ar
 
 
 @wp.kernel
-def rowsum_kernel(matrix: wp.array2d(dtype=float), sums: wp.array1d(dtype=float)):
-    i, j = wp.tid()
-    wp.atomic_add(sums, i, matrix[i, j])
-
-
-@wp.kernel
-def lookup_kernel(table: wp.array(dtype=float), indices: wp.array(dtype=int), output: wp.array(dtype=float)):
-    i = wp.tid()
-    output[i] = table[indices[i]]
-
-
-@wp.kernel
 def scale_sum_square(a: wp.array(dtype=float), b: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
     tid = wp.tid()
     out[tid] = (a[tid] * s + b[tid]) ** 2.0
@@ -127,12 +84,6 @@ def multi_output(
 def scale_vec2(a: wp.array(dtype=wp.vec2), s: float, out: wp.array(dtype=wp.vec2)):
     tid = wp.tid()
     out[tid] = a[tid] * s
-
-
-@wp.kernel
-def scale_vec_kernel(a: wp.array(dtype=wp.vec2), s: float, output: wp.array(dtype=wp.vec2)):
-    tid = wp.tid()
-    output[tid] = a[tid] * s
 
 
 def example_func(

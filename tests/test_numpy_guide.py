@@ -10,62 +10,24 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
+from guide_kernels import (  # noqa: E402
+    add_kernel,
+    diagonal_kernel,
+    lookup_kernel,
+    matmul_kernel,
+    rowsum_kernel,
+    saxpy,
+    scale_kernel,
+    scale_vec_kernel,
+    sincos_kernel,
+    triple_kernel,
+)
 
 import interop
 from interop._frameworks import data_ptr
 
 
 # ---- kernels from the guide ------------------------------------------------------------------
-@wp.kernel
-def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] + y[i]
-
-
-@wp.kernel
-def triple_kernel(input: wp.array(dtype=float), output: wp.array(dtype=float)):
-    tid = wp.tid()
-    output[tid] = 3.0 * input[tid]
-
-
-@wp.kernel
-def add_kernel(a: wp.array(dtype=int), b: wp.array(dtype=int), output: wp.array(dtype=int)):
-    tid = wp.tid()
-    output[tid] = a[tid] + b[tid]
-
-
-@wp.kernel
-def sincos_kernel(angle: wp.array(dtype=float), sin_out: wp.array(dtype=float), cos_out: wp.array(dtype=float)):
-    tid = wp.tid()
-    sin_out[tid] = wp.sin(angle[tid])
-    cos_out[tid] = wp.cos(angle[tid])
-
-
-@wp.kernel
-def diagonal_kernel(output: wp.array(dtype=wp.mat33)):
-    tid = wp.tid()
-    output[tid] = wp.mat33(1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 3.0)
-
-
-@wp.kernel
-def scale_kernel(a: wp.array(dtype=float), s: float, output: wp.array(dtype=float)):
-    tid = wp.tid()
-    output[tid] = a[tid] * s
-
-
-@wp.kernel
-def matmul_kernel(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float), c: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    N = a.shape[0]
-    K = a.shape[1]
-    M = b.shape[1]
-    if i < N and j < M:
-        s = wp.float32(0)
-        for k in range(K):
-            s += a[i, k] * b[k, j]
-        c[i, j] = s
-
-
 @wp.kernel
 def funky_kernel(a: wp.array(dtype=float), b: wp.array(dtype=float), c: wp.array(dtype=float)):
     # launched over k threads; writes b and c where they are long enough
@@ -89,24 +51,6 @@ def vecmat_kernel(
     d[i] = 2.0 * a[i]
     e[i] = b[i] * a[i]
     f[i] = wp.transpose(c[i])
-
-
-@wp.kernel
-def rowsum_kernel(matrix: wp.array2d(dtype=float), sums: wp.array1d(dtype=float)):
-    i, j = wp.tid()
-    wp.atomic_add(sums, i, matrix[i, j])
-
-
-@wp.kernel
-def lookup_kernel(table: wp.array(dtype=float), indices: wp.array(dtype=int), output: wp.array(dtype=float)):
-    i = wp.tid()
-    output[i] = table[indices[i]]
-
-
-@wp.kernel
-def scale_vec_kernel(a: wp.array(dtype=wp.vec2), s: float, output: wp.array(dtype=wp.vec2)):
-    tid = wp.tid()
-    output[tid] = a[tid] * s
 
 
 def example_func(
