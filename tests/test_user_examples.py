@@ -1,0 +1,280 @@
+"""Kernels as users write them (tests/user_kernels.py: segmented sums, neighbour lists, Lennard-Jones
+and Coulomb energies+forces, spherical harmonics, inverse cells, overload tables, a Python-function
+op), through NumPy, PyTorch, JAX and Paddle: values against NumPy references, gradients against
+finite differences of those references, and the physics identity forces = -dE/dpos."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+import user_kernels as uk
+from catalogue import fd_grad, loss_weights
+
+import interop
+
+FRAMEWORKS = [f for f in ("numpy", "torch", "jax", "jax.jit", "paddle") if importlib.util.find_spec(f.split(".")[0])]
+GRAD_FRAMEWORKS = [f for f in FRAMEWORKS if f != "numpy"]
+
+
+def _params(cases=None):
+    out = []
+    for c in uk.USER_CASES if cases is None else [uk.user_case(i) for i in cases]:
+        for dt in c.dtypes:
+            out.append(pytest.param(c.id, dt, id=f"{c.id}-{np.dtype(dt).name}"))
+    return out
+
+
+def _to(fw, a, grad=False):
+    if not isinstance(a, np.ndarray):
+        return a
+    a = np.ascontiguousarray(a)
+    if fw == "numpy":
+        return a.copy()
+    if fw == "torch":
+        import torch
+
+        return torch.from_numpy(a.copy()).requires_grad_(grad)
+    if fw == "paddle":
+        import paddle
+
+        t = paddle.to_tensor(a.copy())
+        t.stop_gradient = not grad
+        return t
+    import jax.numpy as jnp
+
+    return jnp.asarray(a)
+
+
+def _np(x):
+    return np.asarray(interop.convert(x.detach() if hasattr(x, "detach") else x, to="numpy", copy=True))
+
+
+def _tuple(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _tol(dt):
+    return dict(rtol=2e-5, atol=2e-5) if dt == np.float32 else dict(rtol=1e-10, atol=1e-10)
+
+
+def _call(fw, case, args):
+    """The case's op on ``args`` (already in ``fw``); ``jax.jit``: arrays traced, the rest static."""
+    if fw != "jax.jit":
+        return _tuple(case.op(*args, **case.call_kwargs))
+    import jax
+
+    pos = [k for k, a in enumerate(args) if isinstance(a, jax.Array)]
+
+    def f(*arrays):
+        full = list(args)
+        for k, a in zip(pos, arrays):
+            full[k] = a
+        return _tuple(case.op(*full, **case.call_kwargs))
+
+    return jax.jit(f)(*[args[k] for k in pos])
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("case_id, dt", _params())
+def test_values(fw, case_id, dt):
+    case = uk.user_case(case_id)
+    ctx = _x64(fw, dt)
+    with ctx:
+        args = case.make(np.random.default_rng(0), dt)
+        ref = case.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        out = _call(fw, case, [_to(fw, a) for a in args])
+        assert len(out) == len(ref)
+        for o, r in zip(out, ref):
+            got = _np(o)
+            assert got.shape == r.shape and got.dtype == r.dtype, (got.shape, got.dtype, r.shape, r.dtype)
+            np.testing.assert_allclose(got, r, **_tol(dt))
+
+
+def _x64(fw, dt):
+    import contextlib
+
+    if fw.startswith("jax") and dt == np.float64:
+        import jax
+
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()
+
+
+def _grads(fw, case, args, weights):
+    """Gradients of sum_k sum(w_k * out_k) w.r.t. every float array argument, through ``fw``'s autograd."""
+    diff = [k for k, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+    if fw == "torch":
+        import torch
+
+        targs = [_to(fw, a, grad=k in diff) for k, a in enumerate(args)]
+        out = _tuple(case.op(*targs, **case.call_kwargs))
+        loss = sum((torch.from_numpy(w).to(o.dtype) * o).sum() for w, o in zip(weights, out))
+        return diff, [g.numpy() for g in torch.autograd.grad(loss, [targs[k] for k in diff])]
+    if fw == "paddle":
+        import paddle
+
+        pargs = [_to(fw, a, grad=k in diff) for k, a in enumerate(args)]
+        out = _tuple(case.op(*pargs, **case.call_kwargs))
+        loss = sum((o * paddle.to_tensor(w.astype(np.dtype(o.numpy().dtype)))).sum() for w, o in zip(weights, out))
+        loss.backward()
+        return diff, [pargs[k].grad.numpy() for k in diff]
+    import jax
+    import jax.numpy as jnp
+
+    jargs = [_to(fw, a) for a in args]
+
+    def loss(*arrays):
+        full = list(jargs)
+        for k, a in zip(diff, arrays):
+            full[k] = a
+        out = _tuple(case.op(*full, **case.call_kwargs))
+        return sum(jnp.sum(jnp.asarray(w, o.dtype) * o) for w, o in zip(weights, out))
+
+    g = jax.grad(loss, argnums=tuple(range(len(diff))))
+    g = jax.jit(g) if fw == "jax.jit" else g
+    return diff, [np.asarray(x) for x in g(*[jargs[k] for k in diff])]
+
+
+DIFF_CASES = [c.id for c in uk.USER_CASES if c.differentiable]
+
+
+@pytest.mark.parametrize("fw", GRAD_FRAMEWORKS)
+@pytest.mark.parametrize("case_id, dt", _params(DIFF_CASES))
+def test_gradients_match_finite_differences(fw, case_id, dt):
+    case = uk.user_case(case_id)
+    with _x64(fw, dt):
+        args = case.make(np.random.default_rng(1), dt)
+        ref = case.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+        weights = loss_weights(case, ref)
+        diff, grads = _grads(fw, case, args, weights)
+        fd = fd_grad(case, args, weights)
+        tol = dict(rtol=2e-3, atol=2e-3) if dt == np.float32 else dict(rtol=1e-6, atol=1e-6)
+        for k, g in zip(diff, grads):
+            assert g.shape == args[k].shape
+            np.testing.assert_allclose(g, fd[k], **tol, err_msg=f"{case_id}: gradient of argument {k}")
+
+
+@pytest.mark.parametrize("fw", GRAD_FRAMEWORKS)
+@pytest.mark.parametrize("case_id", ["lennard_jones", "coulomb"])
+def test_forces_are_minus_energy_gradient(fw, case_id):
+    """Training on energies: d(sum E)/d pos through the framework equals -forces from the kernel."""
+    case = uk.user_case(case_id)
+    args = case.make(np.random.default_rng(2), np.float32)
+    energy, forces = case.reference(*args)
+    weights = [np.ones_like(energy, np.float64), np.zeros_like(forces, np.float64)]
+    diff, grads = _grads(fw, case, args, weights)
+    np.testing.assert_allclose(grads[diff.index(0)], -forces, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fw", ["torch", "paddle", "jax"])
+def test_gradient_wrt_lj_parameters_passed_as_0d_arrays(fw):
+    """Fitting epsilon and sigma: scalars handed over as 0-d arrays get their real gradients."""
+    pytest.importorskip(fw)
+    case = uk.user_case("lennard_jones")
+    pos, pairs, eps, sig = case.make(np.random.default_rng(3), np.float32)
+
+    def energy(e, s):
+        return float(case.reference(pos.astype(np.float64), pairs, e, s)[0][0])
+
+    h = 1e-5
+    fd = [(energy(eps + h, sig) - energy(eps - h, sig)) / (2 * h), (energy(eps, sig + h) - energy(eps, sig - h)) / (2 * h)]
+    kw = case.call_kwargs
+    if fw == "torch":
+        import torch
+
+        e, s = torch.tensor(eps, requires_grad=True), torch.tensor(sig, requires_grad=True)
+        en, _ = case.op(torch.from_numpy(pos), torch.from_numpy(pairs), e, s, **kw)
+        got = [g.item() for g in torch.autograd.grad(en.sum(), [e, s])]
+    elif fw == "paddle":
+        import paddle
+
+        e, s = paddle.to_tensor(eps, dtype="float32"), paddle.to_tensor(sig, dtype="float32")
+        e.stop_gradient = s.stop_gradient = False
+        en, _ = case.op(paddle.to_tensor(pos), paddle.to_tensor(pairs), e, s, **kw)
+        en.sum().backward()
+        got = [float(e.grad), float(s.grad)]
+    else:
+        import jax
+
+        def f(e, s):
+            return case.op(jax.numpy.asarray(pos), jax.numpy.asarray(pairs), e, s, **kw)[0].sum()
+
+        got = [float(g) for g in jax.jit(jax.grad(f, argnums=(0, 1)))(np.float32(eps), np.float32(sig))]
+    np.testing.assert_allclose(got, fd, rtol=2e-3, atol=2e-3)
+
+
+def test_jax_vmap_over_configurations_with_a_shared_pair_list():
+    """jax.vmap over a batch of configurations (the pair list unbatched), values and grad of vmap."""
+    jax = pytest.importorskip("jax")
+    import functools
+
+    case = uk.user_case("lennard_jones")
+    batch = [case.make(np.random.default_rng(30 + b), np.float32) for b in range(3)]
+    pairs = jax.numpy.asarray(batch[0][1])
+    pos = jax.numpy.asarray(np.stack([b[0] for b in batch]))
+    call = functools.partial(case.op, **case.call_kwargs)
+    energy, forces = jax.jit(jax.vmap(lambda p: call(p, pairs, 0.8, 1.0)))(pos)
+    for b, args in enumerate(batch):
+        e_ref, f_ref = case.reference(*args)
+        np.testing.assert_allclose(np.asarray(energy[b]), e_ref, rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(np.asarray(forces[b]), f_ref, rtol=2e-5, atol=2e-5)
+    g = jax.jit(jax.grad(lambda p: jax.vmap(lambda q: call(q, pairs, 0.8, 1.0)[0])(p).sum()))(pos)
+    for b in range(3):
+        np.testing.assert_allclose(np.asarray(g[b]), -np.asarray(forces[b]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case_id", ["lennard_jones", "coulomb", "neighbors", "inverse_cells", "segment_sum_vec3"])
+def test_torch_compile_matches_eager(case_id):
+    """torch.compile(fullgraph=True) of the user kernels: values and gradients as eager."""
+    torch = pytest.importorskip("torch")
+    case = uk.user_case(case_id)
+    args = case.make(np.random.default_rng(4), np.float32)
+    grad = case.differentiable
+
+    def run(*targs):
+        out = _tuple(case.op(*targs, **case.call_kwargs))
+        return sum((o.to(torch.float32) * (j + 1.0)).sum() for j, o in enumerate(out))
+
+    def targs():
+        return [_to("torch", a, grad=grad and isinstance(a, np.ndarray) and a.dtype.kind == "f") for a in args]
+
+    eager = targs()
+    ref = run(*eager)
+    leaves = [t for t in eager if isinstance(t, torch.Tensor) and t.requires_grad]
+    ref_grads = torch.autograd.grad(ref, leaves) if leaves else ()
+    torch._dynamo.reset()
+    compiled = torch.compile(run, backend="aot_eager", fullgraph=True)
+    cargs = targs()
+    got = compiled(*cargs)
+    cleaves = [t for t in cargs if isinstance(t, torch.Tensor) and t.requires_grad]
+    got_grads = torch.autograd.grad(got, cleaves) if cleaves else ()
+    torch.testing.assert_close(got, ref)
+    for g, r in zip(got_grads, ref_grads):
+        torch.testing.assert_close(g, r)
+    torch._dynamo.reset()
+
+
+# ---- hostile inputs as users produce them --------------------------------------------------------
+@pytest.mark.parametrize("fw", ["torch", "jax", "paddle", "numpy"])
+def test_int64_pair_list_is_refused_naming_the_parameter(fw):
+    """Index arrays default to int64 in torch/NumPy (and JAX with x64): an int32 parameter refuses them, never casts."""
+    pytest.importorskip(fw)
+    case = uk.user_case("lennard_jones")
+    pos, pairs, eps, sig = case.make(np.random.default_rng(5), np.float32)
+    with _x64("jax", np.float64 if fw == "jax" else np.float32), pytest.raises(interop.ArgumentError, match=r"op 'lj_energy_forces', parameter 'pairs'.*int32.*int64"):
+        case.op(_to(fw, pos), _to(fw, pairs.astype(np.int64)), eps, sig, **case.call_kwargs)
+
+
+@pytest.mark.parametrize("fw", ["numpy", "torch", "paddle"])
+def test_positions_as_a_strided_view_are_read_in_place(fw):
+    """xyz columns of an (n, 4) xyzq array are a vec3 array with an outer stride of 16 bytes: read without a copy."""
+    pytest.importorskip(fw)
+    case = uk.user_case("spherical_harmonics")
+    (r,) = case.make(np.random.default_rng(6), np.float32)
+    xyzq = np.concatenate([r, np.ones((len(r), 1), np.float32)], axis=1)
+    big = _to(fw, xyzq)
+    view = big[:, :3]
+    (out,) = _tuple(case.op(view, **case.call_kwargs))
+    np.testing.assert_allclose(_np(out), case.reference(r)[0], **_tol(np.float32))
