@@ -9,6 +9,7 @@ import importlib.util
 
 import numpy as np
 import pytest
+import catalogue
 import user_kernels as uk
 from catalogue import fd_grad, loss_weights
 
@@ -84,8 +85,14 @@ def test_values(fw, case_id, dt):
     with ctx:
         args = case.make(np.random.default_rng(0), dt)
         ref = case.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in args])
-        out = _call(fw, case, [_to(fw, a) for a in args])
+        fargs = [_to(fw, a) for a in args]
+        out = _call(fw, case, fargs)
         assert len(out) == len(ref)
+        for k in case.in_out:
+            if fw.startswith("jax"):  # JAX returns new arrays; the caller's is unchanged
+                np.testing.assert_array_equal(_np(fargs[k]), args[k])
+            else:  # updated in place, returned as the same object
+                assert any(o is fargs[k] for o in out)
         for o, r in zip(out, ref):
             got = _np(o)
             assert got.shape == r.shape and got.dtype == r.dtype, (got.shape, got.dtype, r.shape, r.dtype)
@@ -108,18 +115,21 @@ def _grads(fw, case, args, weights):
     if fw == "torch":
         import torch
 
-        targs = [_to(fw, a, grad=k in diff) for k, a in enumerate(args)]
+        leaves = [_to(fw, a, grad=k in diff) for k, a in enumerate(args)]
+        # an in-out tensor is updated in place: a non-leaf that carries the gradient to its leaf
+        targs = [t * 1.0 if k in case.in_out else t for k, t in enumerate(leaves)]
         out = _tuple(case.op(*targs, **case.call_kwargs))
         loss = sum((torch.from_numpy(w).to(o.dtype) * o).sum() for w, o in zip(weights, out))
-        return diff, [g.numpy() for g in torch.autograd.grad(loss, [targs[k] for k in diff])]
+        return diff, [g.numpy() for g in torch.autograd.grad(loss, [leaves[k] for k in diff])]
     if fw == "paddle":
         import paddle
 
-        pargs = [_to(fw, a, grad=k in diff) for k, a in enumerate(args)]
+        leaves = [_to(fw, a, grad=k in diff) for k, a in enumerate(args)]
+        pargs = [t * 1.0 if k in case.in_out else t for k, t in enumerate(leaves)]
         out = _tuple(case.op(*pargs, **case.call_kwargs))
         loss = sum((o * paddle.to_tensor(w.astype(np.dtype(o.numpy().dtype)))).sum() for w, o in zip(weights, out))
         loss.backward()
-        return diff, [pargs[k].grad.numpy() for k in diff]
+        return diff, [leaves[k].grad.numpy() for k in diff]
     import jax
     import jax.numpy as jnp
 
@@ -225,11 +235,24 @@ def test_jax_vmap_over_configurations_with_a_shared_pair_list():
         np.testing.assert_allclose(np.asarray(g[b]), -np.asarray(forces[b]), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("case_id", ["lennard_jones", "coulomb", "neighbors", "inverse_cells", "segment_sum_vec3"])
+def _any_case(case_id):
+    return uk.user_case(case_id) if case_id in uk.USER_CASE_IDS else catalogue.case(case_id)
+
+
+COMPILE_CASES = ["lennard_jones", "lj_add_forces_in_out", "coulomb", "neighbors", "inverse_cells", "segment_sum_vec3"]
+# the catalogue's in-out kernels too: gradients through in-out arrays under torch.compile
+COMPILE_CASES += ["in_out", "in_out_first", "outputs_middle"]
+
+
+@pytest.mark.parametrize("case_id", COMPILE_CASES)
 def test_torch_compile_matches_eager(case_id):
-    """torch.compile(fullgraph=True) of the user kernels: values and gradients as eager."""
+    """torch.compile(fullgraph=True): values, gradients and the in-place update of in-out tensors as eager.
+
+    In-out tensors are non-leaf tensors (a leaf that requires grad cannot be updated in place) whose
+    gradient reaches their leaf; gradients are taken w.r.t. the leaves, as a training loop does.
+    """
     torch = pytest.importorskip("torch")
-    case = uk.user_case(case_id)
+    case = _any_case(case_id)
     args = case.make(np.random.default_rng(4), np.float32)
     grad = case.differentiable
 
@@ -237,22 +260,26 @@ def test_torch_compile_matches_eager(case_id):
         out = _tuple(case.op(*targs, **case.call_kwargs))
         return sum((o.to(torch.float32) * (j + 1.0)).sum() for j, o in enumerate(out))
 
-    def targs():
-        return [_to("torch", a, grad=grad and isinstance(a, np.ndarray) and a.dtype.kind == "f") for a in args]
+    def make():
+        leaves = [_to("torch", a, grad=grad and isinstance(a, np.ndarray) and a.dtype.kind == "f") for a in args]
+        return leaves, [t * 1.0 if k in case.in_out else t for k, t in enumerate(leaves)]
 
-    eager = targs()
+    eager_leaves, eager = make()
     ref = run(*eager)
-    leaves = [t for t in eager if isinstance(t, torch.Tensor) and t.requires_grad]
+    leaves = [t for t in eager_leaves if isinstance(t, torch.Tensor) and t.requires_grad]
     ref_grads = torch.autograd.grad(ref, leaves) if leaves else ()
     torch._dynamo.reset()
     compiled = torch.compile(run, backend="aot_eager", fullgraph=True)
-    cargs = targs()
+    cleaves, cargs = make()
     got = compiled(*cargs)
-    cleaves = [t for t in cargs if isinstance(t, torch.Tensor) and t.requires_grad]
+    cleaves = [t for t in cleaves if isinstance(t, torch.Tensor) and t.requires_grad]
     got_grads = torch.autograd.grad(got, cleaves) if cleaves else ()
     torch.testing.assert_close(got, ref)
+    assert len(got_grads) == len(ref_grads) == (len(leaves) if grad else 0)
     for g, r in zip(got_grads, ref_grads):
         torch.testing.assert_close(g, r)
+    for k in case.in_out:  # the caller's in-out tensor was updated in place, as in eager
+        torch.testing.assert_close(cargs[k], eager[k])
     torch._dynamo.reset()
 
 

@@ -74,6 +74,29 @@ def lj_energy_forces(
     wp.atomic_sub(forces, j, f)
 
 
+# ---- the same pair term added onto forces accumulated by earlier terms (an in-out array) ------------
+@wp.kernel
+def lj_add_forces(
+    pos: wp.array(dtype=wp.vec3),
+    pairs: wp.array2d(dtype=wp.int32),
+    forces: wp.array(dtype=wp.vec3),
+    energy: wp.array(dtype=float),
+    epsilon: float,
+    sigma: float,
+):
+    p = wp.tid()
+    i = pairs[p, 0]
+    j = pairs[p, 1]
+    d = pos[j] - pos[i]
+    r2 = wp.dot(d, d)
+    sr2 = sigma * sigma / r2
+    sr6 = sr2 * sr2 * sr2
+    wp.atomic_add(energy, 0, 4.0 * epsilon * (sr6 * sr6 - sr6))
+    f = 8.0 * epsilon * (-6.0 * sr6 * sr6 + 3.0 * sr6) / r2 * d
+    wp.atomic_add(forces, i, f)
+    wp.atomic_sub(forces, j, f)
+
+
 # ---- Coulomb: per-atom energies and forces in the middle, the prefactor last ---------------------
 @wp.kernel
 def coulomb_energy_forces(
@@ -330,6 +353,17 @@ _add(
         ref_lj,
         dtypes=(np.float32,),
         call_kwargs={"launch_dims": NPAIRS, "output_dims": {"energy": 1, "forces": NATOMS}},
+    )
+)
+_add(
+    Case(
+        "lj_add_forces_in_out",
+        interop.op(lj_add_forces, outputs=["energy"], in_out=["forces"]),
+        lambda rng, dt: (_lattice(rng, dt), all_pairs(), rng.uniform(-1, 1, (NATOMS, 3)).astype(dt), 0.8, 1.0),
+        lambda pos, pairs, forces, e, s: (lambda en, f: (forces + f, en))(*ref_lj(pos, pairs, e, s)),
+        dtypes=(np.float32,),
+        call_kwargs={"launch_dims": NPAIRS, "output_dims": {"energy": 1}},
+        in_out=(2,),
     )
 )
 _add(
