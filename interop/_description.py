@@ -403,7 +403,8 @@ def describe(
                 "supported: Warp scalar, vector and matrix types and arrays of them"
             )
         float_ok = generic or _dtypes.is_float(scalar)
-        differentiable = bool(enable_backward and float_ok and pname not in nondiff)
+        # a hand-written backward replaces Warp's adjoint: the kernel may be compiled without one
+        differentiable = bool((enable_backward or backward is not None) and float_ok and pname not in nondiff)
         params.append(
             Param(
                 name=pname,

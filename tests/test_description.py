@@ -447,7 +447,14 @@ def test_backward_not_a_kernel():
 
 def test_backward_without_differentiable_input():
     with pytest.raises(ValueError, match=r"backward= given, but the op has no differentiable array input"):
-        interop.op(no_backward, backward=square_bwd)
+        interop.op(no_backward, backward=square_bwd, nondifferentiable=["x"])
+
+
+def test_hand_written_backward_makes_a_kernel_without_adjoint_differentiable():
+    """Warp's PyTorch guide: a forward kernel compiled with enable_backward=False and a backward kernel."""
+    d = interop.op(no_backward, backward=square_bwd).description
+    assert [p.differentiable for p in d.params] == [True, True]
+    assert interop.op(no_backward).description.params[0].differentiable is False
 
 
 # ---- other options ------------------------------------------------------------------------------

@@ -209,6 +209,46 @@ def soft_pair_energy(pos: wp.array(dtype=wp.vec3), pairs: wp.array2d(dtype=wp.in
     wp.launch(_soft_energy, dim=pairs.shape[0], inputs=[r2], outputs=[energy], device=pos.device)
 
 
+# ---- Warp's PyTorch guide: Rosenbrock (a wp.func over vec2), the summed-squares loss, and a
+# forward kernel without adjoint plus a hand-written backward kernel ---------------------------------
+@wp.func
+def rosenbrock(x: float, y: float):
+    return (1.0 - x) ** 2.0 + 100.0 * (y - x**2.0) ** 2.0
+
+
+@wp.kernel
+def eval_rosenbrock(xs: wp.array(dtype=wp.vec2), z: wp.array(dtype=float)):
+    i = wp.tid()
+    x = xs[i]
+    z[i] = rosenbrock(x[0], x[1])
+
+
+@wp.kernel
+def squares_loss(xs: wp.array(dtype=float, ndim=2), l: wp.array(dtype=float)):
+    tid = wp.tid()
+    wp.atomic_add(l, 0, xs[tid, 0] ** 2.0 + xs[tid, 1] ** 2.0)
+
+
+@wp.kernel(enable_backward=False)
+def sum_squares_forward(a: wp.array(dtype=float), b: wp.array(dtype=float), output: wp.array(dtype=float)):
+    i = wp.tid()
+    output[i] = a[i] * a[i] + b[i] * b[i]
+
+
+@wp.kernel(enable_backward=False)
+def sum_squares_backward(
+    a: wp.array(dtype=float),
+    b: wp.array(dtype=float),
+    adj_output: wp.array(dtype=float),
+    grad_a: wp.array(dtype=float),
+    grad_b: wp.array(dtype=float),
+):
+    # the guide's backward_kernel, parameters in interop's order: inputs, adjoints, gradients
+    i = wp.tid()
+    grad_a[i] = 2.0 * a[i] * adj_output[i]
+    grad_b[i] = 2.0 * b[i] * adj_output[i]
+
+
 # ---- NumPy references ------------------------------------------------------------------------------
 def _lattice(rng, dt, n=NATOMS):
     """Atoms near a line with spacing ~1.1 (no pair closer than ~0.8): smooth LJ/Coulomb terms."""
@@ -430,6 +470,35 @@ _add(
         lambda pos, pairs: (
             np.array([np.sum(np.exp(-np.sum((pos[pairs[:, 1]] - pos[pairs[:, 0]]) ** 2, axis=1)))], pos.dtype),
         ),
+        dtypes=(np.float32,),
+    )
+)
+
+_add(
+    Case(
+        "guide_rosenbrock",
+        interop.op(eval_rosenbrock),
+        lambda rng, dt: (rng.uniform(-1, 1, size=(8, 2)).astype(dt),),
+        lambda xy: (((1 - xy[:, 0]) ** 2 + 100 * (xy[:, 1] - xy[:, 0] ** 2) ** 2).astype(xy.dtype),),
+        dtypes=(np.float32,),
+    )
+)
+_add(
+    Case(
+        "guide_squares_loss",
+        # the guide launches dim=len(xs): the default launch dims would be xs's 2-d shape
+        interop.op(squares_loss, launch_dims=10, output_dims=1),
+        lambda rng, dt: (rng.normal(size=(10, 2)).astype(dt),),
+        lambda xs: (np.array([np.sum(xs**2)], xs.dtype),),
+        dtypes=(np.float32,),
+    )
+)
+_add(
+    Case(
+        "guide_hand_written_backward",
+        interop.op(sum_squares_forward, backward=sum_squares_backward),
+        lambda rng, dt: (rng.normal(size=9).astype(dt), rng.normal(size=9).astype(dt)),
+        lambda a, b: (a * a + b * b,),
         dtypes=(np.float32,),
     )
 )
