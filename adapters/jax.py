@@ -45,6 +45,7 @@ from jax.custom_batching import custom_vmap
 
 from interop import _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
+from interop._errors import UnsupportedError
 from interop._launch import external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, vector_components
 
@@ -326,6 +327,7 @@ class _Entry:
         jop._by_config.setdefault(self.config, self)
         self.fwd = _forward_launch(self, plan)
         self._bwd: dict[tuple, Any] = {}
+        self._bwd_fns: dict[Any, Any] = {}  # adjoint launch -> its custom_vjp (no second order)
         self._folded: dict[int, Any] = {}
         self.fn = self._make_vjp()
         self.jitted = jax.jit(self.fn)
@@ -366,7 +368,9 @@ class _Entry:
             xs = [p.value for p in pxs]
             want = tuple(i for i, p in enumerate(pxs) if p.perturbed)
             self._check_differentiable(want)
-            outs = tuple(fwd_launch(*xs))
+            # through fn itself, not the raw launch: when this rule is differentiated again (grad of
+            # grad), the forward call meets fn's own rule instead of an FFI call JAX cannot differentiate
+            outs = tuple(fn(*xs))
             # which operands need a gradient is static: carry it in the residuals' tree structure
             # the adjoint launch takes the pure outputs (in kernel order, wherever in-out ones sit)
             pure = tuple(o for o, is_out in zip(outs, out_mask) if is_out)
@@ -403,6 +407,8 @@ class _Entry:
         desc = self.desc
         plan = self.plan
         ret = desc.returned_params
+        if desc.kind == "kernel" and not desc.enable_backward and desc.backward is None:
+            _refuse_gradient_without_adjoint(desc, self.dyn, xs, want, ret, plan.out_specs, cts)
         ct_vals = []
         any_ct = False
         for p, spec, ct in zip(ret, plan.out_specs, cts):
@@ -421,12 +427,36 @@ class _Entry:
             return self._handwritten_backward(xs, want, ct_vals)
         launch = self.adjoint(want)
         operands = list(xs) + list(outs) + [c for c in ct_vals if c is not None]
-        results = launch(*operands) if launch.results else ()
+        results = self._no_second_order(launch)(*operands) if launch.results else ()
         for i, r in zip(launch.grad_for, results):
             grads[i] = r
         for i, k in launch.ct_passthrough:
             grads[i] = ct_vals[k]
         return _like_inputs(grads, xs)
+
+    def _no_second_order(self, launch: _Launch):
+        """The adjoint launch, whose own derivative (grad of grad) raises an error naming the op."""
+        fn = self._bwd_fns.get(launch)
+        if fn is None:
+            label = self.desc.label
+
+            @jax.custom_vjp
+            def fn(*operands):
+                return tuple(launch(*operands))
+
+            def fn_fwd(*operands):
+                return fn(*operands), None
+
+            def fn_bwd(_res, _cts):
+                raise UnsupportedError(
+                    f"op {label!r}: second derivatives are not available: its backward is Warp's generated "
+                    "adjoint, which has no derivative of its own. For second order (jax.grad of jax.grad), "
+                    "describe the op with a hand-written backward: interop.op(..., backward=<kernel or op>)"
+                )
+
+            fn.defvjp(fn_fwd, fn_bwd)
+            fn = self._bwd_fns.setdefault(launch, fn)
+        return fn
 
     def adjoint(self, want: tuple) -> _Launch:
         """The adjoint launch computing the gradients of operands ``want``."""
@@ -461,6 +491,23 @@ class _Entry:
             elif p.index in by_param:
                 grads[i] = by_param[p.index]
         return _like_inputs(grads, xs)
+
+
+def _refuse_gradient_without_adjoint(desc, dyn, xs, want, returned, out_specs, cts) -> None:
+    """A kernel compiled with enable_backward=False has no gradient: raise (never a silent zero) when
+    a float output's cotangent reaches a float operand. Integer outputs (a neighbour list) pass."""
+    floats = [dyn[i].name for i in want if jnp.issubdtype(xs[i].dtype, jnp.floating)]
+    used = [
+        p.name
+        for p, spec, ct in zip(returned, out_specs, cts)
+        if np.dtype(spec.dtype).kind == "f" and not isinstance(ct, jax.custom_derivatives.SymbolicZero)
+    ]
+    if floats and used:
+        raise UnsupportedError(
+            f"op {desc.label!r}: no gradient with respect to {floats[0]!r} through output {used[0]!r}: the kernel "
+            "is compiled with enable_backward=False; pass backward= (a hand-written backward), or wrap the "
+            "input in jax.lax.stop_gradient"
+        )
 
 
 _backward_ops: dict[Any, Any] = {}

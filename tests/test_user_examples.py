@@ -305,3 +305,64 @@ def test_positions_as_a_strided_view_are_read_in_place(fw):
     view = big[:, :3]
     (out,) = _tuple(case.op(view, **case.call_kwargs))
     np.testing.assert_allclose(_np(out), case.reference(r)[0], **_tol(np.float32))
+
+
+# ---- second derivatives and kernels without adjoint (Warp's PyTorch guide pattern) --------------
+@pytest.mark.parametrize("fw", ["torch", "jax", "jax.jit", "paddle"])
+def test_second_derivative_through_a_hand_written_backward(fw):
+    """d/dx sum(grad) of x^3 with a hand-written (differentiable) backward kernel: 6x, in every framework."""
+    pytest.importorskip(fw.split(".")[0])
+    op = uk.cube_op()
+    x = np.array([1.0, -2.0, 0.5], np.float32)
+    if fw == "torch":
+        import torch
+
+        t = torch.from_numpy(x).requires_grad_(True)
+        (g,) = torch.autograd.grad(op(t).sum(), [t], create_graph=True)
+        (h,) = torch.autograd.grad(g.sum(), [t])
+    elif fw == "paddle":
+        import paddle
+
+        t = paddle.to_tensor(x)
+        t.stop_gradient = False
+        (g,) = paddle.grad(op(t).sum(), [t], create_graph=True)
+        g.sum().backward()  # paddle.grad(g.sum(), [t]) meets Paddle's PyLayer rule, see the report
+        h = t.grad
+    else:
+        import jax
+
+        f = jax.grad(lambda z: jax.grad(lambda y: op(y).sum())(z).sum())
+        h = (jax.jit(f) if fw == "jax.jit" else f)(jax.numpy.asarray(x))
+    np.testing.assert_allclose(_np(h), 6.0 * x, rtol=1e-6)
+
+
+def test_jax_second_derivative_through_warp_adjoint_names_the_op():
+    jax = pytest.importorskip("jax")
+    op = interop.op(uk.cube)
+    with pytest.raises(
+        NotImplementedError, match=r"op 'cube': second derivatives are not available.*backward=<kernel or op>"
+    ):
+        jax.grad(lambda z: jax.grad(lambda y: op(y).sum())(z).sum())(jax.numpy.ones(3))
+
+
+def test_jax_gradient_of_a_kernel_without_adjoint_raises_naming_the_op():
+    """enable_backward=False and no backward=: asking JAX for the gradient raises (it was a silent zero)."""
+    jax = pytest.importorskip("jax")
+    op = interop.op(uk.sum_squares_forward)
+    b = jax.numpy.ones(3)
+    with pytest.raises(
+        NotImplementedError,
+        match=r"op 'sum_squares_forward': no gradient with respect to 'a' through output 'output': "
+        r"the kernel is compiled with enable_backward=False; pass backward=",
+    ):
+        jax.jit(jax.grad(lambda a: op(a, b).sum()))(jax.numpy.ones(3))
+    # integer outputs of such a kernel (a neighbour list) carry no gradient: differentiating around them works
+    nb = interop.op(uk.neighbors_no_adjoint, outputs=["nbr", "num"], output_dims={"nbr": (uk.NATOMS, uk.MAX_NBR)})
+    pos = jax.numpy.asarray(uk.user_case("neighbors").make(np.random.default_rng(0), np.float32)[0])
+
+    def f(p):
+        _, num = nb(p, uk.CUTOFF, uk.MAX_NBR)
+        return jax.numpy.sum(p * num[:, None].astype(p.dtype))
+
+    _, num = nb(pos, uk.CUTOFF, uk.MAX_NBR)
+    np.testing.assert_array_equal(np.asarray(jax.jit(jax.grad(f))(pos)), np.repeat(np.asarray(num)[:, None], 3, 1))

@@ -249,6 +249,27 @@ def sum_squares_backward(
     grad_b[i] = 2.0 * b[i] * adj_output[i]
 
 
+# ---- x^3 with a hand-written backward that has an adjoint of its own (second derivatives) ---------
+@wp.kernel
+def cube(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i] * x[i] * x[i]
+
+
+@wp.kernel
+def cube_backward(x: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_x: wp.array(dtype=float)):
+    i = wp.tid()
+    grad_x[i] = 3.0 * x[i] * x[i] * adj_out[i]
+
+
+def cube_op() -> interop.Op:
+    return interop.op(cube, backward=cube_backward)
+
+
+# the neighbour list as libraries compile it: without adjoint (its outputs are integers)
+neighbors_no_adjoint = wp.Kernel(naive_neighbors.func, key="neighbors_no_adjoint", options={"enable_backward": False})
+
+
 # ---- NumPy references ------------------------------------------------------------------------------
 def _lattice(rng, dt, n=NATOMS):
     """Atoms near a line with spacing ~1.1 (no pair closer than ~0.8): smooth LJ/Coulomb terms."""
