@@ -71,7 +71,9 @@ def test_opcheck_forward_and_backward_operators(case_id, dtype, requires_grad):
     ops = atorch.operators(case.op)
     torch.library.opcheck(ops["functional"], tuple(targs))
     if "mutable" in ops:
-        torch.library.opcheck(ops["mutable"], tuple(t.detach().clone() if isinstance(t, torch.Tensor) else t for t in targs))
+        torch.library.opcheck(
+            ops["mutable"], tuple(t.detach().clone() if isinstance(t, torch.Tensor) else t for t in targs)
+        )
     if "backward" not in ops:
         return
     b = atorch._binding(case.op)
@@ -79,19 +81,25 @@ def test_opcheck_forward_and_backward_operators(case_id, dtype, requires_grad):
         results = ops["functional"](*targs)
     results = results if isinstance(results, tuple) else (results,)
     grads = [torch.rand_like(r) for r in results]
-    needs = [isinstance(t, torch.Tensor) and t.dtype.is_floating_point and p.differentiable and p.role == "input"
-             for t, p in zip(targs, b.call_params)]
+    needs = [
+        isinstance(t, torch.Tensor) and t.dtype.is_floating_point and p.differentiable and p.role == "input"
+        for t, p in zip(targs, b.call_params)
+    ]
     dims = [None] * (1 + len(b.outputs))
     call = [t.detach() if isinstance(t, torch.Tensor) else t for t in targs]
     if requires_grad:
-        call = [t.requires_grad_(True) if isinstance(t, torch.Tensor) and t.dtype.is_floating_point else t for t in call]
+        call = [
+            t.requires_grad_(True) if isinstance(t, torch.Tensor) and t.dtype.is_floating_point else t for t in call
+        ]
     bargs = (*call, *results, *grads, *dims, needs)
     if not requires_grad:
         torch.library.opcheck(ops["backward"], bargs)
         return
     # the backward of Warp's generated adjoint has no derivative: every check but the one that
     # differentiates through it passes, and that one meets the error naming the op
-    torch.library.opcheck(ops["backward"], bargs, test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
+    torch.library.opcheck(
+        ops["backward"], bargs, test_utils=("test_schema", "test_autograd_registration", "test_faketensor")
+    )
     with pytest.raises(Exception, match=r"second derivatives are not available"):
         torch.library.opcheck(ops["backward"], bargs, test_utils="test_aot_dispatch_dynamic")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 
+import catalogue
 import numpy as np
 import pytest
-import catalogue
 import user_kernels as uk
 from catalogue import fd_grad, loss_weights
 
@@ -189,7 +189,10 @@ def test_gradient_wrt_lj_parameters_passed_as_0d_arrays(fw):
         return float(case.reference(pos.astype(np.float64), pairs, e, s)[0][0])
 
     h = 1e-5
-    fd = [(energy(eps + h, sig) - energy(eps - h, sig)) / (2 * h), (energy(eps, sig + h) - energy(eps, sig - h)) / (2 * h)]
+    fd = [
+        (energy(eps + h, sig) - energy(eps - h, sig)) / (2 * h),
+        (energy(eps, sig + h) - energy(eps, sig - h)) / (2 * h),
+    ]
     kw = case.call_kwargs
     if fw == "torch":
         import torch
@@ -290,7 +293,10 @@ def test_int64_pair_list_is_refused_naming_the_parameter(fw):
     pytest.importorskip(fw)
     case = uk.user_case("lennard_jones")
     pos, pairs, eps, sig = case.make(np.random.default_rng(5), np.float32)
-    with _x64("jax", np.float64 if fw == "jax" else np.float32), pytest.raises(interop.ArgumentError, match=r"op 'lj_energy_forces', parameter 'pairs'.*int32.*int64"):
+    with (
+        _x64("jax", np.float64 if fw == "jax" else np.float32),
+        pytest.raises(interop.ArgumentError, match=r"op 'lj_energy_forces', parameter 'pairs'.*int32.*int64"),
+    ):
         case.op(_to(fw, pos), _to(fw, pairs.astype(np.int64)), eps, sig, **case.call_kwargs)
 
 

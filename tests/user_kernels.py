@@ -12,10 +12,9 @@ import typing
 
 import numpy as np
 import warp as wp
+from catalogue import Case
 
 import interop
-
-from catalogue import Case
 
 NATOMS = 5
 NSEG = 3
@@ -41,7 +40,7 @@ def naive_neighbors(
     max_nbr: int,
 ):
     i = wp.tid()
-    c = int(0)
+    c = int(0)  # noqa: UP018 - a Warp variable the loop mutates
     for j in range(pos.shape[0]):
         if j != i:
             if wp.length(pos[j] - pos[i]) < cutoff and c < max_nbr:
@@ -224,9 +223,9 @@ def eval_rosenbrock(xs: wp.array(dtype=wp.vec2), z: wp.array(dtype=float)):
 
 
 @wp.kernel
-def squares_loss(xs: wp.array(dtype=float, ndim=2), l: wp.array(dtype=float)):
+def squares_loss(xs: wp.array(dtype=float, ndim=2), total: wp.array(dtype=float)):
     tid = wp.tid()
-    wp.atomic_add(l, 0, xs[tid, 0] ** 2.0 + xs[tid, 1] ** 2.0)
+    wp.atomic_add(total, 0, xs[tid, 0] ** 2.0 + xs[tid, 1] ** 2.0)
 
 
 @wp.kernel(enable_backward=False)
@@ -297,7 +296,11 @@ def ref_neighbors(pos, cutoff, max_nbr):
     for i in range(n):
         c = 0
         for j in range(n):
-            if j != i and np.linalg.norm(pos[j].astype(np.float32) - pos[i].astype(np.float32)) < cutoff and c < max_nbr:
+            if (
+                j != i
+                and np.linalg.norm(pos[j].astype(np.float32) - pos[i].astype(np.float32)) < cutoff
+                and c < max_nbr
+            ):
                 nbr[i, c] = j
                 c += 1
         num[i] = c
