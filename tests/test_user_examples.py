@@ -372,3 +372,18 @@ def test_jax_gradient_of_a_kernel_without_adjoint_raises_naming_the_op():
 
     _, num = nb(pos, uk.CUTOFF, uk.MAX_NBR)
     np.testing.assert_array_equal(np.asarray(jax.jit(jax.grad(f))(pos)), np.repeat(np.asarray(num)[:, None], 3, 1))
+
+
+def test_paddle_grad_listing_every_input_that_requires_grad():
+    """paddle.grad(loss, [pos, q]) of the Coulomb energy: both gradients against finite differences."""
+    paddle = pytest.importorskip("paddle")
+    case = uk.user_case("coulomb")
+    args = case.make(np.random.default_rng(7), np.float32)
+    pos, q = (paddle.to_tensor(a) for a in args[:2])
+    pos.stop_gradient = q.stop_gradient = False
+    energy, _ = case.op(pos, q, paddle.to_tensor(args[2]), args[3], **case.call_kwargs)
+    grads = paddle.grad(energy.sum(), [pos, q])
+    weights = [np.ones(uk.NATOMS), np.zeros((uk.NATOMS, 3))]
+    fd = fd_grad(case, args, weights)
+    for g, k in zip(grads, (0, 1)):
+        np.testing.assert_allclose(g.numpy(), fd[k], rtol=2e-3, atol=2e-3)
