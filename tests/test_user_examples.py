@@ -387,3 +387,52 @@ def test_paddle_grad_listing_every_input_that_requires_grad():
     fd = fd_grad(case, args, weights)
     for g, k in zip(grads, (0, 1)):
         np.testing.assert_allclose(g.numpy(), fd[k], rtol=2e-3, atol=2e-3)
+
+
+_FRESH_COMPILE = """
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+import user_kernels as uk
+
+lj = uk.user_case("lennard_jones")
+
+
+def energy(pos, pairs):
+    dims = {{"energy": 1, "forces": pos.shape[0]}}
+    e, f = lj.op(pos, pairs, 0.8, 1.0, launch_dims=pairs.shape[0], output_dims=dims)
+    return e.sum(), f
+
+
+cnt = CompileCounterWithBackend("aot_eager")
+compiled = torch.compile(energy, backend=cnt, fullgraph=True, dynamic=True)
+for n in (5, 7, 9):
+    pos = uk._lattice(np.random.default_rng(n), np.float32, n)
+    pairs = uk.all_pairs(n)
+    tp = torch.from_numpy(pos).requires_grad_(True)
+    e, f = compiled(tp, torch.from_numpy(pairs))
+    (g,) = torch.autograd.grad(e, [tp])
+    forces = uk.ref_lj(pos, pairs, 0.8, 1.0)[1]
+    np.testing.assert_allclose(f.detach().numpy(), forces, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(g.numpy(), -forces, rtol=1e-4, atol=1e-4)
+print("frames", cnt.frame_count)
+"""
+
+
+def test_torch_compile_dynamic_first_call_of_the_process_compiles_once():
+    """The first interop call of a process made inside torch.compile(dynamic=True), over systems of 5, 7
+    and 9 atoms (pair counts vary): one compilation (the core's type cache once failed a guard)."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(tests), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run(
+        [sys.executable, "-c", _FRESH_COMPILE.format(tests=tests)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == "frames 1"
