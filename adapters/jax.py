@@ -46,7 +46,7 @@ from jax.errors import JaxRuntimeError as _JaxRuntimeError
 
 from interop import _cache, _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
-from interop._errors import ArgumentError
+from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, number_type, vector_components
 
@@ -372,6 +372,7 @@ class _Entry:
         jop._by_config.setdefault(self.config, self)
         self.fwd = _forward_launch(self, plan)
         self._bwd: dict[tuple, Any] = {}
+        self._bwd_fns: dict[Any, Any] = {}  # adjoint launch -> its custom_vjp (no second order)
         self._folded: dict[int, Any] = {}
         self.fn = self._make_vjp()
         self.jitted = jax.jit(self.fn)
@@ -412,7 +413,9 @@ class _Entry:
             xs = [p.value for p in pxs]
             want = tuple(i for i, p in enumerate(pxs) if p.perturbed)
             self._check_differentiable(want)
-            outs = tuple(fwd_launch(*xs))
+            # through fn itself, not the raw launch: when this rule is differentiated again (grad of
+            # grad), the forward call meets fn's own rule instead of an FFI call JAX cannot differentiate
+            outs = tuple(fn(*xs))
             # which operands need a gradient is static: carry it in the residuals' tree structure
             # the adjoint launch takes the pure outputs (in kernel order, wherever in-out ones sit)
             pure = tuple(o for o, is_out in zip(outs, out_mask) if is_out)
@@ -471,12 +474,36 @@ class _Entry:
             raise desc.no_adjoint_error()  # at trace time, not as an XLA runtime error
         launch = self.adjoint(want)
         operands = list(xs) + list(outs) + [c for c in ct_vals if c is not None]
-        results = launch(*operands) if launch.results else ()
+        results = self._no_second_order(launch)(*operands) if launch.results else ()
         for i, r in zip(launch.grad_for, results):
             grads[i] = r
         for i, k in launch.ct_passthrough:
             grads[i] = ct_vals[k]
         return _like_inputs(grads, xs)
+
+    def _no_second_order(self, launch: _Launch):
+        """The adjoint launch, whose own derivative (grad of grad) raises an error naming the op."""
+        fn = self._bwd_fns.get(launch)
+        if fn is None:
+            label = self.desc.label
+
+            @jax.custom_vjp
+            def fn(*operands):
+                return tuple(launch(*operands))
+
+            def fn_fwd(*operands):
+                return fn(*operands), None
+
+            def fn_bwd(_res, _cts):
+                raise UnsupportedError(
+                    f"op {label!r}: second derivatives are not available: its backward is Warp's generated "
+                    "adjoint, which has no derivative of its own. For second order (jax.grad of jax.grad), "
+                    "describe the op with a hand-written backward: interop.op(..., backward=<kernel or op>)"
+                )
+
+            fn.defvjp(fn_fwd, fn_bwd)
+            fn = self._bwd_fns.setdefault(launch, fn)
+        return fn
 
     def adjoint(self, want: tuple) -> _Launch:
         """The adjoint launch computing the gradients of operands ``want``."""

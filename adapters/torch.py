@@ -1306,3 +1306,15 @@ def _register_described() -> None:
 
 
 _register_described()
+
+
+def _seed_type_cache() -> None:
+    """Known before any call is traced: torch.compile's first trace then finds the tensor type in the
+    core's type cache instead of filling it (a guard on the cache that failed once: one recompile)."""
+    from interop import _frameworks
+
+    _frameworks._type_cache.setdefault(torch.Tensor, "torch")
+    _frameworks._type_cache.setdefault(torch.nn.Parameter, "torch")
+
+
+_seed_type_cache()

@@ -453,6 +453,12 @@ def test_backward_without_differentiable_input():
         interop.op(square, nondifferentiable=["x"], backward=square_bwd)
 
 
+def test_hand_written_backward_makes_a_kernel_without_adjoint_differentiable():
+    """Warp's PyTorch guide: a forward kernel compiled with enable_backward=False and a backward kernel."""
+    d = interop.op(no_backward, backward=square_bwd).description
+    assert [p.differentiable for p in d.params] == [True, True]
+
+
 # ---- other options ------------------------------------------------------------------------------
 def test_launch_dims_on_function_op():
     with pytest.raises(ValueError, match=r"launch_dims does not apply to a Python-function op"):

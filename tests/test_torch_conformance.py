@@ -129,20 +129,20 @@ def test_compiled_equals_eager_with_gradients(case_id):
         out = out if isinstance(out, tuple) else (out,)
         return sum((o * (j + 1.0)).sum() for j, o in enumerate(out))
 
-    # gradients through in-out arrays under torch.compile are not covered here (known gap, see the
-    # report of issue 8): in-out cases compare values only
-    grad = not case.in_out
-    eager_args = _torch_args(args, grad, case)
-    ref = run(*eager_args)
+    # the leaves are taken before the call: an in-out tensor updated in place from values that require
+    # grad requires grad afterwards, and under torch.compile that new version is not part of the
+    # loss's graph (PyTorch's own rule for in-place updates of compiled-graph inputs)
+    eager_args = _torch_args(args, True, case)
     leaves = [t for t in eager_args if isinstance(t, torch.Tensor) and t.requires_grad]
-    ref_grads = torch.autograd.grad(ref, leaves) if grad else ()
+    ref = run(*eager_args)
+    ref_grads = torch.autograd.grad(ref, leaves)
     torch._dynamo.reset()
     cnt = dynamo_testing.CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(run, backend=cnt, fullgraph=True)
-    cargs = _torch_args(args, grad, case)
-    got = compiled(*cargs)
+    cargs = _torch_args(args, True, case)
     cleaves = [t for t in cargs if isinstance(t, torch.Tensor) and t.requires_grad]
-    got_grads = torch.autograd.grad(got, cleaves) if grad else ()
+    got = compiled(*cargs)
+    got_grads = torch.autograd.grad(got, cleaves)
     assert len(got_grads) == len(ref_grads)
     torch.testing.assert_close(got, ref)
     for k in case.in_out:  # the caller's in-out tensor was updated in place, as in eager
