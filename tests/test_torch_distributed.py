@@ -66,6 +66,10 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         np.savez(os.path.join(out_dir, f"rank{rank}.npz"), *[p.numpy() for p in params])
     finally:
         dist.destroy_process_group()
+    # Results are on disk. Skip the interpreter's teardown: freeing DDP's Reducer joins gloo's worker
+    # thread while holding the GIL, and that thread may need the GIL to drop its last Python
+    # reference (a deadlock inside torch 2.13's gloo teardown seen once under load, unrelated to the op).
+    os._exit(0)
 
 
 def _free_port() -> int:
