@@ -3,10 +3,15 @@
 import importlib.util
 import os
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# torch.compile's on-disk caches are keyed by operator names: a run must not load code compiled by
+# another checkout (or an older version of a test) whose ops had the same names but other backwards
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="interop-tests-inductor-"))
 
 import warp as wp  # noqa: E402
 

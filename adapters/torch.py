@@ -326,6 +326,11 @@ class _Binding:
         return v
 
     def _register(self, mask: tuple) -> dict[str, Any]:
+        if self.backward_op is not None:
+            # the hand-written backward's operator exists whenever the forward's does: a compiled
+            # backward loaded from torch.compile's caches calls it without tracing (and so without
+            # the lazy registration a trace would do)
+            _resolve(self.backward_op, None, "functional")
         kinds = ["functional"]
         if self.inout_pos:
             kinds.append("mutable")

@@ -204,16 +204,53 @@ def test_hand_written_backward_and_second_order(path):
     torch.testing.assert_close(h, 6 * x.detach())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, also before the fast path: the backward compiled by inductor cannot find the "
-    "hand-written backward's operator (torch.ops.interop.<name>: AttributeError)",
-)
 def test_hand_written_backward_under_compile():
     x = torch.rand(6, dtype=torch.float64, requires_grad=True)
     out = _run("compile", CUBE, CUBE, x)
     (g,) = torch.autograd.grad(out.sum(), x)
     torch.testing.assert_close(g, 3 * x.detach() ** 2)
+
+
+_CACHED_COMPILE = """
+import torch, warp as wp, interop
+
+@wp.kernel
+def cube(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = x[i] * x[i] * x[i]
+
+@wp.kernel
+def cube_bwd(x: wp.array(dtype=wp.float64), adj_out: wp.array(dtype=wp.float64), grad_x: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    grad_x[i] = wp.float64(3.0) * x[i] * x[i] * adj_out[i]
+
+op = interop.op(cube, backward=cube_bwd, name="tt_cached::cube")
+x = torch.rand(6, dtype=torch.float64, requires_grad=True)
+(g,) = torch.autograd.grad(torch.compile(op, fullgraph=True, dynamic=False)(x).sum(), x)
+torch.testing.assert_close(g, 3 * x.detach() ** 2)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_hand_written_backward_compiled_from_torch_compile_cache(tmp_path):
+    """A second process loads the compiled backward from torch.compile's caches (no trace): the hand-written
+    backward's operator must already be registered (it was registered lazily, by the trace, before)."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "cached_compile.py"
+    script.write_text(_CACHED_COMPILE)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(
+        os.environ,
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+        PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    for run in ("first (traces, fills the cache)", "second (loads from the cache)"):
+        r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (run, r.stdout[-2000:] + r.stderr[-4000:])
 
 
 @pytest.mark.parametrize("path", ["eager", "operator"])
