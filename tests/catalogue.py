@@ -439,6 +439,15 @@ def is_bf16(dt) -> bool:
     return np.dtype(dt) == BF16
 
 
+def to_torch(a: np.ndarray):
+    """A torch tensor of a NumPy argument (a copy; bfloat16 through float32, exact for its values)."""
+    import torch
+
+    if is_bf16(a.dtype):
+        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
 def is_float_dtype(dt) -> bool:
     """A floating dtype, bfloat16 included (its NumPy kind is 'V', not 'f')."""
     return np.dtype(dt).kind == "f" or np.dtype(dt) == BF16

@@ -25,12 +25,7 @@ def _torch_args(args, grad: bool, case):
     out = []
     for k, a in enumerate(args):
         if isinstance(a, np.ndarray):
-            # torch.from_numpy knows no bfloat16: go through float32 (exact for bfloat16 values)
-            t = (
-                torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
-                if catalogue.is_bf16(a.dtype)
-                else torch.from_numpy(a.copy())
-            )
+            t = catalogue.to_torch(a)
             if grad and t.is_floating_point() and k not in case.in_out:
                 t.requires_grad_(True)
             out.append(t)
