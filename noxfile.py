@@ -55,7 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CI_PYTHON = "3.11"  # the torch 2.13.0 CPU wheel is built for CPython 3.11
 TORCH = "2.13.0+cpu"
 JAX_TESTS = ["tests/test_jax_adapter.py", "tests/test_jax_conformance.py", "tests/test_jax_guide.py"]
-JAX_TESTS += ["tests/test_jax_shard_map.py", "tests/test_readme.py"]
+JAX_TESTS += ["tests/test_jax_shard_map.py", "tests/test_jax_scaling.py", "tests/test_readme.py"]
 PADDLE_TESTS = [
     "tests/test_paddle_autograd.py",
     "tests/test_paddle_conformance.py",
