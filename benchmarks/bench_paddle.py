@@ -21,7 +21,7 @@ from paddle.autograd import PyLayer
 
 import interop
 
-from .harness import SIZES, clock, interleaved, ratios, report
+from .harness import SIZES, clock, interleaved, ratios, raw_saxpy_forward_adjoint, report
 
 
 @wp.kernel
@@ -65,20 +65,7 @@ def run(quick: bool = False) -> dict:
             )
             return out
 
-        def raw_fwd_adj():
-            wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0], outputs=[wout], device="cpu")
-            gx.zero_()
-            gy.zero_()
-            wp.launch(
-                saxpy,
-                dim=n,
-                inputs=[wx, wy, 2.0],
-                outputs=[wout],
-                adj_inputs=[gx, gy, 0.0],
-                adj_outputs=[gout],
-                adjoint=True,
-                device="cpu",
-            )
+        raw_fwd_adj = raw_saxpy_forward_adjoint(saxpy, n, wx, wy, wout, gx, gy, gout)
 
         xg = x.clone()
         xg.stop_gradient = False

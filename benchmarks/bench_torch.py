@@ -14,7 +14,7 @@ import warp as wp
 
 import interop
 
-from .harness import SIZES, clock, interleaved, ratios, report
+from .harness import SIZES, clock, interleaved, ratios, raw_saxpy_forward_adjoint, report
 
 
 @wp.kernel
@@ -164,20 +164,7 @@ def run(quick: bool = False) -> dict:
 
             return step
 
-        def raw_fwd_adj():
-            wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0], outputs=[wout], device="cpu")
-            gx.zero_()
-            gy.zero_()
-            wp.launch(
-                saxpy,
-                dim=n,
-                inputs=[wx, wy, 2.0],
-                outputs=[wout],
-                adj_inputs=[gx, gy, 0.0],
-                adj_outputs=[gout],
-                adjoint=True,
-                device="cpu",
-            )
+        raw_fwd_adj = raw_saxpy_forward_adjoint(saxpy, n, wx, wy, wout, gx, gy, gout)
 
         # every path computes the same values and gradients
         ref = 2.0 * x + y

@@ -8,19 +8,16 @@ import statistics
 import time
 from typing import Callable
 
+import warp as wp
+
 SIZES = (1024, 1_000_000)
 
 #: every block printed by :func:`report` in this process: (title, [(label, us, ratio)], baseline)
 RECORDED: list[tuple[str, list[tuple[str, float, float]], str]] = []
 
 
-def per_call(fn: Callable[[], object], *, warmup: int = 20, min_time: float = 0.2, repeat: int = 7, sync=None) -> float:
-    """Median seconds per call of ``fn``: ``repeat`` batches, each at least ``min_time`` long."""
-    for _ in range(warmup):
-        fn()
-    if sync:
-        sync()
-    # size one batch
+def _batch_size(fn: Callable[[], object], target: float, sync=None) -> int:
+    """Calls of ``fn`` that take about ``target`` seconds (found by doubling from one call)."""
     n = 1
     while True:
         t0 = time.perf_counter()
@@ -29,10 +26,19 @@ def per_call(fn: Callable[[], object], *, warmup: int = 20, min_time: float = 0.
         if sync:
             sync()
         dt = time.perf_counter() - t0
-        if dt >= min_time / 4 or n >= 1 << 20:
+        if dt >= target / 4 or n >= 1 << 20:
             break
         n *= 2
-    n = max(1, int(n * (min_time / 4) / max(dt, 1e-9)))
+    return max(1, int(n * target / max(dt, 1e-9)))
+
+
+def per_call(fn: Callable[[], object], *, warmup: int = 20, min_time: float = 0.2, repeat: int = 7, sync=None) -> float:
+    """Median seconds per call of ``fn``: ``repeat`` batches, each at least ``min_time`` long."""
+    for _ in range(warmup):
+        fn()
+    if sync:
+        sync()
+    n = _batch_size(fn, min_time / 4, sync)
     samples = []
     gc_was = gc.isenabled()
     gc.disable()
@@ -81,18 +87,7 @@ def interleaved(rows: list[tuple[str, Callable[[], object]]], *, rounds: int = 1
     for _, fn in rows:
         for _ in range(10):
             fn()
-        n = 1
-        while True:
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            if sync:
-                sync()
-            dt = time.perf_counter() - t0
-            if dt >= batch_time / 4 or n >= 1 << 20:
-                break
-            n *= 2
-        sizes.append(max(1, int(n * batch_time / max(dt, 1e-9))))
+        sizes.append(_batch_size(fn, batch_time, sync))
     samples: list[list[float]] = [[] for _ in rows]
     gc_was = gc.isenabled()
     gc.disable()
@@ -121,3 +116,25 @@ def ratios(title: str, results: list[tuple[str, float, float]], pairs: list[tupl
         out[f"{a} / {b}"] = r
         print(f"    {a}  /  {b}: {r:.2f}x")
     return out
+
+
+def raw_saxpy_forward_adjoint(saxpy, n: int, wx, wy, wout, gx, gy, gout) -> Callable[[], None]:
+    """The floor of forward+backward: a raw forward launch, zeroed gradients, a raw adjoint launch
+    (prebuilt Warp arrays, CPU)."""
+
+    def run() -> None:
+        wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0], outputs=[wout], device="cpu")
+        gx.zero_()
+        gy.zero_()
+        wp.launch(
+            saxpy,
+            dim=n,
+            inputs=[wx, wy, 2.0],
+            outputs=[wout],
+            adj_inputs=[gx, gy, 0.0],
+            adj_outputs=[gout],
+            adjoint=True,
+            device="cpu",
+        )
+
+    return run

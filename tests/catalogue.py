@@ -448,6 +448,21 @@ def to_torch(a: np.ndarray):
     return torch.from_numpy(a.copy())
 
 
+def to_torch_args(case: Case, args: tuple, grad: bool) -> list:
+    """A case's NumPy call arguments as torch tensors (scalars unchanged); with ``grad``, the float
+    arrays that are not in-out require grad."""
+    out = []
+    for k, a in enumerate(args):
+        if isinstance(a, np.ndarray):
+            t = to_torch(a)
+            if grad and t.is_floating_point() and k not in case.in_out:
+                t.requires_grad_(True)
+            out.append(t)
+        else:
+            out.append(a)
+    return out
+
+
 def is_float_dtype(dt) -> bool:
     """A floating dtype, bfloat16 included (its NumPy kind is 'V', not 'f')."""
     return np.dtype(dt).kind == "f" or np.dtype(dt) == BF16

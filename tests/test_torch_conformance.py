@@ -22,16 +22,7 @@ def _params(dtypes=True):
 
 
 def _torch_args(args, grad: bool, case):
-    out = []
-    for k, a in enumerate(args):
-        if isinstance(a, np.ndarray):
-            t = catalogue.to_torch(a)
-            if grad and t.is_floating_point() and k not in case.in_out:
-                t.requires_grad_(True)
-            out.append(t)
-        else:
-            out.append(a)
-    return out
+    return catalogue.to_torch_args(case, args, grad)
 
 
 @pytest.mark.parametrize("case_id, dtype", _params())

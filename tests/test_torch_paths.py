@@ -81,16 +81,7 @@ def _node_kind(t: torch.Tensor) -> str:
 
 
 def _torch_args(case, args, grad: bool):
-    out = []
-    for k, a in enumerate(args):
-        if isinstance(a, np.ndarray):
-            t = catalogue.to_torch(a)
-            if grad and t.is_floating_point() and k not in case.in_out:
-                t.requires_grad_(True)
-            out.append(t)
-        else:
-            out.append(a)
-    return out
+    return catalogue.to_torch_args(case, args, grad)
 
 
 # ---- the catalogue on every path -------------------------------------------------------------
