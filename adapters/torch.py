@@ -49,6 +49,7 @@ import torch
 from interop import _cache, _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
+from interop._op import NOT_EAGER
 from interop._launch import contiguous_strides, external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_layout, vector_components
 from interop._warp_compat import type_size_in_bytes
@@ -262,6 +263,11 @@ class _Binding:
         self.variants: dict[tuple, dict[str, Any]] = {}
         self.entries: dict[tuple, _Entry] = {}
         self.lock = threading.RLock()
+        # the adjoint may accumulate into the upstream gradient of an array the kernel reads (and a
+        # wp.Tape replay writes into the output gradients it is given): such gradients are copied
+        self.clone_grads = tuple(desc.kind == "function" or p.name in desc.reads_returned for p in self.returned)
+        self.differentiable = tuple(p.differentiable for p in self.call_params)
+        self.eager_runs: dict[tuple, _Signature] = {}  # remembered plain-eager signatures
         self.backward_op = None
         if desc.backward is not None:
             self.backward_op = _op_for(desc.backward)
@@ -488,35 +494,35 @@ class _Binding:
     def run_backward(self, mask, args, e: _Entry | None = None):
         """The backward operator's implementation; ``e``: the forward's entry (same plan), if known."""
         n, k = self.ncall, len(self.returned)
-        results = args[n : n + k]
-        grads = args[n + k : n + 2 * k]
         rest = args[n + 2 * k :]
         ld = rest[0]
         ods = tuple(rest[1 : 1 + len(self.outputs)])
-        needs = rest[1 + len(self.outputs)]
         if e is None:
             e = self.entry(mask, "backward", args, ld, ods)
+        return self.adjoint(e, args, args[n : n + k], args[n + k : n + 2 * k], rest[1 + len(self.outputs)])
+
+    def adjoint(self, e: _Entry, args, results, grads, needs) -> list:
+        """Warp's adjoint of one call: the gradients of the call arguments ``needs`` marks, in order.
+
+        Every backward runs this: the backward operator's implementation and the eager fast path."""
         values = self.values(e, args)
         adj: list[Any] = [None] * len(self.desc.params)
         cstrides = e.contiguous_outer
         keep = []  # contiguous copies of upstream gradients stay alive until the launch is done
-        for p, r, g in zip(self.returned, results, grads):
+        for p, r, g, clone in zip(self.returned, results, grads, self.clone_grads):
             values[p.index] = _pointer(self.desc, p, r, cstrides[p.index])
-            g = _readable(self.desc, p, g)
-            if self.desc.kind == "function" or p.name in self.desc.reads_returned:
-                # the adjoint may accumulate into the upstream gradient of an array the kernel
-                # reads (and a wp.Tape replay writes into the output gradients it is given)
-                g = g.clone()
+            if clone:
+                g = g.clone(memory_format=torch.contiguous_format)
+                adj[p.index] = (g.data_ptr(), None)
+            else:
+                g, adj[p.index] = _readable(self.desc, p, g)
             keep.append(g)
-            adj[p.index] = _pointer(self.desc, p, g, cstrides[p.index])
         out = []
         for i, p in enumerate(self.call_params):
-            if not needs[i]:
-                continue
-            x = args[i]
-            grad = torch.zeros(x.shape, dtype=x.dtype, device=e.tdev)
-            adj[p.index] = (grad.data_ptr(), None)
-            out.append(grad)
+            if needs[i]:
+                grad = torch.zeros_like(args[i], memory_format=torch.contiguous_format)
+                adj[p.index] = (grad.data_ptr(), None)
+                out.append(grad)
         e.go_adjoint()(values, adj, _current_stream(e.tdev) if e.cuda else None)
         del keep
         return out
@@ -531,16 +537,18 @@ def _pointer(desc, p: Param, t: torch.Tensor, contiguous_outer: tuple) -> tuple:
     return (t.data_ptr(), outer)
 
 
-def _readable(desc, p: Param, g: torch.Tensor) -> torch.Tensor:
-    """An upstream gradient Warp can read: strided (even stride 0) outer dims are fine, packed vec/mat needed."""
+def _readable(desc, p: Param, g: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+    """An upstream gradient Warp can read, and its (pointer, outer byte strides or None): strided
+    (even stride 0) outer dims are read in place, packed vec/mat components are needed."""
     if g.is_contiguous():
-        return g
+        return g, (g.data_ptr(), None)
     isz = g.element_size()
     try:
-        check_layout(desc, p, tuple(g.shape), tuple(s * isz for s in g.stride()), isz)
-        return g
+        outer = check_layout(desc, p, tuple(g.shape), tuple(s * isz for s in g.stride()), isz)
     except ValueError:
-        return g.contiguous()
+        g = g.contiguous()
+        return g, (g.data_ptr(), None)
+    return g, (g.data_ptr(), outer)
 
 
 _OVERLOADS: dict[str, Any] = {}
@@ -556,6 +564,8 @@ def _binding(op) -> _Binding:
             if b is None or b.op is not op:
                 b = _Binding(op)
                 _BINDINGS[op.description.name] = b
+                for t in PLAIN_TENSOR_TYPES:
+                    op.eager_paths[t] = _eager_hook
     return b
 
 
@@ -909,10 +919,6 @@ def _normalize_output_dims(b: _Binding, output_dims: Any) -> list:
 
 def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: dict) -> Any:
     """Run ``op`` on torch tensors through its registered operator (see :meth:`interop.Op.__call__`)."""
-    if launch_dims is None and output_dims is None and not kwargs:
-        res = _eager_signature_call(op, args)
-        if res is not _NOT_EAGER:
-            return res
     if kwargs:
         raise ArgumentError(unexpected_keywords(op.description, kwargs))
     # first: registers the op if needed (at trace time under Dynamo), so that the binding
@@ -1132,7 +1138,6 @@ def _eager_apply(b: _Binding, mask: tuple, sargs: list, e: _Entry | None = None)
 
 
 _pending = threading.local()
-_NOT_EAGER = object()
 _PLAIN_NUMBERS = (float, int, bool)
 
 
@@ -1151,44 +1156,134 @@ def _signature(args: Sequence[Any]) -> tuple | None:
     return tuple(key)
 
 
+class _Signature:
+    """One validated plain-eager call signature of an op: its entry and what its autograd node keeps."""
+
+    __slots__ = ("e", "tensor_pos", "scalar_pos", "can", "apply")
+
+    def __init__(self, b: _Binding, args: Sequence[Any]):
+        self.e = b.entry(b.base_mask, "functional", args, None, (None,) * len(b.outputs))
+        self.tensor_pos = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+        self.scalar_pos = tuple(i for i, a in enumerate(args) if not isinstance(a, torch.Tensor))
+        # which arguments can have a gradient: differentiable floating-point tensors
+        self.can = tuple(
+            d and isinstance(a, torch.Tensor) and a.is_floating_point() for d, a in zip(b.differentiable, args)
+        )
+        # a hand-written backward runs through the general eager Function (_eager_apply)
+        self.apply = _signature_function(b) if b.backward_op is None else None
+
+    def args(self, saved: Sequence[torch.Tensor], scalars: Sequence[Any]) -> list:
+        """The call's arguments again, from the saved tensors and the kept scalars."""
+        args: list[Any] = [None] * (len(self.tensor_pos) + len(self.scalar_pos))
+        for i, t in zip(self.tensor_pos, saved):
+            args[i] = t
+        for i, v in zip(self.scalar_pos, scalars):
+            args[i] = v
+        return args
+
+
 def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
     """After a validated eager call: later calls with the same signature skip the validation."""
-    runs = b.__dict__.get("eager_runs")
-    if runs is None:
-        runs = b.eager_runs = {}
+    runs = b.eager_runs
     key = _signature(args)
-    if key is None or key in runs or len(runs) >= 256:
+    if key is None or key in runs or len(runs) >= _cache.FAST_PATHS_PER_OP:
         return
-    mask = b.base_mask
-    e = b.entry(mask, "functional", args, None, (None,) * len(b.outputs))
-    tensor_pos = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
-
-    def run(args):
-        if torch.is_grad_enabled():
-            for i in tensor_pos:
-                if args[i].requires_grad:
-                    return _eager_apply(b, mask, args, e)
-        return _eager_forward(b, mask, "functional", args, args, e)
-
-    runs[key] = run
+    runs[key] = _Signature(b, args)
 
 
-def _eager_signature_call(op, args: Sequence[Any]) -> Any:
-    """A plain eager call whose signature was validated before (no in-out parameter, no scalar
-    tensor, no launch_dims/output_dims), or _NOT_EAGER."""
+def _eager_hook(op, args: Sequence[Any]) -> Any:
+    """The op's eager hook for torch tensors (interop.Op.eager_paths): a plain eager call whose
+    signature was validated before (no in-out parameter, no scalar tensor, no launch_dims or
+    output_dims), or NOT_EAGER."""
     if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
-        return _NOT_EAGER
+        return NOT_EAGER
     b = _BINDINGS.get(op.description.name)
     if b is None or b.op is not op:
-        return _NOT_EAGER
-    runs = b.__dict__.get("eager_runs")
-    if runs is None:
-        return _NOT_EAGER
+        return NOT_EAGER
     key = _signature(args)
-    run = runs.get(key) if key is not None else None
-    if run is None:
-        return _NOT_EAGER
-    return run(args)
+    sig = b.eager_runs.get(key) if key is not None else None
+    if sig is None:
+        return NOT_EAGER
+    if torch.is_grad_enabled():
+        for i in sig.tensor_pos:
+            if args[i].requires_grad:
+                apply = sig.apply
+                if apply is None:
+                    return _eager_apply(b, b.base_mask, args, sig.e)
+                b.eager_calls += 1
+                if profiler_enabled():
+                    with torch.autograd.profiler.record_function(b.qualname(b.base_mask, "primary")):
+                        return apply(sig, *args)
+                return apply(sig, *args)
+    return _eager_forward(b, b.base_mask, "functional", args, args, sig.e)
+
+
+def _signature_function(b: _Binding):
+    """``apply`` of the autograd.Function of remembered signatures: ``apply(sig, *args)``.
+
+    Forward: the operator's implementation (:meth:`_Binding.run_forward`) on the signature's
+    entry; it saves the tensor arguments and results with ``save_for_backward`` and keeps the
+    scalars. Backward: :meth:`_Binding.adjoint`, the backward operator's implementation, when
+    the backward is plain eager work; else the backward operator itself, as the operator's own
+    autograd rule calls it (double backward, torch.func, a mode intercepting the backward).
+    """
+    apply = b.functions.get("signature")
+    if apply is not None:
+        return apply
+    mask = b.base_mask
+    n, nout = b.ncall, len(b.outputs)
+    qual = b.qualname(mask, "backward")
+    dims = (None,) * (1 + nout)
+    nondiff = tuple(j for j, p in enumerate(b.returned) if not p.differentiable)
+    none = (None,) * (n + 1)
+
+    def forward(ctx, sig, *args):
+        out = b.run_forward(mask, "functional", args, sig.e)
+        outs = out if isinstance(out, tuple) else (out,)
+        ctx.save_for_backward(*[args[i] for i in sig.tensor_pos], *outs)
+        ctx.sig = sig
+        ctx.scalars = [args[i] for i in sig.scalar_pos]
+        if nondiff:
+            ctx.mark_non_differentiable(*[outs[j] for j in nondiff])
+        return out
+
+    def backward(ctx, *grads):
+        sig = ctx.sig
+        needs = ctx.needs_input_grad
+        need = [c and needs[i + 1] for i, c in enumerate(sig.can)]
+        if not any(need):
+            return none
+        saved = ctx.saved_tensors
+        k = len(sig.tensor_pos)
+        args = sig.args(saved, ctx.scalars)
+        results = saved[k:]
+        if torch.is_grad_enabled() or not plain_eager(grads):
+            if functorch_transforms_active() and torch.is_grad_enabled():
+                got = _backward_function_class(b, mask, qual).apply(*args, *results, *grads, *dims, need)
+            else:
+                got = _OVERLOADS[qual](*args, *results, *grads, *dims, need)
+        elif profiler_enabled():
+            with torch.autograd.profiler.record_function(qual):
+                got = b.adjoint(sig.e, args, results, grads, need)
+        else:
+            got = b.adjoint(sig.e, args, results, grads, need)
+        ret = [None] * (n + 1)
+        it = iter(got)
+        for i in range(n):
+            if need[i]:
+                ret[i + 1] = next(it)
+        return tuple(ret)
+
+    with b.lock:
+        apply = b.functions.get("signature")
+        if apply is None:
+            cls = type(
+                f"{b.base}_eager",
+                (torch.autograd.Function,),
+                {"forward": staticmethod(forward), "backward": staticmethod(backward)},
+            )
+            apply = b.functions["signature"] = function_apply(cls)
+    return apply
 
 
 def _eager_backward(b: _Binding, mask: tuple, qual: str, bargs: tuple, e: _Entry | None):

@@ -18,6 +18,8 @@ from ._plan import CallPlan, make_plan
 _ops: weakref.WeakValueDictionary[OpDescription, Op] = weakref.WeakValueDictionary()
 _MISSING = object()
 _ops_lock = threading.Lock()
+# returned by an adapter's eager hook (Op.eager_paths) when a call is not its plain eager work
+NOT_EAGER = object()
 
 
 class Op:
@@ -30,13 +32,17 @@ class Op:
         description: the immutable :class:`OpDescription` (hashable; keys all caches).
     """
 
-    __slots__ = ("description", "_plans", "_bound", "_fast", "_block_dim_variants", "__weakref__")
+    __slots__ = ("description", "_plans", "_bound", "_fast", "eager_paths", "_block_dim_variants", "__weakref__")
 
     def __init__(self, description: OpDescription):
         self.description = description
         self._plans: dict[tuple, CallPlan] = {}
         self._bound: dict[str, Any] = {}
         self._fast: dict[tuple, Any] = {}  # adapters' per-signature fast paths
+        # adapters' eager hooks by the exact type of the first argument: ``hook(op, args)`` runs a
+        # plain eager call whose signature it validated before, or returns NOT_EAGER. Set when the
+        # adapter binds the op (never on a call), so a tracer reading it sees one fixed dict.
+        self.eager_paths: dict[type, Any] = {}
         self._block_dim_variants: dict[int, Op] = {}
 
     @property
@@ -112,6 +118,12 @@ class Op:
         Returns:
             The in-out arrays and outputs in kernel order: one bare, several as a tuple.
         """
+        if args and launch_dims is None and output_dims is None and block_dim is None and not kwargs:
+            hook = self.eager_paths.get(type(args[0]))
+            if hook is not None:
+                res = hook(self, args)
+                if res is not NOT_EAGER:
+                    return res
         if block_dim is not None and block_dim != self.description.block_dim:
             return self.with_block_dim(block_dim)(*args, launch_dims=launch_dims, output_dims=output_dims, **kwargs)
         fw = kwargs.pop("framework", None)
