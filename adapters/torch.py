@@ -27,14 +27,17 @@ first-class operator:
   derivative through it raises an error naming the op.
 - **vmap** (``register_vmap``): a loop over the batch, correct for every kernel.
 - **Speed**: each operator caches, per input signature (shapes, strides, dtypes, device),
-  the validated plan and the launch record, so a repeated call only reads pointers.
+  the validated plan, the launch record and the forward/adjoint implementation written out
+  for that signature (``adapters/_torch_eager.py``), so a repeated call only reads pointers.
 - **Eager fast path.** A call that nothing traces or intercepts (every tensor a plain
   ``torch.Tensor``, not compiling, no torch.func transform, no TorchDispatchMode or
   TorchFunctionMode, not ``torch.jit.trace``: ``_torch_compat.plain_eager``) skips the
   dispatcher: it runs the operator's own implementation directly and, when a gradient is
-  needed, through a cached ``torch.autograd.Function`` with the same setup_context and
-  backward code. Everything else calls the registered operator. The profiler still sees the
-  operator's name (a ``record_function`` label, paid only while a profiler records).
+  needed, through a cached ``torch.autograd.Function`` whose backward calls the backward
+  operator's implementation. Once a signature has been validated, later calls with it are
+  found by ``interop.Op.eager_paths`` before any other work. Everything else calls the
+  registered operator. The profiler still sees the operator's name (a ``record_function``
+  label, paid only while a profiler records).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from interop._plan import ArraySpec, ScalarSpec, check_layout, vector_components
 from interop._warp_compat import type_size_in_bytes
 
 from ._common import EagerFramework, pack_result, unexpected_keywords
+from ._torch_eager import entry_functions, signature_function
 from ._torch_compat import (
     PLAIN_TENSOR_TYPES,
     eager_context,
@@ -221,19 +225,25 @@ class _Entry:
         "_go",
         "_go_adj",
         "contiguous_outer",
+        "forward",
+        "adjoint",
+        "like",
     )
 
-    def go(self):
-        """The cached forward launcher (built on first use)."""
-        g = self._go
-        if g is None:
-            g = self._go = self.runner.fast_forward(self.wdev)
-        return g
 
     def go_adjoint(self):
         g = self._go_adj
         if g is None:
             g = self._go_adj = self.runner.fast_adjoint(self.wdev)
+        return g
+
+    def launcher(self, adjoint: bool):
+        """The recorded launch's ``go(values, adj, stream)`` (built on first use)."""
+        if adjoint:
+            return self.go_adjoint()
+        g = self._go
+        if g is None:
+            g = self._go = self.runner.launcher(self.wdev, False)
         return g
 
 
@@ -271,6 +281,32 @@ class _Binding:
         self.backward_op = None
         if desc.backward is not None:
             self.backward_op = _op_for(desc.backward)
+
+    def helpers(self) -> dict[str, Any]:
+        """What the generated autograd.Function of a remembered signature calls besides its entry."""
+        h = self.__dict__.get("_helpers")
+        if h is None:
+            mask = self.base_mask
+            qual = self.qualname(mask, "backward")
+            dims = (None,) * (1 + len(self.outputs))
+
+            def slow(args, results, grads, need):
+                # the backward operator, as the operator's own autograd rule calls it
+                if functorch_transforms_active() and torch.is_grad_enabled():
+                    return _backward_function_class(self, mask, qual).apply(*args, *results, *grads, *dims, need)
+                return _OVERLOADS[qual](*args, *results, *grads, *dims, need)
+
+            h = self._helpers = {
+                "slow": slow,
+                "qual": qual,
+                "grad_enabled": torch.is_grad_enabled,
+                "plain": plain_eager,
+                "profiling": profiler_enabled,
+                "label": torch.autograd.profiler.record_function,
+                "stream_of": _current_stream,
+                "function_apply": function_apply,
+            }
+        return h
 
     # ---- names and schemas --------------------------------------------------------
     def qualname(self, mask: tuple, kind: str) -> str:
@@ -374,11 +410,11 @@ class _Binding:
         key = tuple(key)
         e = self.entries.get(key)
         if e is None:
-            e = self._make_entry(mask, args, ld, ods)
+            e = self._make_entry(mask, kind, args, ld, ods)
             _cache.put(self.entries, key, e, _cache.FAST_PATHS_PER_OP)
         return e
 
-    def _make_entry(self, mask, args, ld, ods) -> _Entry:
+    def _make_entry(self, mask, kind, args, ld, ods) -> _Entry:
         desc, op = self.desc, self.op
         specs = []
         device = None
@@ -446,44 +482,19 @@ class _Binding:
         for p, spec in zip(self.returned, plan.out_specs):
             outs.append((p.index, tuple(spec.shape), _NP_TO_TORCH[np.dtype(spec.dtype)], p.role))
         e.outs = tuple(outs)
+        # tensor arguments an output can be allocated like (same shape and dtype)
+        e.like = {i: (tuple(x.shape), x.dtype) for i, x in enumerate(args[: self.ncall]) if isinstance(x, torch.Tensor)}
+        e.forward, e.adjoint = entry_functions(self, e, kind, _readable, _pointer)
         return e
 
-    def values(self, e: _Entry, args) -> list:
-        values: list[Any] = [None] * len(self.desc.params)
-        for idx, pos, strides in e.arrays:
-            values[idx] = (args[pos].data_ptr(), strides)
-        for idx, pos, conv in e.scalars:
-            v = args[pos]
-            values[idx] = v if conv is None else conv(v)
-        return values
-
     def run_forward(self, mask, kind, args, e: _Entry | None = None):
+        """The forward operator's implementation (``kind``: functional or mutable)."""
+        n = self.ncall
         if e is None:
-            n = self.ncall
             ld = args[n] if len(args) > n else None
             ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(self.outputs)))
             e = self.entry(mask, kind, args, ld, ods)
-        values = self.values(e, args)
-        results = []
-        mutable = kind == "mutable"
-        for idx, shape, dtype, role in e.outs:
-            if role == IN_OUT:
-                if mutable:
-                    continue
-                # functional twin: the new value starts as a copy of the old one
-                src = args[self._pos_of_index(idx)]
-                t = torch.empty(shape, dtype=dtype, device=e.tdev)
-                t.copy_(src)
-            elif e.zero:
-                t = torch.zeros(shape, dtype=dtype, device=e.tdev)
-            else:
-                t = torch.empty(shape, dtype=dtype, device=e.tdev)
-            values[idx] = (t.data_ptr(), None)
-            results.append(t)
-        e.go()(values, _current_stream(e.tdev) if e.cuda else None)
-        if len(results) == 1:
-            return results[0]
-        return tuple(results) if results else None
+        return e.forward(*args[:n], _current_stream(e.tdev) if e.cuda else None)
 
     def _pos_of_index(self, idx: int) -> int:
         for i, p in enumerate(self.call_params):
@@ -502,30 +513,11 @@ class _Binding:
         return self.adjoint(e, args, args[n : n + k], args[n + k : n + 2 * k], rest[1 + len(self.outputs)])
 
     def adjoint(self, e: _Entry, args, results, grads, needs) -> list:
-        """Warp's adjoint of one call: the gradients of the call arguments ``needs`` marks, in order.
-
-        Every backward runs this: the backward operator's implementation and the eager fast path."""
-        values = self.values(e, args)
-        adj: list[Any] = [None] * len(self.desc.params)
-        cstrides = e.contiguous_outer
-        keep = []  # contiguous copies of upstream gradients stay alive until the launch is done
-        for p, r, g, clone in zip(self.returned, results, grads, self.clone_grads):
-            values[p.index] = _pointer(self.desc, p, r, cstrides[p.index])
-            if clone:
-                g = g.clone(memory_format=torch.contiguous_format)
-                adj[p.index] = (g.data_ptr(), None)
-            else:
-                g, adj[p.index] = _readable(self.desc, p, g)
-            keep.append(g)
-        out = []
-        for i, p in enumerate(self.call_params):
-            if needs[i]:
-                grad = torch.zeros_like(args[i], memory_format=torch.contiguous_format)
-                adj[p.index] = (grad.data_ptr(), None)
-                out.append(grad)
-        e.go_adjoint()(values, adj, _current_stream(e.tdev) if e.cuda else None)
-        del keep
-        return out
+        """Warp's adjoint of one call: the gradients of the call arguments ``needs`` marks, in order
+        (the entry's generated adjoint, which the eager fast path's backward also calls)."""
+        n = self.ncall
+        got = e.adjoint(*args[:n], *results, *grads, *needs[:n], _current_stream(e.tdev) if e.cuda else None)
+        return [t for t, need in zip(got, needs) if need]
 
 
 def _pointer(desc, p: Param, t: torch.Tensor, contiguous_outer: tuple) -> tuple:
@@ -543,6 +535,9 @@ def _readable(desc, p: Param, g: torch.Tensor) -> tuple[torch.Tensor, tuple]:
     if g.is_contiguous():
         return g, (g.data_ptr(), None)
     isz = g.element_size()
+    if g.dim() == p.ndim:
+        # scalar elements: any torch strides (non-negative element counts, stride 0 too) are readable
+        return g, (g.data_ptr(), tuple(s * isz for s in g.stride()))
     try:
         outer = check_layout(desc, p, tuple(g.shape), tuple(s * isz for s in g.stride()), isz)
     except ValueError:
@@ -1157,7 +1152,7 @@ def _signature(args: Sequence[Any]) -> tuple | None:
 
 
 class _Signature:
-    """One validated plain-eager call signature of an op: its entry and what its autograd node keeps."""
+    """One validated plain-eager call signature of an op: its entry and its autograd.Function."""
 
     __slots__ = ("e", "tensor_pos", "scalar_pos", "can", "apply")
 
@@ -1170,23 +1165,14 @@ class _Signature:
             d and isinstance(a, torch.Tensor) and a.is_floating_point() for d, a in zip(b.differentiable, args)
         )
         # a hand-written backward runs through the general eager Function (_eager_apply)
-        self.apply = _signature_function(b) if b.backward_op is None else None
-
-    def args(self, saved: Sequence[torch.Tensor], scalars: Sequence[Any]) -> list:
-        """The call's arguments again, from the saved tensors and the kept scalars."""
-        args: list[Any] = [None] * (len(self.tensor_pos) + len(self.scalar_pos))
-        for i, t in zip(self.tensor_pos, saved):
-            args[i] = t
-        for i, v in zip(self.scalar_pos, scalars):
-            args[i] = v
-        return args
+        self.apply = None if b.backward_op is not None else signature_function(b, self, f"{b.base}_eager", b.helpers())
 
 
 def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
     """After a validated eager call: later calls with the same signature skip the validation."""
     runs = b.eager_runs
     key = _signature(args)
-    if key is None or key in runs or len(runs) >= _cache.FAST_PATHS_PER_OP:
+    if key is None or key in runs or len(runs) >= _cache.FAST_PATHS_PER_OP or not b.returned:
         return
     runs[key] = _Signature(b, args)
 
@@ -1213,77 +1199,9 @@ def _eager_hook(op, args: Sequence[Any]) -> Any:
                 b.eager_calls += 1
                 if profiler_enabled():
                     with torch.autograd.profiler.record_function(b.qualname(b.base_mask, "primary")):
-                        return apply(sig, *args)
-                return apply(sig, *args)
+                        return apply(*args)
+                return apply(*args)
     return _eager_forward(b, b.base_mask, "functional", args, args, sig.e)
-
-
-def _signature_function(b: _Binding):
-    """``apply`` of the autograd.Function of remembered signatures: ``apply(sig, *args)``.
-
-    Forward: the operator's implementation (:meth:`_Binding.run_forward`) on the signature's
-    entry; it saves the tensor arguments and results with ``save_for_backward`` and keeps the
-    scalars. Backward: :meth:`_Binding.adjoint`, the backward operator's implementation, when
-    the backward is plain eager work; else the backward operator itself, as the operator's own
-    autograd rule calls it (double backward, torch.func, a mode intercepting the backward).
-    """
-    apply = b.functions.get("signature")
-    if apply is not None:
-        return apply
-    mask = b.base_mask
-    n, nout = b.ncall, len(b.outputs)
-    qual = b.qualname(mask, "backward")
-    dims = (None,) * (1 + nout)
-    nondiff = tuple(j for j, p in enumerate(b.returned) if not p.differentiable)
-    none = (None,) * (n + 1)
-
-    def forward(ctx, sig, *args):
-        out = b.run_forward(mask, "functional", args, sig.e)
-        outs = out if isinstance(out, tuple) else (out,)
-        ctx.save_for_backward(*[args[i] for i in sig.tensor_pos], *outs)
-        ctx.sig = sig
-        ctx.scalars = [args[i] for i in sig.scalar_pos]
-        if nondiff:
-            ctx.mark_non_differentiable(*[outs[j] for j in nondiff])
-        return out
-
-    def backward(ctx, *grads):
-        sig = ctx.sig
-        needs = ctx.needs_input_grad
-        need = [c and needs[i + 1] for i, c in enumerate(sig.can)]
-        if not any(need):
-            return none
-        saved = ctx.saved_tensors
-        k = len(sig.tensor_pos)
-        args = sig.args(saved, ctx.scalars)
-        results = saved[k:]
-        if torch.is_grad_enabled() or not plain_eager(grads):
-            if functorch_transforms_active() and torch.is_grad_enabled():
-                got = _backward_function_class(b, mask, qual).apply(*args, *results, *grads, *dims, need)
-            else:
-                got = _OVERLOADS[qual](*args, *results, *grads, *dims, need)
-        elif profiler_enabled():
-            with torch.autograd.profiler.record_function(qual):
-                got = b.adjoint(sig.e, args, results, grads, need)
-        else:
-            got = b.adjoint(sig.e, args, results, grads, need)
-        ret = [None] * (n + 1)
-        it = iter(got)
-        for i in range(n):
-            if need[i]:
-                ret[i + 1] = next(it)
-        return tuple(ret)
-
-    with b.lock:
-        apply = b.functions.get("signature")
-        if apply is None:
-            cls = type(
-                f"{b.base}_eager",
-                (torch.autograd.Function,),
-                {"forward": staticmethod(forward), "backward": staticmethod(backward)},
-            )
-            apply = b.functions["signature"] = function_apply(cls)
-    return apply
 
 
 def _eager_backward(b: _Binding, mask: tuple, qual: str, bargs: tuple, e: _Entry | None):

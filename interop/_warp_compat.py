@@ -100,6 +100,22 @@ def _warn_unverified() -> None:
     )
 
 
+_STRUCTS: dict[tuple, type] = {}
+_structs_lock = threading.Lock()
+
+
+def _args_struct_class(fields: tuple) -> type:
+    """The ctypes argument struct of one parameter layout, made once: a ctypes class made per
+    launch record is never freed (each new call signature would leak a few KiB)."""
+    cls = _STRUCTS.get(fields)
+    if cls is None:
+        with _structs_lock:
+            cls = _STRUCTS.get(fields)
+            if cls is None:
+                cls = _STRUCTS[fields] = type("ArgsStruct", (ctypes.Structure,), {"_fields_": list(fields)})
+    return cls
+
+
 def direct_cpu_invoker(launch, fwd_views: dict, adj_views: dict):
     """(call, sync) to run a recorded CPU launch without rebuilding its argument structs.
 
@@ -121,8 +137,8 @@ def direct_cpu_invoker(launch, fwd_views: dict, adj_views: dict):
     nargs = len(kernel.adj.args)
 
     def build(offset, views):
-        fields = [(a.label, type(params[offset + i])) for i, a in enumerate(kernel.adj.args)]
-        struct = type("ArgsStruct", (ctypes.Structure,), {"_fields_": fields})()
+        fields = tuple((a.label, type(params[offset + i])) for i, a in enumerate(kernel.adj.args))
+        struct = _args_struct_class(fields)()
         scalars = []
         for i, (name, _) in enumerate(fields):
             setattr(struct, name, params[offset + i])
