@@ -300,7 +300,8 @@ class _Binding:
                 "slow": slow,
                 "qual": qual,
                 "grad_enabled": torch.is_grad_enabled,
-                "plain": plain_eager,
+                "PLAIN": PLAIN_TENSOR_TYPES,
+                "eager": eager_context,
                 "profiling": profiler_enabled,
                 "label": torch.autograd.profiler.record_function,
                 "stream_of": _current_stream,
@@ -484,7 +485,7 @@ class _Binding:
         e.outs = tuple(outs)
         # tensor arguments an output can be allocated like (same shape and dtype)
         e.like = {i: (tuple(x.shape), x.dtype) for i, x in enumerate(args[: self.ncall]) if isinstance(x, torch.Tensor)}
-        e.forward, e.adjoint = entry_functions(self, e, kind, _readable, _pointer)
+        e.forward, e.adjoint = entry_functions(self, e, kind, _pointer)
         return e
 
     def run_forward(self, mask, kind, args, e: _Entry | None = None):
@@ -529,23 +530,6 @@ def _pointer(desc, p: Param, t: torch.Tensor, contiguous_outer: tuple) -> tuple:
     return (t.data_ptr(), outer)
 
 
-def _readable(desc, p: Param, g: torch.Tensor) -> tuple[torch.Tensor, tuple]:
-    """An upstream gradient Warp can read, and its (pointer, outer byte strides or None): strided
-    (even stride 0) outer dims are read in place, packed vec/mat components are needed."""
-    if g.is_contiguous():
-        return g, (g.data_ptr(), None)
-    isz = g.element_size()
-    if g.dim() == p.ndim:
-        # scalar elements: any torch strides (non-negative element counts, stride 0 too) are readable
-        return g, (g.data_ptr(), tuple(s * isz for s in g.stride()))
-    try:
-        outer = check_layout(desc, p, tuple(g.shape), tuple(s * isz for s in g.stride()), isz)
-    except ValueError:
-        g = g.contiguous()
-        return g, (g.data_ptr(), None)
-    return g, (g.data_ptr(), outer)
-
-
 _OVERLOADS: dict[str, Any] = {}
 _BINDINGS: dict[str, _Binding] = {}
 _bind_lock = threading.Lock()
@@ -557,10 +541,16 @@ def _binding(op) -> _Binding:
         with _bind_lock:
             b = _BINDINGS.get(op.description.name)
             if b is None or b.op is not op:
+                old = _BINDINGS.get(op.description.name)
+                if old is not None:
+                    # an equal-named op described again replaced the old one's operators
+                    for t in PLAIN_TENSOR_TYPES:
+                        old.op.eager_paths.pop(t, None)
                 b = _Binding(op)
                 _BINDINGS[op.description.name] = b
+                hook = _eager_hook(b)
                 for t in PLAIN_TENSOR_TYPES:
-                    op.eager_paths[t] = _eager_hook
+                    op.eager_paths[t] = hook
     return b
 
 
@@ -1137,13 +1127,14 @@ _PLAIN_NUMBERS = (float, int, bool)
 
 
 def _signature(args: Sequence[Any]) -> tuple | None:
-    """What a call's validation depends on: tensor type, shape, strides, dtype and device, and the type
-    of each Python number; None when an argument is neither (it takes the full path)."""
+    """What a call's validation depends on: each plain tensor's shape, strides, dtype, device (and
+    whether it requires grad), and the type of each Python number; None when an argument is
+    neither (it takes the full path)."""
     key = []
     for a in args:
         t = type(a)
         if t in PLAIN_TENSOR_TYPES:
-            key.append((t, a.shape, a.stride(), a.dtype, a.device))
+            key.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
         elif t in _PLAIN_NUMBERS:
             key.append(t)
         else:
@@ -1154,7 +1145,7 @@ def _signature(args: Sequence[Any]) -> tuple | None:
 class _Signature:
     """One validated plain-eager call signature of an op: its entry and its autograd.Function."""
 
-    __slots__ = ("e", "tensor_pos", "scalar_pos", "can", "apply")
+    __slots__ = ("e", "tensor_pos", "scalar_pos", "can", "grad", "apply")
 
     def __init__(self, b: _Binding, args: Sequence[Any]):
         self.e = b.entry(b.base_mask, "functional", args, None, (None,) * len(b.outputs))
@@ -1164,6 +1155,7 @@ class _Signature:
         self.can = tuple(
             d and isinstance(a, torch.Tensor) and a.is_floating_point() for d, a in zip(b.differentiable, args)
         )
+        self.grad = any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
         # a hand-written backward runs through the general eager Function (_eager_apply)
         self.apply = None if b.backward_op is not None else signature_function(b, self, f"{b.base}_eager", b.helpers())
 
@@ -1177,31 +1169,33 @@ def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
     runs[key] = _Signature(b, args)
 
 
-def _eager_hook(op, args: Sequence[Any]) -> Any:
-    """The op's eager hook for torch tensors (interop.Op.eager_paths): a plain eager call whose
-    signature was validated before (no in-out parameter, no scalar tensor, no launch_dims or
-    output_dims), or NOT_EAGER."""
-    if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
-        return NOT_EAGER
-    b = _BINDINGS.get(op.description.name)
-    if b is None or b.op is not op:
-        return NOT_EAGER
-    key = _signature(args)
-    sig = b.eager_runs.get(key) if key is not None else None
-    if sig is None:
-        return NOT_EAGER
-    if torch.is_grad_enabled():
-        for i in sig.tensor_pos:
-            if args[i].requires_grad:
-                apply = sig.apply
-                if apply is None:
-                    return _eager_apply(b, b.base_mask, args, sig.e)
-                b.eager_calls += 1
-                if profiler_enabled():
-                    with torch.autograd.profiler.record_function(b.qualname(b.base_mask, "primary")):
-                        return apply(*args)
-                return apply(*args)
-    return _eager_forward(b, b.base_mask, "functional", args, args, sig.e)
+def _eager_hook(b: _Binding):
+    """The op's eager hook for torch tensors (interop.Op.eager_paths): ``hook(op, args)`` runs a
+    plain eager call whose signature was validated before (no in-out parameter, no scalar tensor,
+    no launch_dims or output_dims), or returns NOT_EAGER."""
+    runs = b.eager_runs
+    mask = b.base_mask
+    label = b.qualname(mask, "primary")
+    grad_enabled = torch.is_grad_enabled
+
+    def hook(op, args: Sequence[Any]) -> Any:
+        if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
+            return NOT_EAGER
+        sig = runs.get(_signature(args))
+        if sig is None:
+            return NOT_EAGER
+        if sig.grad and grad_enabled():
+            apply = sig.apply
+            if apply is None:
+                return _eager_apply(b, mask, args, sig.e)
+            b.eager_calls += 1
+            if profiler_enabled():
+                with torch.autograd.profiler.record_function(label):
+                    return apply(*args)
+            return apply(*args)
+        return _eager_forward(b, mask, "functional", args, args, sig.e)
+
+    return hook
 
 
 def _eager_backward(b: _Binding, mask: tuple, qual: str, bargs: tuple, e: _Entry | None):

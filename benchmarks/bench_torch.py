@@ -138,6 +138,17 @@ class EmptyFunction(torch.autograd.Function):
 
 
 def run(quick: bool = False) -> dict:
+    threads = torch.get_num_threads()
+    # Warp's CPU kernels run on one thread: so does torch here, so that every row is one thread's
+    # work (with BENCH_CLOCK=cpu, idle OpenMP workers spinning would count as the rows' time)
+    torch.set_num_threads(1)
+    try:
+        return _run(quick)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(quick: bool) -> dict:
     import adapters.torch as atorch
 
     results = {}
