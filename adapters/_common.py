@@ -132,11 +132,11 @@ class EagerFramework:
             else:
                 values[p.index] = x
         returned = []
-        it = iter(plan.out_specs)
+        it = iter(zip(plan.out_specs, plan.zero))
         for p in desc.returned_params:
-            spec = next(it)
+            spec, zero = next(it)
             if p.role == OUTPUT:
-                out = self.alloc(spec, device, desc.zero_outputs, plan.types[p.index])
+                out = self.alloc(spec, device, zero, plan.types[p.index])
                 ptr, strides, itemsize = self.layout(out)
                 values[p.index] = (ptr, None)
                 returned.append(out)
@@ -198,17 +198,16 @@ class EagerFramework:
                 scalars.append((ai, p.index))
         outs = []
         order = []  # returned values: ("arg", i) or ("out", k)
-        it = iter(plan.out_specs)
+        it = iter(zip(plan.out_specs, plan.zero))
         for p in desc.returned_params:
-            spec = next(it)
+            spec, zero = next(it)
             if p.role == OUTPUT:
-                outs.append((p.index, spec, plan.types[p.index]))
+                outs.append((p.index, spec, plan.types[p.index], zero))
                 order.append(("out", len(outs) - 1))
             else:
                 order.append(("arg", params.index(p)))
         go = plan.runner.fast_forward(device)
         ptr, alloc, writable, stream_of = self.ptr, self.alloc, self.writable, self.stream
-        zero = desc.zero_outputs
         label = desc.label
         names = {p.index: p.name for p in desc.params}
         single = len(order) == 1
@@ -225,7 +224,7 @@ class EagerFramework:
             for ai, pi in scalars:
                 vals[pi] = args[ai]
             made = []
-            for pi, spec, elem in outs:
+            for pi, spec, elem, zero in outs:
                 o = alloc(spec, device, zero, elem)
                 vals[pi] = (ptr(o), None)
                 made.append(o)

@@ -71,8 +71,15 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
         "pointer": pointer,
         "desc": b.desc,
         "go": e.launcher(False) if kind != "backward" else None,
-        "launcher": e.launcher,  # the adjoint's record is built on the first backward
     }
+
+    def go_adj(values, adj, stream):
+        # the adjoint's record is built on the first backward; from then on the generated code
+        # calls it directly (this function replaces itself in the code's globals)
+        g = env["go_adj"] = e.launcher(True)
+        return g(values, adj, stream)
+
+    env["go_adj"] = go_adj
     arrays = {idx: (pos, strides) for idx, pos, strides in e.arrays}
     scalars = {idx: (pos, conv) for idx, pos, conv in e.scalars}
     args = [f"a{i}" for i in range(n)]
@@ -92,12 +99,16 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
             return f"C{idx}(a{pos})"
         return "None"
 
+    def packed(pos: int) -> str:
+        # *_like keeps a contiguous argument's layout: name the format only for a strided one
+        return "" if pos in e.contiguous_args else ", memory_format=contiguous"
+
     # ---- forward
     like_args = [(pos, shape) for pos, shape in e.like.items()]
     lines = [f"def forward({', '.join(args + ['stream'])}):"]
     values = {idx: value(idx) for idx in range(nparams)}
     results = []
-    for j, (idx, shape, dtype, role) in enumerate(e.outs):
+    for j, (idx, shape, dtype, role, zero) in enumerate(e.outs):
         if role == IN_OUT and kind == "mutable":
             continue
         env[f"shape{j}"], env[f"dtype{j}"] = shape, dtype
@@ -109,10 +120,10 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
         else:
             like = next((pos for pos, s in like_args if s == (shape, dtype)), None)
             if like is not None:  # the cheapest allocation: like a tensor argument of this shape and dtype
-                alloc = "zeros_like" if e.zero else "empty_like"
-                lines.append(f"    r{j} = {alloc}(a{like}, memory_format=contiguous)")
+                alloc = "zeros_like" if zero else "empty_like"
+                lines.append(f"    r{j} = {alloc}(a{like}{packed(like)})")
             else:
-                alloc = "zeros" if e.zero else "empty"
+                alloc = "zeros" if zero else "empty"
                 lines.append(f"    r{j} = {alloc}(shape{j}, dtype=dtype{j}, device=tdev)")
         values[idx] = f"(r{j}.data_ptr(), None)"
         results.append(f"r{j}")
@@ -150,12 +161,14 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
     grads = []
     for i, p in enumerate(b.call_params):
         if p.index in arrays:  # a Python number has no gradient
-            lines.append(f"    t{i} = zeros_like(a{i}, memory_format=contiguous) if n{i} else None")
+            lines.append(f"    t{i} = zeros_like(a{i}{packed(i)}) if n{i} else None")
             adj[p.index] = f"(t{i}.data_ptr(), None) if n{i} else {adj[p.index]}"
             grads.append(f"t{i}")
         else:
             grads.append("None")
-    lines.append(f"    launcher(True)([{', '.join(values[i] for i in range(nparams))}], [{', '.join(adj[i] for i in range(nparams))}], stream)")
+    lines.append(
+        f"    go_adj([{', '.join(values[i] for i in range(nparams))}], [{', '.join(adj[i] for i in range(nparams))}], stream)"
+    )
     lines.append(f"    return {_tuple(grads)}")
     return _compile("\n".join(lines) + "\n", env, ("forward", "adjoint"))
 

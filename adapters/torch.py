@@ -52,13 +52,12 @@ import torch
 from interop import _cache, _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
-from interop._op import NOT_EAGER
 from interop._launch import contiguous_strides, external_stream, get_device
+from interop._op import NOT_EAGER
 from interop._plan import ArraySpec, ScalarSpec, check_layout, vector_components
 from interop._warp_compat import type_size_in_bytes
 
 from ._common import EagerFramework, pack_result, unexpected_keywords
-from ._torch_eager import entry_functions, signature_function
 from ._torch_compat import (
     PLAIN_TENSOR_TYPES,
     eager_context,
@@ -67,6 +66,7 @@ from ._torch_compat import (
     plain_eager,
     profiler_enabled,
 )
+from ._torch_eager import entry_functions, signature_function
 
 __all__ = ["bind", "call", "on_describe", "operators"]
 
@@ -221,15 +221,14 @@ class _Entry:
         "outs",
         "cuda",
         "runner",
-        "zero",
         "_go",
         "_go_adj",
         "contiguous_outer",
         "forward",
         "adjoint",
         "like",
+        "contiguous_args",
     )
-
 
     def go_adjoint(self):
         g = self._go_adj
@@ -472,7 +471,6 @@ class _Binding:
         e.cuda = device.type == "cuda"
         e.arrays = tuple(arrays)
         e.scalars = tuple(scalars)
-        e.zero = desc.zero_outputs
         e._go = None
         e._go_adj = None
         e.contiguous_outer = {
@@ -480,11 +478,12 @@ class _Binding:
             for p in self.returned
         }
         outs = []
-        for p, spec in zip(self.returned, plan.out_specs):
-            outs.append((p.index, tuple(spec.shape), _NP_TO_TORCH[np.dtype(spec.dtype)], p.role))
+        for p, spec, zero in zip(self.returned, plan.out_specs, plan.zero):
+            outs.append((p.index, tuple(spec.shape), _NP_TO_TORCH[np.dtype(spec.dtype)], p.role, zero))
         e.outs = tuple(outs)
         # tensor arguments an output can be allocated like (same shape and dtype)
         e.like = {i: (tuple(x.shape), x.dtype) for i, x in enumerate(args[: self.ncall]) if isinstance(x, torch.Tensor)}
+        e.contiguous_args = frozenset(i for i in e.like if args[i].is_contiguous())
         e.forward, e.adjoint = entry_functions(self, e, kind, _pointer)
         return e
 

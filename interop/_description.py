@@ -21,7 +21,7 @@ import warp as wp
 
 from . import _dtypes, _warp_compat
 from ._errors import ArgumentError, UnsupportedError
-from ._extent import direct_indexing
+from ._extent import direct_indexing, written_outputs
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -105,6 +105,8 @@ class OpDescription:
     reads_returned: tuple[str, ...] = field(default=(), compare=False, hash=False)
     # (array parameter, its dim, launch dim) the kernel indexes directly with wp.tid() (see _extent)
     direct_index: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, hash=False)
+    # (output, launch dim per output dim) the kernel writes element by element (see _extent)
+    written: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
 
     # -- derived views (cheap properties; dataclass stays the identity) ------------
     @cached_property
@@ -499,6 +501,7 @@ def describe(
         label=name or key.rsplit(".", 1)[-1],
         reads_returned=_returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT]),
         direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),
+        written=written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
     )
 
 

@@ -49,6 +49,20 @@ def _is_tid_call(node: ast.AST) -> bool:
     return (isinstance(f, ast.Attribute) and f.attr == "tid") or (isinstance(f, ast.Name) and f.id == "tid")
 
 
+def uses_tiles(kernel: Any) -> bool:
+    """Does the kernel call Warp tile functions (``wp.tile_load``, ``wp.tile_sum``...)?"""
+    tree = getattr(getattr(kernel, "adj", None), "tree", None)
+    if tree is None:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name.startswith("tile"):
+                return True
+    return False
+
+
 def _stored_names(tree: ast.AST) -> dict[str, int]:
     """How many times each name is bound anywhere in ``tree`` (assignments, loop targets...)."""
     counts: dict[str, int] = {}
@@ -133,6 +147,75 @@ def direct_indexing(fn: Any, kind: str, arrays: Sequence[tuple[str, int]]) -> tu
                 if isinstance(e, ast.Name) and e.id in tid:
                     found.add((name, k, tid[e.id]))
     return tuple(sorted(found))
+
+
+def written_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Outputs the kernel's code writes element by element, all of them: ``(name, launch dims)``.
+
+    An output is listed when the kernel body has, at its top level and before any statement
+    that can ``return``, a plain store ``out[i, j, ...] = value`` whose indices are distinct
+    thread-index names (as in :func:`direct_indexing`), one per output dimension, and the
+    output's name appears nowhere else in the kernel (no read, no second or conditional write,
+    no atomic). Every thread then writes its element; when the output's extents equal the launch
+    extents of those indices (checked per plan: :func:`fully_written`), every element is written,
+    so zero-filling the output first would be wasted work. ``launch dims`` gives, per output
+    dimension, the launch dimension indexing it (-1 for ``i = wp.tid()`` of a 1-d launch).
+    """
+    if kind != "kernel" or uses_tiles(fn):  # a tile kernel's threads cooperate: no per-thread rule
+        return ()
+    tree = getattr(getattr(fn, "adj", None), "tree", None)
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        return ()
+    kernel = tree.body[0]
+    ndims = dict(outputs)
+    mentions: dict[str, int] = {}
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Name) and node.id in ndims:
+            mentions[node.id] = mentions.get(node.id, 0) + 1
+    stores = _stored_names(kernel)
+    tid: dict[str, int] = {}
+    found = []
+    for stmt in kernel.body:
+        if _has_return(stmt):
+            break
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_tid_call(stmt.value):
+            t = stmt.targets[0]
+            if isinstance(t, ast.Name) and stores.get(t.id) == 1:
+                tid[t.id] = -1
+            elif isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts):
+                for d, e in enumerate(t.elts):
+                    if stores.get(e.id) == 1:
+                        tid[e.id] = d
+            continue
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+            continue
+        target = stmt.targets[0]
+        if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+            continue
+        name = target.value.id
+        if name not in ndims or mentions.get(name) != 1:
+            continue
+        idx = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+        names = [e.id for e in idx if isinstance(e, ast.Name) and e.id in tid]
+        if len(names) != len(idx) or len(idx) != ndims[name] or len(set(names)) != len(names):
+            continue
+        found.append((name, tuple(tid[n] for n in names)))
+    return tuple(sorted(found))
+
+
+def fully_written(written: Sequence[tuple[str, tuple[int, ...]]], launch: Sequence[int], shapes: dict) -> frozenset:
+    """Names of the outputs of :func:`written_outputs` that this launch writes entirely: each
+    output dimension's extent equals the launch extent of the thread index writing it."""
+    full = set()
+    for name, dims in written:
+        shape = shapes[name]
+        if dims == (-1,):
+            ok = len(launch) == 1 and tuple(shape) == (launch[0],)
+        else:
+            ok = all(d < len(launch) and shape[k] == launch[d] for k, d in enumerate(dims))
+        if ok:
+            full.add(name)
+    return frozenset(full)
 
 
 def check_launch(label: str, launch: Sequence[int], what: str = "launch_dims") -> None:

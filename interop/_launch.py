@@ -19,6 +19,7 @@ import warp as wp
 
 from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError, naming_op
+from ._extent import uses_tiles
 from ._plan import check_scalar_value, int_range, vector_components
 from ._warp_compat import apic_active as _apic_active
 from ._warp_compat import array_t, type_size_in_bytes
@@ -204,7 +205,7 @@ class Runner:
         self._slot_lock = threading.Lock()
         # a kernel launched over zero threads does nothing (Warp records no launch for it)
         self.empty = plan.desc.kind == "kernel" and any(int(d) == 0 for d in plan.launch_dims)
-        self.tiles = plan.desc.kind == "kernel" and _uses_tiles(plan.kernel)
+        self.tiles = plan.desc.kind == "kernel" and uses_tiles(plan.kernel)
 
     # -- kernel ops ------------------------------------------------------------------
     def _kernel(self, adjoint: bool):
@@ -572,20 +573,6 @@ class Runner:
                     tape.backward()
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
-
-
-def _uses_tiles(kernel) -> bool:
-    """Does the kernel call Warp tile functions (``wp.tile_load``, ``wp.tile_sum``...)?"""
-    tree = getattr(getattr(kernel, "adj", None), "tree", None)
-    if tree is None:
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            f = node.func
-            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
-            if name.startswith("tile"):
-                return True
-    return False
 
 
 def _nothing(values, adj=None, stream=None) -> None:

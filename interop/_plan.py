@@ -60,12 +60,18 @@ class CallPlan:
         "out_specs",
         "differentiable",
         "scalar_refs",
+        "zero",
         "_runner",
         "__weakref__",
     )
 
-    def __init__(self, desc, kernel, launch_dims, types, warp_shapes, out_specs, differentiable, scalar_refs):
+    def __init__(
+        self, desc, kernel, launch_dims, types, warp_shapes, out_specs, differentiable, scalar_refs, zero=None
+    ):
         self.desc = desc
+        # per returned parameter (out_specs order): whether its new buffer is zero-filled before the
+        # launch (outputs of a zero_outputs op that the launch does not provably write entirely)
+        self.zero = zero if zero is not None else tuple(desc.zero_outputs for _ in out_specs)
         self.kernel = kernel
         self.launch_dims = launch_dims
         self.types = types
@@ -356,6 +362,10 @@ def make_plan(
     for p in desc.params:
         ok = p.differentiable and _dtypes.is_float(_dtypes.split(types[p.index])[0])
         diff.append(ok)
+    full = frozenset()
+    if launch is not None and desc.written:
+        full = _extent.fully_written(desc.written, launch, {p.name: shapes[p.index] for p in desc.output_params})
+    zero = tuple(desc.zero_outputs and p.name not in full for p in desc.returned_params)
     return CallPlan(
         desc,
         kernel,
@@ -365,6 +375,7 @@ def make_plan(
         tuple(out_specs),
         tuple(diff),
         tuple(scalar_refs),
+        zero,
     )
 
 

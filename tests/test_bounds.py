@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from interop import _cache
 from _subprocess import run_script
+
+from interop import _cache
 
 pytestmark = pytest.mark.timeout(1800)
 FULL = os.environ.get("INTEROP_SOAK_FULL") == "1"

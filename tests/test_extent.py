@@ -194,3 +194,76 @@ def test_readme_bounds_checks_example_runs(tmp_path):
     r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "op 'scale', parameter 'a'" in r.stdout and "launch extent 8" in r.stdout and "got extent 4" in r.stdout
+
+
+# ---- outputs the launch writes entirely are not zero-filled first --------------------------
+@pytest.mark.parametrize(
+    "kernel, kw, expected",
+    [
+        (cat.scale_kernel, {}, {("out", (-1,))}),
+        (cat.scalar_kernel, {}, {("out", (-1,))}),
+        (cat.transpose_kernel, {}, {("out", (1, 0))}),
+        (cat.atomic_kernel, {"in_out": ["acc"]}, set()),  # an atomic accumulates into the old value
+        (cat.inout_kernel, {"outputs": 2, "in_out": ["acc"]}, {("sq", (0, 1))}),
+        (cat.shifted_kernel, {}, set()),  # a conditional store
+        (cat.gather_kernel, {}, {("out", (-1,))}),
+        (cat.funky_kernel, {"outputs": 2}, set()),
+        (cat.guarded_kernel, {}, set()),  # after an early return
+        (cat.loop_kernel, {}, {("out", (-1,))}),
+        (cat.reassigned_kernel, {}, set()),  # written twice, the second time not by thread
+        (cat.tile_kernel, {"block_dim": 8}, set()),  # tile kernels: threads cooperate
+        (cat.function_op_fn, {}, set()),
+    ],
+)
+def test_written_outputs_found(kernel, kw, expected):
+    assert set(interop.op(kernel, **kw).description.written) == expected
+
+
+def test_zero_fill_only_where_the_launch_does_not_cover_the_output():
+    op = interop.op(cat.transpose_kernel)
+    spec = [interop._plan.ArraySpec((3, 4), np.dtype(F))]
+    assert op.plan(spec, None, {"out": (4, 3)}).zero == (False,)  # out[j, i] covers (4, 3)
+    assert op.plan(spec, None, {"out": (4, 5)}).zero == (True,)  # a larger output: its tail is zero
+    assert interop.op(cat.transpose_kernel, zero_outputs=False).plan(spec, None, {"out": (4, 5)}).zero == (False,)
+    scale = interop.op(cat.scale_kernel)
+    s = [interop._plan.ArraySpec((4,), np.dtype(F)), interop._plan.ScalarSpec("py", float)]
+    assert scale.plan(s).zero == (False,)
+    assert scale.plan(s, (2,)).zero == (False,)  # the output follows the launch
+    assert scale.plan(s, (2,), 4).zero == (True,)  # a launch over half the output
+
+
+def _dirty(fw: str) -> None:
+    """Leave freed memory full of NaN where the next allocations come from."""
+    for n in (4, 8, 64, 1024):
+        if fw == "torch":
+            import torch
+
+            torch.full((n,), float("nan"))
+        elif fw == "paddle":
+            import paddle
+
+            paddle.full([n], float("nan"))
+        else:
+            np.full(n, np.nan, F)
+
+
+@pytest.mark.parametrize("fw", ["numpy", "torch", "paddle"])
+def test_elements_the_kernel_does_not_write_are_zero(fw):
+    """A wrongly skipped zero fill shows as NaN (the freed memory reused by the next output)."""
+    a = np.arange(1, 9, dtype=F)
+
+    def call(kernel, *args, **kw):
+        x = a if fw == "numpy" else interop.convert(a.copy(), to=fw, copy=True)
+        out = interop.op(kernel)(x, *args, **kw)
+        return out if fw == "numpy" else np.asarray(interop.convert(out, to="numpy", copy=True))
+
+    for _ in range(20):  # allocators hand freed blocks back in various orders
+        _dirty(fw)
+        got = call(cat.scale_kernel, 2.0, output_dims=12)
+        np.testing.assert_array_equal(got, np.r_[2 * a, np.zeros(4, F)])
+        _dirty(fw)
+        got = call(cat.shifted_kernel)
+        np.testing.assert_array_equal(got, np.r_[a[1:], 0])
+        _dirty(fw)
+        got = call(cat.guarded_kernel, output_dims=8)
+        np.testing.assert_array_equal(got, a)
