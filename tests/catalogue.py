@@ -448,6 +448,43 @@ def to_torch(a: np.ndarray):
     return torch.from_numpy(a.copy())
 
 
+def to_fw(fw: str, a, warp_dtype=None, requires_grad: bool = False):
+    """A copy of NumPy array ``a`` as a ``fw`` array ("numpy", "warp", "torch", "jax", "paddle"), made
+    by the framework itself, not by interop. ``warp_dtype`` packs trailing dims (wp.vec3 ...) for Warp;
+    ``requires_grad`` makes a torch or paddle leaf that records gradients."""
+    a = np.array(a, order="C")  # a copy: in-place tests must not write the caller's array
+    if fw == "numpy":
+        return a
+    if fw == "warp":
+        return wp.array(a, dtype=warp_dtype or wp.dtype_from_numpy(a.dtype), device="cpu")
+    if fw == "torch":
+        import torch
+
+        return torch.tensor(a, requires_grad=requires_grad)
+    if fw == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(a)
+    if fw == "paddle":
+        import paddle
+
+        t = paddle.to_tensor(a)
+        t.stop_gradient = not requires_grad
+        return t
+    raise ValueError(f"unknown framework {fw!r}")
+
+
+def to_np(x) -> np.ndarray:
+    """A NumPy array of any framework's array (torch and paddle through detach().cpu())."""
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, wp.array):
+        return x.numpy()
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
 def to_torch_args(case: Case, args: tuple, grad: bool) -> list:
     """A case's NumPy call arguments as torch tensors (scalars unchanged); with ``grad``, the float
     arrays that are not in-out require grad."""

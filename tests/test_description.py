@@ -6,18 +6,14 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
+from guide_kernels import saxpy
+from guide_kernels import vecmat_kernel as vecmat
 
 import interop
 from interop import OpDescription, Param
 
 
 # ---- kernels (module level: Warp builds one module per Python module) ----------------------
-@wp.kernel
-def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] + y[i]
-
-
 @wp.kernel
 def two_out(a: wp.array(dtype=float), b: wp.array(dtype=float), c: wp.array(dtype=float)):
     i = wp.tid()
@@ -42,21 +38,6 @@ def int_kernel(a: wp.array(dtype=int), x: wp.array(dtype=float), out: wp.array(d
 def no_backward(x: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = x[i]
-
-
-@wp.kernel
-def vecmat(
-    a: wp.array(dtype=float),
-    b: wp.array(dtype=wp.vec3),
-    c: wp.array(dtype=wp.mat22),
-    d: wp.array(dtype=float),
-    e: wp.array(dtype=wp.vec3),
-    f: wp.array(dtype=wp.mat22),
-):
-    i = wp.tid()
-    d[i] = a[i]
-    e[i] = b[i]
-    f[i] = c[i]
 
 
 @wp.kernel

@@ -10,6 +10,8 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
+from guide_kernels import add_float_kernel as add
+from guide_kernels import matmul_kernel as matmul
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -28,21 +30,6 @@ def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.
 def histogram(idx: wp.array(dtype=int), w: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
     wp.atomic_add(out, idx[i], w[i])
-
-
-@wp.kernel
-def matmul(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float), c: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    s = wp.float32(0.0)
-    for k in range(a.shape[1]):
-        s += a[i, k] * b[k, j]
-    c[i, j] = s
-
-
-@wp.kernel
-def add(a: wp.array(dtype=float), b: wp.array(dtype=float), out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a[i] + b[i]
 
 
 @wp.kernel
@@ -377,9 +364,9 @@ def test_float64_when_x64_is_off():
 
 def test_traced_launch_dims():
     op = interop.op(add)
-    with pytest.raises(TypeError, match=r"op 'add': launch_dims must be known when the call is traced"):
+    with pytest.raises(TypeError, match=r"op 'add_float_kernel': launch_dims must be known when the call is traced"):
         jax.jit(lambda a, n: op(a, a, launch_dims=n))(X, 8)
-    with pytest.raises(TypeError, match=r"op 'add': output_dims must be known when the call is traced"):
+    with pytest.raises(TypeError, match=r"op 'add_float_kernel': output_dims must be known when the call is traced"):
         jax.jit(lambda a, n: op(a, a, output_dims=(n,)))(X, 8)
 
 
