@@ -9,33 +9,18 @@ import array
 import numpy as np
 import pytest
 import warp as wp
+from guide_kernels import diagonal_kernel as diagonal
+from guide_kernels import rowsum_kernel as rowsum
+from guide_kernels import saxpy
 
 import interop
 from interop._errors import ArgumentError
 
 
 @wp.kernel
-def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] + y[i]
-
-
-@wp.kernel
 def vecmat(b: wp.array(dtype=wp.vec3), m: wp.array(dtype=wp.mat22), out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = b[i][0] + m[i][1, 0]
-
-
-@wp.kernel
-def rowsum(matrix: wp.array2d(dtype=float), sums: wp.array1d(dtype=float)):
-    i, j = wp.tid()
-    wp.atomic_add(sums, i, matrix[i, j])
-
-
-@wp.kernel
-def diagonal(output: wp.array(dtype=wp.mat33)):
-    tid = wp.tid()
-    output[tid] = wp.mat33(1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 3.0)
 
 
 @wp.kernel
@@ -135,7 +120,7 @@ def test_wrong_ndim(warm):
         SAXPY(f32(4, 2), X, 1.0)
     with pytest.raises(
         ValueError,
-        match=r"op 'rowsum', parameter 'matrix': expected a 2-d array of float32, got an array of shape \(3,\)",
+        match=r"op 'rowsum_kernel', parameter 'matrix': expected a 2-d array of float32, got an array of shape \(3,\)",
     ):
         ROWSUM(f32(3), np.zeros(3, np.float32))
 
@@ -308,7 +293,7 @@ def test_read_only_in_out(warm):
     sums = np.zeros(3, np.float32)
     sums.flags.writeable = False
     with pytest.raises(
-        ValueError, match=r"op 'rowsum', parameter 'sums': the in-out array is read-only; pass a writable array"
+        ValueError, match=r"op 'rowsum_kernel', parameter 'sums': the in-out array is read-only; pass a writable array"
     ):
         ROWSUM(f32(3, 2), sums)
     np.testing.assert_array_equal(sums, 0)
@@ -337,7 +322,7 @@ def test_output_dims_naming_a_non_output():
 def test_output_dims_wrong_rank():
     with pytest.raises(
         ValueError,
-        match=r"op 'diagonal', output 'output': output_dims \(3, 3\) does not fit a 1-d array of mat33f \(expected 1 "
+        match=r"op 'diagonal_kernel', output 'output': output_dims \(3, 3\) does not fit a 1-d array of mat33f \(expected 1 "
         r"dims, or 3 ending in \(3, 3\)\)",
     ):
         DIAG(launch_dims=3, output_dims=(3, 3))
@@ -345,7 +330,7 @@ def test_output_dims_wrong_rank():
 
 def test_launch_dims_missing_without_array_input():
     with pytest.raises(
-        ValueError, match=r"op 'diagonal': cannot size output 'output': the op has no array input; pass launch_dims="
+        ValueError, match=r"op 'diagonal_kernel': cannot size output 'output': the op has no array input; pass launch_dims="
     ):
         DIAG()
 
@@ -365,7 +350,7 @@ def test_launch_dims_missing_without_array_input():
     ],
 )
 def test_bad_launch_dims(bad, exc, msg):
-    with pytest.raises(exc, match=r"op 'diagonal': " + msg):
+    with pytest.raises(exc, match=r"op 'diagonal_kernel': " + msg):
         DIAG(launch_dims=bad)
 
 
