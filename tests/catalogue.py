@@ -152,6 +152,60 @@ def tile_kernel(x: wp.array2d[float], out: wp.array[float]):
     wp.tile_store(out, wp.tile_sum(wp.tile_map(wp.mul, t, t)), offset=i)
 
 
+# ---- float64 twins (gradcheck and finite differences in float64) and other shared kernels ----------
+@wp.kernel
+def vec3d_kernel(a: wp.array(dtype=wp.vec3d), b: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
+    # vec3_kernel in float64
+    i = wp.tid()
+    out[i] = wp.cross(a[i], b[i]) + a[i] * wp.dot(a[i], b[i])
+
+
+@wp.kernel
+def mat33d_kernel(m: wp.array(dtype=wp.mat33d), v: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
+    # mat33_kernel in float64
+    i = wp.tid()
+    out[i] = m[i] * v[i] + wp.transpose(m[i]) * (m[i] * v[i])
+
+
+@wp.kernel
+def multi64_kernel(a: wp.array(dtype=wp.float64), c: wp.array(dtype=wp.float64), d: wp.array(dtype=wp.float64)):
+    # multi_kernel in float64: c = sin(a), d = a^3
+    i = wp.tid()
+    c[i] = wp.sin(a[i])
+    d[i] = a[i] * a[i] * a[i]
+
+
+@wp.kernel
+def inout64_kernel(
+    x: wp.array2d(dtype=wp.float64), acc: wp.array(dtype=wp.float64), sq: wp.array2d(dtype=wp.float64)
+):
+    # inout_kernel in float64: acc += row sums of x^2 (in-out), sq = 2 x
+    i, j = wp.tid()
+    wp.atomic_add(acc, i, x[i, j] * x[i, j])
+    sq[i, j] = wp.float64(2.0) * x[i, j]
+
+
+@wp.kernel
+def cube64(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = x[i] * x[i] * x[i]
+
+
+@wp.kernel
+def cube64_backward(
+    x: wp.array(dtype=wp.float64), adj_out: wp.array(dtype=wp.float64), grad_x: wp.array(dtype=wp.float64)
+):
+    # cube64's gradient by interop's backward convention (inputs, adjoints, gradients): 3 x^2 adj
+    i = wp.tid()
+    grad_x[i] = wp.float64(3.0) * x[i] * x[i] * adj_out[i]
+
+
+@wp.kernel
+def vscale_kernel(v: wp.array(dtype=wp.vec3), s: float, out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = v[i] * s
+
+
 # ---- indexing patterns (the extent rule, see interop/_extent.py) ------------------------
 # Indexed directly by the thread index: the extent check applies to these arrays.
 @wp.kernel

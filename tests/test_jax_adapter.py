@@ -10,6 +10,8 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
+from catalogue import cube64
+from catalogue import vscale_kernel as vscale
 from guide_kernels import add_float_kernel as add
 from guide_kernels import matmul_kernel as matmul
 
@@ -40,21 +42,9 @@ def accumulate(x: wp.array(dtype=float), acc: wp.array(dtype=float), y: wp.array
 
 
 @wp.kernel
-def cube64(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[i] = x[i] * x[i] * x[i]
-
-
-@wp.kernel
 def iota64(out: wp.array(dtype=wp.float64)):
     i = wp.tid()
     out[i] = wp.float64(i)
-
-
-@wp.kernel
-def vscale(v: wp.array(dtype=wp.vec3), s: float, out: wp.array(dtype=wp.vec3)):
-    i = wp.tid()
-    out[i] = v[i] * s
 
 
 @wp.kernel
@@ -340,7 +330,7 @@ def test_bad_dtype_ndim_trailing_dims():
     with pytest.raises(TypeError, match=r"op 'saxpy', parameter 'y': expected a 1-d array of float32.*got.*\(2, 4\)"):
         op(X, Y.reshape(2, 4), 2.0)
     v = interop.op(vscale)
-    with pytest.raises(TypeError, match=r"op 'vscale', parameter 'v': .*trailing dims \(2,\), expected \(3,\)"):
+    with pytest.raises(TypeError, match=r"op 'vscale_kernel', parameter 'v': .*trailing dims \(2,\), expected \(3,\)"):
         v(jnp.zeros((4, 2), jnp.float32), 1.0)
     with pytest.raises(TypeError, match=r"op 'saxpy' takes 3 argument\(s\) \['x', 'y', 'a'\].*got 2"):
         op(X, Y)
