@@ -201,6 +201,13 @@ def cube64_backward(
 
 
 @wp.kernel
+def square_axpy_kernel(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
+    # out = a x^2 + y: a non-linear saxpy (gradients depend on x)
+    i = wp.tid()
+    out[i] = a * x[i] * x[i] + y[i]
+
+
+@wp.kernel
 def vscale_kernel(v: wp.array(dtype=wp.vec3), s: float, out: wp.array(dtype=wp.vec3)):
     i = wp.tid()
     out[i] = v[i] * s

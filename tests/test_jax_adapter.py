@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import warp as wp
 from catalogue import cube64
+from catalogue import square_axpy_kernel as saxpy
 from catalogue import vscale_kernel as vscale
 from guide_kernels import add_float_kernel as add
 from guide_kernels import matmul_kernel as matmul
@@ -20,12 +21,6 @@ import jax.numpy as jnp  # noqa: E402
 
 import interop  # noqa: E402
 from adapters import _jax_ffi  # noqa: E402
-
-
-@wp.kernel
-def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] * x[i] + y[i]
 
 
 @wp.kernel
@@ -316,25 +311,25 @@ def test_hand_written_backward():
 
 def test_forward_mode_is_refused_with_the_op_name():
     op = interop.op(saxpy)
-    with pytest.raises(TypeError, match=r"op 'saxpy': forward-mode differentiation \(jax.jvp.*Use jax.grad"):
+    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel': forward-mode differentiation \(jax.jvp.*Use jax.grad"):
         jax.jvp(lambda x: op(x, Y, 2.0), (X,), (X,))
-    with pytest.raises(TypeError, match=r"op 'saxpy': forward-mode"):
+    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel': forward-mode"):
         jax.jacfwd(lambda x: op(x, Y, 2.0))(X)
 
 
 # ---- bad input -----------------------------------------------------------------------------
 def test_bad_dtype_ndim_trailing_dims():
     op = interop.op(saxpy)
-    with pytest.raises(TypeError, match=r"op 'saxpy', parameter 'x': expected a 1-d array of float32.*got.*int32"):
+    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel', parameter 'x': expected a 1-d array of float32.*got.*int32"):
         op(jnp.arange(8, dtype=jnp.int32), Y, 2.0)
-    with pytest.raises(TypeError, match=r"op 'saxpy', parameter 'y': expected a 1-d array of float32.*got.*\(2, 4\)"):
+    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel', parameter 'y': expected a 1-d array of float32.*got.*\(2, 4\)"):
         op(X, Y.reshape(2, 4), 2.0)
     v = interop.op(vscale)
     with pytest.raises(TypeError, match=r"op 'vscale_kernel', parameter 'v': .*trailing dims \(2,\), expected \(3,\)"):
         v(jnp.zeros((4, 2), jnp.float32), 1.0)
-    with pytest.raises(TypeError, match=r"op 'saxpy' takes 3 argument\(s\) \['x', 'y', 'a'\].*got 2"):
+    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel' takes 3 argument\(s\) \['x', 'y', 'a'\].*got 2"):
         op(X, Y)
-    with pytest.raises(TypeError, match=r"op 'saxpy': arrays from two frameworks in one call"):
+    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel': arrays from two frameworks in one call"):
         op(X, np.ones(8, np.float32), 2.0)
 
 
