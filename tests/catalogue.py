@@ -208,6 +208,12 @@ def square_axpy_kernel(x: wp.array(dtype=float), y: wp.array(dtype=float), a: fl
 
 
 @wp.kernel
+def norm3_kernel(v: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = wp.length(v[i])
+
+
+@wp.kernel
 def vscale_kernel(v: wp.array(dtype=wp.vec3), s: float, out: wp.array(dtype=wp.vec3)):
     i = wp.tid()
     out[i] = v[i] * s
