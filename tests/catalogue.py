@@ -176,9 +176,7 @@ def multi64_kernel(a: wp.array(dtype=wp.float64), c: wp.array(dtype=wp.float64),
 
 
 @wp.kernel
-def inout64_kernel(
-    x: wp.array2d(dtype=wp.float64), acc: wp.array(dtype=wp.float64), sq: wp.array2d(dtype=wp.float64)
-):
+def inout64_kernel(x: wp.array2d(dtype=wp.float64), acc: wp.array(dtype=wp.float64), sq: wp.array2d(dtype=wp.float64)):
     # inout_kernel in float64: acc += row sums of x^2 (in-out), sq = 2 x
     i, j = wp.tid()
     wp.atomic_add(acc, i, x[i, j] * x[i, j])

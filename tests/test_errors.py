@@ -330,7 +330,8 @@ def test_output_dims_wrong_rank():
 
 def test_launch_dims_missing_without_array_input():
     with pytest.raises(
-        ValueError, match=r"op 'diagonal_kernel': cannot size output 'output': the op has no array input; pass launch_dims="
+        ValueError,
+        match=r"op 'diagonal_kernel': cannot size output 'output': the op has no array input; pass launch_dims=",
     ):
         DIAG()
 

@@ -311,7 +311,9 @@ def test_hand_written_backward():
 
 def test_forward_mode_is_refused_with_the_op_name():
     op = interop.op(saxpy)
-    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel': forward-mode differentiation \(jax.jvp.*Use jax.grad"):
+    with pytest.raises(
+        TypeError, match=r"op 'square_axpy_kernel': forward-mode differentiation \(jax.jvp.*Use jax.grad"
+    ):
         jax.jvp(lambda x: op(x, Y, 2.0), (X,), (X,))
     with pytest.raises(TypeError, match=r"op 'square_axpy_kernel': forward-mode"):
         jax.jacfwd(lambda x: op(x, Y, 2.0))(X)
@@ -320,9 +322,13 @@ def test_forward_mode_is_refused_with_the_op_name():
 # ---- bad input -----------------------------------------------------------------------------
 def test_bad_dtype_ndim_trailing_dims():
     op = interop.op(saxpy)
-    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel', parameter 'x': expected a 1-d array of float32.*got.*int32"):
+    with pytest.raises(
+        TypeError, match=r"op 'square_axpy_kernel', parameter 'x': expected a 1-d array of float32.*got.*int32"
+    ):
         op(jnp.arange(8, dtype=jnp.int32), Y, 2.0)
-    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel', parameter 'y': expected a 1-d array of float32.*got.*\(2, 4\)"):
+    with pytest.raises(
+        TypeError, match=r"op 'square_axpy_kernel', parameter 'y': expected a 1-d array of float32.*got.*\(2, 4\)"
+    ):
         op(X, Y.reshape(2, 4), 2.0)
     v = interop.op(vscale)
     with pytest.raises(TypeError, match=r"op 'vscale_kernel', parameter 'v': .*trailing dims \(2,\), expected \(3,\)"):

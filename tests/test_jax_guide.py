@@ -13,7 +13,6 @@ from functools import partial
 
 import numpy as np
 import pytest
-import warp as wp
 from guide_kernels import add_float_kernel as add_kernel
 from guide_kernels import add_kernel as add_int_kernel
 from guide_kernels import (

@@ -20,7 +20,6 @@ from guide_kernels import (
     rowsum_kernel,
     saxpy,
     scale_kernel,
-    scale_vec_kernel,
     sincos_kernel,
     triple_kernel,
     vecmat_kernel,

@@ -3,7 +3,6 @@ expected and what came; nothing is cast or copied silently."""
 
 import numpy as np
 import pytest
-import warp as wp
 
 paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed")
 
@@ -11,7 +10,6 @@ from catalogue import norm3_kernel as norm3  # noqa: E402
 from guide_kernels import saxpy  # noqa: E402
 
 import interop  # noqa: E402
-
 
 SAXPY = interop.op(saxpy, name="paddle_errors::saxpy")
 NORM3 = interop.op(norm3, name="paddle_errors::norm3")

@@ -7,8 +7,15 @@ import warp as wp
 
 torch = pytest.importorskip("torch")
 
-from catalogue import cube64, cube64_backward, inout_kernel, mat33d_kernel, multi_kernel, vec3d_kernel  # noqa: E402
-from catalogue import vscale_kernel  # noqa: E402
+from catalogue import (  # noqa: E402
+    cube64,
+    cube64_backward,
+    inout_kernel,
+    mat33d_kernel,
+    multi_kernel,
+    vec3d_kernel,
+    vscale_kernel,
+)
 
 import interop  # noqa: E402
 from interop._errors import UnsupportedError  # noqa: E402

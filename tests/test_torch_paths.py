@@ -14,7 +14,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import catalogue  # noqa: E402
-import warp as wp  # noqa: E402
 from _subprocess import run_script  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
