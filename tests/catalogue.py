@@ -63,9 +63,9 @@ def generic_kernel(a: wp.array(dtype=typing.Any), s: typing.Any, out: wp.array(d
 
 
 @wp.kernel
-def _square_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+def square_kernel(x: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
-    out[i] = a[i] * a[i]
+    out[i] = x[i] * x[i]
 
 
 @wp.kernel
@@ -85,7 +85,7 @@ def bfloat16_kernel(
 def function_op_fn(a: wp.array(dtype=float), b: wp.array(dtype=float), out: wp.array(dtype=float)):
     """Two launches with an intermediate (allocated with requires_grad so the tape keeps its gradient)."""
     tmp = wp.empty_like(a, requires_grad=True)
-    wp.launch(_square_kernel, dim=a.shape, inputs=[a], outputs=[tmp])
+    wp.launch(square_kernel, dim=a.shape, inputs=[a], outputs=[tmp])
     wp.launch(_axpy_kernel, dim=a.shape, inputs=[tmp, b, 3.0], outputs=[out])
 
 
@@ -199,6 +199,25 @@ def cube64_backward(
 
 
 @wp.kernel
+def _square64_kernel(a: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = a[i] * a[i]
+
+
+@wp.kernel
+def _axpy64_kernel(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = a[i] * wp.float64(3.0) + wp.exp(b[i])
+
+
+def function64_fn(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    """out = 3 a^2 + exp(b) in two launches through a temporary that keeps its gradient."""
+    tmp = wp.empty_like(a, requires_grad=True)
+    wp.launch(_square64_kernel, dim=a.shape, inputs=[a], outputs=[tmp])
+    wp.launch(_axpy64_kernel, dim=a.shape, inputs=[tmp, b], outputs=[out])
+
+
+@wp.kernel
 def square_axpy_kernel(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
     # out = a x^2 + y: a non-linear saxpy (gradients depend on x)
     i = wp.tid()
@@ -305,14 +324,15 @@ def function_scale_fn(a: wp.array(dtype=float), s: float, out: wp.array(dtype=fl
 
 
 @wp.kernel
-def _square_grad_kernel(a: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_a: wp.array(dtype=float)):
+def square_backward_kernel(x: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_x: wp.array(dtype=float)):
+    # square_kernel's gradient by interop's backward convention (inputs, adjoints, gradients)
     i = wp.tid()
-    grad_a[i] = 2.0 * a[i] * adj_out[i]
+    grad_x[i] = 2.0 * x[i] * adj_out[i]
 
 
 def square_backward_fn(a: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_a: wp.array(dtype=float)):
-    """A hand-written backward of _square_kernel that is itself a Python-function op."""
-    wp.launch(_square_grad_kernel, dim=a.shape, inputs=[a, adj_out], outputs=[grad_a])
+    """A hand-written backward of square_kernel that is itself a Python-function op."""
+    wp.launch(square_backward_kernel, dim=a.shape, inputs=[a, adj_out], outputs=[grad_a])
 
 
 # ---- cases -----------------------------------------------------------------------------

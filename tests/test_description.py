@@ -6,6 +6,8 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
+from catalogue import square_backward_kernel as square_bwd
+from catalogue import square_kernel as square
 from guide_kernels import saxpy
 from guide_kernels import vecmat_kernel as vecmat
 
@@ -44,19 +46,6 @@ def no_backward(x: wp.array(dtype=float), out: wp.array(dtype=float)):
 def generic(a: wp.array(dtype=typing.Any), s: typing.Any, out: wp.array(dtype=typing.Any)):
     i = wp.tid()
     out[i] = a[i] * s
-
-
-@wp.kernel
-def square(x: wp.array(dtype=float), out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = x[i] * x[i]
-
-
-# backward of `square` by the documented convention: (x, adj_out, grad_x)
-@wp.kernel
-def square_bwd(x: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_x: wp.array(dtype=float)):
-    i = wp.tid()
-    grad_x[i] = 2.0 * x[i] * adj_out[i]
 
 
 @wp.kernel
@@ -348,10 +337,12 @@ def test_block_dim_is_part_of_the_identity():
 )
 def test_bad_block_dim(bad, got):
     with pytest.raises(
-        (TypeError, ValueError), match=rf"op '.*square': block_dim must be an int from 1 to 1024, {got}"
+        (TypeError, ValueError), match=rf"op '.*square_kernel': block_dim must be an int from 1 to 1024, {got}"
     ):
         interop.op(square, block_dim=bad)
-    with pytest.raises((TypeError, ValueError), match=rf"op 'square': block_dim must be an int from 1 to 1024, {got}"):
+    with pytest.raises(
+        (TypeError, ValueError), match=rf"op 'square_kernel': block_dim must be an int from 1 to 1024, {got}"
+    ):
         interop.op(square)(np.ones(3, np.float32), block_dim=bad)
 
 

@@ -12,6 +12,8 @@ import pytest
 import warp as wp
 from catalogue import cube64
 from catalogue import square_axpy_kernel as saxpy
+from catalogue import square_backward_kernel as square_bwd
+from catalogue import square_kernel as square_fwd
 from catalogue import vscale_kernel as vscale
 from guide_kernels import add_float_kernel as add
 from guide_kernels import matmul_kernel as matmul
@@ -46,18 +48,6 @@ def iota64(out: wp.array(dtype=wp.float64)):
 def generic_square(a: wp.array(dtype=typing.Any), out: wp.array(dtype=typing.Any)):
     i = wp.tid()
     out[i] = a[i] * a[i]
-
-
-@wp.kernel
-def square_fwd(x: wp.array(dtype=float), y: wp.array(dtype=float)):
-    i = wp.tid()
-    y[i] = x[i] * x[i]
-
-
-@wp.kernel
-def square_bwd(x: wp.array(dtype=float), adj_y: wp.array(dtype=float), adj_x: wp.array(dtype=float)):
-    i = wp.tid()
-    adj_x[i] = 2.0 * x[i] * adj_y[i]
 
 
 _seen_ptrs: list[int] = []

@@ -9,7 +9,15 @@ import warp as wp
 
 paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed")
 
-from catalogue import cube64, cube64_backward, inout64_kernel, mat33d_kernel, multi64_kernel, vec3d_kernel  # noqa: E402
+from catalogue import (  # noqa: E402
+    cube64,
+    cube64_backward,
+    function64_fn,
+    inout64_kernel,
+    mat33d_kernel,
+    multi64_kernel,
+    vec3d_kernel,
+)
 
 import interop  # noqa: E402
 from interop._frameworks import data_ptr  # noqa: E402
@@ -26,28 +34,10 @@ def scalar64(
     out[i] = wp.sin(x[i]) * s + y[i] * y[i] * x[i]
 
 
-@wp.kernel
-def _square64(a: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[i] = a[i] * a[i]
-
-
-@wp.kernel
-def _axpy64(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[i] = a[i] * wp.float64(3.0) + wp.exp(b[i])
-
-
-def function64(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    tmp = wp.empty_like(a, requires_grad=True)
-    wp.launch(_square64, dim=a.shape, inputs=[a], outputs=[tmp])
-    wp.launch(_axpy64, dim=a.shape, inputs=[tmp, b], outputs=[out])
-
-
 SCALAR = interop.op(scalar64)
 VEC3 = interop.op(vec3d_kernel)
 MAT33 = interop.op(mat33d_kernel)
-FUNCTION = interop.op(function64)
+FUNCTION = interop.op(function64_fn)
 TWO = interop.op(multi64_kernel, outputs=2)
 ACC = interop.op(inout64_kernel, outputs=2, in_out=["acc"])
 CUBE_HW = interop.op(cube64, backward=cube64_backward, name="test_paddle::cube_hw")

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from catalogue import (  # noqa: E402
     cube64,
     cube64_backward,
+    function64_fn,
     inout_kernel,
     mat33d_kernel,
     multi_kernel,
@@ -30,24 +31,6 @@ def scalar64(x: wp.array(dtype=f64), y: wp.array(dtype=f64), s: f64, out: wp.arr
 
 
 @wp.kernel
-def _sq64(a: wp.array(dtype=f64), out: wp.array(dtype=f64)):
-    i = wp.tid()
-    out[i] = a[i] * a[i]
-
-
-@wp.kernel
-def _axpy64(a: wp.array(dtype=f64), b: wp.array(dtype=f64), out: wp.array(dtype=f64)):
-    i = wp.tid()
-    out[i] = a[i] * f64(3.0) + wp.sin(b[i])
-
-
-def two_launches(a: wp.array(dtype=f64), b: wp.array(dtype=f64), out: wp.array(dtype=f64)):
-    tmp = wp.empty_like(a, requires_grad=True)
-    wp.launch(_sq64, dim=a.shape, inputs=[a], outputs=[tmp])
-    wp.launch(_axpy64, dim=a.shape, inputs=[tmp, b], outputs=[out])
-
-
-@wp.kernel
 def gather(x: wp.array(dtype=float), idx: wp.array(dtype=wp.int32), out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = x[idx[i]] * 2.0
@@ -56,7 +39,7 @@ def gather(x: wp.array(dtype=float), idx: wp.array(dtype=wp.int32), out: wp.arra
 SCALAR = interop.op(scalar64, name="tt_ag::scalar64")
 VEC3 = interop.op(vec3d_kernel, name="tt_ag::vec3d")
 MAT33 = interop.op(mat33d_kernel, name="tt_ag::mat33d")
-FUNC = interop.op(two_launches, name="tt_ag::two_launches")
+FUNC = interop.op(function64_fn, name="tt_ag::two_launches")
 MULTI = interop.op(multi_kernel, outputs=2, name="tt_ag::multi")
 CUBE = interop.op(cube64, backward=cube64_backward, name="tt_ag::cube")
 GATHER = interop.op(gather, name="tt_ag::gather")
