@@ -221,25 +221,27 @@ def test_scalar_as_output_is_refused():
         interop.op(saxpy, outputs=2, in_out=["a"])
 
 
-def test_in_out_roles():
-    o = interop.op(acc_kernel, outputs=2, in_out=["acc"])
-    assert roles(o) == [("x", "input"), ("acc", "in_out"), ("out", "output")]
-    assert [p.name for p in o.description.call_params] == ["x", "acc"]
-    assert [p.name for p in o.description.returned_params] == ["acc", "out"]
+@pytest.mark.parametrize(
+    "in_out, want_roles, call, returned",
+    [
+        ("acc", [("x", "input"), ("acc", "in_out"), ("out", "output")], ["x", "acc"], ["acc", "out"]),
+        # in-out after an output
+        ("out", [("x", "input"), ("acc", "output"), ("out", "in_out")], ["x", "out"], ["acc", "out"]),
+    ],
+    ids=["in_out_roles", "in_out_after_output"],
+)
+def test_in_out_roles(in_out, want_roles, call, returned):
+    o = interop.op(acc_kernel, outputs=2, in_out=[in_out])
+    assert roles(o) == want_roles
+    assert [p.name for p in o.description.call_params] == call
+    assert [p.name for p in o.description.returned_params] == returned
     # a string is accepted for a single name
-    assert interop.op(acc_kernel, outputs=2, in_out="acc") is o
+    assert interop.op(acc_kernel, outputs=2, in_out=in_out) is o
 
 
 def test_in_out_unknown_name():
     with pytest.raises(ValueError, match=r"acc_kernel.*in_out names 'nope', which is not a parameter"):
         interop.op(acc_kernel, outputs=2, in_out=["nope"])
-
-
-def test_in_out_after_output():
-    o = interop.op(acc_kernel, outputs=2, in_out=["out"])
-    assert roles(o) == [("x", "input"), ("acc", "output"), ("out", "in_out")]
-    assert [p.name for p in o.description.call_params] == ["x", "out"]
-    assert [p.name for p in o.description.returned_params] == ["acc", "out"]
 
 
 def test_in_out_need_not_be_among_outputs():
@@ -468,9 +470,10 @@ def test_good_name():
 
 
 def test_name_clash_with_other_options():
-    interop.op(two_out, outputs=2, name="tests_desc::clash")
+    first = interop.op(two_out, outputs=2, name="tests_desc::clash")  # held: ops are kept weakly
     with pytest.raises(ValueError, match=r"op name 'tests_desc::clash' is already used"):
         interop.op(two_out, outputs=1, name="tests_desc::clash")
+    assert first.name == "tests_desc::clash"
 
 
 def test_bad_launch_and_output_dims_at_description():
