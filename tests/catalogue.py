@@ -63,9 +63,9 @@ def generic_kernel(a: wp.array(dtype=typing.Any), s: typing.Any, out: wp.array(d
 
 
 @wp.kernel
-def _square_kernel(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+def square_kernel(x: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
-    out[i] = a[i] * a[i]
+    out[i] = x[i] * x[i]
 
 
 @wp.kernel
@@ -85,7 +85,7 @@ def bfloat16_kernel(
 def function_op_fn(a: wp.array(dtype=float), b: wp.array(dtype=float), out: wp.array(dtype=float)):
     """Two launches with an intermediate (allocated with requires_grad so the tape keeps its gradient)."""
     tmp = wp.empty_like(a, requires_grad=True)
-    wp.launch(_square_kernel, dim=a.shape, inputs=[a], outputs=[tmp])
+    wp.launch(square_kernel, dim=a.shape, inputs=[a], outputs=[tmp])
     wp.launch(_axpy_kernel, dim=a.shape, inputs=[tmp, b, 3.0], outputs=[out])
 
 
@@ -150,6 +150,90 @@ def tile_kernel(x: wp.array2d[float], out: wp.array[float]):
     i, _lane = wp.tid()
     t = wp.tile_load(x[i], shape=TILE)
     wp.tile_store(out, wp.tile_sum(wp.tile_map(wp.mul, t, t)), offset=i)
+
+
+# ---- float64 twins (gradcheck and finite differences in float64) and other shared kernels ----------
+@wp.kernel
+def vec3d_kernel(a: wp.array(dtype=wp.vec3d), b: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
+    # vec3_kernel in float64
+    i = wp.tid()
+    out[i] = wp.cross(a[i], b[i]) + a[i] * wp.dot(a[i], b[i])
+
+
+@wp.kernel
+def mat33d_kernel(m: wp.array(dtype=wp.mat33d), v: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
+    # mat33_kernel in float64
+    i = wp.tid()
+    out[i] = m[i] * v[i] + wp.transpose(m[i]) * (m[i] * v[i])
+
+
+@wp.kernel
+def multi64_kernel(a: wp.array(dtype=wp.float64), c: wp.array(dtype=wp.float64), d: wp.array(dtype=wp.float64)):
+    # multi_kernel in float64: c = sin(a), d = a^3
+    i = wp.tid()
+    c[i] = wp.sin(a[i])
+    d[i] = a[i] * a[i] * a[i]
+
+
+@wp.kernel
+def inout64_kernel(x: wp.array2d(dtype=wp.float64), acc: wp.array(dtype=wp.float64), sq: wp.array2d(dtype=wp.float64)):
+    # inout_kernel in float64: acc += row sums of x^2 (in-out), sq = 2 x
+    i, j = wp.tid()
+    wp.atomic_add(acc, i, x[i, j] * x[i, j])
+    sq[i, j] = wp.float64(2.0) * x[i, j]
+
+
+@wp.kernel
+def cube64(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = x[i] * x[i] * x[i]
+
+
+@wp.kernel
+def cube64_backward(
+    x: wp.array(dtype=wp.float64), adj_out: wp.array(dtype=wp.float64), grad_x: wp.array(dtype=wp.float64)
+):
+    # cube64's gradient by interop's backward convention (inputs, adjoints, gradients): 3 x^2 adj
+    i = wp.tid()
+    grad_x[i] = wp.float64(3.0) * x[i] * x[i] * adj_out[i]
+
+
+@wp.kernel
+def _square64_kernel(a: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = a[i] * a[i]
+
+
+@wp.kernel
+def _axpy64_kernel(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    out[i] = a[i] * wp.float64(3.0) + wp.exp(b[i])
+
+
+def function64_fn(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+    """out = 3 a^2 + exp(b) in two launches through a temporary that keeps its gradient."""
+    tmp = wp.empty_like(a, requires_grad=True)
+    wp.launch(_square64_kernel, dim=a.shape, inputs=[a], outputs=[tmp])
+    wp.launch(_axpy64_kernel, dim=a.shape, inputs=[tmp, b], outputs=[out])
+
+
+@wp.kernel
+def square_axpy_kernel(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
+    # out = a x^2 + y: a non-linear saxpy (gradients depend on x)
+    i = wp.tid()
+    out[i] = a * x[i] * x[i] + y[i]
+
+
+@wp.kernel
+def norm3_kernel(v: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = wp.length(v[i])
+
+
+@wp.kernel
+def vscale_kernel(v: wp.array(dtype=wp.vec3), s: float, out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = v[i] * s
 
 
 # ---- indexing patterns (the extent rule, see interop/_extent.py) ------------------------
@@ -240,14 +324,15 @@ def function_scale_fn(a: wp.array(dtype=float), s: float, out: wp.array(dtype=fl
 
 
 @wp.kernel
-def _square_grad_kernel(a: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_a: wp.array(dtype=float)):
+def square_backward_kernel(x: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_x: wp.array(dtype=float)):
+    # square_kernel's gradient by interop's backward convention (inputs, adjoints, gradients)
     i = wp.tid()
-    grad_a[i] = 2.0 * a[i] * adj_out[i]
+    grad_x[i] = 2.0 * x[i] * adj_out[i]
 
 
 def square_backward_fn(a: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_a: wp.array(dtype=float)):
-    """A hand-written backward of _square_kernel that is itself a Python-function op."""
-    wp.launch(_square_grad_kernel, dim=a.shape, inputs=[a, adj_out], outputs=[grad_a])
+    """A hand-written backward of square_kernel that is itself a Python-function op."""
+    wp.launch(square_backward_kernel, dim=a.shape, inputs=[a, adj_out], outputs=[grad_a])
 
 
 # ---- cases -----------------------------------------------------------------------------
@@ -446,6 +531,43 @@ def to_torch(a: np.ndarray):
     if is_bf16(a.dtype):
         return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
     return torch.from_numpy(a.copy())
+
+
+def to_fw(fw: str, a, warp_dtype=None, requires_grad: bool = False):
+    """A copy of NumPy array ``a`` as a ``fw`` array ("numpy", "warp", "torch", "jax", "paddle"), made
+    by the framework itself, not by interop. ``warp_dtype`` packs trailing dims (wp.vec3 ...) for Warp;
+    ``requires_grad`` makes a torch or paddle leaf that records gradients."""
+    a = np.array(a, order="C")  # a copy: in-place tests must not write the caller's array
+    if fw == "numpy":
+        return a
+    if fw == "warp":
+        return wp.array(a, dtype=warp_dtype or wp.dtype_from_numpy(a.dtype), device="cpu")
+    if fw == "torch":
+        import torch
+
+        return torch.tensor(a, requires_grad=requires_grad)
+    if fw == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(a)
+    if fw == "paddle":
+        import paddle
+
+        t = paddle.to_tensor(a)
+        t.stop_gradient = not requires_grad
+        return t
+    raise ValueError(f"unknown framework {fw!r}")
+
+
+def to_np(x) -> np.ndarray:
+    """A NumPy array of any framework's array (torch and paddle through detach().cpu())."""
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, wp.array):
+        return x.numpy()
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
 
 
 def to_torch_args(case: Case, args: tuple, grad: bool) -> list:

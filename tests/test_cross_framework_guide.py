@@ -10,55 +10,19 @@ import importlib.util
 import numpy as np
 import pytest
 import warp as wp
-from guide_kernels import add_kernel as add_int  # noqa: E402
+from catalogue import to_fw, to_np
+from guide_kernels import add_kernel as add_int
 from guide_kernels import diagonal_kernel as diagonal
 from guide_kernels import lookup_kernel as lookup
+from guide_kernels import matmul_kernel as matmul
 from guide_kernels import rowsum_kernel as rowsum
+from guide_kernels import vecmat_kernel as vecmat
 
 import interop
 
 FRAMEWORKS = [
     f for f in ("numpy", "warp", "torch", "jax", "paddle") if f in ("numpy", "warp") or importlib.util.find_spec(f)
 ]
-
-
-@wp.kernel
-def matmul(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float), c: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    s = wp.float32(0.0)
-    for k in range(a.shape[1]):
-        s += a[i, k] * b[k, j]
-    c[i, j] = s
-
-
-@wp.kernel
-def vecmat(
-    a: wp.array(dtype=float),
-    b: wp.array(dtype=wp.vec3),
-    c: wp.array(dtype=wp.mat22),
-    d: wp.array(dtype=float),
-    e: wp.array(dtype=wp.vec3),
-    f: wp.array(dtype=wp.mat22),
-):
-    i = wp.tid()
-    d[i] = a[i] * 2.0
-    e[i] = b[i] * a[i]
-    f[i] = c[i] * a[i]
-
-
-def to_fw(fw, a, warp_dtype=None):
-    a = np.ascontiguousarray(a)
-    if fw == "numpy":
-        return a
-    if fw == "warp":
-        return interop.convert(a, to="warp", dtype=warp_dtype)
-    return interop.convert(a.copy(), to=fw, copy=True)  # copy: JAX aliases only 64-byte aligned buffers
-
-
-def to_np(x):
-    if isinstance(x, wp.array):
-        return x.numpy()
-    return np.asarray(interop.convert(x, to="numpy", copy=True))
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
@@ -85,13 +49,13 @@ def test_vecmat_output_dims_both_conventions(fw):
     n = 5
     a = np.arange(n, dtype=np.float32)
     b = np.ones((n, 3), np.float32)
-    c = np.ones((n, 2, 2), np.float32)
+    c = np.arange(n * 4, dtype=np.float32).reshape(n, 2, 2)  # not symmetric: a transpose shows
     args = (to_fw(fw, a), to_fw(fw, b, wp.vec3), to_fw(fw, c, wp.mat22))
     for od in (None, n, {"d": n, "e": (n, 3), "f": (n, 2, 2)}):
         d, e, f = op(*args, output_dims=od)
         np.testing.assert_allclose(to_np(d), 2 * a)
         np.testing.assert_allclose(to_np(e).reshape(n, 3), b * a[:, None])
-        np.testing.assert_allclose(to_np(f).reshape(n, 2, 2), c * a[:, None, None])
+        np.testing.assert_allclose(to_np(f).reshape(n, 2, 2), np.transpose(c, (0, 2, 1)))
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)

@@ -13,15 +13,10 @@ import sys
 import numpy as np
 import pytest
 import warp as wp
+from guide_kernels import saxpy
 
 import interop
 from interop._frameworks import data_ptr, framework_of
-
-
-@wp.kernel
-def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] + y[i]
 
 
 @wp.kernel

@@ -6,18 +6,16 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
+from catalogue import square_backward_kernel as square_bwd
+from catalogue import square_kernel as square
+from guide_kernels import saxpy
+from guide_kernels import vecmat_kernel as vecmat
 
 import interop
 from interop import OpDescription, Param
 
 
 # ---- kernels (module level: Warp builds one module per Python module) ----------------------
-@wp.kernel
-def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] + y[i]
-
-
 @wp.kernel
 def two_out(a: wp.array(dtype=float), b: wp.array(dtype=float), c: wp.array(dtype=float)):
     i = wp.tid()
@@ -45,37 +43,9 @@ def no_backward(x: wp.array(dtype=float), out: wp.array(dtype=float)):
 
 
 @wp.kernel
-def vecmat(
-    a: wp.array(dtype=float),
-    b: wp.array(dtype=wp.vec3),
-    c: wp.array(dtype=wp.mat22),
-    d: wp.array(dtype=float),
-    e: wp.array(dtype=wp.vec3),
-    f: wp.array(dtype=wp.mat22),
-):
-    i = wp.tid()
-    d[i] = a[i]
-    e[i] = b[i]
-    f[i] = c[i]
-
-
-@wp.kernel
 def generic(a: wp.array(dtype=typing.Any), s: typing.Any, out: wp.array(dtype=typing.Any)):
     i = wp.tid()
     out[i] = a[i] * s
-
-
-@wp.kernel
-def square(x: wp.array(dtype=float), out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = x[i] * x[i]
-
-
-# backward of `square` by the documented convention: (x, adj_out, grad_x)
-@wp.kernel
-def square_bwd(x: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_x: wp.array(dtype=float)):
-    i = wp.tid()
-    grad_x[i] = 2.0 * x[i] * adj_out[i]
 
 
 @wp.kernel
@@ -251,25 +221,27 @@ def test_scalar_as_output_is_refused():
         interop.op(saxpy, outputs=2, in_out=["a"])
 
 
-def test_in_out_roles():
-    o = interop.op(acc_kernel, outputs=2, in_out=["acc"])
-    assert roles(o) == [("x", "input"), ("acc", "in_out"), ("out", "output")]
-    assert [p.name for p in o.description.call_params] == ["x", "acc"]
-    assert [p.name for p in o.description.returned_params] == ["acc", "out"]
+@pytest.mark.parametrize(
+    "in_out, want_roles, call, returned",
+    [
+        ("acc", [("x", "input"), ("acc", "in_out"), ("out", "output")], ["x", "acc"], ["acc", "out"]),
+        # in-out after an output
+        ("out", [("x", "input"), ("acc", "output"), ("out", "in_out")], ["x", "out"], ["acc", "out"]),
+    ],
+    ids=["in_out_roles", "in_out_after_output"],
+)
+def test_in_out_roles(in_out, want_roles, call, returned):
+    o = interop.op(acc_kernel, outputs=2, in_out=[in_out])
+    assert roles(o) == want_roles
+    assert [p.name for p in o.description.call_params] == call
+    assert [p.name for p in o.description.returned_params] == returned
     # a string is accepted for a single name
-    assert interop.op(acc_kernel, outputs=2, in_out="acc") is o
+    assert interop.op(acc_kernel, outputs=2, in_out=in_out) is o
 
 
 def test_in_out_unknown_name():
     with pytest.raises(ValueError, match=r"acc_kernel.*in_out names 'nope', which is not a parameter"):
         interop.op(acc_kernel, outputs=2, in_out=["nope"])
-
-
-def test_in_out_after_output():
-    o = interop.op(acc_kernel, outputs=2, in_out=["out"])
-    assert roles(o) == [("x", "input"), ("acc", "output"), ("out", "in_out")]
-    assert [p.name for p in o.description.call_params] == ["x", "out"]
-    assert [p.name for p in o.description.returned_params] == ["acc", "out"]
 
 
 def test_in_out_need_not_be_among_outputs():
@@ -367,10 +339,12 @@ def test_block_dim_is_part_of_the_identity():
 )
 def test_bad_block_dim(bad, got):
     with pytest.raises(
-        (TypeError, ValueError), match=rf"op '.*square': block_dim must be an int from 1 to 1024, {got}"
+        (TypeError, ValueError), match=rf"op '.*square_kernel': block_dim must be an int from 1 to 1024, {got}"
     ):
         interop.op(square, block_dim=bad)
-    with pytest.raises((TypeError, ValueError), match=rf"op 'square': block_dim must be an int from 1 to 1024, {got}"):
+    with pytest.raises(
+        (TypeError, ValueError), match=rf"op 'square_kernel': block_dim must be an int from 1 to 1024, {got}"
+    ):
         interop.op(square)(np.ones(3, np.float32), block_dim=bad)
 
 
@@ -496,9 +470,10 @@ def test_good_name():
 
 
 def test_name_clash_with_other_options():
-    interop.op(two_out, outputs=2, name="tests_desc::clash")
+    first = interop.op(two_out, outputs=2, name="tests_desc::clash")  # held: ops are kept weakly
     with pytest.raises(ValueError, match=r"op name 'tests_desc::clash' is already used"):
         interop.op(two_out, outputs=1, name="tests_desc::clash")
+    assert first.name == "tests_desc::clash"
 
 
 def test_bad_launch_and_output_dims_at_description():

@@ -376,7 +376,7 @@ def test_function_op_array_gradient_with_0d_tensor_scalar_torch():
 
 @pytest.mark.parametrize("fw", [f for f in ("torch", "jax", "jax.jit", "paddle") if f in ALL])
 def test_backward_that_is_a_python_function_op(fw):
-    op = interop.op(cat._square_kernel, backward=interop.op(cat.square_backward_fn))
+    op = interop.op(cat.square_kernel, backward=interop.op(cat.square_backward_fn))
     an = np.arange(5, dtype=F)
     if fw == "torch":
         import torch

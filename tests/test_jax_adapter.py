@@ -10,6 +10,13 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
+from catalogue import cube64
+from catalogue import square_axpy_kernel as saxpy
+from catalogue import square_backward_kernel as square_bwd
+from catalogue import square_kernel as square_fwd
+from catalogue import vscale_kernel as vscale
+from guide_kernels import add_float_kernel as add
+from guide_kernels import matmul_kernel as matmul
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -19,30 +26,9 @@ from adapters import _jax_ffi  # noqa: E402
 
 
 @wp.kernel
-def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] * x[i] + y[i]
-
-
-@wp.kernel
 def histogram(idx: wp.array(dtype=int), w: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
     wp.atomic_add(out, idx[i], w[i])
-
-
-@wp.kernel
-def matmul(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float), c: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    s = wp.float32(0.0)
-    for k in range(a.shape[1]):
-        s += a[i, k] * b[k, j]
-    c[i, j] = s
-
-
-@wp.kernel
-def add(a: wp.array(dtype=float), b: wp.array(dtype=float), out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a[i] + b[i]
 
 
 @wp.kernel
@@ -53,39 +39,15 @@ def accumulate(x: wp.array(dtype=float), acc: wp.array(dtype=float), y: wp.array
 
 
 @wp.kernel
-def cube64(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[i] = x[i] * x[i] * x[i]
-
-
-@wp.kernel
 def iota64(out: wp.array(dtype=wp.float64)):
     i = wp.tid()
     out[i] = wp.float64(i)
 
 
 @wp.kernel
-def vscale(v: wp.array(dtype=wp.vec3), s: float, out: wp.array(dtype=wp.vec3)):
-    i = wp.tid()
-    out[i] = v[i] * s
-
-
-@wp.kernel
 def generic_square(a: wp.array(dtype=typing.Any), out: wp.array(dtype=typing.Any)):
     i = wp.tid()
     out[i] = a[i] * a[i]
-
-
-@wp.kernel
-def square_fwd(x: wp.array(dtype=float), y: wp.array(dtype=float)):
-    i = wp.tid()
-    y[i] = x[i] * x[i]
-
-
-@wp.kernel
-def square_bwd(x: wp.array(dtype=float), adj_y: wp.array(dtype=float), adj_x: wp.array(dtype=float)):
-    i = wp.tid()
-    adj_x[i] = 2.0 * x[i] * adj_y[i]
 
 
 _seen_ptrs: list[int] = []
@@ -339,25 +301,31 @@ def test_hand_written_backward():
 
 def test_forward_mode_is_refused_with_the_op_name():
     op = interop.op(saxpy)
-    with pytest.raises(TypeError, match=r"op 'saxpy': forward-mode differentiation \(jax.jvp.*Use jax.grad"):
+    with pytest.raises(
+        TypeError, match=r"op 'square_axpy_kernel': forward-mode differentiation \(jax.jvp.*Use jax.grad"
+    ):
         jax.jvp(lambda x: op(x, Y, 2.0), (X,), (X,))
-    with pytest.raises(TypeError, match=r"op 'saxpy': forward-mode"):
+    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel': forward-mode"):
         jax.jacfwd(lambda x: op(x, Y, 2.0))(X)
 
 
 # ---- bad input -----------------------------------------------------------------------------
 def test_bad_dtype_ndim_trailing_dims():
     op = interop.op(saxpy)
-    with pytest.raises(TypeError, match=r"op 'saxpy', parameter 'x': expected a 1-d array of float32.*got.*int32"):
+    with pytest.raises(
+        TypeError, match=r"op 'square_axpy_kernel', parameter 'x': expected a 1-d array of float32.*got.*int32"
+    ):
         op(jnp.arange(8, dtype=jnp.int32), Y, 2.0)
-    with pytest.raises(TypeError, match=r"op 'saxpy', parameter 'y': expected a 1-d array of float32.*got.*\(2, 4\)"):
+    with pytest.raises(
+        TypeError, match=r"op 'square_axpy_kernel', parameter 'y': expected a 1-d array of float32.*got.*\(2, 4\)"
+    ):
         op(X, Y.reshape(2, 4), 2.0)
     v = interop.op(vscale)
-    with pytest.raises(TypeError, match=r"op 'vscale', parameter 'v': .*trailing dims \(2,\), expected \(3,\)"):
+    with pytest.raises(TypeError, match=r"op 'vscale_kernel', parameter 'v': .*trailing dims \(2,\), expected \(3,\)"):
         v(jnp.zeros((4, 2), jnp.float32), 1.0)
-    with pytest.raises(TypeError, match=r"op 'saxpy' takes 3 argument\(s\) \['x', 'y', 'a'\].*got 2"):
+    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel' takes 3 argument\(s\) \['x', 'y', 'a'\].*got 2"):
         op(X, Y)
-    with pytest.raises(TypeError, match=r"op 'saxpy': arrays from two frameworks in one call"):
+    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel': arrays from two frameworks in one call"):
         op(X, np.ones(8, np.float32), 2.0)
 
 
@@ -377,9 +345,9 @@ def test_float64_when_x64_is_off():
 
 def test_traced_launch_dims():
     op = interop.op(add)
-    with pytest.raises(TypeError, match=r"op 'add': launch_dims must be known when the call is traced"):
+    with pytest.raises(TypeError, match=r"op 'add_float_kernel': launch_dims must be known when the call is traced"):
         jax.jit(lambda a, n: op(a, a, launch_dims=n))(X, 8)
-    with pytest.raises(TypeError, match=r"op 'add': output_dims must be known when the call is traced"):
+    with pytest.raises(TypeError, match=r"op 'add_float_kernel': output_dims must be known when the call is traced"):
         jax.jit(lambda a, n: op(a, a, output_dims=(n,)))(X, 8)
 
 

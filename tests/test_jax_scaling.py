@@ -7,14 +7,12 @@ output's sharding, and on values against the unsharded call and a NumPy referenc
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
+from _subprocess import run_for_results
 
 pytest.importorskip("jax")
 
@@ -192,20 +190,10 @@ EXPORT = textwrap.dedent(
 
 
 def _run(tmp_path, script: str, *argv: str, devices: int = 1, platform: str | None = "cpu") -> dict:
-    (tmp_path / "kernels.py").write_text(KERNELS)  # Warp reads kernel source from a file
-    path = tmp_path / f"script_{abs(hash(script))}.py"
-    path.write_text(script)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([ROOT, str(tmp_path), env.get("PYTHONPATH", "")])
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
     if platform:
         env["JAX_PLATFORMS"] = platform
-    r = subprocess.run(
-        [sys.executable, str(path), *argv], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path
-    )
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert r.returncode == 0 and lines, r.stdout[-3000:] + r.stderr[-5000:]
-    return json.loads(lines[-1][len("RESULTS ") :])
+    return run_for_results(script, *argv, env=env, cwd=tmp_path, modules={"kernels": KERNELS})
 
 
 @pytest.fixture(scope="module")

@@ -10,58 +10,23 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
-from guide_kernels import (  # noqa: E402
+from catalogue import funky_kernel
+from guide_kernels import (
     add_kernel,
     diagonal_kernel,
+    example_func,
     lookup_kernel,
     matmul_kernel,
     rowsum_kernel,
     saxpy,
     scale_kernel,
-    scale_vec_kernel,
     sincos_kernel,
     triple_kernel,
+    vecmat_kernel,
 )
 
 import interop
 from interop._frameworks import data_ptr
-
-
-# ---- kernels from the guide ------------------------------------------------------------------
-@wp.kernel
-def funky_kernel(a: wp.array(dtype=float), b: wp.array(dtype=float), c: wp.array(dtype=float)):
-    # launched over k threads; writes b and c where they are long enough
-    i = wp.tid()
-    if i < b.shape[0]:
-        b[i] = a[i % a.shape[0]] + float(i)
-    if i < c.shape[0]:
-        c[i] = 2.0 * float(i)
-
-
-@wp.kernel
-def vecmat_kernel(
-    a: wp.array(dtype=float),
-    b: wp.array(dtype=wp.vec3),
-    c: wp.array(dtype=wp.mat22),
-    d: wp.array(dtype=float),
-    e: wp.array(dtype=wp.vec3),
-    f: wp.array(dtype=wp.mat22),
-):
-    i = wp.tid()
-    d[i] = 2.0 * a[i]
-    e[i] = b[i] * a[i]
-    f[i] = wp.transpose(c[i])
-
-
-def example_func(
-    a: wp.array(dtype=float),
-    b: wp.array(dtype=wp.vec2),
-    s: float,
-    c: wp.array(dtype=float),
-    d: wp.array(dtype=wp.vec2),
-):
-    wp.launch(scale_kernel, dim=a.shape, inputs=[a, s], outputs=[c])
-    wp.launch(scale_vec_kernel, dim=b.shape, inputs=[b, s], outputs=[d])
 
 
 # ---- generic kernels ------------------------------------------------------------------------------
@@ -186,9 +151,9 @@ def _funky_ref(a, k, n, m):
     c = np.zeros(m, np.float32)
     for i in range(k):
         if i < n:
-            b[i] = a[i % len(a)] + i
+            b[i] = a[i % len(a)] + 1.0
         if i < m:
-            c[i] = 2.0 * i
+            c[i] = 2.0 * a[i % len(a)]
     return b, c
 
 

@@ -9,6 +9,16 @@ import warp as wp
 
 paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed")
 
+from catalogue import (  # noqa: E402
+    cube64,
+    cube64_backward,
+    function64_fn,
+    inout64_kernel,
+    mat33d_kernel,
+    multi64_kernel,
+    vec3d_kernel,
+)
+
 import interop  # noqa: E402
 from interop._frameworks import data_ptr  # noqa: E402
 
@@ -24,72 +34,14 @@ def scalar64(
     out[i] = wp.sin(x[i]) * s + y[i] * y[i] * x[i]
 
 
-@wp.kernel
-def vec3d_kernel(a: wp.array(dtype=wp.vec3d), b: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
-    i = wp.tid()
-    out[i] = wp.cross(a[i], b[i]) + a[i] * wp.dot(a[i], b[i])
-
-
-@wp.kernel
-def mat33d_kernel(m: wp.array(dtype=wp.mat33d), v: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
-    i = wp.tid()
-    out[i] = m[i] * v[i] + wp.transpose(m[i]) * (m[i] * v[i])
-
-
-@wp.kernel
-def _square64(a: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[i] = a[i] * a[i]
-
-
-@wp.kernel
-def _axpy64(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[i] = a[i] * wp.float64(3.0) + wp.exp(b[i])
-
-
-def function64(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    tmp = wp.empty_like(a, requires_grad=True)
-    wp.launch(_square64, dim=a.shape, inputs=[a], outputs=[tmp])
-    wp.launch(_axpy64, dim=a.shape, inputs=[tmp, b], outputs=[out])
-
-
-@wp.kernel
-def two_outputs(a: wp.array(dtype=wp.float64), c: wp.array(dtype=wp.float64), d: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    c[i] = wp.sin(a[i])
-    d[i] = a[i] * a[i] * a[i]
-
-
-@wp.kernel
-def accumulate(x: wp.array2d(dtype=wp.float64), acc: wp.array(dtype=wp.float64), sq: wp.array2d(dtype=wp.float64)):
-    i, j = wp.tid()
-    wp.atomic_add(acc, i, x[i, j] * x[i, j])
-    sq[i, j] = wp.float64(2.0) * x[i, j]
-
-
-@wp.kernel
-def cube(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[i] = x[i] * x[i] * x[i]
-
-
-@wp.kernel
-def cube_backward(
-    x: wp.array(dtype=wp.float64), adj_out: wp.array(dtype=wp.float64), grad_x: wp.array(dtype=wp.float64)
-):
-    i = wp.tid()
-    grad_x[i] = adj_out[i] * wp.float64(3.0) * x[i] * x[i]
-
-
 SCALAR = interop.op(scalar64)
 VEC3 = interop.op(vec3d_kernel)
 MAT33 = interop.op(mat33d_kernel)
-FUNCTION = interop.op(function64)
-TWO = interop.op(two_outputs, outputs=2)
-ACC = interop.op(accumulate, outputs=2, in_out=["acc"])
-CUBE_HW = interop.op(cube, backward=cube_backward, name="test_paddle::cube_hw")
-CUBE = interop.op(cube)
+FUNCTION = interop.op(function64_fn)
+TWO = interop.op(multi64_kernel, outputs=2)
+ACC = interop.op(inout64_kernel, outputs=2, in_out=["acc"])
+CUBE_HW = interop.op(cube64, backward=cube64_backward, name="test_paddle::cube_hw")
+CUBE = interop.op(cube64)
 
 
 def _rand(shape, seed):
@@ -243,7 +195,7 @@ def test_in_out_strided_view_updates_the_base_tensor():
 
 def test_in_out_leaf_that_needs_gradient_is_refused():
     with pytest.raises(
-        ValueError, match=r"op 'accumulate', parameter 'acc': the in-out tensor is a leaf with stop_gradient=False"
+        ValueError, match=r"op 'inout64_kernel', parameter 'acc': the in-out tensor is a leaf with stop_gradient=False"
     ):
         ACC(_leaf(_rand((3, 4), 5)), _leaf(np.zeros(3)))
 
@@ -263,7 +215,7 @@ def test_second_derivative_through_warp_adjoint_is_refused():
     px = _leaf(x)
     (g,) = paddle.grad([CUBE(px).sum()], [px], create_graph=True)
     np.testing.assert_allclose(g.numpy(), 3 * x * x, rtol=1e-12)  # first derivative still right
-    with pytest.raises(Exception, match=r"op 'cube': second derivatives through Warp's adjoint are not supported"):
+    with pytest.raises(Exception, match=r"op 'cube64': second derivatives through Warp's adjoint are not supported"):
         g.sum().backward()
 
 

@@ -7,16 +7,12 @@ import warp as wp
 
 paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed")
 
+from guide_kernels import saxpy  # noqa: E402
+
 import interop  # noqa: E402
 from interop._frameworks import data_ptr  # noqa: E402
 
 pytestmark = pytest.mark.cuda
-
-
-@wp.kernel
-def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] + y[i]
 
 
 SAXPY = interop.op(saxpy, name="paddle_cuda::saxpy")

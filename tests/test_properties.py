@@ -15,7 +15,7 @@ import os
 import numpy as np
 import pytest
 import warp as wp
-from catalogue import PROPERTY_INNER, PROPERTY_SCALARS, affine2d_op, copy_op, rowsum_op
+from catalogue import PROPERTY_INNER, PROPERTY_SCALARS, affine2d_op, copy_op, rowsum_op, to_fw, to_np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -87,30 +87,12 @@ def view(fw, base, lay):
     return v
 
 
-def to_fw(fw, x, requires_grad=False):
-    if fw == "numpy":
-        return x.copy()
-    if fw == "torch":
-        import torch
-
-        return torch.tensor(x, requires_grad=requires_grad)
-    if fw == "jax":
-        import jax.numpy as jnp
-
-        return jnp.asarray(x)
-    import paddle
-
-    t = paddle.to_tensor(x)
-    t.stop_gradient = not requires_grad
-    return t
-
-
-def to_np(x):
-    if isinstance(x, np.ndarray):
-        return x
-    if hasattr(x, "detach"):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
+def draw_float_dtype(fw, data):
+    """float32 or float64; JAX without x64 has only float32."""
+    dt = data.draw(st.sampled_from([np.float32, np.float64]))
+    if fw == "jax" and not __import__("jax").config.jax_enable_x64:
+        dt = np.float32
+    return dt
 
 
 def base_grad(lay, base_shape, grad_view):
@@ -131,9 +113,7 @@ def tol(dt):
 @given(data=st.data())
 def test_affine2d_layouts(fw, data):
     """out = a * s + b * b over generated 2-D views of a and b (same shape, independent layouts)."""
-    dt = data.draw(st.sampled_from([np.float32, np.float64]))
-    if fw == "jax" and not __import__("jax").config.jax_enable_x64:
-        dt = np.float32
+    dt = draw_float_dtype(fw, data)
     la = data.draw(layouts())
     rows, cols = view("numpy", np.zeros(la["base"]), la).shape
     lb = data.draw(layouts())
@@ -266,7 +246,7 @@ def _grads(fw, la, lb, a_base, b_base, s, w):
         return to_np(out), to_np(ga), to_np(gb), float(gs)
     import paddle
 
-    A, B = to_fw(fw, a_base, True), to_fw(fw, b_base, True)
+    A, B = to_fw(fw, a_base, requires_grad=True), to_fw(fw, b_base, requires_grad=True)
     S = paddle.to_tensor(np.asarray(s, a_base.dtype), stop_gradient=False)
     out = affine2d_op(view(fw, A, la), view(fw, B, lb), S)
     (out * paddle.to_tensor(w)).sum().backward()
@@ -278,9 +258,7 @@ def _grads(fw, la, lb, a_base, b_base, s, w):
 @given(data=st.data())
 def test_affine2d_gradients(fw, data):
     """d/da = s w, d/db = 2 b w, d/ds = sum(a w), scattered back through the views onto the leaves."""
-    dt = data.draw(st.sampled_from([np.float32, np.float64]))
-    if fw == "jax" and not __import__("jax").config.jax_enable_x64:
-        dt = np.float32
+    dt = draw_float_dtype(fw, data)
     la = data.draw(layouts(max_side=4))
     rows, cols = view("numpy", np.zeros(la["base"]), la).shape
     lb = {"base": (max(rows, 1), max(cols, 1)), "slice": (slice(0, rows), slice(0, cols))}

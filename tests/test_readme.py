@@ -3,12 +3,20 @@
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 
 import pytest
+from _subprocess import run_script
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run_block(code: str, cwd, timeout: float, expect_last: str | None = None):
+    """Run README code in a fresh process from ``cwd``, the project importable (not ``tests``: blocks run as
+    written); fail with its output if it fails; ``expect_last``: what its output must end with."""
+    r = run_script(code, timeout=timeout, cwd=cwd, tests_importable=False)
+    if expect_last is not None:
+        assert r.stdout.strip().endswith(expect_last), r.stdout[-2000:]
+    return r
 
 
 def test_readme_vecmat_example_runs(tmp_path):
@@ -20,12 +28,7 @@ def test_readme_vecmat_example_runs(tmp_path):
         "\nassert w.shape == (n,) and w.ptr == b.ctypes.data\n"
         "print('ok')\n"
     )
-    path = tmp_path / "readme_example.py"
-    path.write_text(code)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().endswith("ok")
+    _run_block(code, tmp_path, timeout=300, expect_last="ok")
 
 
 def test_readme_parameter_order_and_tile_example_runs(tmp_path):
@@ -44,12 +47,7 @@ def test_readme_parameter_order_and_tile_example_runs(tmp_path):
         "\nassert norms.with_block_dim(128).description.block_dim == 128\n"
         "print('ok')\n"
     )
-    path = tmp_path / "readme_tile_example.py"
-    path.write_text(code)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip().endswith("ok")
+    _run_block(code, tmp_path, timeout=300, expect_last="ok")
 
 
 def _blocks():
@@ -94,11 +92,7 @@ def test_readme_python_block_runs_as_written(code, tmp_path):
     missing = [m for m in FRAMEWORK_MODULES if m in names and importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"README block needs {', '.join(missing)} (not installed)")
-    path = tmp_path / "readme_block.py"
-    path.write_text(code)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = _run_block(code, tmp_path, timeout=600)
     # the values a block's comments promise are what it prints
     for expected in re.findall(r"print\(.*?\)\s+# (.+)$", code, re.M):
         first = expected.split(":")[0].split(" (")[0].strip()

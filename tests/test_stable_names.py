@@ -3,18 +3,13 @@ the same kernel described in another process gets the same name; ``partition`` i
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import warp as wp
+from _subprocess import run_for_results
 
 import interop
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 KERNEL = textwrap.dedent(
     """
@@ -57,21 +52,13 @@ TORCH_EXPORT = textwrap.dedent(
 )
 
 
-def _run(tmp_path, script: str, *argv: str):
-    (tmp_path / "kernel_mod.py").write_text(KERNEL)
-    path = tmp_path / "script.py"
-    path.write_text(script)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([ROOT, str(tmp_path), env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, str(path), *argv], env=env, capture_output=True, text=True, timeout=300)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert r.returncode == 0 and lines, r.stdout[-3000:] + r.stderr[-5000:]
-    return json.loads(lines[-1][len("RESULTS ") :])
+def _run(script: str, *argv: str):
+    return run_for_results(script, *argv, timeout=300, modules={"kernel_mod": KERNEL})
 
 
-def test_names_are_the_same_in_every_process(tmp_path):
-    first = _run(tmp_path, NAMES)
-    second = _run(tmp_path, NAMES)
+def test_names_are_the_same_in_every_process():
+    first = _run(NAMES)
+    second = _run(NAMES)
     assert first == second
     assert len(set(first)) == 3  # options are part of the name
     assert all(n.startswith("interop::cube_") for n in first)
@@ -111,8 +98,8 @@ def test_partition_is_validated_and_part_of_the_identity():
 def test_torch_export_round_trip_in_a_fresh_process(tmp_path):
     pytest.importorskip("torch")
     path = str(tmp_path / "m.pt2")
-    first = _run(tmp_path, TORCH_EXPORT, "save", path)
-    second = _run(tmp_path, TORCH_EXPORT, "load", path)
+    first = _run(TORCH_EXPORT, "save", path)
+    second = _run(TORCH_EXPORT, "load", path)
     assert first == second
     x = [-1 + 2 * k / 5 for k in range(6)]
     assert second[1] == pytest.approx([2.0 * v**3 + 1.0 for v in x], rel=1e-6, abs=1e-6)

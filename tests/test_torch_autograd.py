@@ -7,6 +7,17 @@ import warp as wp
 
 torch = pytest.importorskip("torch")
 
+from catalogue import (  # noqa: E402
+    cube64,
+    cube64_backward,
+    function64_fn,
+    inout_kernel,
+    mat33d_kernel,
+    multi_kernel,
+    vec3d_kernel,
+    vscale_kernel,
+)
+
 import interop  # noqa: E402
 from interop._errors import UnsupportedError  # noqa: E402
 
@@ -20,82 +31,20 @@ def scalar64(x: wp.array(dtype=f64), y: wp.array(dtype=f64), s: f64, out: wp.arr
 
 
 @wp.kernel
-def vec3d_k(a: wp.array(dtype=wp.vec3d), b: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
-    i = wp.tid()
-    out[i] = wp.cross(a[i], b[i]) + a[i] * wp.dot(a[i], b[i])
-
-
-@wp.kernel
-def mat33d_k(m: wp.array(dtype=wp.mat33d), v: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
-    i = wp.tid()
-    out[i] = m[i] * v[i] + wp.transpose(m[i]) * (m[i] * v[i])
-
-
-@wp.kernel
-def _sq64(a: wp.array(dtype=f64), out: wp.array(dtype=f64)):
-    i = wp.tid()
-    out[i] = a[i] * a[i]
-
-
-@wp.kernel
-def _axpy64(a: wp.array(dtype=f64), b: wp.array(dtype=f64), out: wp.array(dtype=f64)):
-    i = wp.tid()
-    out[i] = a[i] * f64(3.0) + wp.sin(b[i])
-
-
-def two_launches(a: wp.array(dtype=f64), b: wp.array(dtype=f64), out: wp.array(dtype=f64)):
-    tmp = wp.empty_like(a, requires_grad=True)
-    wp.launch(_sq64, dim=a.shape, inputs=[a], outputs=[tmp])
-    wp.launch(_axpy64, dim=a.shape, inputs=[tmp, b], outputs=[out])
-
-
-@wp.kernel
-def multi(a: wp.array(dtype=float), c: wp.array(dtype=float), d: wp.array(dtype=float)):
-    i = wp.tid()
-    c[i] = wp.sin(a[i])
-    d[i] = a[i] * a[i] * a[i]
-
-
-@wp.kernel
-def cube(x: wp.array(dtype=f64), out: wp.array(dtype=f64)):
-    i = wp.tid()
-    out[i] = x[i] * x[i] * x[i]
-
-
-@wp.kernel
-def cube_bwd(x: wp.array(dtype=f64), adj_out: wp.array(dtype=f64), grad_x: wp.array(dtype=f64)):
-    i = wp.tid()
-    grad_x[i] = f64(3.0) * x[i] * x[i] * adj_out[i]
-
-
-@wp.kernel
 def gather(x: wp.array(dtype=float), idx: wp.array(dtype=wp.int32), out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = x[idx[i]] * 2.0
 
 
-@wp.kernel
-def rowsq(x: wp.array2d(dtype=float), acc: wp.array(dtype=float), sq: wp.array2d(dtype=float)):
-    i, j = wp.tid()
-    wp.atomic_add(acc, i, x[i, j] * x[i, j])
-    sq[i, j] = 2.0 * x[i, j]
-
-
-@wp.kernel
-def vscale(v: wp.array(dtype=wp.vec3), s: float, out: wp.array(dtype=wp.vec3)):
-    i = wp.tid()
-    out[i] = v[i] * s
-
-
 SCALAR = interop.op(scalar64, name="tt_ag::scalar64")
-VEC3 = interop.op(vec3d_k, name="tt_ag::vec3d")
-MAT33 = interop.op(mat33d_k, name="tt_ag::mat33d")
-FUNC = interop.op(two_launches, name="tt_ag::two_launches")
-MULTI = interop.op(multi, outputs=2, name="tt_ag::multi")
-CUBE = interop.op(cube, backward=cube_bwd, name="tt_ag::cube")
+VEC3 = interop.op(vec3d_kernel, name="tt_ag::vec3d")
+MAT33 = interop.op(mat33d_kernel, name="tt_ag::mat33d")
+FUNC = interop.op(function64_fn, name="tt_ag::two_launches")
+MULTI = interop.op(multi_kernel, outputs=2, name="tt_ag::multi")
+CUBE = interop.op(cube64, backward=cube64_backward, name="tt_ag::cube")
 GATHER = interop.op(gather, name="tt_ag::gather")
-ROWSQ = interop.op(rowsq, outputs=2, in_out=["acc"], name="tt_ag::rowsq")
-VSCALE = interop.op(vscale, name="tt_ag::vscale")
+ROWSQ = interop.op(inout_kernel, outputs=2, in_out=["acc"], name="tt_ag::rowsq")
+VSCALE = interop.op(vscale_kernel, name="tt_ag::vscale")
 
 
 def _r(*shape, dtype=torch.float64, grad=True, seed=0):
@@ -273,7 +222,7 @@ def test_opcheck_on_an_op_with_a_hand_written_backward():
     import adapters.torch as atorch
 
     ops = atorch.operators(CUBE)
-    assert "backward" not in ops  # its backward is the registered operator of cube_bwd
+    assert "backward" not in ops  # its backward is the registered operator of cube64_backward
     torch.library.opcheck(ops["functional"], (_r(5),))
     torch.library.opcheck(ops["functional"], (_r(5, grad=False),))
     bwd = atorch.operators(atorch._binding(CUBE).backward_op)["functional"]

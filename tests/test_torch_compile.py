@@ -9,6 +9,8 @@ import warp as wp
 torch = pytest.importorskip("torch")
 dynamo_testing = pytest.importorskip("torch._dynamo.testing")
 
+from user_kernels import eval_rosenbrock  # noqa: E402 (the guide's Rosenbrock kernel)
+
 import interop  # noqa: E402
 
 
@@ -29,18 +31,6 @@ def vec_len(v: wp.array(dtype=wp.vec3), out: wp.array(dtype=float), w: wp.array(
 def row_acc(x: wp.array2d(dtype=float), acc: wp.array(dtype=float)):
     i, j = wp.tid()
     wp.atomic_add(acc, i, x[i, j] * x[i, j])
-
-
-@wp.func
-def rosenbrock(x: float, y: float):
-    return (1.0 - x) ** 2.0 + 100.0 * (y - x**2.0) ** 2.0
-
-
-@wp.kernel
-def eval_rosenbrock(xy: wp.array(dtype=wp.vec2), z: wp.array(dtype=float)):
-    i = wp.tid()
-    v = xy[i]
-    z[i] = rosenbrock(v[0], v[1])
 
 
 SIN = interop.op(scaled_sin, name="tt_compile::scaled_sin")

@@ -10,20 +10,11 @@ import warp as wp
 
 torch = pytest.importorskip("torch")
 
+from catalogue import norm3_kernel as vnorm  # noqa: E402
+from guide_kernels import saxpy  # noqa: E402
+
 import adapters.torch as atorch  # noqa: E402
 import interop  # noqa: E402
-
-
-@wp.kernel
-def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] + y[i]
-
-
-@wp.kernel
-def vnorm(v: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = wp.length(v[i])
 
 
 @wp.kernel

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import catalogue  # noqa: E402
-import warp as wp  # noqa: E402
+from _subprocess import run_script  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
 import adapters.torch as atorch  # noqa: E402
@@ -28,26 +28,8 @@ class _PassThrough(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-@wp.kernel
-def _saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] * x[i] + y[i]
-
-
-@wp.kernel
-def _cube(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[i] = x[i] * x[i] * x[i]
-
-
-@wp.kernel
-def _cube_bwd(x: wp.array(dtype=wp.float64), adj_out: wp.array(dtype=wp.float64), grad_x: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    grad_x[i] = wp.float64(3.0) * x[i] * x[i] * adj_out[i]
-
-
-SAXPY = interop.op(_saxpy, name="tt_paths::saxpy")
-CUBE = interop.op(_cube, backward=_cube_bwd, name="tt_paths::cube")
+SAXPY = interop.op(catalogue.square_axpy_kernel, name="tt_paths::saxpy")
+CUBE = interop.op(catalogue.cube64, backward=catalogue.cube64_backward, name="tt_paths::cube")
 PATHS = ("eager", "operator", "compile")
 
 
@@ -198,19 +180,10 @@ def test_hand_written_backward_under_compile():
 
 
 _CACHED_COMPILE = """
-import torch, warp as wp, interop
+import torch, interop
+from catalogue import cube64, cube64_backward
 
-@wp.kernel
-def cube(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    out[i] = x[i] * x[i] * x[i]
-
-@wp.kernel
-def cube_bwd(x: wp.array(dtype=wp.float64), adj_out: wp.array(dtype=wp.float64), grad_x: wp.array(dtype=wp.float64)):
-    i = wp.tid()
-    grad_x[i] = wp.float64(3.0) * x[i] * x[i] * adj_out[i]
-
-op = interop.op(cube, backward=cube_bwd, name="tt_cached::cube")
+op = interop.op(cube64, backward=cube64_backward, name="tt_cached::cube")
 x = torch.rand(6, dtype=torch.float64, requires_grad=True)
 (g,) = torch.autograd.grad(torch.compile(op, fullgraph=True, dynamic=False)(x).sum(), x)
 torch.testing.assert_close(g, 3 * x.detach() ** 2)
@@ -222,21 +195,10 @@ print("ok")
 def test_hand_written_backward_compiled_from_torch_compile_cache(tmp_path):
     """A second process loads the compiled backward from torch.compile's caches (no trace): the hand-written
     backward's operator must already be registered (it was registered lazily, by the trace, before)."""
-    import os
-    import subprocess
-    import sys
-
-    script = tmp_path / "cached_compile.py"
-    script.write_text(_CACHED_COMPILE)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(
-        os.environ,
-        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
-        PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
-    )
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     for run in ("first (traces, fills the cache)", "second (loads from the cache)"):
-        r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0 and r.stdout.strip().endswith("ok"), (run, r.stdout[-2000:] + r.stderr[-4000:])
+        r = run_script(_CACHED_COMPILE, env=env)  # fails the test, with its output, if the child fails
+        assert r.stdout.strip().endswith("ok"), (run, r.stdout[-2000:] + r.stderr[-4000:])
 
 
 @pytest.mark.parametrize("path", ["eager", "operator"])
