@@ -27,20 +27,25 @@ eagerly between compiled segments (a graph break), gradients included. Under
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, Sequence
 
 import numpy as np
 import paddle
 from paddle.autograd import PyLayer
 
-from interop import _dtypes
+from interop import _cache, _dtypes
 from interop._description import IN_OUT, OUTPUT
 from interop._errors import ArgumentError
 from interop._launch import external_stream
-from interop._op import Op
+from interop._op import NOT_EAGER, Op
 from interop._plan import ArraySpec, check_layout
 
 from ._common import EagerFramework, pack_result, unexpected_keywords
+from ._paddle_compat import allocation as _allocation
+from ._paddle_compat import cpu_only as _cpu_only
+from ._paddle_compat import empty as _empty
+from ._paddle_compat import place_key as _place_key
 from ._paddle_compat import zeros as _zeros
 
 # ---- dtypes and places ------------------------------------------------------------------
@@ -113,8 +118,8 @@ class _Paddle(EagerFramework):
         return _device_of_place(x.place)
 
     def alloc(self, spec: ArraySpec, device: str, zero: bool, elem: Any = None):
-        # zero-filled either way: the cheapest allocation Paddle offers here is its C ``full``
-        return _zeros(list(spec.shape), _PADDLE_OF_NP[spec.dtype], _place(device))
+        # Paddle's C ``full`` / ``empty``: the cheapest allocations it offers here
+        return (_zeros if zero else _empty)(list(spec.shape), _PADDLE_OF_NP[spec.dtype], _place(device))
 
     def stream(self, device: str, arrays: Sequence[Any]) -> Any:
         if device == "cpu":
@@ -188,6 +193,7 @@ class _State:
         "out_specs",
         "need_grad",
         "in_out",
+        "sig",
     )
 
 
@@ -222,6 +228,15 @@ class _OpLayer(PyLayer):
     @staticmethod
     def forward(ctx, state: _State, *tensors):
         ctx.set_materialize_grads(False)
+        sig = state.sig
+        if sig is not None:  # a remembered signature (see _Signature): no in-out parameter
+            outs = sig.forward(state.args)
+            state.plan, state.device, state.out_specs = sig.plan, sig.device, sig.plan.out_specs
+            if sig.nondiff:
+                ctx.mark_non_differentiable(*[outs[j] for j in sig.nondiff])
+            ctx.save_for_backward(*tensors, *outs)
+            ctx.state = state
+            return outs[0] if sig.single else tuple(outs)
         # the per-signature cache of the no-grad path: validated and planned once, recorded launch
         returned, plan, device = FRAMEWORK.call_with_plan(state.op, state.args, state.launch_dims, state.output_dims)
         desc = plan.desc
@@ -394,6 +409,7 @@ def _handwritten_backward(state: _State, inputs: dict, outs: list, up: dict):
 def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
     desc = op.description
     state = _State()
+    state.sig = None
     state.op, state.args = op, tuple(args)
     state.launch_dims, state.output_dims = launch_dims, output_dims
     visible, tensors, need = [], [], {}
@@ -435,20 +451,215 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
     return pack_result(returned)
 
 
+# ---- remembered signatures: the eager hook ------------------------------------------------
+# A plain eager call (Paddle tensors and Python numbers, no in-out parameter, no launch_dims or
+# output_dims) whose argument signature a call through ``call`` validated before skips the
+# framework detection and the checks: ``Op.__call__`` finds the op's hook by the argument's
+# type (``Op.eager_paths``), and the hook runs the signature's forward (below) directly, or
+# inside the same ``_OpLayer`` node as any call when a gradient is to be recorded. Both paths
+# run one forward (``_Signature.forward``) and one backward (``_backward``).
+_TENSOR_TYPES = (paddle.Tensor, type(paddle.to_tensor(0.0)), paddle.base.framework.EagerParamBase)
+_PLAIN_NUMBERS = (float, int, bool)
+_NO_IN_OUT = MappingProxyType({})
+
+
+def _signature_cpu(args: Sequence[Any]) -> tuple | None:
+    """What a call's checks depend on: each tensor's shape, dtype, ``stop_gradient`` and layout
+    (contiguous, or its strides), and each Python number's type; None for anything else.
+
+    For a Paddle built for the CPU only (every tensor is on the CPU). ``id(dtype)``: Paddle's
+    dtypes are module-level singletons (``x.dtype is paddle.float32``), hashed slowly by pybind.
+    """
+    key = []
+    for a in args:
+        t = type(a)
+        if t in _TENSOR_TYPES:
+            key.append((tuple(a.shape), id(a.dtype), a.stop_gradient, a.is_contiguous() or tuple(a.strides)))
+        elif t in _PLAIN_NUMBERS:
+            key.append(t)
+        else:
+            return None
+    return tuple(key)
+
+
+def _signature_places(args: Sequence[Any]) -> tuple | None:
+    """:func:`_signature_cpu` with each tensor's place (a Paddle built with devices)."""
+    key = []
+    for a in args:
+        t = type(a)
+        if t in _TENSOR_TYPES:
+            key.append(
+                (tuple(a.shape), id(a.dtype), _place_key(a), a.stop_gradient, a.is_contiguous() or tuple(a.strides))
+            )
+        elif t in _PLAIN_NUMBERS:
+            key.append(t)
+        else:
+            return None
+    return tuple(key)
+
+
+_signature = _signature_cpu if _cpu_only() else _signature_places
+
+
+class _Signature:
+    """One validated call signature of an op: its plan, recorded launch, and what its calls need."""
+
+    __slots__ = (
+        "op",
+        "plan",
+        "device",
+        "go",
+        "cuda",
+        "arrays",
+        "scalars",
+        "template",
+        "outs",
+        "single",
+        "nondiff",
+        "grad",
+        "visible",
+        "need",
+        "tensor_pos",
+        "blank",
+    )
+
+    def __init__(self, op, args: Sequence[Any], plan, device: str):
+        desc = op.description
+        self.op, self.plan, self.device = op, plan, device
+        self.go = plan.runner.launcher(device, False)
+        self.cuda = device != "cpu"
+        arrays, scalars, need = [], [], {}
+        for pos, (p, x) in enumerate(zip(desc.call_params, args)):
+            if not p.is_array:
+                scalars.append((pos, p.index))
+                continue
+            strides = None
+            if not x.is_contiguous():
+                ptr, st, isz = FRAMEWORK.layout(x)
+                strides = check_layout(desc, p, tuple(x.shape), st, isz)
+            arrays.append((pos, p.index, strides))
+            need[p.index] = p.differentiable and not x.stop_gradient
+        self.arrays, self.scalars = tuple(arrays), tuple(scalars)
+        self.template = [None] * len(desc.params)
+        place = _place(device)
+        self.outs = tuple(
+            (p.index, *_allocation(list(spec.shape), _PADDLE_OF_NP[spec.dtype], place, zero))
+            for p, spec, zero in zip(desc.returned_params, plan.out_specs, plan.zero)
+        )
+        self.single = len(self.outs) == 1
+        self.nondiff = tuple(j for j, p in enumerate(desc.returned_params) if not plan.differentiable[p.index])
+        # as _call_grad: the node is recorded when a differentiable parameter's tensor has stop_gradient=False
+        self.grad = any(need.values())
+        self.visible = tuple(need)
+        self.need = need
+        self.tensor_pos = tuple(pos for pos, _, _ in arrays)
+        self.blank = [None] * len(args)  # the call's arguments with the tensors dropped (see _apply)
+
+    def forward(self, args: Sequence[Any]) -> list:
+        """The outputs of one call: pointers in, outputs allocated, the recorded launch."""
+        vals = self.template.copy()
+        for pos, idx, strides in self.arrays:
+            vals[idx] = (args[pos].data_ptr(), strides)
+        for pos, idx in self.scalars:
+            vals[idx] = args[pos]
+        outs = []
+        for idx, alloc, how in self.outs:
+            o = alloc(*how)
+            vals[idx] = (o.data_ptr(), None)
+            outs.append(o)
+        self.go(vals, None, _current_stream(self.device) if self.cuda else None)
+        return outs
+
+
+def _apply(sig: _Signature, args: Sequence[Any]):
+    """A remembered signature's call as an autograd node (what _call_grad does, precomputed)."""
+    state = _State()
+    state.sig, state.op, state.args = sig, sig.op, args
+    state.launch_dims = state.output_dims = None
+    state.visible, state.need_grad, state.in_out = sig.visible, sig.need, _NO_IN_OUT
+    res = _OpLayer.apply(state, *[args[i] for i in sig.tensor_pos])
+    # tensors reach the backward as saved tensors (version-checked by Paddle), not through state
+    kept = sig.blank.copy()
+    for pos, _ in sig.scalars:
+        kept[pos] = args[pos]
+    state.args = kept
+    return res
+
+
+def _make_hook():
+    """The eager hook of one op (``Op.eager_paths``), with the op's remembered signatures."""
+    signatures: dict[tuple, _Signature] = {}
+    dynamic, grad_enabled = paddle.in_dynamic_mode, paddle.is_grad_enabled
+
+    def hook(op, args: Sequence[Any]) -> Any:
+        if not dynamic():  # paddle.enable_static(): the full path says what to do instead
+            return NOT_EAGER
+        sig = signatures.get(_signature(args))
+        if sig is None:
+            return NOT_EAGER
+        if sig.grad and grad_enabled():
+            return _apply(sig, args)
+        outs = sig.forward(args)
+        return outs[0] if sig.single else tuple(outs)
+
+    hook.signatures = signatures
+    return hook
+
+
+def _register(op) -> None:
+    """Give ``op`` its Paddle eager hook (once; when it is described or bound, never on a call)."""
+    if paddle.Tensor not in op.eager_paths:
+        hook = _make_hook()
+        for t in _TENSOR_TYPES:
+            op.eager_paths[t] = hook
+
+
+def _remember(op, args: Sequence[Any]) -> None:
+    """After a call that passed every check: its signature's later calls take the hook."""
+    hook = op.eager_paths.get(paddle.Tensor)
+    if hook is None:
+        return
+    signatures = hook.signatures
+    key = _signature(args)
+    if key is None or key in signatures or len(signatures) >= _cache.FAST_PATHS_PER_OP:
+        return
+    desc = op.description
+    params = desc.call_params
+    if len(args) != len(params) or any(p.role == IN_OUT for p in params):
+        return
+    specs, device = [], None
+    for p, x in zip(params, args):
+        if p.is_array != (type(x) in _TENSOR_TYPES):
+            return  # a 0-d tensor for a scalar: the full path
+        if p.is_array:
+            specs.append(FRAMEWORK.spec(x))
+            device = device or FRAMEWORK.device(x)
+        else:
+            specs.append(FRAMEWORK.scalar_spec(op, p, x)[0])
+    if device is None:
+        return
+    signatures[key] = _Signature(op, args, op.plan(specs), device)
+
+
 # ---- entry points ------------------------------------------------------------------------
 def call(op, args, launch_dims, output_dims, kwargs):
     """Run ``op`` on Paddle tensors (see :meth:`interop.Op.__call__`)."""
     if kwargs:
         raise TypeError(unexpected_keywords(op.description, kwargs))
     if _check_args(op, args) and paddle.is_grad_enabled():
-        return _call_grad(op, args, launch_dims, output_dims)
-    # no autograd node: the shared eager path (validated once per argument signature)
-    return FRAMEWORK.call(op, args, launch_dims, output_dims, {})
+        res = _call_grad(op, args, launch_dims, output_dims)
+    else:
+        # no autograd node: the shared eager path (validated once per argument signature)
+        res = FRAMEWORK.call(op, args, launch_dims, output_dims, {})
+    if launch_dims is None and output_dims is None and paddle.in_dynamic_mode():
+        _remember(op, args)
+    return res
 
 
 def bind(op):
     """A callable that runs ``op`` with Paddle tensors (outputs are Paddle tensors even with no tensor input)."""
     _run_eagerly_under_sot(op)
+    _register(op)
 
     def run(*args, launch_dims=None, output_dims=None):
         return call(op, args, launch_dims, output_dims, {})
@@ -458,8 +669,10 @@ def bind(op):
 
 
 def on_describe(op) -> None:
-    """Called for each op described while Paddle is imported: make it a graph break for SOT."""
+    """Called for each op described while Paddle is imported: make it a graph break for SOT, give it
+    its eager hook."""
     _run_eagerly_under_sot(op)
+    _register(op)
 
 
 # ---- paddle.jit.to_static ------------------------------------------------------------------
@@ -487,6 +700,7 @@ def _register_existing_ops() -> None:
 
     for o in list(_op._ops.values()):
         _run_eagerly_under_sot(o)
+        _register(o)
 
 
 _register_existing_ops()
