@@ -30,6 +30,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Sequence
 
+import operator
+
 import numpy as np
 import paddle
 from paddle.autograd import PyLayer
@@ -194,6 +196,7 @@ class _State:
         "need_grad",
         "in_out",
         "sig",
+        "values",
     )
 
 
@@ -227,16 +230,23 @@ class _OpLayer(PyLayer):
 
     @staticmethod
     def forward(ctx, state: _State, *tensors):
-        ctx.set_materialize_grads(False)
         sig = state.sig
-        if sig is not None:  # a remembered signature (see _Signature): no in-out parameter
-            outs = sig.forward(state.args)
-            state.plan, state.device, state.out_specs = sig.plan, sig.device, sig.plan.out_specs
+        if sig is not None:  # a remembered signature (_SigCall): no in-out parameter
+            outs, state.values = sig.run(state.args)
+            ctx.save_for_backward(*tensors)
+            ctx.state = state
+            if sig.single:  # the node's backward runs only when its one output is used: no None gradient
+                out = outs[0]
+                ctx.outs = (out.detach(),)  # see below
+                if sig.nondiff:
+                    ctx.mark_non_differentiable(out)
+                return out
+            ctx.set_materialize_grads(False)
+            ctx.outs = [o.detach() for o in outs]
             if sig.nondiff:
                 ctx.mark_non_differentiable(*[outs[j] for j in sig.nondiff])
-            ctx.save_for_backward(*tensors, *outs)
-            ctx.state = state
-            return outs[0] if sig.single else tuple(outs)
+            return tuple(outs)
+        ctx.set_materialize_grads(False)
         # the per-signature cache of the no-grad path: validated and planned once, recorded launch
         returned, plan, device = FRAMEWORK.call_with_plan(state.op, state.args, state.launch_dims, state.output_dims)
         desc = plan.desc
@@ -255,16 +265,20 @@ class _OpLayer(PyLayer):
         if nondiff:
             ctx.mark_non_differentiable(*nondiff)
         state.out_specs = plan.out_specs
-        # the kernel's adjoint may read outputs (a store replayed as a load), so keep them
-        ctx.save_for_backward(*tensors, *outs)
+        # The kernel's adjoint replays the forward (its stores included) and may read outputs: keep
+        # them, as detached views (same memory and version counter). Saving an output of the node
+        # itself (save_for_backward or a ctx attribute) makes a reference cycle Paddle 3.3 never
+        # frees when no backward runs (about the output's size per call), and costs 10-30 us.
+        ctx.save_for_backward(*tensors)
+        ctx.outs = [o.detach() for o in outs]
         ctx.state = state
         return tuple(outs + links)
 
     @staticmethod
     def backward(ctx, *grads):
         state: _State = ctx.state
-        saved = ctx.saved_tensor()
-        if state.op.description.backward is None and paddle.is_grad_enabled():
+        saved = (*ctx.saved_tensor(), *ctx.outs)
+        if paddle.is_grad_enabled() and state.op.description.backward is None:
             return _adjoint_recorded(state, saved, grads)
         return _backward(state, saved, grads)
 
@@ -301,47 +315,66 @@ class _NoSecondDerivative(PyLayer):
         )
 
 
+def _grad_order(desc) -> tuple:
+    """(param index, param, copy it) of each returned parameter, in the order of the node's upstream
+    gradients (outputs, then in-out links). An upstream gradient is copied when the adjoint may
+    accumulate into it: the kernel reads that returned array, or a ``wp.Tape`` replays the op."""
+    params = [p for p in desc.returned_params if p.role == OUTPUT]
+    params += [p for p in desc.returned_params if p.role == IN_OUT]
+    return tuple((p.index, p, desc.kind == "function" or p.name in desc.reads_returned) for p in params)
+
+
 def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
-    """Gradients for the visible tensors, from the upstream gradients of outputs and links."""
+    """Gradients for the visible tensors, from the upstream gradients of outputs and links.
+
+    The one adjoint of every call: a remembered signature's node (``state.sig``) reads its launch
+    values, gradient order and gradient allocations from the signature, any other call derives
+    them from the description and the saved tensors."""
     plan = state.plan
     desc = plan.desc
+    sig = state.sig
     n_vis = len(state.visible)
-    inputs = dict(zip(state.visible, saved[:n_vis]))  # param index -> tensor
-    outs = list(saved[n_vis:])
-    up: dict[int, Any] = {}  # param index -> upstream gradient (returned params)
-    out_params = [p for p in desc.returned_params if p.role == OUTPUT]
-    io_params = [p for p in desc.returned_params if p.role == IN_OUT]
-    for p, g in zip(out_params + io_params, grads):
-        up[p.index] = g
     if desc.backward is not None:
-        return _handwritten_backward(state, inputs, outs, up)
+        inputs = dict(zip(state.visible, saved[:n_vis]))  # param index -> tensor
+        up = {idx: g for (idx, _, _), g in zip(_grad_order(desc), grads)}
+        return _handwritten_backward(state, inputs, list(saved[n_vis:]), up)
 
-    device = state.device
-    tensors = dict(inputs)
-    for p, t in zip(out_params, outs):
-        tensors[p.index] = t
-    for p in io_params:
-        tensors[p.index] = state.in_out[p.index]
-    scalars = {p.index: x for p, x in zip(desc.call_params, state.args) if not isinstance(x, paddle.Tensor)}
-    values = _values(plan, desc.params, tensors, scalars)
+    if sig is not None:
+        order, values = sig.grad_order, state.values
+        # the saved tensors are the forward's (Paddle checked their versions): refresh the pointers
+        for (_, idx, strides), t in zip(sig.arrays, saved):
+            values[idx] = (t.data_ptr(), strides)
+        for (idx, _, _), t in zip(sig.outs, saved[n_vis:]):
+            values[idx] = (t.data_ptr(), None)
+        allocs = sig.grad_allocs
+    else:
+        order = _grad_order(desc)
+        tensors = dict(zip(state.visible, saved[:n_vis]))
+        for (idx, p, _), t in zip(order, saved[n_vis:]):
+            tensors[idx] = t  # outputs (in-out arrays are not saved)
+        for idx, t in state.in_out.items():
+            tensors[idx] = t
+        scalars = {p.index: x for p, x in zip(desc.call_params, state.args) if not isinstance(x, paddle.Tensor)}
+        values = _values(plan, desc.params, tensors, scalars)
+        need, diff = state.need_grad, plan.differentiable
+        allocs = [
+            (_zeros, (x.shape, x.dtype, x.place)) if need[idx] and diff[idx] else None
+            for idx, x in zip(state.visible, saved)
+        ]
     adj: list[Any] = [None] * len(desc.params)
     result = []
-    keep = []
-    for idx in state.visible:
-        p = desc.params[idx]
-        x = inputs[idx]
-        if state.need_grad[idx] and plan.differentiable[idx]:
-            g = _zeros(x.shape, x.dtype, x.place)
-            adj[idx] = (g.data_ptr(), None)
-            result.append(g)
-        else:
+    for idx, how in zip(state.visible, allocs):
+        if how is None:
             result.append(None)
-    for idx, g in up.items():
+            continue
+        g = how[0](*how[1])  # a zero-filled gradient: the adjoint accumulates into it
+        adj[idx] = (g.data_ptr(), None)
+        result.append(g)
+    keep = []
+    for (idx, p, copy), g in zip(order, grads):
         if g is None:
             continue
-        p = desc.params[idx]
-        if desc.kind == "function" or p.name in desc.reads_returned:
-            # the adjoint may accumulate into the upstream gradient of an array the kernel reads
+        if copy:
             g = g.clone()
         if g.is_contiguous():
             adj[idx] = (g.data_ptr(), None)
@@ -349,8 +382,12 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
             ptr, strides, itemsize = FRAMEWORK.layout(g)
             adj[idx] = (ptr, check_layout(desc, p, tuple(g.shape), strides, itemsize))
         keep.append(g)
-    if any(r is not None for r in result):
-        stream = FRAMEWORK.stream(device, ())
+    if sig is not None:
+        if sig.any_grad:
+            sig.go_adj(values, adj, _current_stream(sig.device) if sig.cuda else None)
+    elif any(r is not None for r in result):
+        device = state.device
+        stream = _current_stream(device) if device != "cpu" else None
         _adjoint_launcher(plan, device)(values, adj, stream)
     return tuple(result)
 
@@ -409,7 +446,7 @@ def _handwritten_backward(state: _State, inputs: dict, outs: list, up: dict):
 def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
     desc = op.description
     state = _State()
-    state.sig = None
+    state.sig = state.values = None
     state.op, state.args = op, tuple(args)
     state.launch_dims, state.output_dims = launch_dims, output_dims
     visible, tensors, need = [], [], {}
@@ -465,7 +502,8 @@ _NO_IN_OUT = MappingProxyType({})
 
 def _signature_cpu(args: Sequence[Any]) -> tuple | None:
     """What a call's checks depend on: each tensor's shape, dtype, ``stop_gradient`` and layout
-    (contiguous, or its strides), and each Python number's type; None for anything else.
+    (contiguous, or its strides; False for a sparse tensor, whose shape and dtype may be those of a
+    dense one), and each Python number's type; None for anything else.
 
     For a Paddle built for the CPU only (every tensor is on the CPU). ``id(dtype)``: Paddle's
     dtypes are module-level singletons (``x.dtype is paddle.float32``), hashed slowly by pybind.
@@ -474,7 +512,7 @@ def _signature_cpu(args: Sequence[Any]) -> tuple | None:
     for a in args:
         t = type(a)
         if t in _TENSOR_TYPES:
-            key.append((tuple(a.shape), id(a.dtype), a.stop_gradient, a.is_contiguous() or tuple(a.strides)))
+            key.append((tuple(a.shape), id(a.dtype), a.stop_gradient, a.is_dense() and (a.is_contiguous() or tuple(a.strides))))
         elif t in _PLAIN_NUMBERS:
             key.append(t)
         else:
@@ -489,7 +527,7 @@ def _signature_places(args: Sequence[Any]) -> tuple | None:
         t = type(a)
         if t in _TENSOR_TYPES:
             key.append(
-                (tuple(a.shape), id(a.dtype), _place_key(a), a.stop_gradient, a.is_contiguous() or tuple(a.strides))
+                (tuple(a.shape), id(a.dtype), _place_key(a), a.stop_gradient, a.is_dense() and (a.is_contiguous() or tuple(a.strides)))
             )
         elif t in _PLAIN_NUMBERS:
             key.append(t)
@@ -521,6 +559,11 @@ class _Signature:
         "need",
         "tensor_pos",
         "blank",
+        "grad_order",
+        "grad_allocs",
+        "any_grad",
+        "take",
+        "_go_adj",
     )
 
     def __init__(self, op, args: Sequence[Any], plan, device: str):
@@ -554,9 +597,28 @@ class _Signature:
         self.need = need
         self.tensor_pos = tuple(pos for pos, _, _ in arrays)
         self.blank = [None] * len(args)  # the call's arguments with the tensors dropped (see _apply)
+        # for the adjoint (_backward): upstream gradients' order, the zero-filled gradients to allocate
+        self.grad_order = _grad_order(desc)
+        self.grad_allocs = tuple(
+            _allocation(list(args[pos].shape), args[pos].dtype, place, True)
+            if need[idx] and plan.differentiable[idx]
+            else None
+            for pos, idx, _ in arrays
+        )
+        self.any_grad = any(a is not None for a in self.grad_allocs)
+        self.take = operator.itemgetter(*self.tensor_pos) if len(self.tensor_pos) > 1 else None
+        self._go_adj = None
 
-    def forward(self, args: Sequence[Any]) -> list:
-        """The outputs of one call: pointers in, outputs allocated, the recorded launch."""
+    @property
+    def go_adj(self):
+        """The recorded adjoint launch (made on the first backward)."""
+        g = self._go_adj
+        if g is None:
+            g = self._go_adj = _adjoint_launcher(self.plan, self.device)
+        return g
+
+    def run(self, args: Sequence[Any]) -> tuple[list, list]:
+        """One call: pointers in, outputs allocated, the recorded launch. Returns (outputs, launch values)."""
         vals = self.template.copy()
         for pos, idx, strides in self.arrays:
             vals[idx] = (args[pos].data_ptr(), strides)
@@ -568,27 +630,40 @@ class _Signature:
             vals[idx] = (o.data_ptr(), None)
             outs.append(o)
         self.go(vals, None, _current_stream(self.device) if self.cuda else None)
-        return outs
+        return outs, vals
+
+
+class _SigCall:
+    """The node state (as :class:`_State`) of one call of a remembered signature: the signature's
+    fields, this call's arguments and launch values. The arguments are kept as given: the tensors
+    among them are the node's saved tensors anyway, and the backward reads them from those."""
+
+    __slots__ = ("sig", "args", "values")
+    launch_dims = output_dims = None
+    in_out = _NO_IN_OUT
+    op = property(lambda self: self.sig.op)
+    plan = property(lambda self: self.sig.plan)
+    device = property(lambda self: self.sig.device)
+    visible = property(lambda self: self.sig.visible)
+    need_grad = property(lambda self: self.sig.need)
+    out_specs = property(lambda self: self.sig.plan.out_specs)
+
+    def __init__(self, sig: _Signature, args: Sequence[Any]):
+        self.sig, self.args = sig, args
 
 
 def _apply(sig: _Signature, args: Sequence[Any]):
     """A remembered signature's call as an autograd node (what _call_grad does, precomputed)."""
-    state = _State()
-    state.sig, state.op, state.args = sig, sig.op, args
-    state.launch_dims = state.output_dims = None
-    state.visible, state.need_grad, state.in_out = sig.visible, sig.need, _NO_IN_OUT
-    res = _OpLayer.apply(state, *[args[i] for i in sig.tensor_pos])
-    # tensors reach the backward as saved tensors (version-checked by Paddle), not through state
-    kept = sig.blank.copy()
-    for pos, _ in sig.scalars:
-        kept[pos] = args[pos]
-    state.args = kept
-    return res
+    take = sig.take
+    if take is None:
+        return _OpLayer.apply(_SigCall(sig, args), *[args[i] for i in sig.tensor_pos])
+    return _OpLayer.apply(_SigCall(sig, args), *take(args))
 
 
 def _make_hook():
     """The eager hook of one op (``Op.eager_paths``), with the op's remembered signatures."""
     signatures: dict[tuple, _Signature] = {}
+    calls = [0]  # calls the hook ran (tests read it to tell the paths apart)
     dynamic, grad_enabled = paddle.in_dynamic_mode, paddle.is_grad_enabled
 
     def hook(op, args: Sequence[Any]) -> Any:
@@ -597,12 +672,13 @@ def _make_hook():
         sig = signatures.get(_signature(args))
         if sig is None:
             return NOT_EAGER
+        calls[0] += 1
         if sig.grad and grad_enabled():
             return _apply(sig, args)
-        outs = sig.forward(args)
+        outs = sig.run(args)[0]
         return outs[0] if sig.single else tuple(outs)
 
-    hook.signatures = signatures
+    hook.signatures, hook.calls = signatures, calls
     return hook
 
 

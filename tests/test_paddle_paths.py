@@ -1,0 +1,252 @@
+"""The two Paddle paths give the same answers: a call whose argument signature was validated before
+(the op's eager hook, ``Op.eager_paths``: no checks, the remembered plan and launch record) against
+the full path (framework detection, checks, the per-signature cache of the core), for every case of
+the catalogue: values bit for bit, gradients through the op's PyLayer bit for bit.
+
+Every test checks which path ran (the hook's call counter), so no parametrization can silently run
+one path twice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed")
+
+import catalogue  # noqa: E402
+import warp as wp  # noqa: E402
+
+import interop  # noqa: E402
+from interop._frameworks import data_ptr  # noqa: E402
+
+
+def _hook(op):
+    return op.eager_paths[paddle.Tensor]
+
+
+def _tensor(a, stop_gradient=True):
+    if catalogue.is_bf16(a.dtype):  # paddle.to_tensor knows no ml_dtypes.bfloat16: float32 holds its values exactly
+        t = paddle.to_tensor(np.asarray(a, np.float32)).astype("bfloat16")
+    else:
+        t = paddle.to_tensor(np.array(a))
+    t.stop_gradient = stop_gradient
+    return t
+
+
+def _numpy(t):
+    return t.astype("float64").numpy() if t.dtype == paddle.bfloat16 else t.numpy()
+
+
+def _run(case, args, grad: bool, path: str):
+    """Values (and, with ``grad``, gradients of a weighted sum) of one call on ``path``."""
+    hook = _hook(case.op)
+    if path == "full":
+        hook.signatures.clear()  # forget the signature: this call takes the full path (and remembers it)
+    leaves, pargs = [], []
+    for k, a in enumerate(args):
+        if not isinstance(a, np.ndarray):
+            pargs.append(a)
+            continue
+        t = _tensor(a, stop_gradient=not (grad and catalogue.is_float_dtype(a.dtype)))
+        leaves.append(t)
+        pargs.append(t * 1.0 if k in case.in_out and not t.stop_gradient else t)
+    before = hook.calls[0]
+    out = case.op(*pargs, **case.call_kwargs)
+    ran_hook = hook.calls[0] > before
+    out = out if isinstance(out, tuple) else (out,)
+    values = [_numpy(o) for o in out]
+    grads = []
+    if grad and any(not o.stop_gradient for o in out):
+        weights = catalogue.loss_weights(case, tuple(values))
+        loss = sum((o * _tensor(w.astype(np.float64)).astype(o.dtype)).sum() for o, w in zip(out, weights))
+        loss.backward()
+        grads = [None if t.grad is None else _numpy(t.grad) for t in leaves]
+    return values, grads, ran_hook
+
+
+def _hook_takes(case, args) -> bool:
+    """Calls of this case can take the hook: Paddle tensors and Python numbers, no in-out, no options."""
+    return not case.in_out and not case.call_kwargs and isinstance(args[0], np.ndarray)
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "gradients"])
+@pytest.mark.parametrize("case_id", catalogue.CASE_IDS)
+def test_catalogue_same_values_and_gradients_on_both_paths(case_id, grad):
+    case = catalogue.case(case_id)
+    for dt in case.dtypes:
+        args = case.make(np.random.default_rng(5), dt)
+        full_values, full_grads, ran = _run(case, args, grad, "full")
+        assert not ran, "the full path ran the hook"
+        # the full path against the independent reference
+        tol = catalogue.BF16_VALUE_TOL if catalogue.is_bf16(dt) else dict(rtol=1e-5, atol=1e-6)
+        for v, r in zip(full_values, catalogue.reference_of(case, args)):
+            np.testing.assert_allclose(v, r, **tol)
+        values, grads, ran = _run(case, args, grad, "hook")
+        assert ran == _hook_takes(case, args), f"hook ran: {ran}"
+        assert len(values) == len(full_values) and len(grads) == len(full_grads)
+        for v, r in zip(values, full_values):
+            np.testing.assert_array_equal(v, r)
+        for g, r in zip(grads, full_grads):
+            assert (g is None) == (r is None)
+            if g is not None:
+                np.testing.assert_array_equal(g, r)
+
+
+@wp.kernel
+def _saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a * x[i] * x[i] + y[i]
+
+
+SAXPY = interop.op(_saxpy, name="tp_paths::saxpy")
+
+
+def _xy(n=9, seed=0):
+    rng = np.random.default_rng(seed)
+    x = paddle.to_tensor(rng.random(n, dtype=np.float32))
+    y = paddle.to_tensor(rng.random(n, dtype=np.float32))
+    return x, y
+
+
+def _calls() -> int:
+    return _hook(SAXPY).calls[0]
+
+
+def test_second_call_of_a_signature_takes_the_hook_with_its_own_outputs():
+    x, y = _xy()
+    SAXPY(x, y, 1.5)  # validated: remembered
+    before = _calls()
+    a = SAXPY(x, y, 1.5)
+    b = SAXPY(x, y, 2.5)
+    assert _calls() == before + 2
+    assert data_ptr(a) != data_ptr(b)  # a new output per call
+    np.testing.assert_allclose(a.numpy(), 1.5 * x.numpy() ** 2 + y.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(b.numpy(), 2.5 * x.numpy() ** 2 + y.numpy(), rtol=1e-6)
+    assert a.stop_gradient and b.stop_gradient
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["shape", "dtype", "strides", "stop_gradient", "int_scalar", "tensor_scalar", "options"],
+)
+def test_any_other_signature_takes_the_full_path(change):
+    x, y = _xy()
+    SAXPY(x, y, 1.5)
+    before = _calls()
+    if change == "shape":
+        x, y = _xy(n=5)
+        out = SAXPY(x, y, 1.5)
+    elif change == "dtype":
+        with pytest.raises(interop.ArgumentError, match="parameter 'x'"):
+            SAXPY(x.astype("float64"), y, 1.5)
+        out = None
+    elif change == "strides":
+        base = paddle.to_tensor(np.random.default_rng(1).random(18, dtype=np.float32))
+        xs = base[::2]
+        if xs.is_contiguous():  # Paddle copied the slice: make a strided view another way
+            xs = paddle.as_strided(base, [9], [2])
+        assert not xs.is_contiguous()
+        out = SAXPY(xs, y, 1.5)
+        np.testing.assert_allclose(out.numpy(), 1.5 * base.numpy()[::2] ** 2 + y.numpy(), rtol=1e-6)
+    elif change == "stop_gradient":
+        x.stop_gradient = False
+        out = SAXPY(x, y, 1.5)
+        assert not out.stop_gradient
+    elif change == "int_scalar":
+        out = SAXPY(x, y, 2)
+    elif change == "tensor_scalar":
+        out = SAXPY(x, y, paddle.to_tensor(1.5))
+    else:
+        out = SAXPY(x, y, 1.5, launch_dims=9)
+    assert _calls() == before
+    if out is not None and change not in ("strides", "int_scalar"):
+        np.testing.assert_allclose(out.numpy(), 1.5 * x.numpy() ** 2 + y.numpy(), rtol=1e-6)
+
+
+def test_hook_checks_arguments_it_never_validated():
+    """A remembered signature never lets another through: a wrong argument count, a symbolic value, a
+    sparse tensor of the same shape and dtype each reach the full path and its error."""
+    x, y = _xy()
+    SAXPY(x, y, 1.5)
+    before = _calls()
+    with pytest.raises(interop.ArgumentError, match="takes 3 argument"):
+        SAXPY(x, y)
+    sparse = paddle.to_tensor(np.eye(3, dtype=np.float32)).reshape([9]).to_sparse_coo(1)
+    with pytest.raises(interop.ArgumentError, match="sparse"):
+        SAXPY(sparse, y, 1.5)
+    assert _calls() == before
+
+
+def test_gradients_on_the_hook_path_and_retain_graph():
+    x, y = _xy()
+    x.stop_gradient = y.stop_gradient = False
+    SAXPY(x, y, 1.5).sum().backward()  # the full path: remembered
+    x.clear_gradient(False)
+    y.clear_gradient(False)
+    before = _calls()
+    out = SAXPY(x, y, 1.5)
+    assert _calls() == before + 1
+    g1 = paddle.to_tensor(np.random.default_rng(2).random(9, dtype=np.float32))
+    g2 = g1 * 2.0 + 1.0
+    for g in (g1, g2):
+        gx, gy = paddle.grad(out, [x, y], g, retain_graph=True)
+        np.testing.assert_allclose(gx.numpy(), 3.0 * x.numpy() * g.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(gy.numpy(), g.numpy(), rtol=1e-6)
+
+
+def test_hook_path_no_grad_builds_no_node():
+    x, y = _xy()
+    x.stop_gradient = False
+    SAXPY(x, y, 1.5)
+    before = _calls()
+    with paddle.no_grad():
+        out = SAXPY(x, y, 1.5)
+    assert _calls() == before + 1
+    assert out.stop_gradient
+    np.testing.assert_allclose(out.numpy(), 1.5 * x.numpy() ** 2 + y.numpy(), rtol=1e-6)
+
+
+def test_hook_path_second_derivative_raises():
+    x, y = _xy()
+    x.stop_gradient = False
+    SAXPY(x, y, 1.5)
+    before = _calls()
+    out = SAXPY(x, y, 1.5)
+    assert _calls() == before + 1
+    (gx,) = paddle.grad(out.sum(), [x], create_graph=True)
+    np.testing.assert_allclose(gx.numpy(), 3.0 * x.numpy(), rtol=1e-6)
+    with pytest.raises(Exception, match="second derivatives through Warp's adjoint are not supported"):
+        gx.sum().backward()
+
+
+def test_hook_path_hand_written_backward_is_differentiable_twice():
+    op = interop.op(catalogue.cube64, backward=catalogue.cube64_backward, name="tp_paths::cube")
+    x = paddle.to_tensor(np.random.default_rng(3).random(6))
+    x.stop_gradient = False
+    op(x)
+    before = _hook(op).calls[0]
+    out = op(x)
+    assert _hook(op).calls[0] == before + 1
+    (g,) = paddle.grad(out.sum(), [x], create_graph=True)
+    np.testing.assert_allclose(g.numpy(), 3 * x.numpy() ** 2, rtol=1e-12)
+    g.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 6 * x.numpy(), rtol=1e-12)
+
+
+def test_forward_only_calls_with_gradients_free_their_outputs():
+    """A node whose backward never runs frees its output (Paddle keeps a PyLayer that saves its own
+    output forever: the adapter keeps a detached view instead)."""
+    import gc
+    import weakref
+
+    x, y = _xy(n=1 << 16)
+    x.stop_gradient = False
+    SAXPY(x, y, 1.5)
+    refs = []
+    for _ in range(5):
+        out = SAXPY(x, y, 1.5)
+        refs.append(weakref.ref(out))
+        del out
+    gc.collect()
+    assert all(r() is None for r in refs)
