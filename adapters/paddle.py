@@ -27,10 +27,9 @@ eagerly between compiled segments (a graph break), gradients included. Under
 
 from __future__ import annotations
 
+import operator
 from types import MappingProxyType
 from typing import Any, Sequence
-
-import operator
 
 import numpy as np
 import paddle
@@ -341,7 +340,7 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
 
     if sig is not None:
         order, values = sig.grad_order, state.values
-        # the saved tensors are the forward's (Paddle checked their versions): refresh the pointers
+        # the launch values of the forward, with the pointers read again from the tensors kept
         for (_, idx, strides), t in zip(sig.arrays, saved):
             values[idx] = (t.data_ptr(), strides)
         for (idx, _, _), t in zip(sig.outs, saved[n_vis:]):
@@ -350,7 +349,7 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
     else:
         order = _grad_order(desc)
         tensors = dict(zip(state.visible, saved[:n_vis]))
-        for (idx, p, _), t in zip(order, saved[n_vis:]):
+        for (idx, _, _), t in zip(order, saved[n_vis:]):
             tensors[idx] = t  # outputs (in-out arrays are not saved)
         for idx, t in state.in_out.items():
             tensors[idx] = t
@@ -512,7 +511,9 @@ def _signature_cpu(args: Sequence[Any]) -> tuple | None:
     for a in args:
         t = type(a)
         if t in _TENSOR_TYPES:
-            key.append((tuple(a.shape), id(a.dtype), a.stop_gradient, a.is_dense() and (a.is_contiguous() or tuple(a.strides))))
+            key.append(
+                (tuple(a.shape), id(a.dtype), a.stop_gradient, a.is_dense() and (a.is_contiguous() or tuple(a.strides)))
+            )
         elif t in _PLAIN_NUMBERS:
             key.append(t)
         else:
@@ -527,7 +528,13 @@ def _signature_places(args: Sequence[Any]) -> tuple | None:
         t = type(a)
         if t in _TENSOR_TYPES:
             key.append(
-                (tuple(a.shape), id(a.dtype), _place_key(a), a.stop_gradient, a.is_dense() and (a.is_contiguous() or tuple(a.strides)))
+                (
+                    tuple(a.shape),
+                    id(a.dtype),
+                    _place_key(a),
+                    a.stop_gradient,
+                    a.is_dense() and (a.is_contiguous() or tuple(a.strides)),
+                )
             )
         elif t in _PLAIN_NUMBERS:
             key.append(t)
