@@ -7,7 +7,8 @@ Per size (n=1024 and n=1e6), ratios to a raw ``wp.launch`` on Warp arrays built 
 - the op's forward (inputs with ``stop_gradient=True``: no autograd node);
 - the op's forward + ``out.sum().backward()`` through its PyLayer (Warp's adjoint);
 - the same math in plain Paddle, forward + backward, for scale;
-- the floors: an empty PyLayer's forward+backward, and the raw forward + adjoint launches.
+- the floors: an empty PyLayer's forward+backward, and the raw forward + adjoint launches; the
+  op's forward+backward is also compared with their sum (its node does both).
 
 All rows are measured round-robin in one process (see ``harness.interleaved``).
 """
@@ -110,6 +111,13 @@ def run(quick: bool = False) -> dict:
                 ("interop op, forward+backward (PyLayer)", "floor: empty PyLayer, forward+backward"),
                 ("interop op, forward+backward (PyLayer)", "raw wp.launch forward + zero grads + adjoint launch"),
             ],
+        )
+        # the op's node does what an empty PyLayer does plus the two launches: their sum is its floor
+        us = {label: u for label, u, _ in table}
+        both = us["floor: empty PyLayer, forward+backward"] + us["raw wp.launch forward + zero grads + adjoint launch"]
+        print(
+            "    interop op, forward+backward (PyLayer)  /  (empty PyLayer + raw forward, zero grads, adjoint): "
+            f"{us['interop op, forward+backward (PyLayer)'] / both:.2f}x"
         )
         results[n] = table
     return results
