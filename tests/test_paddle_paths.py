@@ -250,3 +250,16 @@ def test_forward_only_calls_with_gradients_free_their_outputs():
         del out
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_hook_path_checks_each_integer_value():
+    """The hook skips the checks of the signature, not of the values: an int32 scalar out of range
+    is refused as on the full path (Warp would wrap it)."""
+    op = interop.op(catalogue.int_offset_kernel, name="tp_paths::int_offset")
+    a = paddle.to_tensor(np.arange(4, dtype=np.int32))
+    op(a, 1)
+    before = _hook(op).calls[0]
+    np.testing.assert_array_equal(op(a, 7).numpy(), np.arange(4) + 7)
+    with pytest.raises(interop.ArgumentError, match="out of range"):
+        op(a, 2**40)
+    assert _hook(op).calls[0] == before + 2
