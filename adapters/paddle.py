@@ -240,8 +240,13 @@ class _OpLayer(PyLayer):
         if nondiff:
             ctx.mark_non_differentiable(*nondiff)
         state.out_specs = plan.out_specs
-        # the kernel's adjoint may read outputs (a store replayed as a load), so keep them
-        ctx.save_for_backward(*tensors, *outs)
+        # the kernel's adjoint may read outputs (a store replayed as a load), so keep them. Paddle
+        # never frees a PyLayer that saves its own output if no backward runs (a reference cycle
+        # through C++: +15 KiB per call for 1,000 floats, measured with paddle 3.3.1), so Warp's
+        # adjoint, which is not differentiable, gets detached aliases (same memory, no graph).
+        # A hand-written backward is differentiable in turn: it needs the outputs themselves.
+        kept = [o.detach() for o in outs] if desc.backward is None else outs
+        ctx.save_for_backward(*tensors, *kept)
         ctx.state = state
         return tuple(outs + links)
 

@@ -116,3 +116,42 @@ print("ALIVE", alive, "GROWTH_MIB", marks[N] - marks[N // 2])
     print(line)
     assert line.startswith("ALIVE 0 "), line
     assert float(line.split()[-1]) < 4.0, line
+
+
+@pytest.mark.parametrize("framework", ["torch", "paddle"])
+def test_calls_recorded_for_autograd_and_dropped_keep_no_memory(framework):
+    """Trainable inputs, the result dropped without a backward (an evaluation loop that forgot
+    no_grad): the autograd node and its saved tensors are freed. Paddle never frees a PyLayer that
+    saves its own output (+15 KiB per call here before the adapter saved detached aliases)."""
+    p = run_script(
+        RSS
+        + f"""
+import gc
+import numpy as np
+from catalogue import case
+
+c = case("scalar")
+op = c.op
+fw = {framework!r}
+x = np.linspace(-1, 1, 1000, dtype=np.float32)
+y = np.full(1000, 0.5, np.float32)
+if fw == "torch":
+    import torch
+    xt, yt = torch.tensor(x, requires_grad=True), torch.tensor(y)
+else:
+    import paddle
+    xt, yt = paddle.to_tensor(x, stop_gradient=False), paddle.to_tensor(y)
+marks = {{}}
+for k in range(1, 4001):
+    out = op(xt, yt, 2.0)
+    assert not (out.stop_gradient if fw == "paddle" else not out.requires_grad)
+    del out
+    if k in (1000, 4000):
+        gc.collect()
+        marks[k] = rss_mib()
+print("GROWTH_MIB", marks[4000] - marks[1000])
+"""
+    )
+    line = p.stdout.strip().splitlines()[-1]
+    # a leak of the saved tensors alone would be 3,000 x 8 KB = 23 MiB
+    assert float(line.split()[-1]) < 4.0, line
