@@ -121,10 +121,12 @@ def direct_indexing(fn: Any, kind: str, arrays: Sequence[tuple[str, int]]) -> tu
             t = stmt.targets[0]
             if isinstance(t, ast.Name) and stores.get(t.id) == 1:
                 tid[t.id] = -1
-            elif isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts):
-                for d, e in enumerate(t.elts):
-                    if stores.get(e.id) == 1:
-                        tid[e.id] = d
+            elif isinstance(t, ast.Tuple):
+                names = [e.id for e in t.elts if isinstance(e, ast.Name)]
+                if len(names) == len(t.elts):
+                    for d, name in enumerate(names):
+                        if stores.get(name) == 1:
+                            tid[name] = d
             continue
         if isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.FunctionDef)):
             continue
@@ -182,10 +184,12 @@ def written_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) -> t
             t = stmt.targets[0]
             if isinstance(t, ast.Name) and stores.get(t.id) == 1:
                 tid[t.id] = -1
-            elif isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts):
-                for d, e in enumerate(t.elts):
-                    if stores.get(e.id) == 1:
-                        tid[e.id] = d
+            elif isinstance(t, ast.Tuple):
+                names = [e.id for e in t.elts if isinstance(e, ast.Name)]
+                if len(names) == len(t.elts):
+                    for d, name in enumerate(names):
+                        if stores.get(name) == 1:
+                            tid[name] = d
             continue
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
             continue
