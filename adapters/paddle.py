@@ -345,16 +345,10 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
     return tuple(result)
 
 
-_adjoint_launchers: dict[tuple, Any] = {}
-
-
 def _adjoint_launcher(plan, device: str):
-    """The recorded adjoint launch of ``plan`` on ``device`` (built once): ``go(values, adj, stream)``."""
-    key = (plan.runner, device)
-    go = _adjoint_launchers.get(key)
-    if go is None:
-        go = _adjoint_launchers.setdefault(key, plan.runner.fast_adjoint(device))
-    return go
+    """The recorded adjoint launch of ``plan`` on ``device``: ``go(values, adj, stream)``, built once
+    and kept by the plan's runner (a module-level cache kept every evicted plan alive)."""
+    return plan.runner.launcher(device, True)
 
 
 _backward_ops: dict[Any, Op] = {}

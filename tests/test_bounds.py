@@ -25,7 +25,7 @@ def rss_mib():
 """
 
 
-@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("framework", ["numpy", "torch", "paddle"])
 def test_distinct_shapes_keep_caches_bounded(framework):
     """Distinct input lengths (forward, and backward for torch): plans and fast paths never exceed
     their bounds, and resident memory over the second half of the run stays flat."""
@@ -46,6 +46,8 @@ op = c.op
 fw = {framework!r}
 if fw == "torch":
     import torch
+if fw == "paddle":
+    import paddle
 marks = {{}}
 N = {n}
 for k in range(1, N + 1):
@@ -54,6 +56,12 @@ for k in range(1, N + 1):
     want = c.reference(x, y, 2.0)[0]
     if fw == "numpy":
         got = op(x, y, 2.0)
+    elif fw == "paddle":
+        xp = paddle.to_tensor(x, stop_gradient=False)
+        out = op(xp, paddle.to_tensor(y), 2.0)
+        out.sum().backward()
+        assert np.allclose(xp.grad.numpy(), 2.0 * np.cos(x), atol=1e-5)
+        got = out.numpy()
     else:
         xt = torch.tensor(x, requires_grad=True)
         out = op(xt, torch.tensor(y), 2.0)
