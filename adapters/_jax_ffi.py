@@ -198,11 +198,11 @@ def string_attr(frame: CallFrame, name: bytes) -> bytes | None:
     for k in range(n):
         if _c_int.from_address(types + 4 * k).value != _ATTR_STRING:
             continue
-        span = _c_ptr.from_address(names + 8 * k).value
-        if _string_at(_c_ptr.from_address(span).value, _c_size.from_address(span + 8).value) != name:
+        span = _c_ptr.from_address(names + 8 * k).value or 0
+        if _string_at(_c_ptr.from_address(span).value or 0, _c_size.from_address(span + 8).value) != name:
             continue
-        value = _c_ptr.from_address(values + 8 * k).value
-        return _string_at(_c_ptr.from_address(value).value, _c_size.from_address(value + 8).value)
+        value = _c_ptr.from_address(values + 8 * k).value or 0
+        return _string_at(_c_ptr.from_address(value).value or 0, _c_size.from_address(value + 8).value)
     return None
 
 

@@ -69,7 +69,7 @@ def eager_context() -> bool:
     """:func:`plain_eager` without the tensor types: nothing traces or intercepts calls now."""
     if _is_compiling() or not _CAN_TELL:  # first: Dynamo folds it to True and reads nothing below
         return False
-    return not (_dispatch_stack_len() or _function_mode_enabled() or _active() or _is_tracing())
+    return not (_dispatch_stack_len() or _function_mode_enabled() or _active() or _is_tracing())  # type: ignore[misc]  # _CAN_TELL: none is None
 
 
 def profiler_enabled() -> bool:

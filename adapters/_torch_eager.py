@@ -170,7 +170,8 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
         f"    go_adj([{', '.join(values[i] for i in range(nparams))}], [{', '.join(adj[i] for i in range(nparams))}], stream)"
     )
     lines.append(f"    return {_tuple(grads)}")
-    return _compile("\n".join(lines) + "\n", env, ("forward", "adjoint"))
+    forward, adjoint = _compile("\n".join(lines) + "\n", env, ("forward", "adjoint"))
+    return forward, adjoint
 
 
 def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:

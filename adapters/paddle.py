@@ -232,16 +232,15 @@ class _OpLayer(PyLayer):
         sig = state.sig
         if sig is not None:  # a remembered signature (_SigCall): no in-out parameter
             outs, state.values = sig.run(state.args)
-            ctx.save_for_backward(*tensors)
             ctx.state = state
             if sig.single:  # the node's backward runs only when its one output is used: no None gradient
                 out = outs[0]
-                ctx.outs = (out.detach(),)  # see below
+                ctx.save_for_backward(*tensors, out.detach())  # see below
                 if sig.nondiff:
                     ctx.mark_non_differentiable(out)
                 return out
             ctx.set_materialize_grads(False)
-            ctx.outs = [o.detach() for o in outs]
+            ctx.save_for_backward(*tensors, *[o.detach() for o in outs])
             if sig.nondiff:
                 ctx.mark_non_differentiable(*[outs[j] for j in sig.nondiff])
             return tuple(outs)
@@ -265,18 +264,18 @@ class _OpLayer(PyLayer):
             ctx.mark_non_differentiable(*nondiff)
         state.out_specs = plan.out_specs
         # The kernel's adjoint replays the forward (its stores included) and may read outputs: keep
-        # them, as detached views (same memory and version counter). Saving an output of the node
-        # itself (save_for_backward or a ctx attribute) makes a reference cycle Paddle 3.3 never
-        # frees when no backward runs (about the output's size per call), and costs 10-30 us.
-        ctx.save_for_backward(*tensors)
-        ctx.outs = [o.detach() for o in outs]
+        # them, as detached aliases (same memory and version counter, no graph). Paddle never frees
+        # a PyLayer that saves its own output if no backward runs (a reference cycle through C++:
+        # about the output's size per call, paddle 3.3.1), and saving it costs 10-30 us. A
+        # hand-written backward is called with the inputs and upstream gradients, not the outputs.
+        ctx.save_for_backward(*tensors, *[o.detach() for o in outs])
         ctx.state = state
         return tuple(outs + links)
 
     @staticmethod
     def backward(ctx, *grads):
         state: _State = ctx.state
-        saved = (*ctx.saved_tensor(), *ctx.outs)
+        saved = ctx.saved_tensor()
         if paddle.is_grad_enabled() and state.op.description.backward is None:
             return _adjoint_recorded(state, saved, grads)
         return _backward(state, saved, grads)
@@ -391,16 +390,10 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
     return tuple(result)
 
 
-_adjoint_launchers: dict[tuple, Any] = {}
-
-
 def _adjoint_launcher(plan, device: str):
-    """The recorded adjoint launch of ``plan`` on ``device`` (built once): ``go(values, adj, stream)``."""
-    key = (plan.runner, device)
-    go = _adjoint_launchers.get(key)
-    if go is None:
-        go = _adjoint_launchers.setdefault(key, plan.runner.fast_adjoint(device))
-    return go
+    """The recorded adjoint launch of ``plan`` on ``device``: ``go(values, adj, stream)``, built once
+    and kept by the plan's runner (a module-level cache kept every evicted plan alive)."""
+    return plan.runner.launcher(device, True)
 
 
 _backward_ops: dict[Any, Op] = {}

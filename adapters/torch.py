@@ -221,8 +221,6 @@ class _Entry:
         "outs",
         "cuda",
         "runner",
-        "_go",
-        "_go_adj",
         "contiguous_outer",
         "forward",
         "adjoint",
@@ -230,20 +228,9 @@ class _Entry:
         "contiguous_args",
     )
 
-    def go_adjoint(self):
-        g = self._go_adj
-        if g is None:
-            g = self._go_adj = self.runner.fast_adjoint(self.wdev)
-        return g
-
     def launcher(self, adjoint: bool):
-        """The recorded launch's ``go(values, adj, stream)`` (built on first use)."""
-        if adjoint:
-            return self.go_adjoint()
-        g = self._go
-        if g is None:
-            g = self._go = self.runner.launcher(self.wdev, False)
-        return g
+        """The plan's recorded launch, ``go(values, adj, stream)`` (built once per plan and device)."""
+        return self.runner.launcher(self.wdev, adjoint)
 
 
 class _Binding:
@@ -471,8 +458,6 @@ class _Binding:
         e.cuda = device.type == "cuda"
         e.arrays = tuple(arrays)
         e.scalars = tuple(scalars)
-        e._go = None
-        e._go_adj = None
         e.contiguous_outer = {
             p.index: contiguous_strides(plan.warp_shapes[p.index], type_size_in_bytes(plan.types[p.index]))
             for p in self.returned

@@ -233,7 +233,7 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
     except ImportError as e:
         raise ImportError(f"convert: to={to!r} needs {to} installed ({e})") from e
     src = _detach(x, fw)
-    error = None
+    error: Exception | None = None
     out = None
     if to != fw and any(s < 0 for s in _strides(src, fw)):
         # DLPack consumers do not all handle negative strides (Paddle aborts or tries to allocate

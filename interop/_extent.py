@@ -72,6 +72,23 @@ def _stored_names(tree: ast.AST) -> dict[str, int]:
     return counts
 
 
+def _thread_indices(stmt: ast.AST, stores: dict[str, int], tid: dict[str, int]) -> bool:
+    """Whether ``stmt`` is ``i = wp.tid()`` or ``i, j, ... = wp.tid()``; if so, record in ``tid``
+    each name never assigned again with its launch dim (-1 for the 1-d form, checked later)."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_tid_call(stmt.value)):
+        return False
+    t = stmt.targets[0]
+    if isinstance(t, ast.Name) and stores.get(t.id) == 1:
+        tid[t.id] = -1
+    elif isinstance(t, ast.Tuple):
+        names = [e.id for e in t.elts if isinstance(e, ast.Name)]
+        if len(names) == len(t.elts):
+            for d, name in enumerate(names):
+                if stores.get(name) == 1:
+                    tid[name] = d
+    return True
+
+
 def _has_return(stmt: ast.AST) -> bool:
     return any(isinstance(n, (ast.Return, ast.Raise)) for n in ast.walk(stmt))
 
@@ -117,14 +134,7 @@ def direct_indexing(fn: Any, kind: str, arrays: Sequence[tuple[str, int]]) -> tu
     for stmt in body:
         if _has_return(stmt):
             break  # later accesses may be guarded by an early return
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_tid_call(stmt.value):
-            t = stmt.targets[0]
-            if isinstance(t, ast.Name) and stores.get(t.id) == 1:
-                tid[t.id] = -1
-            elif isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts):
-                for d, e in enumerate(t.elts):
-                    if stores.get(e.id) == 1:
-                        tid[e.id] = d
+        if _thread_indices(stmt, stores, tid):
             continue
         if isinstance(stmt, (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.FunctionDef)):
             continue
@@ -178,14 +188,7 @@ def written_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) -> t
     for stmt in kernel.body:
         if _has_return(stmt):
             break
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and _is_tid_call(stmt.value):
-            t = stmt.targets[0]
-            if isinstance(t, ast.Name) and stores.get(t.id) == 1:
-                tid[t.id] = -1
-            elif isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts):
-                for d, e in enumerate(t.elts):
-                    if stores.get(e.id) == 1:
-                        tid[e.id] = d
+        if _thread_indices(stmt, stores, tid):
             continue
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
             continue

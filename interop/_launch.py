@@ -202,6 +202,7 @@ class Runner:
             i: desc.params[i] for i in self.scalar_idx if i not in self.ref_idx and int_range(plan.types[i]) is not None
         }
         self._slots: dict[tuple, _Slot] = {}
+        self._launchers: dict[tuple, Any] = {}  # see launcher()
         self._slot_lock = threading.Lock()
         # a kernel launched over zero threads does nothing (Warp records no launch for it)
         self.empty = plan.desc.kind == "kernel" and any(int(d) == 0 for d in plan.launch_dims)
@@ -361,9 +362,17 @@ class Runner:
         return self._fast(device, True)
 
     def launcher(self, device, adjoint: bool):
-        """``go(values, adj, stream)`` for the forward (``adj`` None) or the adjoint: one layer
+        """``go(values, adj, stream)`` for the forward (``adj`` None) or the adjoint, built once per
+        device and direction and kept with this runner (so it is freed with the plan): one layer
         less than :meth:`fast_forward`, for adapters that generate their call code."""
-        return self._fast(device, adjoint)
+        key = (get_device(device).alias, adjoint)
+        go = self._launchers.get(key)
+        if go is None:
+            with self._slot_lock:
+                go = self._launchers.get(key)
+                if go is None:
+                    go = self._launchers[key] = self._fast(device, adjoint)
+        return go
 
     def _fast(self, device, adjoint: bool):
         device = get_device(device)

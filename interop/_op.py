@@ -187,11 +187,13 @@ class Op:
 
 
 def _freeze(v: Any) -> Any:
+    """A hashable plan-cache key of a launch_dims/output_dims value; values of other types stay
+    apart (``4.0`` and ``True`` equal ``4`` and ``1`` but are errors: the first call must see them)."""
     if isinstance(v, dict):
         return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
-    if isinstance(v, list):
-        return tuple(_freeze(x) for x in v)
-    return v
+    if isinstance(v, (list, tuple)):
+        return (type(v), tuple(_freeze(x) for x in v))
+    return (type(v), v)
 
 
 def op(

@@ -29,7 +29,9 @@ def rss_mib() -> float:
 def run(fw: str, n: int) -> tuple[float, float, float]:
     c = case("scalar")  # out = sin(x) * s + y * y; d/dx = s cos(x)
     op = c.op
-    distinct = 300 if fw == "jax" else 2 * _cache.PLANS_PER_OP + 1
+    # JAX: within its bounds (an eager forward and an eager grad of one shape are two traced
+    # entries of the 512 an op keeps); past them each call is an XLA compile (README, Guarantees)
+    distinct = 200 if fw == "jax" else 2 * _cache.PLANS_PER_OP + 1
     if fw == "torch":
         import torch
     elif fw == "jax":

@@ -25,7 +25,7 @@ def rss_mib():
 """
 
 
-@pytest.mark.parametrize("framework", ["numpy", "torch"])
+@pytest.mark.parametrize("framework", ["numpy", "torch", "paddle"])
 def test_distinct_shapes_keep_caches_bounded(framework):
     """Distinct input lengths (forward, and backward for torch): plans and fast paths never exceed
     their bounds, and resident memory over the second half of the run stays flat."""
@@ -46,6 +46,8 @@ op = c.op
 fw = {framework!r}
 if fw == "torch":
     import torch
+if fw == "paddle":
+    import paddle
 marks = {{}}
 N = {n}
 for k in range(1, N + 1):
@@ -54,6 +56,12 @@ for k in range(1, N + 1):
     want = c.reference(x, y, 2.0)[0]
     if fw == "numpy":
         got = op(x, y, 2.0)
+    elif fw == "paddle":
+        xp = paddle.to_tensor(x, stop_gradient=False)
+        out = op(xp, paddle.to_tensor(y), 2.0)
+        out.sum().backward()
+        assert np.allclose(xp.grad.numpy(), 2.0 * np.cos(x), atol=1e-5)
+        got = out.numpy()
     else:
         xt = torch.tensor(x, requires_grad=True)
         out = op(xt, torch.tensor(y), 2.0)
@@ -115,4 +123,43 @@ print("ALIVE", alive, "GROWTH_MIB", marks[N] - marks[N // 2])
     line = p.stdout.strip().splitlines()[-1]
     print(line)
     assert line.startswith("ALIVE 0 "), line
+    assert float(line.split()[-1]) < 4.0, line
+
+
+@pytest.mark.parametrize("framework", ["torch", "paddle"])
+def test_calls_recorded_for_autograd_and_dropped_keep_no_memory(framework):
+    """Trainable inputs, the result dropped without a backward (an evaluation loop that forgot
+    no_grad): the autograd node and its saved tensors are freed. Paddle never frees a PyLayer that
+    saves its own output (+15 KiB per call here before the adapter saved detached aliases)."""
+    p = run_script(
+        RSS
+        + f"""
+import gc
+import numpy as np
+from catalogue import case
+
+c = case("scalar")
+op = c.op
+fw = {framework!r}
+x = np.linspace(-1, 1, 1000, dtype=np.float32)
+y = np.full(1000, 0.5, np.float32)
+if fw == "torch":
+    import torch
+    xt, yt = torch.tensor(x, requires_grad=True), torch.tensor(y)
+else:
+    import paddle
+    xt, yt = paddle.to_tensor(x, stop_gradient=False), paddle.to_tensor(y)
+marks = {{}}
+for k in range(1, 4001):
+    out = op(xt, yt, 2.0)
+    assert not (out.stop_gradient if fw == "paddle" else not out.requires_grad)
+    del out
+    if k in (1000, 4000):
+        gc.collect()
+        marks[k] = rss_mib()
+print("GROWTH_MIB", marks[4000] - marks[1000])
+"""
+    )
+    line = p.stdout.strip().splitlines()[-1]
+    # a leak of the saved tensors alone would be 3,000 x 8 KB = 23 MiB
     assert float(line.split()[-1]) < 4.0, line

@@ -355,11 +355,6 @@ def test_bad_launch_dims(bad, exc, msg):
         DIAG(launch_dims=bad)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="interop bug: Op.plan caches by the dims' values, so 4.0 or True hits the plan cached for 4 or 1 "
-    "and is accepted without the type check (interop/_op.py _freeze)",
-)
 @pytest.mark.parametrize("good, bad", [(4, 4.0), (1, True), ((2,), (2.0,))])
 def test_bad_launch_dims_after_a_cached_call(good, bad):
     op = interop.op(diagonal, name="test_errors::diagonal_cached")
