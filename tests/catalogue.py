@@ -570,6 +570,26 @@ def to_np(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def to_paddle(a, stop_gradient: bool = True):
+    """A Paddle tensor of NumPy array ``a`` (bfloat16 too: paddle.to_tensor knows no
+    ml_dtypes.bfloat16, and float32 holds its values exactly)."""
+    import paddle
+
+    if is_bf16(a.dtype):
+        t = paddle.to_tensor(np.asarray(a, np.float32)).astype("bfloat16")
+    else:
+        t = paddle.to_tensor(np.array(a))
+    t.stop_gradient = stop_gradient
+    return t
+
+
+def paddle_to_numpy(t) -> np.ndarray:
+    """The values of a Paddle tensor (its .numpy() of a bfloat16 tensor gives the raw uint16 bits)."""
+    import paddle
+
+    return t.astype("float64").numpy() if t.dtype == paddle.bfloat16 else t.numpy()
+
+
 def to_torch_args(case: Case, args: tuple, grad: bool) -> list:
     """A case's NumPy call arguments as torch tensors (scalars unchanged); with ``grad``, the float
     arrays that are not in-out require grad."""

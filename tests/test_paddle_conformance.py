@@ -15,24 +15,12 @@ from catalogue import (  # noqa: E402
     is_bf16,
     is_float_dtype,
     loss_weights,
+    paddle_to_numpy,
     reference_of,
+    to_paddle,
 )
 
 from interop._frameworks import data_ptr  # noqa: E402
-
-
-def _tensor(a, stop_gradient=True):
-    if is_bf16(a.dtype):  # paddle.to_tensor knows no ml_dtypes.bfloat16: float32 holds its values exactly
-        t = paddle.to_tensor(np.asarray(a, np.float32)).astype("bfloat16")
-    else:
-        t = paddle.to_tensor(np.array(a))
-    t.stop_gradient = stop_gradient
-    return t
-
-
-def _numpy(t):
-    """float64 values of a Paddle tensor (its .numpy() of a bfloat16 tensor gives the raw uint16 bits)."""
-    return t.astype("float64").numpy() if t.dtype == paddle.bfloat16 else t.numpy()
 
 
 @pytest.mark.parametrize("cid", CASE_IDS)
@@ -41,14 +29,16 @@ def test_values(cid):
     for dt in c.dtypes:
         args = c.make(np.random.default_rng(0), dt)
         ref = reference_of(c, args)
-        pargs = [_tensor(a) if isinstance(a, np.ndarray) else a for a in args]
+        pargs = [to_paddle(a) if isinstance(a, np.ndarray) else a for a in args]
         ptrs = [data_ptr(a) if isinstance(a, paddle.Tensor) else None for a in pargs]
         out = c.op(*pargs, **c.call_kwargs)
         out = out if isinstance(out, tuple) else (out,)
         assert all(isinstance(o, paddle.Tensor) for o in out)
         for o, r in zip(out, ref):
-            assert o.dtype == _tensor(np.zeros(1, dt)).dtype
-            np.testing.assert_allclose(_numpy(o), r, **(BF16_VALUE_TOL if is_bf16(dt) else dict(rtol=1e-5, atol=1e-6)))
+            assert o.dtype == to_paddle(np.zeros(1, dt)).dtype
+            np.testing.assert_allclose(
+                paddle_to_numpy(o), r, **(BF16_VALUE_TOL if is_bf16(dt) else dict(rtol=1e-5, atol=1e-6))
+            )
         for k in c.in_out:  # updated in place, returned as the same tensor
             assert any(o is pargs[k] for o in out)
             assert data_ptr(pargs[k]) == ptrs[k]
@@ -75,14 +65,14 @@ def test_gradients(cid, dt):
             leaves.append(None)
             pargs.append(a)
             continue
-        leaf = _tensor(a, stop_gradient=not is_float_dtype(a.dtype))
+        leaf = to_paddle(a, stop_gradient=not is_float_dtype(a.dtype))
         leaves.append(leaf)
         # an in-out tensor is updated in place, so it cannot be a leaf that needs a gradient
         pargs.append(leaf * 1.0 if k in c.in_out else leaf)
     out = c.op(*pargs, **c.call_kwargs)
     out = out if isinstance(out, tuple) else (out,)
     assert all(not o.stop_gradient for o in out)
-    loss = sum((o * _tensor(w.astype(dt))).sum() for o, w in zip(out, weights))
+    loss = sum((o * to_paddle(w.astype(dt))).sum() for o, w in zip(out, weights))
     assert loss.dtype == out[0].dtype
     loss.backward()
     expected = fd_grad(c, args, weights)
@@ -92,4 +82,4 @@ def test_gradients(cid, dt):
         if leaf is None or g is None:
             continue
         assert leaf.grad is not None and leaf.grad.dtype == leaf.dtype
-        np.testing.assert_allclose(_numpy(leaf.grad), g, **tol)
+        np.testing.assert_allclose(paddle_to_numpy(leaf.grad), g, **tol)

@@ -25,19 +25,6 @@ def _hook(op):
     return op.eager_paths[paddle.Tensor]
 
 
-def _tensor(a, stop_gradient=True):
-    if catalogue.is_bf16(a.dtype):  # paddle.to_tensor knows no ml_dtypes.bfloat16: float32 holds its values exactly
-        t = paddle.to_tensor(np.asarray(a, np.float32)).astype("bfloat16")
-    else:
-        t = paddle.to_tensor(np.array(a))
-    t.stop_gradient = stop_gradient
-    return t
-
-
-def _numpy(t):
-    return t.astype("float64").numpy() if t.dtype == paddle.bfloat16 else t.numpy()
-
-
 def _run(case, args, grad: bool, path: str):
     """Values (and, with ``grad``, gradients of a weighted sum) of one call on ``path``."""
     hook = _hook(case.op)
@@ -48,20 +35,20 @@ def _run(case, args, grad: bool, path: str):
         if not isinstance(a, np.ndarray):
             pargs.append(a)
             continue
-        t = _tensor(a, stop_gradient=not (grad and catalogue.is_float_dtype(a.dtype)))
+        t = catalogue.to_paddle(a, stop_gradient=not (grad and catalogue.is_float_dtype(a.dtype)))
         leaves.append(t)
         pargs.append(t * 1.0 if k in case.in_out and not t.stop_gradient else t)
     before = hook.calls[0]
     out = case.op(*pargs, **case.call_kwargs)
     ran_hook = hook.calls[0] > before
     out = out if isinstance(out, tuple) else (out,)
-    values = [_numpy(o) for o in out]
+    values = [catalogue.paddle_to_numpy(o) for o in out]
     grads = []
     if grad and any(not o.stop_gradient for o in out):
         weights = catalogue.loss_weights(case, tuple(values))
-        loss = sum((o * _tensor(w.astype(np.float64)).astype(o.dtype)).sum() for o, w in zip(out, weights))
+        loss = sum((o * catalogue.to_paddle(w.astype(np.float64)).astype(o.dtype)).sum() for o, w in zip(out, weights))
         loss.backward()
-        grads = [None if t.grad is None else _numpy(t.grad) for t in leaves]
+        grads = [None if t.grad is None else catalogue.paddle_to_numpy(t.grad) for t in leaves]
     return values, grads, ran_hook
 
 
