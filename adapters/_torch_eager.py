@@ -29,6 +29,8 @@ import torch
 
 from interop import _cache
 from interop._description import IN_OUT
+from interop._launch import direct_lines
+from interop._warp_compat import apic_active
 
 _CODE: dict[str, Any] = {}  # generated source -> compiled code object
 _CODE_LIMIT = 1024
@@ -45,6 +47,17 @@ def _compile(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tuple[
     return tuple(env[n] for n in names)
 
 
+#: an expanded-scalar upstream gradient of at most this many elements is read in place (see adjoint)
+_READ_EXPANDED_UP_TO = 2048
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
 def _tuple(items: list[str]) -> str:
     return "(" + "".join(f"{x}, " for x in items) + ")" if items else "()"
 
@@ -58,9 +71,17 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
         kind: ``"functional"`` (in-out values returned as new tensors), ``"mutable"`` (in-out
             tensors updated in place) or ``"backward"`` (only the adjoint is used).
         pointer: the adapter's result-pointer helper (a result's layout may vary per call).
+
+    On the CPU each launch sets the fields of a launch record of the entry's own line by line
+    and calls the compiled kernel (``interop._launch.direct_lines``); on CUDA, or while that
+    record is busy in another thread, it calls the plan's shared recorded launch (``go``).
     """
     n = b.ncall
     nparams = len(b.desc.params)
+    runner, wdev = e.runner, e.wdev
+    arrays = {idx: (pos, strides) for idx, pos, strides in e.arrays}
+    scalars = {idx: (pos, conv) for idx, pos, conv in e.scalars}
+    strided = {idx: strides for idx, (pos, strides) in arrays.items() if strides is not None}
     env: dict[str, Any] = {
         "zeros": torch.zeros,
         "empty": torch.empty,
@@ -71,6 +92,9 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
         "pointer": pointer,
         "desc": b.desc,
         "go": e.launcher(False) if kind != "backward" else None,
+        "apic_active": apic_active,
+        "DF": None,
+        "DA": None,
     }
 
     def go_adj(values, adj, stream):
@@ -79,25 +103,38 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
         g = env["go_adj"] = e.launcher(True)
         return g(values, adj, stream)
 
-    env["go_adj"] = go_adj
-    arrays = {idx: (pos, strides) for idx, pos, strides in e.arrays}
-    scalars = {idx: (pos, conv) for idx, pos, conv in e.scalars}
+    def make_DF():  # noqa: N802 (the name direct_lines asks for)
+        d = env["DF"] = runner.direct(wdev, False, strided)
+        return d
+
+    def make_DA():  # noqa: N802
+        d = env["DA"] = runner.direct(wdev, True, strided)
+        return d
+
+    env.update(go_adj=go_adj, make_DF=make_DF, make_DA=make_DA)
     args = [f"a{i}" for i in range(n)]
 
-    def value(idx: int) -> str:
+    def ptr(idx: int) -> str:
+        """Expression of parameter ``idx``'s data pointer (arrays) or value (scalars)."""
         if idx in arrays:
-            pos, strides = arrays[idx]
-            if strides is None:
-                return f"(a{pos}.data_ptr(), None)"
-            env[f"S{idx}"] = strides
-            return f"(a{pos}.data_ptr(), S{idx})"
+            return f"a{arrays[idx][0]}.data_ptr()"
         if idx in scalars:
             pos, conv = scalars[idx]
             if conv is None:
                 return f"a{pos}"
             env[f"C{idx}"] = conv
             return f"C{idx}(a{pos})"
-        return "None"
+        return "0"
+
+    def tup(idx: int, p: str) -> str:
+        """The (pointer, strides) pair of the shared launcher ``go`` (or the scalar's value)."""
+        if idx in arrays:
+            strides = arrays[idx][1]
+            if strides is None:
+                return f"({p}, None)"
+            env[f"S{idx}"] = strides
+            return f"({p}, S{idx})"
+        return p
 
     def packed(pos: int) -> str:
         # *_like keeps a contiguous argument's layout: name the format only for a strided one
@@ -106,7 +143,8 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
     # ---- forward
     like_args = [(pos, shape) for pos, shape in e.like.items()]
     lines = [f"def forward({', '.join(args + ['stream'])}):"]
-    values = {idx: value(idx) for idx in range(nparams)}
+    ptrs = {idx: ptr(idx) for idx in range(nparams)}
+    values = {idx: tup(idx, ptrs[idx]) for idx in range(nparams)}
     results = []
     for j, (idx, shape, dtype, role, zero) in enumerate(e.outs):
         if role == IN_OUT and kind == "mutable":
@@ -125,9 +163,14 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
             else:
                 alloc = "zeros" if zero else "empty"
                 lines.append(f"    r{j} = {alloc}(shape{j}, dtype=dtype{j}, device=tdev)")
+        ptrs[idx] = f"r{j}.data_ptr()"
         values[idx] = f"(r{j}.data_ptr(), None)"
         results.append(f"r{j}")
-    lines.append(f"    go([{', '.join(values[i] for i in range(nparams))}], None, stream)")
+    fallback = f"go([{', '.join(values[i] for i in range(nparams))}], None, stream)"
+    if kind != "backward":
+        lines += direct_lines(runner, wdev, "DF", ptrs, None, fallback)
+    else:
+        lines.append(f"    {fallback}")
     if len(results) == 1:
         lines.append(f"    return {results[0]}")
     elif results:
@@ -141,34 +184,64 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
     gs = [f"g{j}" for j in range(k)]
     ns = [f"n{i}" for i in range(n)]
     lines.append(f"def adjoint({', '.join(args + rs + gs + ns + ['stream'])}):")
-    values = {idx: value(idx) for idx in range(nparams)}
-    adj = dict.fromkeys(range(nparams), "None")
+    ptrs = {idx: ptr(idx) for idx in range(nparams)}
+    values = {idx: tup(idx, ptrs[idx]) for idx in range(nparams)}
+    general = dict(values)  # results of any layout (the backward operator may be given any)
+    adj = dict.fromkeys(range(nparams), "0")
+    zero: dict[int, str] = {}  # upstream gradients that may be expanded scalars: their flag
+    zstride = dict.fromkeys(range(nparams), "None")  # their strides for the shared launcher
     for j, (p, clone) in enumerate(zip(b.returned, b.clone_grads)):
         env[f"P{j}"] = p
         env[f"CS{j}"] = e.contiguous_outer[p.index]
-        values[p.index] = f"(r{j}.data_ptr(), None) if r{j}.is_contiguous() else pointer(desc, P{j}, r{j}, CS{j})"
+        ptrs[p.index] = f"r{j}.data_ptr()"
+        values[p.index] = f"(r{j}.data_ptr(), None)"
+        general[p.index] = f"(r{j}.data_ptr(), None) if r{j}.is_contiguous() else pointer(desc, P{j}, r{j}, CS{j})"
         if clone:
             # the adjoint may accumulate into it (the kernel reads this output): a private copy
             lines.append(f"    g{j} = g{j}.clone(memory_format=contiguous)")
-            adj[p.index] = f"(g{j}.data_ptr(), None)"
+            adj[p.index] = f"g{j}.data_ptr()"
             continue
-        # a strided (even stride-0, expanded) upstream gradient is read through its strides by
-        # Warp, but 1.5-2.5x slower than a packed copy costs (measured at n=1024 and 1e6)
-        lines.append(f"    if not g{j}.is_contiguous():")
-        lines.append(f"        g{j} = g{j}.contiguous()")
-        lines.append(f"    q{j} = (g{j}.data_ptr(), None)")
+        # A strided upstream gradient is copied packed: Warp's adjoint reads a strided array
+        # slower than a copy costs. Except a small expanded scalar (the gradient of .sum()), read
+        # in place: its copy costs inside autograd's backward more than the slower read (measured,
+        # n=1024; from 2^11 elements on the copy is the cheaper).
+        shape = e.outs[j][1]
+        scalar_dtype = len(e.contiguous_outer[p.index]) == len(shape)  # no vector/matrix inner dims
+        if scalar_dtype and 0 < _numel(shape) <= _READ_EXPANDED_UP_TO and not e.cuda:
+            env[f"Z{j}"] = (0,) * len(shape)
+            lines.append(f"    if g{j}.is_contiguous():")
+            lines.append(f"        z{j} = False")
+            lines.append(f"    elif g{j}.stride() == Z{j}:")
+            lines.append(f"        z{j} = True")
+            lines.append("    else:")
+            lines.append(f"        g{j} = g{j}.contiguous()")
+            lines.append(f"        z{j} = False")
+            zero[p.index] = f"z{j}"
+            zstride[p.index] = f"Z{j} if z{j} else None"
+        else:
+            lines.append(f"    if not g{j}.is_contiguous():")
+            lines.append(f"        g{j} = g{j}.contiguous()")
+        lines.append(f"    q{j} = g{j}.data_ptr()")
         adj[p.index] = f"q{j}"
     grads = []
     for i, p in enumerate(b.call_params):
         if p.index in arrays:  # a Python number has no gradient
             lines.append(f"    t{i} = zeros_like(a{i}{packed(i)}) if n{i} else None")
-            adj[p.index] = f"(t{i}.data_ptr(), None) if n{i} else {adj[p.index]}"
+            lines.append(f"    u{i} = t{i}.data_ptr() if n{i} else {adj[p.index]}")
+            adj[p.index] = f"u{i}"
             grads.append(f"t{i}")
         else:
             grads.append("None")
-    lines.append(
-        f"    go_adj([{', '.join(values[i] for i in range(nparams))}], [{', '.join(adj[i] for i in range(nparams))}], stream)"
-    )
+    adj_tuples = ", ".join(f"({adj[i]}, {zstride[i]})" for i in range(nparams))
+    slow = f"go_adj([{', '.join(general[i] for i in range(nparams))}], [{adj_tuples}], stream)"
+    array_adj = {i: adj[i] for i in range(nparams) if b.desc.params[i].is_array or i in runner.ref_idx}
+    if rs and runner.can_direct(wdev):
+        lines.append(f"    if {' and '.join(f'{r}.is_contiguous()' for r in rs)}:")
+        lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, indent="        ", zero=zero)
+        lines.append("    else:")
+        lines.append(f"        {slow}")
+    else:
+        lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, zero=zero)
     lines.append(f"    return {_tuple(grads)}")
     forward, adjoint = _compile("\n".join(lines) + "\n", env, ("forward", "adjoint"))
     return forward, adjoint

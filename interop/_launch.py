@@ -22,8 +22,10 @@ from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._plan import check_scalar_value, int_range, vector_components
 from ._warp_compat import apic_active as _apic_active
+from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import array_t, type_size_in_bytes
 from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
+from ._warp_compat import direct_cpu_record as _direct_cpu_record
 
 _devices: dict[Any, Any] = {}
 _init_done = False
@@ -424,6 +426,74 @@ class Runner:
 
         return go
 
+    # -- straight-line launches (generated per call signature by an adapter) -----------
+    def can_direct(self, device) -> bool:
+        """Whether :meth:`direct` can give a record for ``device``: a kernel (not a function op) on
+        the CPU, not launched over zero threads, without tiles, on a Warp version in
+        ``_warp_compat.CHECKED``. Elsewhere generated code calls :meth:`launcher`'s ``go``."""
+        return (
+            get_device(device).is_cpu
+            and not self.empty
+            and not self.tiles
+            and self.plan.desc.kind == "kernel"
+            and (self.plan.desc.block_dim or 1) <= 1
+            and _WARP_VERIFIED
+        )
+
+    def direct(self, device, adjoint: bool, strides: dict[int, tuple]) -> DirectLaunch:
+        """A launch record of its own for one caller (an adapter's entry: fixed layouts), whose
+        fields generated code sets line by line; see :func:`direct_lines`. ``strides`` (bytes)
+        of the arrays that are not contiguous are set once here (the gradients of the adjoint are
+        contiguous). Only where :meth:`can_direct` says so."""
+        device = get_device(device)
+        if adjoint and not self.plan.desc.has_adjoint:
+            raise self.plan.desc.no_adjoint_error()
+        slot = self._new_slot(device, adjoint)
+        fwd, adj = dict(slot.fwd), dict(slot.adj)
+        rec = _direct_cpu_record(slot.launch, fwd, adj)
+        if rec is None:  # pragma: no cover - can_direct said yes
+            raise RuntimeError(f"op {self.plan.desc.label!r}: no direct CPU launch for this kernel")
+        d = DirectLaunch()
+        d.lock, d.launch, d.rec = slot.lock, slot.launch, rec
+        d.fn, d.br, d.ar, d.gr, d.s = rec.fn, rec.bounds_ref, rec.args_ref, rec.adj_ref, rec.args
+        for i, at in fwd.items():
+            st = strides.get(i)
+            if st is not None:
+                for k, x in enumerate(st):
+                    at.strides[k] = x
+            setattr(d, f"v{i}", at)
+        for i, at in adj.items():
+            setattr(d, f"w{i}", at)
+            setattr(d, f"z{i}", False)  # see zero_strides
+        d.contiguous = slot.contiguous
+        runner, launch, labels, plan = self, slot.launch, rec.labels, self.plan
+
+        def set_scalar(i: int, v: Any) -> None:
+            # what _fill does for one scalar, then the struct's copy
+            if i in runner.int_scalars:
+                check_scalar_value(plan.desc, runner.int_scalars[i], plan.types[i], v)
+            elif i in runner.vec_scalars and type(v) is not plan.types[i]:
+                v = plan.types[i](*vector_components(plan.desc, runner.vec_scalars[i], v))
+            launch.set_param_at_index(i, v)
+            setattr(rec.args, labels[i], launch.params[1 + i])
+
+        d.set = set_scalar
+        return d
+
+    def scalar_kind(self, i: int) -> tuple:
+        """How generated code sets scalar parameter ``i`` in a :class:`DirectLaunch`'s struct:
+        ``("float",)`` / ``("bool",)`` assigned as is (ctypes converts as Warp's packing does),
+        ``("int", lo, hi)`` after a range check, ``("set",)`` through ``d.set`` (vectors, half
+        floats and every other type)."""
+        t = self.plan.types[i]
+        if i in self.int_scalars:
+            return ("int", *int_range(t))
+        if t is wp.float32 or t is wp.float64:
+            return ("float",)
+        if t is wp.bool:
+            return ("bool",)
+        return ("set",)
+
     def forward(self, device, values: Sequence[Any], stream=None) -> None:
         """Run the forward pass.
 
@@ -582,6 +652,80 @@ class Runner:
                     tape.backward()
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
+
+
+class DirectLaunch:
+    """A private recorded CPU launch for generated code (:meth:`Runner.direct`): ``lock``; ``fn``
+    with ``br``/``ar``/``gr`` (bounds, argument and adjoint-argument struct references: call
+    ``fn(br, ar)`` or ``fn(br, ar, gr)``); ``s`` the argument struct; ``v<i>``/``w<i>`` the
+    descriptors of array parameter ``i`` and of its gradient; ``set(i, value)`` for a scalar
+    that needs converting. ``launch`` keeps the record (and so the structs) alive."""
+
+    def zero_strides(self, i: int, zero: bool) -> None:
+        """Make gradient descriptor ``i`` read one element everywhere (all strides 0: an
+        expanded scalar, as the upstream gradient of ``.sum()``) or be contiguous again."""
+        at = getattr(self, f"w{i}")
+        for k, st in enumerate(self.contiguous[i]):
+            at.strides[k] = 0 if zero else st
+        setattr(self, f"z{i}", zero)
+
+
+def direct_lines(
+    runner: Runner,
+    device,
+    d: str,
+    values: dict[int, str],
+    adj: dict[int, str] | None,
+    fallback: str,
+    indent: str = "    ",
+    zero: dict[int, str] | None = None,
+) -> list[str]:
+    """Python source lines of one launch through a :class:`DirectLaunch`, for generated code.
+
+    ``d`` is the name of a global holding the record, None until the first call makes it
+    with ``make_<d>()`` (a global the caller binds); ``values`` maps each parameter index to an
+    expression of its data pointer (arrays) or value (scalars), ``adj`` each array parameter to
+    the expression of its gradient's pointer (``"0"`` for none) for the adjoint, and ``zero``
+    some of those gradients to a boolean expression: True when that gradient is an expanded
+    scalar (all strides 0), False when contiguous. When the record
+    is busy (another thread) or Warp's API capture records launches, ``fallback`` (a statement)
+    runs instead. Where :meth:`Runner.can_direct` says no, the lines are only ``fallback``.
+    """
+    if not runner.can_direct(device):
+        return [indent + fallback]
+    i1, i2 = indent + "    ", indent + "        "
+    lines = [f"{indent}_d = {d} or make_{d}()", f"{indent}if not apic_active() and _d.lock.acquire(False):"]
+    lines.append(f"{i1}try:")
+    for i in sorted(values):
+        expr = values[i]
+        p = runner.plan.desc.params[i]
+        if p.is_array or i in runner.ref_idx:
+            lines.append(f"{i2}_d.v{i}.data = {expr}")
+            continue
+        kind = runner.scalar_kind(i)
+        label = runner.plan.kernel.adj.args[i].label
+        if kind[0] == "int":
+            lines.append(f"{i2}if not ({kind[1]} <= {expr} <= {kind[2]}):")
+            lines.append(f"{i2}    _d.set({i}, {expr})  # refuses the value")
+            lines.append(f"{i2}_d.s.{label} = {expr}")
+        elif kind[0] == "set":
+            lines.append(f"{i2}_d.set({i}, {expr})")
+        else:
+            lines.append(f"{i2}_d.s.{label} = {expr}")
+    if adj is None:
+        lines.append(f"{i2}_d.fn(_d.br, _d.ar)")
+    else:
+        for i in sorted(adj):
+            lines.append(f"{i2}_d.w{i}.data = {adj[i]}")
+        for i, flag in sorted((zero or {}).items()):
+            lines.append(f"{i2}if _d.z{i} is not {flag}:")
+            lines.append(f"{i2}    _d.zero_strides({i}, {flag})")
+        lines.append(f"{i2}_d.fn(_d.br, _d.ar, _d.gr)")
+    lines.append(f"{i1}finally:")
+    lines.append(f"{i2}_d.lock.release()")
+    lines.append(f"{indent}else:")
+    lines.append(f"{i1}{fallback}")
+    return lines
 
 
 def _nothing(values, adj=None, stream=None) -> None:

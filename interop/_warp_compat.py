@@ -116,16 +116,25 @@ def _args_struct_class(fields: tuple) -> type:
     return cls
 
 
-def direct_cpu_invoker(launch, fwd_views: dict, adj_views: dict):
-    """(call, sync) to run a recorded CPU launch without rebuilding its argument structs.
+class CpuRecord:
+    """A recorded CPU launch callable without Warp's per-call argument packing (see
+    :func:`direct_cpu_record`): ``fn(bounds_ref, args_ref)`` (forward) or ``fn(bounds_ref,
+    args_ref, adj_ref)`` (adjoint) calls the compiled entry point; ``args`` is the argument struct,
+    whose scalar fields are named ``labels[i]`` for kernel parameter ``i``."""
+
+    __slots__ = ("fn", "bounds_ref", "args_ref", "adj_ref", "args", "labels", "sync")
+
+
+def direct_cpu_record(launch, fwd_views: dict, adj_views: dict) -> CpuRecord | None:
+    """The argument structs of a recorded CPU launch, built once, and its compiled entry point.
 
     Mirrors ``warp._src.context.invoke`` (Warp 1.19): one ctypes struct with a field per
     kernel parameter (and a second one for the adjoint arguments). Array descriptors are
     nested structs updated through views (``fwd_views``/``adj_views`` map a parameter index to
-    its descriptor and are updated to point at the struct's copy); scalars are copied in by
-    ``sync``. Returns None where that path does not apply (tile kernels with block_dim > 1) or
-    the installed Warp is not in ``CHECKED`` (after a one-time warning): the caller then uses
-    ``launch.launch``.
+    its descriptor and are updated to point at the struct's copy); ``sync()`` copies the
+    record's scalar parameters into the struct. Returns None where that path does not apply
+    (tile kernels with block_dim > 1) or the installed Warp is not in ``CHECKED`` (after a
+    one-time warning): the caller then uses ``launch.launch``.
     """
     if not VERIFIED:
         _warn_unverified()
@@ -149,28 +158,43 @@ def direct_cpu_invoker(launch, fwd_views: dict, adj_views: dict):
                 scalars.append((name, offset + i))
         return struct, scalars
 
+    rec = CpuRecord()
     args, scalar_fields = build(1, fwd_views)
-    bounds_ref, args_ref = ctypes.byref(launch.bounds), ctypes.byref(args)
+    rec.args = args
+    rec.labels = tuple(a.label for a in kernel.adj.args)
+    rec.bounds_ref, rec.args_ref = ctypes.byref(launch.bounds), ctypes.byref(args)
 
     def sync():
         for name, k in scalar_fields:
             setattr(args, name, params[k])
 
+    rec.sync = sync
     if not launch.adjoint:
-        forward = launch.hooks.forward
+        rec.fn, rec.adj_ref = launch.hooks.forward, None
+        return rec
+    adj_args, _ = build(1 + nargs, adj_views)
+    rec.fn, rec.adj_ref = launch.hooks.backward, ctypes.byref(adj_args)
+    return rec
+
+
+def direct_cpu_invoker(launch, fwd_views: dict, adj_views: dict):
+    """(call, sync) to run a recorded CPU launch without rebuilding its argument structs
+    (:func:`direct_cpu_record`), or None where that path does not apply."""
+    rec = direct_cpu_record(launch, fwd_views, adj_views)
+    if rec is None:
+        return None
+    fn, bounds_ref, args_ref, adj_ref = rec.fn, rec.bounds_ref, rec.args_ref, rec.adj_ref
+    if adj_ref is None:
 
         def call_forward():
-            forward(bounds_ref, args_ref)
+            fn(bounds_ref, args_ref)
 
-        return call_forward, sync
-    adj_args, _ = build(1 + nargs, adj_views)
-    adj_ref = ctypes.byref(adj_args)
-    backward = launch.hooks.backward
+        return call_forward, rec.sync
 
     def call_backward():
-        backward(bounds_ref, args_ref, adj_ref)
+        fn(bounds_ref, args_ref, adj_ref)
 
-    return call_backward, sync
+    return call_backward, rec.sync
 
 
 def cuda_memset_async(device, ptr: int, nbytes: int, stream: int) -> None:
