@@ -382,3 +382,130 @@ def test_cuda_fast_path_launches_on_torchs_current_stream():
         assert _eager_calls(SAXPY) == before + 1 + k
         torch.testing.assert_close(out, x2.detach() ** 2 + y)
         torch.testing.assert_close(gx, 8.0 * x.detach())
+
+
+# ---- the generated code's own launch record (adapters/_torch_eager.py, interop/_launch.py) ----------
+TRANSPOSE = interop.op(catalogue.transpose_kernel, name="tt_paths::transpose")
+VSCALE = interop.op(catalogue.vscale_kernel, name="tt_paths::vscale")
+
+
+def _layouts(shape):
+    """Upstream gradients of one shape in every layout: an expanded scalar (the gradient of
+    ``.sum()``: read in place when small), contiguous, strided (copied packed), expanded again."""
+    g = torch.Generator().manual_seed(3)
+    n = int(np.prod(shape))
+    strided = torch.rand(2 * n, generator=g)[::2].reshape(shape) if len(shape) == 1 else torch.rand(shape[::-1], generator=g).T
+    return [
+        torch.tensor(2.0).expand(shape),
+        torch.rand(shape, generator=g),
+        strided,
+        torch.tensor(-3.0).expand(shape),
+        torch.rand(shape, generator=g),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("op", "shape"),
+    [(SAXPY, (9,)), (SAXPY, (5000,)), (TRANSPOSE, (5, 5)), (VSCALE, (7, 3))],
+    ids=["saxpy-small", "saxpy-above-in-place-size", "transpose-2d", "vec3"],
+)
+def test_upstream_gradient_layouts_in_turn_on_one_signature(op, shape):
+    """The signature's adjoint record switches between a gradient read in place (all strides 0)
+    and a packed one from call to call; every gradient is right, on the eager path each time."""
+    g = torch.Generator().manual_seed(5)
+    if op is SAXPY:
+        x, y = torch.rand(shape, generator=g, requires_grad=True), torch.rand(shape, generator=g, requires_grad=True)
+        args, leaves = (x, y, 1.5), (x, y)
+
+        def expected(up):
+            return 3.0 * x.detach() * up, up
+    elif op is TRANSPOSE:
+        a = torch.rand(shape[::-1], generator=g, requires_grad=True)
+        args, leaves = (a,), (a,)
+
+        def expected(up):
+            return (up.T,)
+    else:
+        v = torch.rand(shape, generator=g, requires_grad=True)
+        args, leaves = (v, 0.5), (v,)
+
+        def expected(up):
+            return (0.5 * up,)
+    op(*args)  # validated in full: the calls below run the signature's generated code
+    for up in _layouts(shape):
+        before = _eager_calls(op)
+        out = op(*args)
+        assert _eager_calls(op) == before + 1 and _node_kind(out) == "eager"
+        grads = torch.autograd.grad(out, leaves, up)
+        for got, want in zip(grads, expected(up)):
+            torch.testing.assert_close(got, want.contiguous())
+
+
+def test_sum_backward_reads_the_expanded_gradient_like_a_packed_one():
+    """``.sum().backward()`` (the upstream gradient an expanded scalar, read in place) gives the
+    gradients of the same call with that gradient packed."""
+    x, y = _xy(64)
+    SAXPY(x, y, 1.5)
+    a = torch.autograd.grad(SAXPY(x, y, 1.5).sum(), (x, y))
+    b = torch.autograd.grad(SAXPY(x, y, 1.5), (x, y), torch.ones(64))
+    for got, want in zip(a, b):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_busy_record_falls_back_to_the_shared_launch():
+    """While a signature's own record is in use (another thread inside the kernel), a call runs
+    the plan's shared recorded launch instead: same values and gradients."""
+    x, y = _xy(33)
+    ref = SAXPY(x, y, 1.5)
+    ref_grads = torch.autograd.grad(ref.sum(), (x, y))
+    sig = next(s for s in atorch._binding(SAXPY).eager_runs.values() if s.e.tdev == x.device and s.grad)
+    env = sig.e.forward.__globals__
+    records = [env["DF"], env["DA"]]
+    assert all(r is not None for r in records), "the signature's records are made by the calls above"
+    for r in records:
+        r.lock.acquire()
+    try:
+        before = _eager_calls(SAXPY)
+        out = SAXPY(x, y, 1.5)
+        grads = torch.autograd.grad(out.sum(), (x, y))
+        assert _eager_calls(SAXPY) == before + 1
+    finally:
+        for r in records:
+            r.lock.release()
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_threads_share_one_signature():
+    """Four threads call one signature forward and backward at once (each record used by one
+    thread at a time, the others taking the shared launch): every result right."""
+    import threading
+
+    x0, y0 = _xy(257)
+    SAXPY(x0, y0, 1.5)
+    errors = []
+
+    def worker(k):
+        g = torch.Generator().manual_seed(k)
+        try:
+            for _ in range(200):
+                x = torch.rand(257, generator=g, requires_grad=True)
+                y = torch.rand(257, generator=g, requires_grad=True)
+                out = SAXPY(x, y, 1.5)
+                gx, gy = torch.autograd.grad(out.sum(), (x, y))
+                if not (
+                    torch.allclose(out, 1.5 * x.detach() ** 2 + y.detach())
+                    and torch.allclose(gx, 3.0 * x.detach())
+                    and torch.equal(gy, torch.ones(257))
+                ):
+                    errors.append(k)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[:5]
