@@ -1,6 +1,7 @@
 """The Paddle internals the Paddle adapter needs (STYLE.md rule 11), in one place.
 
-Checked against Paddle 3.3.1 (CPU build). ``paddle.zeros``/``paddle.empty`` go through
+Checked against Paddle 3.3.1 (CPU build). ``grad_enabled_c`` gives ``paddle.base.core._has_grad``,
+the C function ``paddle.is_grad_enabled`` returns. ``paddle.zeros``/``paddle.empty`` go through
 several Python layers (argument decorators, ``fill_constant``) that cost about as much as
 a whole Warp launch on small arrays; the adapter allocates outputs and gradients with the
 C operators they end in, ``paddle._C_ops.full`` and ``paddle._C_ops.empty`` (falling back to
@@ -37,6 +38,14 @@ def allocation(shape: list, dtype, place, zero: bool) -> tuple:
     if zero:
         return (_full, (shape, 0.0, dtype, place)) if _full is not None else (zeros, (shape, dtype, place))
     return (_empty, (shape, dtype, place)) if _empty is not None else (empty, (shape, dtype, place))
+
+
+def grad_enabled_c():
+    """``paddle.is_grad_enabled`` without its Python frame: the C function it returns
+    (``paddle.base.core._has_grad``), for the hook and generated code; else the public one."""
+    core = getattr(getattr(paddle, "base", None), "core", None)
+    f = getattr(core, "_has_grad", None)
+    return f if callable(f) else paddle.is_grad_enabled
 
 
 def cpu_only() -> bool:

@@ -77,6 +77,12 @@ def profiler_enabled() -> bool:
     return bool(_profiler_enabled()) if _profiler_enabled is not None else True
 
 
+def profiler_enabled_c():
+    """:func:`profiler_enabled` as the C function itself where torch has it (no Python frame for
+    generated code to enter), else :func:`profiler_enabled`."""
+    return _profiler_enabled if _profiler_enabled is not None else profiler_enabled
+
+
 def function_apply(cls):
     """``cls.apply`` without the torch.func preamble of ``torch.autograd.Function.apply``."""
     base = getattr(_C, "_FunctionBase", None)

@@ -30,7 +30,6 @@ import torch
 from interop import _cache
 from interop._description import IN_OUT
 from interop._launch import direct_lines
-from interop._warp_compat import apic_active
 
 _CODE: dict[str, Any] = {}  # generated source -> compiled code object
 _CODE_LIMIT = 1024
@@ -58,6 +57,14 @@ def _numel(shape) -> int:
     return n
 
 
+def _adj_tuple(ptr: str, strides: str = "None") -> str:
+    """A gradient for the shared launcher: ``(pointer, strides)``, or None where there is none
+    (a null pointer: a Python-function op's tape tells "no gradient" from None)."""
+    if ptr == "0":
+        return "None"
+    return f"(({ptr}, {strides}) if {ptr} else None)"
+
+
 def _tuple(items: list[str]) -> str:
     return "(" + "".join(f"{x}, " for x in items) + ")" if items else "()"
 
@@ -72,9 +79,33 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
             tensors updated in place) or ``"backward"`` (only the adjoint is used).
         pointer: the adapter's result-pointer helper (a result's layout may vary per call).
 
-    On the CPU each launch sets the fields of a launch record of the entry's own line by line
-    and calls the compiled kernel (``interop._launch.direct_lines``); on CUDA, or while that
-    record is busy in another thread, it calls the plan's shared recorded launch (``go``).
+    ``forward(a0, ..., stream) -> results`` and ``adjoint(a0, ..., r0, ..., g0, ..., n0, ...,
+    stream) -> gradients``: the bodies of :func:`_bodies`.
+    """
+    env: dict[str, Any] = {}
+    fwd, results, adj, grads = _bodies(b, e, kind, pointer, env)
+    n, k = b.ncall, len(b.returned)
+    args = [f"a{i}" for i in range(n)]
+    rs = [f"r{j}" for j in range(k)]
+    gs = [f"g{j}" for j in range(k)]
+    ns = [f"n{i}" for i in range(n)]
+    lines = [f"def forward({', '.join(args + ['stream'])}):", *fwd, f"    return {results}"]
+    lines += [f"def adjoint({', '.join(args + rs + gs + ns + ['stream'])}):", *adj, f"    return {grads}"]
+    forward, adjoint = _compile("\n".join(lines) + "\n", env, ("forward", "adjoint"))
+    return forward, adjoint
+
+
+def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[list[str], str, list[str], str]:
+    """The forward's and the adjoint's bodies of one entry, as lines (4-space indented) that use
+    the names ``a<i>`` (call arguments), ``stream`` and, in the adjoint, ``r<j>`` (results),
+    ``g<j>`` (upstream gradients) and ``n<i>`` (which gradients are needed); ``env`` receives
+    the globals they read. Returns ``(forward lines, results expression, adjoint lines,
+    gradients expression)``.
+
+    On the CPU each launch sets the fields of a launch record of its own (one per ``env``,
+    made on first use) line by line and calls the compiled kernel
+    (``interop._launch.direct_lines``); on CUDA, or while that record is busy in another
+    thread, it calls the plan's shared recorded launch (``go``).
     """
     n = b.ncall
     nparams = len(b.desc.params)
@@ -82,7 +113,7 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
     arrays = {idx: (pos, strides) for idx, pos, strides in e.arrays}
     scalars = {idx: (pos, conv) for idx, pos, conv in e.scalars}
     strided = {idx: strides for idx, (pos, strides) in arrays.items() if strides is not None}
-    env: dict[str, Any] = {
+    env.update({
         "zeros": torch.zeros,
         "empty": torch.empty,
         "zeros_like": torch.zeros_like,
@@ -92,10 +123,9 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
         "pointer": pointer,
         "desc": b.desc,
         "go": e.launcher(False) if kind != "backward" else None,
-        "apic_active": apic_active,
         "DF": None,
         "DA": None,
-    }
+    })
 
     def go_adj(values, adj, stream):
         # the adjoint's record is built on the first backward; from then on the generated code
@@ -112,7 +142,6 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
         return d
 
     env.update(go_adj=go_adj, make_DF=make_DF, make_DA=make_DA)
-    args = [f"a{i}" for i in range(n)]
 
     def ptr(idx: int) -> str:
         """Expression of parameter ``idx``'s data pointer (arrays) or value (scalars)."""
@@ -142,7 +171,7 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
 
     # ---- forward
     like_args = [(pos, shape) for pos, shape in e.like.items()]
-    lines = [f"def forward({', '.join(args + ['stream'])}):"]
+    lines: list[str] = []
     ptrs = {idx: ptr(idx) for idx in range(nparams)}
     values = {idx: tup(idx, ptrs[idx]) for idx in range(nparams)}
     results = []
@@ -171,19 +200,12 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
         lines += direct_lines(runner, wdev, "DF", ptrs, None, fallback)
     else:
         lines.append(f"    {fallback}")
-    if len(results) == 1:
-        lines.append(f"    return {results[0]}")
-    elif results:
-        lines.append(f"    return {_tuple(results)}")
-    else:
-        lines.append("    return None")
+    fwd_lines, results_expr = lines, (results[0] if len(results) == 1 else _tuple(results) if results else "None")
 
     # ---- adjoint: arguments, results, upstream gradients, which gradients are needed
     k = len(b.returned)
     rs = [f"r{j}" for j in range(k)]
-    gs = [f"g{j}" for j in range(k)]
-    ns = [f"n{i}" for i in range(n)]
-    lines.append(f"def adjoint({', '.join(args + rs + gs + ns + ['stream'])}):")
+    lines = []
     ptrs = {idx: ptr(idx) for idx in range(nparams)}
     values = {idx: tup(idx, ptrs[idx]) for idx in range(nparams)}
     general = dict(values)  # results of any layout (the backward operator may be given any)
@@ -232,9 +254,10 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
             grads.append(f"t{i}")
         else:
             grads.append("None")
-    adj_tuples = ", ".join(f"({adj[i]}, {zstride[i]})" for i in range(nparams))
+    array_adj = {i: adj[i] for i in range(nparams) if i in arrays or b.desc.params[i].is_array}
+    # the shared launcher's gradients: (pointer, strides) per array, None for a Python number
+    adj_tuples = ", ".join(_adj_tuple(adj[i], zstride[i]) if i in array_adj else "None" for i in range(nparams))
     slow = f"go_adj([{', '.join(general[i] for i in range(nparams))}], [{adj_tuples}], stream)"
-    array_adj = {i: adj[i] for i in range(nparams) if b.desc.params[i].is_array or i in runner.ref_idx}
     if rs and runner.can_direct(wdev):
         lines.append(f"    if {' and '.join(f'{r}.is_contiguous()' for r in rs)}:")
         lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, indent="        ", zero=zero)
@@ -242,18 +265,19 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
         lines.append(f"        {slow}")
     else:
         lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, zero=zero)
-    lines.append(f"    return {_tuple(grads)}")
-    forward, adjoint = _compile("\n".join(lines) + "\n", env, ("forward", "adjoint"))
-    return forward, adjoint
+    return fwd_lines, results_expr, lines, _tuple(grads)
 
 
 def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     """``apply(*args)`` of the autograd.Function of one remembered plain-eager signature.
 
-    Forward: the entry's forward; saves the tensor arguments and the results with
-    ``save_for_backward`` and keeps the scalar arguments on ``ctx``. Backward: the entry's
-    adjoint when the backward is plain eager work (no grad mode, plain tensors, no profiler),
+    Forward: the entry's forward body (:func:`_bodies`, inlined: each Python call inside
+    autograd costs several times what it costs alone); saves the tensor arguments and the
+    results with ``save_for_backward`` and keeps the scalar arguments on ``ctx``. Backward: the
+    entry's adjoint body when the backward is plain eager work (no grad mode, plain tensors),
     else ``helpers["slow"]``: the backward operator, as the operator's autograd rule calls it.
+    A profiler sees the backward under the op's name (``helpers["label"]``). The Function's code
+    has launch records of its own (its ``env``), made on first use.
     """
     e = sig.e
     n = b.ncall
@@ -264,20 +288,17 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     rs = [f"r{j}" for j in range(k)]
     gs = [f"g{j}" for j in range(k)]
     env: dict[str, Any] = dict(helpers)
-    env.update(fwd=e.forward, adj=e.adjoint, cuda=e.cuda, tdev=e.tdev)
-    stream = "stream_of(tdev)" if e.cuda else "None"
+    fwd, results, adj, grads = _bodies(b, e, "functional", helpers["pointer"], env)
+    env.update(adj=e.adjoint, cuda=e.cuda)
+    stream = "    stream = stream_of(tdev)" if e.cuda else "    stream = None"
     nondiff = [f"r{j}" for j, p in enumerate(b.returned) if not p.differentiable]
-    lines = [f"def forward(ctx, {', '.join(args)}):"]
-    if k == 1:
-        lines.append(f"    r0 = fwd({', '.join(args)}, {stream})")
-    else:
-        lines.append(f"    {', '.join(rs)}, = fwd({', '.join(args)}, {stream})")
+    lines = [f"def forward(ctx, {', '.join(args)}):", stream, *fwd]
     lines.append(f"    ctx.save_for_backward({', '.join(tensors + rs)})")
     for a in scalars:
         lines.append(f"    ctx.{a} = {a}")
     if nondiff:
         lines.append(f"    ctx.mark_non_differentiable({', '.join(nondiff)})")
-    lines.append(f"    return {rs[0] if k == 1 else _tuple(rs)}")
+    lines.append(f"    return {results}")
 
     lines.append(f"def backward(ctx, {', '.join(gs)}):")
     lines.append(f"    {''.join(t + ', ' for t in tensors + rs)}= ctx.saved_tensors")
@@ -299,8 +320,10 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     lines.append(f"        return {_tuple([f'next(it) if n{i} else None' for i in range(n)])}")
     lines.append("    if profiling():")
     lines.append("        with label(qual):")
-    lines.append(f"            return adj({call}, {stream})")
-    lines.append(f"    return adj({call}, {stream})")
+    lines.append(f"            return adj({call}, {'stream_of(tdev)' if e.cuda else 'None'})")
+    lines.append(stream)
+    lines += adj
+    lines.append(f"    return {grads}")
     forward, backward = _compile("\n".join(lines) + "\n", env, ("forward", "backward"))
     cls = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
     return helpers["function_apply"](cls)

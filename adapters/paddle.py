@@ -46,8 +46,10 @@ from ._common import EagerFramework, pack_result, unexpected_keywords
 from ._paddle_compat import allocation as _allocation
 from ._paddle_compat import cpu_only as _cpu_only
 from ._paddle_compat import empty as _empty
+from ._paddle_compat import grad_enabled_c as _grad_enabled_c
 from ._paddle_compat import place_key as _place_key
 from ._paddle_compat import zeros as _zeros
+from ._paddle_eager import signature_code
 
 # ---- dtypes and places ------------------------------------------------------------------
 _NP_OF_PADDLE: dict[Any, np.dtype] = {
@@ -564,6 +566,9 @@ class _Signature:
         "any_grad",
         "take",
         "_go_adj",
+        "forward",
+        "adjoint",
+        "layer",
     )
 
     def __init__(self, op, args: Sequence[Any], plan, device: str):
@@ -608,6 +613,12 @@ class _Signature:
         self.any_grad = any(a is not None for a in self.grad_allocs)
         self.take = operator.itemgetter(*self.tensor_pos) if len(self.tensor_pos) > 1 else None
         self._go_adj = None
+        # the call written out (adapters/_paddle_eager.py): forward, adjoint, and the PyLayer that
+        # runs them (a hand-written backward keeps the general node, _OpLayer)
+        layer = self.grad and desc.backward is None
+        self.forward, self.adjoint, self.layer = signature_code(
+            self, len(args), f"{desc.label}_eager", _current_stream, _recorded(self) if layer else None
+        )
 
     @property
     def go_adj(self):
@@ -618,19 +629,13 @@ class _Signature:
         return g
 
     def run(self, args: Sequence[Any]) -> tuple[list, list]:
-        """One call: pointers in, outputs allocated, the recorded launch. Returns (outputs, launch values)."""
+        """One call (the generated forward). Returns (outputs, launch values): the values hold
+        the scalars; the adjoint reads the pointers again from the saved tensors."""
+        res = self.forward(*args)
         vals = self.template.copy()
-        for pos, idx, strides in self.arrays:
-            vals[idx] = (args[pos].data_ptr(), strides)
         for pos, idx in self.scalars:
             vals[idx] = args[pos]
-        outs = []
-        for idx, alloc, how in self.outs:
-            o = alloc(*how)
-            vals[idx] = (o.data_ptr(), None)
-            outs.append(o)
-        self.go(vals, None, _current_stream(self.device) if self.cuda else None)
-        return outs, vals
+        return ([res] if self.single else list(res)), vals
 
 
 class _SigCall:
@@ -660,11 +665,26 @@ def _apply(sig: _Signature, args: Sequence[Any]):
     return _OpLayer.apply(_SigCall(sig, args), *take(args))
 
 
+def _recorded(sig: _Signature):
+    """A remembered signature's backward when Paddle records it (``create_graph=True``): the
+    general node's, which refuses a second derivative through Warp's adjoint."""
+
+    def recorded(args: tuple, saved: tuple, grads: tuple):
+        state = _SigCall(sig, args)
+        vals = sig.template.copy()
+        for pos, idx in sig.scalars:
+            vals[idx] = args[pos]
+        state.values = vals
+        return _adjoint_recorded(state, saved, grads)
+
+    return recorded
+
+
 def _make_hook():
     """The eager hook of one op (``Op.eager_paths``), with the op's remembered signatures."""
     signatures: dict[tuple, _Signature] = {}
     calls = [0]  # calls the hook ran (tests read it to tell the paths apart)
-    dynamic, grad_enabled = paddle.in_dynamic_mode, paddle.is_grad_enabled
+    dynamic, grad_enabled = paddle.in_dynamic_mode, _grad_enabled_c()
 
     def hook(op, args: Sequence[Any]) -> Any:
         if not dynamic():  # paddle.enable_static(): the full path says what to do instead
@@ -674,9 +694,11 @@ def _make_hook():
             return NOT_EAGER
         calls[0] += 1
         if sig.grad and grad_enabled():
-            return _apply(sig, args)
-        outs = sig.run(args)[0]
-        return outs[0] if sig.single else tuple(outs)
+            layer = sig.layer
+            if layer is None:  # a hand-written backward: the general node
+                return _apply(sig, args)
+            return layer(*args)
+        return sig.forward(*args)
 
     hook.signatures, hook.calls = signatures, calls
     return hook

@@ -65,6 +65,7 @@ from ._torch_compat import (
     functorch_transforms_active,
     plain_eager,
     profiler_enabled,
+    profiler_enabled_c,
 )
 from ._torch_eager import entry_functions, signature_function
 
@@ -288,7 +289,8 @@ class _Binding:
                 "grad_enabled": torch.is_grad_enabled,
                 "PLAIN": PLAIN_TENSOR_TYPES,
                 "eager": eager_context,
-                "profiling": profiler_enabled,
+                "profiling": profiler_enabled_c(),
+                "pointer": _pointer,
                 "label": torch.autograd.profiler.record_function,
                 "stream_of": _current_stream,
                 "function_apply": function_apply,
@@ -1161,11 +1163,22 @@ def _eager_hook(b: _Binding):
     mask = b.base_mask
     label = b.qualname(mask, "primary")
     grad_enabled = torch.is_grad_enabled
+    profiling = profiler_enabled_c()
+    plain, numbers = PLAIN_TENSOR_TYPES, _PLAIN_NUMBERS
 
     def hook(op, args: Sequence[Any]) -> Any:
         if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
             return NOT_EAGER
-        sig = runs.get(_signature(args))
+        key = []  # _signature(args), inlined (each call here costs more inside autograd than alone)
+        for a in args:
+            t = type(a)
+            if t in plain:
+                key.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
+            elif t in numbers:
+                key.append(t)
+            else:
+                return NOT_EAGER
+        sig = runs.get(tuple(key))
         if sig is None:
             return NOT_EAGER
         if sig.grad and grad_enabled():
@@ -1173,7 +1186,7 @@ def _eager_hook(b: _Binding):
             if apply is None:
                 return _eager_apply(b, mask, args, sig.e)
             b.eager_calls += 1
-            if profiler_enabled():
+            if profiling():
                 with torch.autograd.profiler.record_function(label):
                     return apply(*args)
             return apply(*args)

@@ -21,7 +21,9 @@ from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._plan import check_scalar_value, int_range, vector_components
+from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import apic_active as _apic_active
+from ._warp_compat import runtime as _warp_runtime
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import array_t, type_size_in_bytes
 from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
@@ -438,6 +440,7 @@ class Runner:
             and self.plan.desc.kind == "kernel"
             and (self.plan.desc.block_dim or 1) <= 1
             and _WARP_VERIFIED
+            and hasattr(_warp_runtime(), _APIC_FIELD)
         )
 
     def direct(self, device, adjoint: bool, strides: dict[int, tuple]) -> DirectLaunch:
@@ -455,6 +458,8 @@ class Runner:
             raise RuntimeError(f"op {self.plan.desc.label!r}: no direct CPU launch for this kernel")
         d = DirectLaunch()
         d.lock, d.launch, d.rec = slot.lock, slot.launch, rec
+        d.acquire, d.release = slot.lock.acquire, slot.lock.release
+        d.rt = _warp_runtime()  # its APIC_FIELD: Warp's API capture recording launches
         d.fn, d.br, d.ar, d.gr, d.s = rec.fn, rec.bounds_ref, rec.args_ref, rec.adj_ref, rec.args
         for i, at in fwd.items():
             st = strides.get(i)
@@ -655,7 +660,8 @@ class Runner:
 
 
 class DirectLaunch:
-    """A private recorded CPU launch for generated code (:meth:`Runner.direct`): ``lock``; ``fn``
+    """A private recorded CPU launch for generated code (:meth:`Runner.direct`): ``lock`` (and
+    its ``acquire``/``release``); ``rt`` Warp's runtime (its ``_warp_compat.APIC_FIELD``); ``fn``
     with ``br``/``ar``/``gr`` (bounds, argument and adjoint-argument struct references: call
     ``fn(br, ar)`` or ``fn(br, ar, gr)``); ``s`` the argument struct; ``v<i>``/``w<i>`` the
     descriptors of array parameter ``i`` and of its gradient; ``set(i, value)`` for a scalar
@@ -694,7 +700,9 @@ def direct_lines(
     if not runner.can_direct(device):
         return [indent + fallback]
     i1, i2 = indent + "    ", indent + "        "
-    lines = [f"{indent}_d = {d} or make_{d}()", f"{indent}if not apic_active() and _d.lock.acquire(False):"]
+    # (no Python call between the user's call and the kernel: each costs several times more
+    # inside autograd than alone, so the capture test reads Warp's runtime field directly)
+    lines = [f"{indent}_d = {d} or make_{d}()", f"{indent}if _d.rt.{_APIC_FIELD} is None and _d.acquire(False):"]
     lines.append(f"{i1}try:")
     for i in sorted(values):
         expr = values[i]
@@ -722,7 +730,7 @@ def direct_lines(
             lines.append(f"{i2}    _d.zero_strides({i}, {flag})")
         lines.append(f"{i2}_d.fn(_d.br, _d.ar, _d.gr)")
     lines.append(f"{i1}finally:")
-    lines.append(f"{i2}_d.lock.release()")
+    lines.append(f"{i2}_d.release()")
     lines.append(f"{indent}else:")
     lines.append(f"{i1}{fallback}")
     return lines

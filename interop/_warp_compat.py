@@ -75,6 +75,11 @@ def active_tape() -> Any:
     return rt.tape if rt is not None else None
 
 
+#: The runtime field that holds Warp's active API capture (None when none records launches):
+#: generated launch code reads it directly (``interop._launch.direct_lines``).
+APIC_FIELD = "_apic_capture"
+
+
 def apic_active() -> bool:
     """True while Warp's API capture (``wp.capture_*`` of launches) is recording."""
     rt = _context.runtime

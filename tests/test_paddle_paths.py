@@ -250,3 +250,104 @@ def test_hook_path_checks_each_integer_value():
     with pytest.raises(interop.ArgumentError, match="out of range"):
         op(a, 2**40)
     assert _hook(op).calls[0] == before + 2
+
+
+# ---- the generated code's own launch records (adapters/_paddle_eager.py, interop/_launch.py) -------
+MULTI = interop.op(catalogue.multi_kernel, outputs=2, name="tp_paths::multi")
+
+
+def _sig(op, *args):
+    return _hook(op).signatures[__import__("adapters.paddle", fromlist=["_signature"])._signature(args)]
+
+
+@pytest.mark.parametrize("used", [0, 1], ids=["only-c", "only-d"])
+def test_unused_output_of_several_has_no_upstream_gradient(used):
+    """One of two outputs in the loss: the other's upstream gradient is None (no pointer), on the
+    hook path as on the full path, and the gradient is that of the used output alone."""
+    a = paddle.to_tensor(np.linspace(0.1, 1.0, 7, dtype=np.float32))
+    a.stop_gradient = False
+    MULTI(a)[used].sum().backward()  # full path: remembered
+    full = a.grad.numpy().copy()
+    a.clear_gradient(False)
+    before = _hook(MULTI).calls[0]
+    MULTI(a)[used].sum().backward()
+    assert _hook(MULTI).calls[0] == before + 1
+    x = a.numpy().astype(np.float64)
+    want = np.cos(x) if used == 0 else 3.0 * x**2
+    np.testing.assert_allclose(a.grad.numpy(), want, rtol=1e-5)
+    np.testing.assert_array_equal(a.grad.numpy(), full)
+
+
+def test_strided_upstream_gradient_on_the_hook_path():
+    """An upstream gradient that is a strided view (every second element) is read as the values
+    it holds (packed first), on the hook path."""
+    x, y = _xy(16)
+    x.stop_gradient = y.stop_gradient = False
+    SAXPY(x, y, 1.5).sum().backward()
+    base = paddle.to_tensor(np.arange(32, dtype=np.float32))
+    g = base[::2]
+    before = _calls()
+    out = SAXPY(x, y, 1.5)
+    gx, gy = paddle.grad(out, [x, y], g)
+    assert _calls() == before + 1
+    np.testing.assert_allclose(gx.numpy(), 3.0 * x.numpy() * np.arange(0, 32, 2), rtol=1e-6)
+    np.testing.assert_array_equal(gy.numpy(), np.arange(0, 32, 2, dtype=np.float32))
+
+
+def test_busy_record_falls_back_to_the_shared_launch():
+    """While a signature's own records are in use (another thread inside the kernel), a call runs
+    the plan's shared recorded launch instead: same values and gradients."""
+    x, y = _xy(33)
+    x.stop_gradient = y.stop_gradient = False
+    ref = SAXPY(x, y, 1.5)
+    ref_grads = [t.numpy() for t in paddle.grad(ref.sum(), [x, y])]
+    again = SAXPY(x, y, 1.5)  # the signature's records are made by this call and its backward
+    paddle.grad(again.sum(), [x, y])
+    env = _sig(SAXPY, x, y, 1.5).forward.__globals__
+    records = [env["DF"], env["DA"]]
+    assert all(r is not None for r in records)
+    for r in records:
+        r.lock.acquire()
+    try:
+        before = _calls()
+        out = SAXPY(x, y, 1.5)
+        grads = paddle.grad(out.sum(), [x, y])
+        assert _calls() == before + 1
+    finally:
+        for r in records:
+            r.lock.release()
+    np.testing.assert_array_equal(out.numpy(), ref.numpy())
+    for got, want in zip(grads, ref_grads):
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_threads_share_one_signature():
+    """Four threads call one signature at once, no gradient (each launch record used by one thread
+    at a time, the others taking the shared launch): every result right. Forward only: Paddle
+    3.3.1's own autograd crashes when threads run backward passes at once (plain ``1.5*x*x+y``
+    with ``paddle.grad`` in four threads segfaults)."""
+    import threading
+
+    x0, y0 = _xy(257)
+    SAXPY(x0, y0, 1.5)
+    before = _calls()
+    errors = []
+
+    def worker(k):
+        rng = np.random.default_rng(k)
+        try:
+            for _ in range(500):
+                xn, yn = rng.random(257, dtype=np.float32), rng.random(257, dtype=np.float32)
+                out = SAXPY(paddle.to_tensor(xn), paddle.to_tensor(yn), 1.5)
+                if not np.allclose(out.numpy(), 1.5 * xn**2 + yn, rtol=1e-6):
+                    errors.append(k)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors[:5]
+    assert _calls() == before + 2000

@@ -1,0 +1,199 @@
+"""Straight-line Python for the Paddle adapter's remembered call signatures.
+
+The Paddle counterpart of ``adapters/_torch_eager.py``. A remembered signature (``_Signature``
+of ``adapters/paddle.py``: one plan, Paddle tensors and Python numbers in fixed positions,
+no in-out parameter) gets its call written out, one line per parameter, and compiled once:
+
+:func:`signature_code` writes ``forward(a0, ...) -> result(s)`` (outputs allocated by Paddle's
+C operators, one launch), ``adjoint(a0, ..., r0, ..., g0, ...) -> gradients`` and the
+signature's ``paddle.autograd.PyLayer``, whose forward and backward are those two bodies
+inlined (each Python call inside Paddle's autograd costs several times what it costs alone).
+On the CPU each launch sets the fields of a launch record of the signature's own and calls the
+compiled kernel (``interop._launch.direct_lines``); on CUDA, or while the record is busy in
+another thread, it calls the plan's shared recorded launch (on Paddle's current stream).
+
+The hook's call without a gradient runs ``forward``, and so does ``_Signature.run`` (the
+general node's remembered-signature branch, for ops with a hand-written backward).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import paddle
+from paddle.autograd import PyLayer
+
+from interop import _cache
+from interop._launch import direct_lines
+
+from ._paddle_compat import grad_enabled_c
+
+_CODE: dict[str, Any] = {}  # generated source -> compiled code object
+_CODE_LIMIT = 1024
+_code_lock = threading.Lock()
+
+
+def _compile(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tuple[Callable, ...]:
+    code = _CODE.get(source)
+    if code is None:
+        code = compile(source, "<interop paddle signature>", "exec")
+        with _code_lock:
+            _cache.put(_CODE, source, code, _CODE_LIMIT)
+    exec(code, env)
+    return tuple(env[n] for n in names)
+
+
+def _adj_tuple(ptr: str, strides: str = "None") -> str:
+    """A gradient for the shared launcher: ``(pointer, strides)``, or None where there is none
+    (a null pointer: a Python-function op's tape tells "no gradient" from None)."""
+    if ptr == "0":
+        return "None"
+    return f"(({ptr}, {strides}) if {ptr} else None)"
+
+
+def _tuple(items: list[str]) -> str:
+    return "(" + "".join(f"{x}, " for x in items) + ")" if items else "()"
+
+
+def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorded: Callable | None):
+    """``(forward, adjoint, apply)`` of one remembered signature, written out and compiled in one
+    namespace (one launch record per direction, made on first use).
+
+    - ``forward(a0, ...) -> result(s)``: outputs allocated by Paddle's C operators, one launch;
+    - ``adjoint(a0, ..., r0, ..., g0, ...) -> gradients`` (upstream gradients in the outputs'
+      order; gradients for the tensor arguments, None where none is needed);
+    - ``apply(*args)`` of the signature's ``PyLayer`` (None without ``recorded``), whose forward
+      and backward are the two bodies above, inlined: it saves the tensor arguments and detached
+      aliases of the outputs (a PyLayer that saves its own output is never freed when no
+      backward runs, see ``adapters/paddle.py``), keeps the Python numbers on ``ctx``, and hands a
+      recorded backward (``create_graph=True``) to ``recorded(args, saved, grads)``, the adapter's
+      node that refuses a second derivative.
+
+    Args:
+        sig: the ``_Signature`` (plan, device, array and scalar positions, strides, output and
+            gradient allocations, upstream-gradient order).
+        nargs: how many call arguments.
+        name: the PyLayer's class name.
+        current_stream: the adapter's ``_current_stream(device)`` (CUDA only).
+        recorded: the recorded backward, or None for no PyLayer.
+    """
+    plan = sig.plan
+    runner = plan.runner
+    nparams = len(plan.desc.params)
+    device = sig.device
+    env: dict[str, Any] = {
+        "go": runner.launcher(device, False),
+        "current_stream": current_stream,
+        "DEVICE": device,
+        "DF": None,
+        "DA": None,
+        "grad_enabled": grad_enabled_c(),
+        "recorded": recorded,
+    }
+    strided = {idx: strides for _, idx, strides in sig.arrays if strides is not None}
+
+    def go_adj(values, adj, stream):
+        # the adjoint's record is built on the first backward (replaces itself in the globals)
+        g = env["go_adj"] = runner.launcher(device, True)
+        return g(values, adj, stream)
+
+    def make_DF():  # noqa: N802 (the name direct_lines asks for)
+        d = env["DF"] = runner.direct(device, False, strided)
+        return d
+
+    def make_DA():  # noqa: N802
+        d = env["DA"] = runner.direct(device, True, strided)
+        return d
+
+    env.update(go_adj=go_adj, make_DF=make_DF, make_DA=make_DA)
+    stream = "current_stream(DEVICE)" if sig.cuda else "None"
+    args = [f"a{i}" for i in range(nargs)]
+    tensors = [f"a{pos}" for pos, _, _ in sig.arrays]
+    scalars = [f"a{pos}" for pos, _ in sig.scalars]
+    ptrs = dict.fromkeys(range(nparams), "0")
+    values = dict.fromkeys(range(nparams), "None")
+    for pos, idx, strides in sig.arrays:
+        ptrs[idx] = f"a{pos}.data_ptr()"
+        if strides is None:
+            values[idx] = f"(a{pos}.data_ptr(), None)"
+        else:
+            env[f"S{idx}"] = strides
+            values[idx] = f"(a{pos}.data_ptr(), S{idx})"
+    for pos, idx in sig.scalars:
+        ptrs[idx] = values[idx] = f"a{pos}"
+
+    # ---- forward body: allocate the outputs, one launch
+    fwd = []
+    rs = []
+    for j, (idx, alloc, how) in enumerate(sig.outs):
+        env[f"A{j}"], env[f"H{j}"] = alloc, how
+        fwd.append(f"    r{j} = A{j}(*H{j})")
+        ptrs[idx] = f"r{j}.data_ptr()"
+        values[idx] = f"(r{j}.data_ptr(), None)"
+        rs.append(f"r{j}")
+    fallback = f"go([{', '.join(values[i] for i in range(nparams))}], None, {stream})"
+    fwd += direct_lines(runner, device, "DF", ptrs, None, fallback)
+    results = rs[0] if len(rs) == 1 else _tuple(rs)
+
+    # ---- adjoint body: arguments, results, upstream gradients (outputs' order) -> gradients
+    gs = [f"g{j}" for j in range(len(sig.grad_order))]
+    adj_body = []
+    adj = dict.fromkeys(range(nparams), "0")
+    for j, (idx, _, copy) in enumerate(sig.grad_order):
+        # no upstream gradient (an unused output of several): no pointer; a copy when the
+        # adjoint may accumulate into it; a strided one packed (Warp reads strided arrays slower)
+        if len(sig.outs) > 1:
+            adj_body.append(f"    if g{j} is None:")
+            adj_body.append(f"        q{j} = 0")
+            adj_body.append("    else:")
+            ind = "        "
+        else:  # one output: Paddle materializes its gradient
+            ind = "    "
+        if copy:
+            adj_body.append(f"{ind}g{j} = g{j}.clone()")
+        adj_body.append(f"{ind}if not g{j}.is_contiguous():")
+        adj_body.append(f"{ind}    g{j} = g{j}.contiguous()")
+        adj_body.append(f"{ind}q{j} = g{j}.data_ptr()")
+        adj[idx] = f"q{j}"
+    grads = []
+    for k, ((pos, idx, _), ga) in enumerate(zip(sig.arrays, sig.grad_allocs)):
+        if ga is None:
+            grads.append("None")
+            continue
+        env[f"GA{k}"], env[f"GH{k}"] = ga
+        adj_body.append(f"    t{k} = GA{k}(*GH{k})  # zero-filled: the adjoint accumulates into it")
+        adj[idx] = f"t{k}.data_ptr()"
+        grads.append(f"t{k}")
+    adj_arrays = {i: adj[i] for i in range(nparams) if plan.desc.params[i].is_array or i in runner.ref_idx}
+    # the shared launcher's gradients: (pointer, strides) per array, None for a Python number
+    adj_tuples = ", ".join(_adj_tuple(adj[i]) if i in adj_arrays else "None" for i in range(nparams))
+    slow = f"go_adj([{', '.join(values[i] for i in range(nparams))}], [{adj_tuples}], {stream})"
+    adj_body += direct_lines(runner, device, "DA", ptrs, adj_arrays, slow)
+    gradients = grads[0] if len(grads) == 1 else _tuple(grads)
+
+    lines = [f"def forward({', '.join(args)}):", *fwd, f"    return {results}"]
+    lines += [f"def adjoint({', '.join(args + rs + gs)}):", *adj_body, f"    return {gradients}"]
+    names = ("forward", "adjoint")
+    if recorded is not None:
+        lines += [f"def layer_forward(ctx, {', '.join(args)}):", *fwd]
+        if len(rs) > 1:  # an unused output's upstream gradient stays None (no pointer passed)
+            lines.append("    ctx.set_materialize_grads(False)")
+        lines.append(f"    ctx.save_for_backward({', '.join(tensors + [f'{r}.detach()' for r in rs])})")
+        lines += [f"    ctx.{a} = {a}" for a in scalars]
+        if sig.nondiff:
+            lines.append(f"    ctx.mark_non_differentiable({', '.join(rs[j] for j in sig.nondiff)})")
+        lines.append(f"    return {results}")
+        lines.append(f"def layer_backward(ctx, {', '.join(gs)}):")
+        lines.append(f"    {''.join(t + ', ' for t in tensors + rs)}= ctx.saved_tensor()")
+        lines += [f"    {a} = ctx.{a}" for a in scalars]
+        lines.append("    if grad_enabled():")
+        lines.append(f"        return recorded({_tuple(args)}, {_tuple(tensors + rs)}, {_tuple(gs)})")
+        lines += adj_body
+        lines.append(f"    return {gradients}")
+        names += ("layer_forward", "layer_backward")
+    funcs = _compile("\n".join(lines) + "\n", env, names)
+    if recorded is None:
+        return funcs[0], funcs[1], None
+    cls = type(name, (PyLayer,), {"forward": staticmethod(funcs[2]), "backward": staticmethod(funcs[3])})
+    return funcs[0], funcs[1], cls.apply
