@@ -68,6 +68,15 @@ def run(quick: bool = False) -> dict:
 
         raw_fwd_adj = raw_saxpy_forward_adjoint(saxpy, n, wx, wy, wout, gx, gy, gout)
 
+        def paddle_allocations():  # what the op's call allocates: a new output, two zeroed gradients
+            return (
+                paddle.empty([n], dtype="float32"),
+                paddle.zeros([n], dtype="float32"),
+                paddle.zeros([n], dtype="float32"),
+            )
+
+        raw_alloc = raw_saxpy_forward_adjoint(saxpy, n, wx, wy, wout, gx, gy, gout, allocate=paddle_allocations)
+
         xg = x.clone()
         xg.stop_gradient = False
         yg = y.clone()
@@ -87,6 +96,7 @@ def run(quick: bool = False) -> dict:
                 lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0], outputs=[wout], device="cpu"),
             ),
             ("raw wp.launch forward + zero grads + adjoint launch", raw_fwd_adj),
+            ("  the same + new Paddle output and zeroed gradients", raw_alloc),
             ("floor: empty PyLayer, forward+backward", fwd_bwd(EmptyLayer.apply)),
             ("floor: paddle.zeros(n), the output allocation alone", lambda: paddle.zeros([n], dtype="float32")),
             ("wp.from_paddle x3 + wp.launch (output by paddle.zeros)", by_hand),
@@ -110,6 +120,7 @@ def run(quick: bool = False) -> dict:
                 ("interop op(x, y, 2.0), forward (no grad)", base),
                 ("interop op, forward+backward (PyLayer)", "floor: empty PyLayer, forward+backward"),
                 ("interop op, forward+backward (PyLayer)", "raw wp.launch forward + zero grads + adjoint launch"),
+                ("interop op, forward+backward (PyLayer)", "  the same + new Paddle output and zeroed gradients"),
             ],
         )
         # the op's node does what an empty PyLayer does plus the two launches: their sum is its floor

@@ -176,6 +176,9 @@ def _run(quick: bool) -> dict:
             return step
 
         raw_fwd_adj = raw_saxpy_forward_adjoint(saxpy, n, wx, wy, wout, gx, gy, gout)
+        raw_alloc = raw_saxpy_forward_adjoint(
+            saxpy, n, wx, wy, wout, gx, gy, gout, allocate=lambda: (torch.empty(n), torch.zeros(n), torch.zeros(n))
+        )
 
         # every path computes the same values and gradients
         ref = 2.0 * x + y
@@ -200,6 +203,7 @@ def _run(quick: bool) -> dict:
                 lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"),
             ),
             ("raw wp.launch forward + zero grads + adjoint launch", raw_fwd_adj),
+            ("  the same + new torch output and zeroed gradients", raw_alloc),
             ("floor: empty custom op, forward", lambda: empty_custom_op(x, y, 2.0)),
             ("floor: empty custom op, forward+backward", fwd_bwd(empty_custom_op)),
             ("floor: empty autograd.Function, forward", lambda: EmptyFunction.apply(x, y, 2.0)),
@@ -230,6 +234,7 @@ def _run(quick: bool) -> dict:
                 ("interop op, eager forward (no grad)", base),
                 ("interop op, eager forward+backward", "floor: empty autograd.Function, forward+backward"),
                 ("interop op, eager forward+backward", "raw wp.launch forward + zero grads + adjoint launch"),
+                ("interop op, eager forward+backward", "  the same + new torch output and zeroed gradients"),
                 (
                     "interop in torch.compile(fullgraph=True), fwd+bwd",
                     "interop via torch.ops (registered operator), fwd+bwd",

@@ -118,11 +118,15 @@ def ratios(title: str, results: list[tuple[str, float, float]], pairs: list[tupl
     return out
 
 
-def raw_saxpy_forward_adjoint(saxpy, n: int, wx, wy, wout, gx, gy, gout) -> Callable[[], None]:
+def raw_saxpy_forward_adjoint(saxpy, n: int, wx, wy, wout, gx, gy, gout, allocate=None) -> Callable[[], None]:
     """The floor of forward+backward: a raw forward launch, zeroed gradients, a raw adjoint launch
-    (prebuilt Warp arrays, CPU)."""
+    (prebuilt Warp arrays, CPU). With ``allocate``, each call also makes the framework tensors an
+    op call must return (a new output and zero-filled gradients), dropped afterwards: what a
+    fresh allocation costs (at n=1e6 mostly page faults) with no other work."""
 
     def run() -> None:
+        if allocate is not None:
+            allocate()
         wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0], outputs=[wout], device="cpu")
         gx.zero_()
         gy.zero_()
