@@ -25,7 +25,7 @@ import paddle
 from paddle.autograd import PyLayer
 
 from interop import _cache
-from interop._launch import direct_lines
+from interop._launch import direct_env, direct_lines
 
 from ._paddle_compat import grad_enabled_c
 
@@ -86,8 +86,6 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         "go": runner.launcher(device, False),
         "current_stream": current_stream,
         "DEVICE": device,
-        "DF": None,
-        "DA": None,
         "grad_enabled": grad_enabled_c(),
         "recorded": recorded,
     }
@@ -98,15 +96,8 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         g = env["go_adj"] = runner.launcher(device, True)
         return g(values, adj, stream)
 
-    def make_DF():  # noqa: N802 (the name direct_lines asks for)
-        d = env["DF"] = runner.direct(device, False, strided)
-        return d
-
-    def make_DA():  # noqa: N802
-        d = env["DA"] = runner.direct(device, True, strided)
-        return d
-
-    env.update(go_adj=go_adj, make_DF=make_DF, make_DA=make_DA)
+    env["go_adj"] = go_adj
+    direct_env(runner, device, strided, env)
     stream = "current_stream(DEVICE)" if sig.cuda else "None"
     args = [f"a{i}" for i in range(nargs)]
     tensors = [f"a{pos}" for pos, _, _ in sig.arrays]
@@ -197,3 +188,53 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         return funcs[0], funcs[1], None
     cls = type(name, (PyLayer,), {"forward": staticmethod(funcs[2]), "backward": staticmethod(funcs[3])})
     return funcs[0], funcs[1], cls.apply
+
+
+def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callable]:
+    """``(hook, key_of)`` of one op, written out for its parameters (their number and which are
+    arrays are fixed: a remembered signature has a Paddle tensor for each array parameter and a
+    Python number for each scalar, anything else takes the full path).
+
+    ``key_of(args)``: what a call's checks depend on, or None: each tensor's shape, dtype (its
+    ``id``: Paddle's dtypes are module-level singletons, hashed slowly by pybind), place (on a
+    Paddle built with devices), ``stop_gradient`` and layout (contiguous, or its strides; False
+    for a sparse tensor, whose shape and dtype may be those of a dense one), and each number's
+    type. ``hook(op, args)``: the op's eager hook (``Op.eager_paths``) with that key inlined (no
+    loop: each Paddle attribute read costs several times more inside autograd than alone).
+
+    ``env`` holds what the code reads: ``TT`` (tensor types), ``PN`` (number types), ``PK``
+    (place key), ``NOT_EAGER``, ``dynamic``, ``grad_enabled``, ``signatures``, ``calls`` and
+    ``general`` (a remembered signature's call through the general node).
+    """
+    params = desc.call_params
+    n = len(params)
+    args = [f"a{i}" for i in range(n)]
+    checks = []
+    parts = []
+    for i, p in enumerate(params):
+        a = f"a{i}"
+        if p.is_array:
+            checks.append(f"type({a}) not in TT")
+            place = f"PK({a}), " if places else ""
+            parts.append(
+                f"(tuple({a}.shape), id({a}.dtype), {place}{a}.stop_gradient, "
+                f"{a}.is_dense() and ({a}.is_contiguous() or tuple({a}.strides)))"
+            )
+        else:
+            checks.append(f"type({a}) not in PN")
+            parts.append(f"type({a})")
+    unpack = f"    {''.join(x + ', ' for x in args)}= args" if n else ""
+    refuse = " or ".join(checks) if checks else "False"
+    key = _tuple(parts)
+    lines = ["def key_of(args):", f"    if len(args) != {n}:", "        return None", unpack]
+    lines += [f"    if {refuse}:", "        return None", f"    return {key}"]
+    lines += ["def hook(op, args):"]
+    lines += ["    if not dynamic():  # paddle.enable_static(): the full path says what to do instead"]
+    lines += ["        return NOT_EAGER", f"    if len(args) != {n}:", "        return NOT_EAGER", unpack]
+    lines += [f"    if {refuse}:", "        return NOT_EAGER", f"    sig = signatures.get({key})"]
+    lines += ["    if sig is None:", "        return NOT_EAGER", "    calls[0] += 1"]
+    lines += ["    if sig.grad and grad_enabled():", "        layer = sig.layer"]
+    lines += ["        if layer is None:  # a hand-written backward: the general node"]
+    lines += ["            return general(sig, args)", "        return layer(*args)", "    return sig.forward(*args)"]
+    hook, key_of = _compile("\n".join(x for x in lines if x) + "\n", env, ("hook", "key_of"))
+    return hook, key_of

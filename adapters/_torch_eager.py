@@ -29,7 +29,7 @@ import torch
 
 from interop import _cache
 from interop._description import IN_OUT
-from interop._launch import direct_lines
+from interop._launch import direct_env, direct_lines
 
 _CODE: dict[str, Any] = {}  # generated source -> compiled code object
 _CODE_LIMIT = 1024
@@ -123,8 +123,6 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
         "pointer": pointer,
         "desc": b.desc,
         "go": e.launcher(False) if kind != "backward" else None,
-        "DF": None,
-        "DA": None,
     })
 
     def go_adj(values, adj, stream):
@@ -133,15 +131,8 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
         g = env["go_adj"] = e.launcher(True)
         return g(values, adj, stream)
 
-    def make_DF():  # noqa: N802 (the name direct_lines asks for)
-        d = env["DF"] = runner.direct(wdev, False, strided)
-        return d
-
-    def make_DA():  # noqa: N802
-        d = env["DA"] = runner.direct(wdev, True, strided)
-        return d
-
-    env.update(go_adj=go_adj, make_DF=make_DF, make_DA=make_DA)
+    env["go_adj"] = go_adj
+    direct_env(runner, wdev, strided, env)
 
     def ptr(idx: int) -> str:
         """Expression of parameter ``idx``'s data pointer (arrays) or value (scalars)."""

@@ -49,7 +49,7 @@ from ._paddle_compat import empty as _empty
 from ._paddle_compat import grad_enabled_c as _grad_enabled_c
 from ._paddle_compat import place_key as _place_key
 from ._paddle_compat import zeros as _zeros
-from ._paddle_eager import signature_code
+from ._paddle_eager import hook_code, signature_code
 
 # ---- dtypes and places ------------------------------------------------------------------
 _NP_OF_PADDLE: dict[Any, np.dtype] = {
@@ -492,53 +492,7 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
 _TENSOR_TYPES = (paddle.Tensor, type(paddle.to_tensor(0.0)), paddle.base.framework.EagerParamBase)
 _PLAIN_NUMBERS = (float, int, bool)
 _NO_IN_OUT = MappingProxyType({})
-
-
-def _signature_cpu(args: Sequence[Any]) -> tuple | None:
-    """What a call's checks depend on: each tensor's shape, dtype, ``stop_gradient`` and layout
-    (contiguous, or its strides; False for a sparse tensor, whose shape and dtype may be those of a
-    dense one), and each Python number's type; None for anything else.
-
-    For a Paddle built for the CPU only (every tensor is on the CPU). ``id(dtype)``: Paddle's
-    dtypes are module-level singletons (``x.dtype is paddle.float32``), hashed slowly by pybind.
-    """
-    key = []
-    for a in args:
-        t = type(a)
-        if t in _TENSOR_TYPES:
-            key.append(
-                (tuple(a.shape), id(a.dtype), a.stop_gradient, a.is_dense() and (a.is_contiguous() or tuple(a.strides)))
-            )
-        elif t in _PLAIN_NUMBERS:
-            key.append(t)
-        else:
-            return None
-    return tuple(key)
-
-
-def _signature_places(args: Sequence[Any]) -> tuple | None:
-    """:func:`_signature_cpu` with each tensor's place (a Paddle built with devices)."""
-    key = []
-    for a in args:
-        t = type(a)
-        if t in _TENSOR_TYPES:
-            key.append(
-                (
-                    tuple(a.shape),
-                    id(a.dtype),
-                    _place_key(a),
-                    a.stop_gradient,
-                    a.is_dense() and (a.is_contiguous() or tuple(a.strides)),
-                )
-            )
-        elif t in _PLAIN_NUMBERS:
-            key.append(t)
-        else:
-            return None
-    return tuple(key)
-
-
-_signature = _signature_cpu if _cpu_only() else _signature_places
+_CPU_ONLY = _cpu_only()
 
 
 class _Signature:
@@ -680,34 +634,32 @@ def _recorded(sig: _Signature):
     return recorded
 
 
-def _make_hook():
-    """The eager hook of one op (``Op.eager_paths``), with the op's remembered signatures."""
+def _make_hook(op):
+    """The eager hook of one op (``Op.eager_paths``), with the op's remembered signatures; its
+    ``key_of`` is the signature key (both written out for the op's parameters)."""
     signatures: dict[tuple, _Signature] = {}
     calls = [0]  # calls the hook ran (tests read it to tell the paths apart)
-    dynamic, grad_enabled = paddle.in_dynamic_mode, _grad_enabled_c()
-
-    def hook(op, args: Sequence[Any]) -> Any:
-        if not dynamic():  # paddle.enable_static(): the full path says what to do instead
-            return NOT_EAGER
-        sig = signatures.get(_signature(args))
-        if sig is None:
-            return NOT_EAGER
-        calls[0] += 1
-        if sig.grad and grad_enabled():
-            layer = sig.layer
-            if layer is None:  # a hand-written backward: the general node
-                return _apply(sig, args)
-            return layer(*args)
-        return sig.forward(*args)
-
-    hook.signatures, hook.calls = signatures, calls
+    env = {
+        "TT": _TENSOR_TYPES,
+        "PN": _PLAIN_NUMBERS,
+        "PK": _place_key,
+        "NOT_EAGER": NOT_EAGER,
+        "dynamic": paddle.in_dynamic_mode,
+        "grad_enabled": _grad_enabled_c(),
+        "signatures": signatures,
+        "calls": calls,
+        "general": _apply,
+    }
+    # a Paddle built for the CPU only has every tensor there: its keys need not read places
+    hook, key_of = hook_code(op.description, env, places=not _CPU_ONLY)
+    hook.signatures, hook.calls, hook.key_of = signatures, calls, key_of
     return hook
 
 
 def _register(op) -> None:
     """Give ``op`` its Paddle eager hook (once; when it is described or bound, never on a call)."""
     if paddle.Tensor not in op.eager_paths:
-        hook = _make_hook()
+        hook = _make_hook(op)
         for t in _TENSOR_TYPES:
             op.eager_paths[t] = hook
 
@@ -718,7 +670,7 @@ def _remember(op, args: Sequence[Any]) -> None:
     if hook is None:
         return
     signatures = hook.signatures
-    key = _signature(args)
+    key = hook.key_of(args)
     if key is None or key in signatures or len(signatures) >= _cache.FAST_PATHS_PER_OP:
         return
     desc = op.description

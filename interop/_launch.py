@@ -458,7 +458,7 @@ class Runner:
             raise RuntimeError(f"op {self.plan.desc.label!r}: no direct CPU launch for this kernel")
         d = DirectLaunch()
         d.lock, d.launch, d.rec = slot.lock, slot.launch, rec
-        d.acquire, d.release = slot.lock.acquire, slot.lock.release
+        d.busy = False  # set by generated code around its launch (see direct_lines)
         d.rt = _warp_runtime()  # its APIC_FIELD: Warp's API capture recording launches
         d.fn, d.br, d.ar, d.gr, d.s = rec.fn, rec.bounds_ref, rec.args_ref, rec.adj_ref, rec.args
         for i, at in fwd.items():
@@ -660,8 +660,10 @@ class Runner:
 
 
 class DirectLaunch:
-    """A private recorded CPU launch for generated code (:meth:`Runner.direct`): ``lock`` (and
-    its ``acquire``/``release``); ``rt`` Warp's runtime (its ``_warp_compat.APIC_FIELD``); ``fn``
+    """A private recorded CPU launch for generated code (:meth:`Runner.direct`), used by one
+    thread (:func:`direct_env`): ``busy`` while a launch fills it (a call re-entering from the
+    same thread takes the shared launch); ``rt`` Warp's runtime (its
+    ``_warp_compat.APIC_FIELD``); ``fn``
     with ``br``/``ar``/``gr`` (bounds, argument and adjoint-argument struct references: call
     ``fn(br, ar)`` or ``fn(br, ar, gr)``); ``s`` the argument struct; ``v<i>``/``w<i>`` the
     descriptors of array parameter ``i`` and of its gradient; ``set(i, value)`` for a scalar
@@ -676,6 +678,22 @@ class DirectLaunch:
         setattr(self, f"z{i}", zero)
 
 
+def direct_env(runner: Runner, device, strides: dict[int, tuple], env: dict[str, Any]) -> None:
+    """Bind in ``env`` (the globals of generated code) what :func:`direct_lines` reads for the
+    names ``"DF"`` (forward) and ``"DA"`` (adjoint): a ``threading.local`` whose ``d`` is the
+    calling thread's :class:`DirectLaunch` of that direction, made on its first use by
+    ``make_DF()``/``make_DA()``. One record per thread: no lock on the way to the kernel, and
+    threads never share the fields they fill."""
+    for name, adjoint in (("DF", False), ("DA", True)):
+        local = threading.local()
+
+        def make(local=local, adjoint=adjoint) -> DirectLaunch:
+            d = local.d = runner.direct(device, adjoint, strides)
+            return d
+
+        env[name], env[f"make_{name}"] = local, make
+
+
 def direct_lines(
     runner: Runner,
     device,
@@ -688,21 +706,22 @@ def direct_lines(
 ) -> list[str]:
     """Python source lines of one launch through a :class:`DirectLaunch`, for generated code.
 
-    ``d`` is the name of a global holding the record, None until the first call makes it
-    with ``make_<d>()`` (a global the caller binds); ``values`` maps each parameter index to an
+    ``d`` is ``"DF"`` or ``"DA"``, bound with the record's maker by :func:`direct_env`; ``values`` maps each parameter index to an
     expression of its data pointer (arrays) or value (scalars), ``adj`` each array parameter to
     the expression of its gradient's pointer (``"0"`` for none) for the adjoint, and ``zero``
     some of those gradients to a boolean expression: True when that gradient is an expanded
-    scalar (all strides 0), False when contiguous. When the record
-    is busy (another thread) or Warp's API capture records launches, ``fallback`` (a statement)
-    runs instead. Where :meth:`Runner.can_direct` says no, the lines are only ``fallback``.
+    scalar (all strides 0), False when contiguous. When the thread's record
+    is busy (a call re-entering from a callback) or Warp's API capture records launches,
+    ``fallback`` (a statement) runs instead. Where :meth:`Runner.can_direct` says no, the lines are only ``fallback``.
     """
     if not runner.can_direct(device):
         return [indent + fallback]
     i1, i2 = indent + "    ", indent + "        "
     # (no Python call between the user's call and the kernel: each costs several times more
     # inside autograd than alone, so the capture test reads Warp's runtime field directly)
-    lines = [f"{indent}_d = {d} or make_{d}()", f"{indent}if _d.rt.{_APIC_FIELD} is None and _d.acquire(False):"]
+    lines = [f"{indent}try:", f"{i1}_d = {d}.d", f"{indent}except AttributeError:", f"{i1}_d = make_{d}()"]
+    lines.append(f"{indent}if _d.rt.{_APIC_FIELD} is None and not _d.busy:")
+    lines.append(f"{i1}_d.busy = True")
     lines.append(f"{i1}try:")
     for i in sorted(values):
         expr = values[i]
@@ -730,7 +749,7 @@ def direct_lines(
             lines.append(f"{i2}    _d.zero_strides({i}, {flag})")
         lines.append(f"{i2}_d.fn(_d.br, _d.ar, _d.gr)")
     lines.append(f"{i1}finally:")
-    lines.append(f"{i2}_d.release()")
+    lines.append(f"{i2}_d.busy = False")
     lines.append(f"{indent}else:")
     lines.append(f"{i1}{fallback}")
     return lines

@@ -257,7 +257,7 @@ MULTI = interop.op(catalogue.multi_kernel, outputs=2, name="tp_paths::multi")
 
 
 def _sig(op, *args):
-    return _hook(op).signatures[__import__("adapters.paddle", fromlist=["_signature"])._signature(args)]
+    return _hook(op).signatures[_hook(op).key_of(args)]
 
 
 @pytest.mark.parametrize("used", [0, 1], ids=["only-c", "only-d"])
@@ -295,8 +295,9 @@ def test_strided_upstream_gradient_on_the_hook_path():
 
 
 def test_busy_record_falls_back_to_the_shared_launch():
-    """While a signature's own records are in use (another thread inside the kernel), a call runs
-    the plan's shared recorded launch instead: same values and gradients."""
+    """While the thread's own launch records of a signature are busy (a call re-entering from a
+    callback in the middle of a launch), a call runs the plan's shared recorded launch instead:
+    same values and gradients."""
     x, y = _xy(33)
     x.stop_gradient = y.stop_gradient = False
     ref = SAXPY(x, y, 1.5)
@@ -304,10 +305,9 @@ def test_busy_record_falls_back_to_the_shared_launch():
     again = SAXPY(x, y, 1.5)  # the signature's records are made by this call and its backward
     paddle.grad(again.sum(), [x, y])
     env = _sig(SAXPY, x, y, 1.5).forward.__globals__
-    records = [env["DF"], env["DA"]]
-    assert all(r is not None for r in records)
+    records = [env["DF"].d, env["DA"].d]  # this thread's, made by the calls above
     for r in records:
-        r.lock.acquire()
+        r.busy = True
     try:
         before = _calls()
         out = SAXPY(x, y, 1.5)
@@ -315,15 +315,15 @@ def test_busy_record_falls_back_to_the_shared_launch():
         assert _calls() == before + 1
     finally:
         for r in records:
-            r.lock.release()
+            r.busy = False
     np.testing.assert_array_equal(out.numpy(), ref.numpy())
     for got, want in zip(grads, ref_grads):
         np.testing.assert_array_equal(got.numpy(), want)
 
 
 def test_threads_share_one_signature():
-    """Four threads call one signature at once, no gradient (each launch record used by one thread
-    at a time, the others taking the shared launch): every result right. Forward only: Paddle
+    """Four threads call one signature at once, no gradient (each with a launch record of its own):
+    every result right. Forward only: Paddle
     3.3.1's own autograd crashes when threads run backward passes at once (plain ``1.5*x*x+y``
     with ``paddle.grad`` in four threads segfaults)."""
     import threading
@@ -351,3 +351,34 @@ def test_threads_share_one_signature():
         t.join()
     assert not errors, errors[:5]
     assert _calls() == before + 2000
+
+
+def test_signature_key_with_places_tells_places_apart():
+    """The key a Paddle built with devices uses (written out with each tensor's place): here, with
+    one place, it equals the CPU-only key but for the place, and a hook built with it runs the
+    remembered signature's code like the CPU-only hook."""
+    from adapters import paddle as apd
+    from adapters._paddle_eager import hook_code
+
+    x, y = _xy(5)
+    SAXPY(x, y, 1.5)
+    hook = _hook(SAXPY)
+    env = {
+        "TT": apd._TENSOR_TYPES,
+        "PN": apd._PLAIN_NUMBERS,
+        "PK": apd._place_key,
+        "NOT_EAGER": interop._op.NOT_EAGER,
+        "dynamic": paddle.in_dynamic_mode,
+        "grad_enabled": paddle.is_grad_enabled,
+        "signatures": {},
+        "calls": [0],
+        "general": apd._apply,
+    }
+    placed_hook, key_of = hook_code(SAXPY.description, env, places=True)
+    placed, plain = key_of((x, y, 1.5)), hook.key_of((x, y, 1.5))
+    assert placed[0][2] == apd._place_key(x) and placed[0][:2] + placed[0][3:] == plain[0]
+    assert key_of((x, y)) is None and key_of((x, 1.5, 1.5)) is None
+    env["signatures"][placed] = hook.signatures[plain]
+    out = placed_hook(SAXPY, (x, y, 1.5))
+    assert env["calls"][0] == 1
+    np.testing.assert_array_equal(out.numpy(), SAXPY(x, y, 1.5).numpy())

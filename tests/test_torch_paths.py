@@ -453,17 +453,17 @@ def test_sum_backward_reads_the_expanded_gradient_like_a_packed_one():
 
 
 def test_busy_record_falls_back_to_the_shared_launch():
-    """While a signature's own record is in use (another thread inside the kernel), a call runs
-    the plan's shared recorded launch instead: same values and gradients."""
+    """While the thread's own launch records of a signature are busy (a call re-entering from a
+    callback in the middle of a launch), a call runs the plan's shared recorded launch instead:
+    same values and gradients."""
     x, y = _xy(33)
     ref = SAXPY(x, y, 1.5)
     ref_grads = torch.autograd.grad(ref.sum(), (x, y))
     sig = next(s for s in atorch._binding(SAXPY).eager_runs.values() if s.e.tdev == x.device and s.grad)
     env = sig.e.forward.__globals__
-    records = [env["DF"], env["DA"]]
-    assert all(r is not None for r in records), "the signature's records are made by the calls above"
+    records = [env["DF"].d, env["DA"].d]  # this thread's, made by the calls above
     for r in records:
-        r.lock.acquire()
+        r.busy = True
     try:
         before = _eager_calls(SAXPY)
         out = SAXPY(x, y, 1.5)
@@ -471,15 +471,15 @@ def test_busy_record_falls_back_to_the_shared_launch():
         assert _eager_calls(SAXPY) == before + 1
     finally:
         for r in records:
-            r.lock.release()
+            r.busy = False
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_threads_share_one_signature():
-    """Four threads call one signature forward and backward at once (each record used by one
-    thread at a time, the others taking the shared launch): every result right."""
+    """Four threads call one signature forward and backward at once (each with launch records of
+    its own): every result right."""
     import threading
 
     x0, y0 = _xy(257)
