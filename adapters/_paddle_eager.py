@@ -18,42 +18,18 @@ general node's remembered-signature branch, for ops with a hand-written backward
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
 
-import paddle
 from paddle.autograd import PyLayer
 
-from interop import _cache
+from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._launch import direct_env, direct_lines
 
 from ._paddle_compat import grad_enabled_c
 
-_CODE: dict[str, Any] = {}  # generated source -> compiled code object
-_CODE_LIMIT = 1024
-_code_lock = threading.Lock()
 
-
-def _compile(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tuple[Callable, ...]:
-    code = _CODE.get(source)
-    if code is None:
-        code = compile(source, "<interop paddle signature>", "exec")
-        with _code_lock:
-            _cache.put(_CODE, source, code, _CODE_LIMIT)
-    exec(code, env)
-    return tuple(env[n] for n in names)
-
-
-def _adj_tuple(ptr: str, strides: str = "None") -> str:
-    """A gradient for the shared launcher: ``(pointer, strides)``, or None where there is none
-    (a null pointer: a Python-function op's tape tells "no gradient" from None)."""
-    if ptr == "0":
-        return "None"
-    return f"(({ptr}, {strides}) if {ptr} else None)"
-
-
-def _tuple(items: list[str]) -> str:
-    return "(" + "".join(f"{x}, " for x in items) + ")" if items else "()"
+def _compile_fn(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tuple[Callable, ...]:
+    return compile_functions(source, env, names, "<interop paddle signature>")
 
 
 def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorded: Callable | None):
@@ -125,7 +101,7 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         rs.append(f"r{j}")
     fallback = f"go([{', '.join(values[i] for i in range(nparams))}], None, {stream})"
     fwd += direct_lines(runner, device, "DF", ptrs, None, fallback)
-    results = rs[0] if len(rs) == 1 else _tuple(rs)
+    results = rs[0] if len(rs) == 1 else tuple_text(rs)
 
     # ---- adjoint body: arguments, results, upstream gradients (outputs' order) -> gradients
     gs = [f"g{j}" for j in range(len(sig.grad_order))]
@@ -148,7 +124,7 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         adj_body.append(f"{ind}q{j} = g{j}.data_ptr()")
         adj[idx] = f"q{j}"
     grads = []
-    for k, ((pos, idx, _), ga) in enumerate(zip(sig.arrays, sig.grad_allocs)):
+    for k, ((_pos, idx, _), ga) in enumerate(zip(sig.arrays, sig.grad_allocs)):
         if ga is None:
             grads.append("None")
             continue
@@ -158,14 +134,14 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         grads.append(f"t{k}")
     adj_arrays = {i: adj[i] for i in range(nparams) if plan.desc.params[i].is_array or i in runner.ref_idx}
     # the shared launcher's gradients: (pointer, strides) per array, None for a Python number
-    adj_tuples = ", ".join(_adj_tuple(adj[i]) if i in adj_arrays else "None" for i in range(nparams))
+    adj_tuples = ", ".join(adj_tuple_text(adj[i]) if i in adj_arrays else "None" for i in range(nparams))
     slow = f"go_adj([{', '.join(values[i] for i in range(nparams))}], [{adj_tuples}], {stream})"
     adj_body += direct_lines(runner, device, "DA", ptrs, adj_arrays, slow)
-    gradients = grads[0] if len(grads) == 1 else _tuple(grads)
+    gradients = grads[0] if len(grads) == 1 else tuple_text(grads)
 
     lines = [f"def forward({', '.join(args)}):", *fwd, f"    return {results}"]
     lines += [f"def adjoint({', '.join(args + rs + gs)}):", *adj_body, f"    return {gradients}"]
-    names = ("forward", "adjoint")
+    names: tuple[str, ...] = ("forward", "adjoint")
     if recorded is not None:
         lines += [f"def layer_forward(ctx, {', '.join(args)}):", *fwd]
         if len(rs) > 1:  # an unused output's upstream gradient stays None (no pointer passed)
@@ -179,14 +155,14 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         lines.append(f"    {''.join(t + ', ' for t in tensors + rs)}= ctx.saved_tensor()")
         lines += [f"    {a} = ctx.{a}" for a in scalars]
         lines.append("    if grad_enabled():")
-        lines.append(f"        return recorded({_tuple(args)}, {_tuple(tensors + rs)}, {_tuple(gs)})")
+        lines.append(f"        return recorded({tuple_text(args)}, {tuple_text(tensors + rs)}, {tuple_text(gs)})")
         lines += adj_body
         lines.append(f"    return {gradients}")
         names += ("layer_forward", "layer_backward")
-    funcs = _compile("\n".join(lines) + "\n", env, names)
+    funcs = _compile_fn("\n".join(lines) + "\n", env, names)
     if recorded is None:
         return funcs[0], funcs[1], None
-    cls = type(name, (PyLayer,), {"forward": staticmethod(funcs[2]), "backward": staticmethod(funcs[3])})
+    cls: Any = type(name, (PyLayer,), {"forward": staticmethod(funcs[2]), "backward": staticmethod(funcs[3])})
     return funcs[0], funcs[1], cls.apply
 
 
@@ -225,7 +201,7 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
             parts.append(f"type({a})")
     unpack = f"    {''.join(x + ', ' for x in args)}= args" if n else ""
     refuse = " or ".join(checks) if checks else "False"
-    key = _tuple(parts)
+    key = tuple_text(parts)
     lines = ["def key_of(args):", f"    if len(args) != {n}:", "        return None", unpack]
     lines += [f"    if {refuse}:", "        return None", f"    return {key}"]
     lines += ["def hook(op, args):"]
@@ -236,5 +212,5 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     lines += ["    if sig.grad and grad_enabled():", "        layer = sig.layer"]
     lines += ["        if layer is None:  # a hand-written backward: the general node"]
     lines += ["            return general(sig, args)", "        return layer(*args)", "    return sig.forward(*args)"]
-    hook, key_of = _compile("\n".join(x for x in lines if x) + "\n", env, ("hook", "key_of"))
+    hook, key_of = _compile_fn("\n".join(x for x in lines if x) + "\n", env, ("hook", "key_of"))
     return hook, key_of

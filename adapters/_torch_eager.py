@@ -9,44 +9,29 @@ adapter writes the body of the call out, one line per parameter, and compiles it
 
 - :func:`entry_functions`: ``forward(a0, ..., stream) -> results`` and ``adjoint(a0, ...,
   r0, ..., g0, ..., n0, ..., stream) -> [gradients]``, the forward and backward operator's
-  implementation for that entry. The registered operators and the eager fast path both call
-  them: there is one implementation of the semantics, written out per signature.
+  implementation for that entry.
 - :func:`signature_function`: the ``torch.autograd.Function`` of one remembered plain-eager
-  signature, whose forward and backward call the functions above with the arguments as
-  positional parameters (no ``*args`` repacking, no per-call loops).
+  signature, whose forward and backward are the same bodies (:func:`_bodies`), inlined, with
+  the arguments as positional parameters (no ``*args`` repacking, no per-call loops).
 
-The generated text depends only on the signature's structure (which parameters are arrays,
-strided, scalars, outputs); shapes, dtypes and launchers are bound as names, so compiled code
-objects are shared between signatures of the same structure (a bounded cache).
+The registered operators and the eager fast path both run those bodies: one implementation of
+the semantics, written out per signature. On the CPU a launch fills a launch record of the
+calling thread's own field by field and calls the compiled kernel
+(``interop._launch.direct_lines``); the code objects are shared between signatures of the same
+structure (``interop._codegen``).
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
 
 import torch
 
-from interop import _cache
+from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._description import IN_OUT
 from interop._launch import direct_env, direct_lines
 
-_CODE: dict[str, Any] = {}  # generated source -> compiled code object
-_CODE_LIMIT = 1024
-_code_lock = threading.Lock()
-
-
-def _compile(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tuple[Callable, ...]:
-    code = _CODE.get(source)
-    if code is None:
-        code = compile(source, "<interop torch signature>", "exec")
-        with _code_lock:
-            _cache.put(_CODE, source, code, _CODE_LIMIT)
-    exec(code, env)
-    return tuple(env[n] for n in names)
-
-
-#: an expanded-scalar upstream gradient of at most this many elements is read in place (see adjoint)
+#: an expanded-scalar upstream gradient of at most this many elements is read in place (see _bodies)
 _READ_EXPANDED_UP_TO = 2048
 
 
@@ -57,16 +42,8 @@ def _numel(shape) -> int:
     return n
 
 
-def _adj_tuple(ptr: str, strides: str = "None") -> str:
-    """A gradient for the shared launcher: ``(pointer, strides)``, or None where there is none
-    (a null pointer: a Python-function op's tape tells "no gradient" from None)."""
-    if ptr == "0":
-        return "None"
-    return f"(({ptr}, {strides}) if {ptr} else None)"
-
-
-def _tuple(items: list[str]) -> str:
-    return "(" + "".join(f"{x}, " for x in items) + ")" if items else "()"
+def _compile_fn(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tuple[Callable, ...]:
+    return compile_functions(source, env, names, "<interop torch signature>")
 
 
 def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Callable]:
@@ -91,7 +68,7 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
     ns = [f"n{i}" for i in range(n)]
     lines = [f"def forward({', '.join(args + ['stream'])}):", *fwd, f"    return {results}"]
     lines += [f"def adjoint({', '.join(args + rs + gs + ns + ['stream'])}):", *adj, f"    return {grads}"]
-    forward, adjoint = _compile("\n".join(lines) + "\n", env, ("forward", "adjoint"))
+    forward, adjoint = _compile_fn("\n".join(lines) + "\n", env, ("forward", "adjoint"))
     return forward, adjoint
 
 
@@ -107,23 +84,24 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
     (``interop._launch.direct_lines``); on CUDA, or while that record is busy in another
     thread, it calls the plan's shared recorded launch (``go``).
     """
-    n = b.ncall
     nparams = len(b.desc.params)
     runner, wdev = e.runner, e.wdev
     arrays = {idx: (pos, strides) for idx, pos, strides in e.arrays}
     scalars = {idx: (pos, conv) for idx, pos, conv in e.scalars}
     strided = {idx: strides for idx, (pos, strides) in arrays.items() if strides is not None}
-    env.update({
-        "zeros": torch.zeros,
-        "empty": torch.empty,
-        "zeros_like": torch.zeros_like,
-        "empty_like": torch.empty_like,
-        "contiguous": torch.contiguous_format,
-        "tdev": e.tdev,
-        "pointer": pointer,
-        "desc": b.desc,
-        "go": e.launcher(False) if kind != "backward" else None,
-    })
+    env.update(
+        {
+            "zeros": torch.zeros,
+            "empty": torch.empty,
+            "zeros_like": torch.zeros_like,
+            "empty_like": torch.empty_like,
+            "contiguous": torch.contiguous_format,
+            "tdev": e.tdev,
+            "pointer": pointer,
+            "desc": b.desc,
+            "go": e.launcher(False) if kind != "backward" else None,
+        }
+    )
 
     def go_adj(values, adj, stream):
         # the adjoint's record is built on the first backward; from then on the generated code
@@ -166,7 +144,7 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
     ptrs = {idx: ptr(idx) for idx in range(nparams)}
     values = {idx: tup(idx, ptrs[idx]) for idx in range(nparams)}
     results = []
-    for j, (idx, shape, dtype, role, zero) in enumerate(e.outs):
+    for j, (idx, shape, dtype, role, zfill) in enumerate(e.outs):
         if role == IN_OUT and kind == "mutable":
             continue
         env[f"shape{j}"], env[f"dtype{j}"] = shape, dtype
@@ -178,10 +156,10 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
         else:
             like = next((pos for pos, s in like_args if s == (shape, dtype)), None)
             if like is not None:  # the cheapest allocation: like a tensor argument of this shape and dtype
-                alloc = "zeros_like" if zero else "empty_like"
+                alloc = "zeros_like" if zfill else "empty_like"
                 lines.append(f"    r{j} = {alloc}(a{like}{packed(like)})")
             else:
-                alloc = "zeros" if zero else "empty"
+                alloc = "zeros" if zfill else "empty"
                 lines.append(f"    r{j} = {alloc}(shape{j}, dtype=dtype{j}, device=tdev)")
         ptrs[idx] = f"r{j}.data_ptr()"
         values[idx] = f"(r{j}.data_ptr(), None)"
@@ -191,7 +169,7 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
         lines += direct_lines(runner, wdev, "DF", ptrs, None, fallback)
     else:
         lines.append(f"    {fallback}")
-    fwd_lines, results_expr = lines, (results[0] if len(results) == 1 else _tuple(results) if results else "None")
+    fwd_lines, results_expr = lines, (results[0] if len(results) == 1 else tuple_text(results) if results else "None")
 
     # ---- adjoint: arguments, results, upstream gradients, which gradients are needed
     k = len(b.returned)
@@ -247,7 +225,7 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
             grads.append("None")
     array_adj = {i: adj[i] for i in range(nparams) if i in arrays or b.desc.params[i].is_array}
     # the shared launcher's gradients: (pointer, strides) per array, None for a Python number
-    adj_tuples = ", ".join(_adj_tuple(adj[i], zstride[i]) if i in array_adj else "None" for i in range(nparams))
+    adj_tuples = ", ".join(adj_tuple_text(adj[i], zstride[i]) if i in array_adj else "None" for i in range(nparams))
     slow = f"go_adj([{', '.join(general[i] for i in range(nparams))}], [{adj_tuples}], stream)"
     if rs and runner.can_direct(wdev):
         lines.append(f"    if {' and '.join(f'{r}.is_contiguous()' for r in rs)}:")
@@ -256,7 +234,7 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
         lines.append(f"        {slow}")
     else:
         lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, zero=zero)
-    return fwd_lines, results_expr, lines, _tuple(grads)
+    return fwd_lines, results_expr, lines, tuple_text(grads)
 
 
 def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
@@ -301,20 +279,20 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     for i, can in enumerate(sig.can):
         ns.append(f"n{i}")
         lines.append(f"    n{i} = w{i}" if can else f"    n{i} = False")
-    none = _tuple(["None"] * n)
+    none = tuple_text(["None"] * n)
     lines.append(f"    if not ({' or '.join(ns)}):")
     lines.append(f"        return {none}")
     call = f"{', '.join(args + rs + gs + ns)}"
     plain = " and ".join([f"type({g}) in PLAIN" for g in gs] + ["eager()"])
     lines.append(f"    if grad_enabled() or not ({plain}):")
-    lines.append(f"        it = iter(slow({_tuple(args)}, {_tuple(rs)}, {_tuple(gs)}, [{', '.join(ns)}]))")
-    lines.append(f"        return {_tuple([f'next(it) if n{i} else None' for i in range(n)])}")
+    lines.append(f"        it = iter(slow({tuple_text(args)}, {tuple_text(rs)}, {tuple_text(gs)}, [{', '.join(ns)}]))")
+    lines.append(f"        return {tuple_text([f'next(it) if n{i} else None' for i in range(n)])}")
     lines.append("    if profiling():")
     lines.append("        with label(qual):")
     lines.append(f"            return adj({call}, {'stream_of(tdev)' if e.cuda else 'None'})")
     lines.append(stream)
     lines += adj
     lines.append(f"    return {grads}")
-    forward, backward = _compile("\n".join(lines) + "\n", env, ("forward", "backward"))
+    forward, backward = _compile_fn("\n".join(lines) + "\n", env, ("forward", "backward"))
     cls = type(name, (torch.autograd.Function,), {"forward": staticmethod(forward), "backward": staticmethod(backward)})
     return helpers["function_apply"](cls)

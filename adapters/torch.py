@@ -1164,21 +1164,11 @@ def _eager_hook(b: _Binding):
     label = b.qualname(mask, "primary")
     grad_enabled = torch.is_grad_enabled
     profiling = profiler_enabled_c()
-    plain, numbers = PLAIN_TENSOR_TYPES, _PLAIN_NUMBERS
 
     def hook(op, args: Sequence[Any]) -> Any:
         if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
             return NOT_EAGER
-        key = []  # _signature(args), inlined (each call here costs more inside autograd than alone)
-        for a in args:
-            t = type(a)
-            if t in plain:
-                key.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
-            elif t in numbers:
-                key.append(t)
-            else:
-                return NOT_EAGER
-        sig = runs.get(tuple(key))
+        sig = runs.get(_signature(args))
         if sig is None:
             return NOT_EAGER
         if sig.grad and grad_enabled():

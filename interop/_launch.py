@@ -22,12 +22,12 @@ from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._plan import check_scalar_value, int_range, vector_components
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
-from ._warp_compat import apic_active as _apic_active
-from ._warp_compat import runtime as _warp_runtime
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
+from ._warp_compat import apic_active as _apic_active
 from ._warp_compat import array_t, type_size_in_bytes
 from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
 from ._warp_compat import direct_cpu_record as _direct_cpu_record
+from ._warp_compat import runtime as _warp_runtime
 
 _devices: dict[Any, Any] = {}
 _init_done = False

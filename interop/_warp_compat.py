@@ -128,6 +128,13 @@ class CpuRecord:
     whose scalar fields are named ``labels[i]`` for kernel parameter ``i``."""
 
     __slots__ = ("fn", "bounds_ref", "args_ref", "adj_ref", "args", "labels", "sync")
+    fn: Any
+    bounds_ref: Any
+    args_ref: Any
+    adj_ref: Any
+    args: Any
+    labels: tuple
+    sync: Any
 
 
 def direct_cpu_record(launch, fwd_views: dict, adj_views: dict) -> CpuRecord | None:

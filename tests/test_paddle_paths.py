@@ -323,33 +323,25 @@ def test_busy_record_falls_back_to_the_shared_launch():
 
 def test_threads_share_one_signature():
     """Four threads call one signature at once, no gradient (each with a launch record of its own):
-    every result right. Forward only: Paddle
-    3.3.1's own autograd crashes when threads run backward passes at once (plain ``1.5*x*x+y``
-    with ``paddle.grad`` in four threads segfaults)."""
-    import threading
+    every result right. Forward only: Paddle 3.3.1's own autograd crashes when threads run
+    backward passes at once (plain ``1.5*x*x+y`` with ``paddle.grad`` in four threads segfaults)."""
+    from _threads import in_threads
 
     x0, y0 = _xy(257)
     SAXPY(x0, y0, 1.5)
     before = _calls()
-    errors = []
 
     def worker(k):
         rng = np.random.default_rng(k)
-        try:
-            for _ in range(500):
-                xn, yn = rng.random(257, dtype=np.float32), rng.random(257, dtype=np.float32)
-                out = SAXPY(paddle.to_tensor(xn), paddle.to_tensor(yn), 1.5)
-                if not np.allclose(out.numpy(), 1.5 * xn**2 + yn, rtol=1e-6):
-                    errors.append(k)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(repr(e))
+        ok = True
+        for _ in range(500):
+            xn, yn = rng.random(257, dtype=np.float32), rng.random(257, dtype=np.float32)
+            out = SAXPY(paddle.to_tensor(xn), paddle.to_tensor(yn), 1.5)
+            ok &= np.allclose(out.numpy(), 1.5 * xn**2 + yn, rtol=1e-6)
+        return ok
 
-    ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors[:5]
+    problems = in_threads(worker)
+    assert not problems, problems[:5]
     assert _calls() == before + 2000
 
 

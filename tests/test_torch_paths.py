@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 import catalogue  # noqa: E402
 from _subprocess import run_script  # noqa: E402
+from _threads import in_threads  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
 
 import adapters.torch as atorch  # noqa: E402
@@ -394,7 +395,11 @@ def _layouts(shape):
     ``.sum()``: read in place when small), contiguous, strided (copied packed), expanded again."""
     g = torch.Generator().manual_seed(3)
     n = int(np.prod(shape))
-    strided = torch.rand(2 * n, generator=g)[::2].reshape(shape) if len(shape) == 1 else torch.rand(shape[::-1], generator=g).T
+    strided = (
+        torch.rand(2 * n, generator=g)[::2].reshape(shape)
+        if len(shape) == 1
+        else torch.rand(shape[::-1], generator=g).T
+    )
     return [
         torch.tensor(2.0).expand(shape),
         torch.rand(shape, generator=g),
@@ -431,6 +436,7 @@ def test_upstream_gradient_layouts_in_turn_on_one_signature(op, shape):
 
         def expected(up):
             return (0.5 * up,)
+
     op(*args)  # validated in full: the calls below run the signature's generated code
     for up in _layouts(shape):
         before = _eager_calls(op)
@@ -480,32 +486,20 @@ def test_busy_record_falls_back_to_the_shared_launch():
 def test_threads_share_one_signature():
     """Four threads call one signature forward and backward at once (each with launch records of
     its own): every result right."""
-    import threading
-
     x0, y0 = _xy(257)
     SAXPY(x0, y0, 1.5)
-    errors = []
 
     def worker(k):
         g = torch.Generator().manual_seed(k)
-        try:
-            for _ in range(200):
-                x = torch.rand(257, generator=g, requires_grad=True)
-                y = torch.rand(257, generator=g, requires_grad=True)
-                out = SAXPY(x, y, 1.5)
-                gx, gy = torch.autograd.grad(out.sum(), (x, y))
-                if not (
-                    torch.allclose(out, 1.5 * x.detach() ** 2 + y.detach())
-                    and torch.allclose(gx, 3.0 * x.detach())
-                    and torch.equal(gy, torch.ones(257))
-                ):
-                    errors.append(k)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(repr(e))
+        ok = True
+        for _ in range(200):
+            x = torch.rand(257, generator=g, requires_grad=True)
+            y = torch.rand(257, generator=g, requires_grad=True)
+            out = SAXPY(x, y, 1.5)
+            gx, gy = torch.autograd.grad(out.sum(), (x, y))
+            ok &= torch.allclose(out, 1.5 * x.detach() ** 2 + y.detach())
+            ok &= torch.allclose(gx, 3.0 * x.detach()) and torch.equal(gy, torch.ones(257))
+        return ok
 
-    ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors[:5]
+    problems = in_threads(worker)
+    assert not problems, problems[:5]
