@@ -5,12 +5,12 @@ of ``adapters/paddle.py``: one plan, Paddle tensors and Python numbers in fixed 
 no in-out parameter) gets its call written out, one line per parameter, and compiled once:
 
 :func:`signature_code` writes ``forward(a0, ...) -> result(s)`` (outputs allocated by Paddle's
-C operators, one launch), ``adjoint(a0, ..., r0, ..., g0, ...) -> gradients`` and the
-signature's ``paddle.autograd.PyLayer``, whose forward and backward are those two bodies
-inlined (each Python call inside Paddle's autograd costs several times what it costs alone).
-On the CPU each launch sets the fields of a launch record of the signature's own and calls the
-compiled kernel (``interop._launch.direct_lines``); on CUDA, or while the record is busy in
-another thread, it calls the plan's shared recorded launch (on Paddle's current stream).
+C operators, one launch) and the signature's ``paddle.autograd.PyLayer``, whose forward is that
+body inlined and whose backward runs the adjoint launch. :func:`hook_code` writes the op's eager
+hook and signature key for its parameters. On the CPU each launch fills a launch record of the
+calling thread's own field by field and calls the compiled kernel
+(``interop._launch.direct_lines``); on CUDA, or while that record is busy (a re-entrant call),
+it calls the plan's shared recorded launch (on Paddle's current stream).
 
 The hook's call without a gradient runs ``forward``, and so does ``_Signature.run`` (the
 general node's remembered-signature branch, for ops with a hand-written backward).
@@ -33,18 +33,18 @@ def _compile_fn(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tup
 
 
 def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorded: Callable | None):
-    """``(forward, adjoint, apply)`` of one remembered signature, written out and compiled in one
-    namespace (one launch record per direction, made on first use).
+    """``(forward, apply)`` of one remembered signature, written out and compiled in one namespace
+    (launch records per direction and thread, made on first use).
 
     - ``forward(a0, ...) -> result(s)``: outputs allocated by Paddle's C operators, one launch;
-    - ``adjoint(a0, ..., r0, ..., g0, ...) -> gradients`` (upstream gradients in the outputs'
-      order; gradients for the tensor arguments, None where none is needed);
-    - ``apply(*args)`` of the signature's ``PyLayer`` (None without ``recorded``), whose forward
-      and backward are the two bodies above, inlined: it saves the tensor arguments and detached
-      aliases of the outputs (a PyLayer that saves its own output is never freed when no
-      backward runs, see ``adapters/paddle.py``), keeps the Python numbers on ``ctx``, and hands a
-      recorded backward (``create_graph=True``) to ``recorded(args, saved, grads)``, the adapter's
-      node that refuses a second derivative.
+    - ``apply(*args)`` of the signature's ``PyLayer`` (None without ``recorded``): its forward is
+      the body above, inlined; it saves the tensor arguments and detached aliases of the outputs
+      (a PyLayer that saves its own output is never freed when no backward runs, see
+      ``adapters/paddle.py``) and keeps the Python numbers on ``ctx``. Its backward takes the
+      upstream gradients in the outputs' order, allocates the zero-filled gradients of the
+      tensor arguments that need one and runs the adjoint launch, or hands a recorded backward
+      (``create_graph=True``) to ``recorded(args, saved, grads)``, the adapter's node that
+      refuses a second derivative.
 
     Args:
         sig: the ``_Signature`` (plan, device, array and scalar positions, strides, output and
@@ -140,8 +140,7 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     gradients = grads[0] if len(grads) == 1 else tuple_text(grads)
 
     lines = [f"def forward({', '.join(args)}):", *fwd, f"    return {results}"]
-    lines += [f"def adjoint({', '.join(args + rs + gs)}):", *adj_body, f"    return {gradients}"]
-    names: tuple[str, ...] = ("forward", "adjoint")
+    names: tuple[str, ...] = ("forward",)
     if recorded is not None:
         lines += [f"def layer_forward(ctx, {', '.join(args)}):", *fwd]
         if len(rs) > 1:  # an unused output's upstream gradient stays None (no pointer passed)
@@ -161,9 +160,9 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         names += ("layer_forward", "layer_backward")
     funcs = _compile_fn("\n".join(lines) + "\n", env, names)
     if recorded is None:
-        return funcs[0], funcs[1], None
-    cls: Any = type(name, (PyLayer,), {"forward": staticmethod(funcs[2]), "backward": staticmethod(funcs[3])})
-    return funcs[0], funcs[1], cls.apply
+        return funcs[0], None
+    cls: Any = type(name, (PyLayer,), {"forward": staticmethod(funcs[1]), "backward": staticmethod(funcs[2])})
+    return funcs[0], cls.apply
 
 
 def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callable]:

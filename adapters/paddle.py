@@ -486,9 +486,9 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
 # A plain eager call (Paddle tensors and Python numbers, no in-out parameter, no launch_dims or
 # output_dims) whose argument signature a call through ``call`` validated before skips the
 # framework detection and the checks: ``Op.__call__`` finds the op's hook by the argument's
-# type (``Op.eager_paths``), and the hook runs the signature's forward (below) directly, or
-# inside the same ``_OpLayer`` node as any call when a gradient is to be recorded. Both paths
-# run one forward (``_Signature.forward``) and one backward (``_backward``).
+# type (``Op.eager_paths``), and the hook runs the signature's written-out forward directly,
+# or the signature's own PyLayer when a gradient is to be recorded (adapters/_paddle_eager.py);
+# an op with a hand-written backward runs the forward inside the general ``_OpLayer`` node.
 _TENSOR_TYPES = (paddle.Tensor, type(paddle.to_tensor(0.0)), paddle.base.framework.EagerParamBase)
 _PLAIN_NUMBERS = (float, int, bool)
 _NO_IN_OUT = MappingProxyType({})
@@ -502,7 +502,6 @@ class _Signature:
         "op",
         "plan",
         "device",
-        "go",
         "cuda",
         "arrays",
         "scalars",
@@ -514,21 +513,18 @@ class _Signature:
         "visible",
         "need",
         "tensor_pos",
-        "blank",
         "grad_order",
         "grad_allocs",
         "any_grad",
         "take",
         "_go_adj",
         "forward",
-        "adjoint",
         "layer",
     )
 
     def __init__(self, op, args: Sequence[Any], plan, device: str):
         desc = op.description
         self.op, self.plan, self.device = op, plan, device
-        self.go = plan.runner.launcher(device, False)
         self.cuda = device != "cpu"
         arrays, scalars, need = [], [], {}
         for pos, (p, x) in enumerate(zip(desc.call_params, args)):
@@ -555,7 +551,6 @@ class _Signature:
         self.visible = tuple(need)
         self.need = need
         self.tensor_pos = tuple(pos for pos, _, _ in arrays)
-        self.blank = [None] * len(args)  # the call's arguments with the tensors dropped (see _apply)
         # for the adjoint (_backward): upstream gradients' order, the zero-filled gradients to allocate
         self.grad_order = _grad_order(desc)
         self.grad_allocs = tuple(
@@ -570,7 +565,7 @@ class _Signature:
         # the call written out (adapters/_paddle_eager.py): forward, adjoint, and the PyLayer that
         # runs them (a hand-written backward keeps the general node, _OpLayer)
         layer = self.grad and desc.backward is None
-        self.forward, self.adjoint, self.layer = signature_code(
+        self.forward, self.layer = signature_code(
             self, len(args), f"{desc.label}_eager", _current_stream, _recorded(self) if layer else None
         )
 
