@@ -306,13 +306,16 @@ def test_busy_record_falls_back_to_the_shared_launch():
     paddle.grad(again.sum(), [x, y])
     env = _sig(SAXPY, x, y, 1.5).forward.__globals__
     records = [env["DF"].d, env["DA"].d]  # this thread's, made by the calls above
+    x2, y2 = x.detach().clone(), y.detach().clone()  # the same signature, other memory
+    x2.stop_gradient = y2.stop_gradient = False
     for r in records:
         r.busy = True
     try:
         before = _calls()
-        out = SAXPY(x, y, 1.5)
-        grads = paddle.grad(out.sum(), [x, y])
+        out = SAXPY(x2, y2, 1.5)
+        grads = paddle.grad(out.sum(), [x2, y2])
         assert _calls() == before + 1
+        assert all(r.v0.data != x2.data_ptr() for r in records), "a busy record was filled again"
     finally:
         for r in records:
             r.busy = False

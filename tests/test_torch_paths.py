@@ -463,18 +463,22 @@ def test_busy_record_falls_back_to_the_shared_launch():
     callback in the middle of a launch), a call runs the plan's shared recorded launch instead:
     same values and gradients."""
     x, y = _xy(33)
+    SAXPY(x, y, 1.5)  # validated in full: the calls below run the signature's Function
     ref = SAXPY(x, y, 1.5)
     ref_grads = torch.autograd.grad(ref.sum(), (x, y))
-    sig = next(s for s in atorch._binding(SAXPY).eager_runs.values() if s.e.tdev == x.device and s.grad)
-    env = sig.e.forward.__globals__
-    records = [env["DF"].d, env["DA"].d]  # this thread's, made by the calls above
+    key = atorch._signature((x, y, 1.5))
+    function = atorch._binding(SAXPY).eager_runs[key].apply.__self__  # the signature's Function
+    env = function.forward.__globals__
+    records = [env["DF"].d, env["DA"].d]  # this thread's, made by the call above
+    x2, y2 = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()  # same key
     for r in records:
         r.busy = True
     try:
         before = _eager_calls(SAXPY)
-        out = SAXPY(x, y, 1.5)
-        grads = torch.autograd.grad(out.sum(), (x, y))
+        out = SAXPY(x2, y2, 1.5)
+        grads = torch.autograd.grad(out.sum(), (x2, y2))
         assert _eager_calls(SAXPY) == before + 1
+        assert all(r.v0.data != x2.data_ptr() for r in records), "a busy record was filled again"
     finally:
         for r in records:
             r.busy = False
