@@ -457,7 +457,7 @@ class Runner:
         if rec is None:  # pragma: no cover - can_direct said yes
             raise RuntimeError(f"op {self.plan.desc.label!r}: no direct CPU launch for this kernel")
         d = DirectLaunch()
-        d.lock, d.launch, d.rec = slot.lock, slot.launch, rec
+        d.launch, d.rec = slot.launch, rec
         d.busy = False  # set by generated code around its launch (see direct_lines)
         d.rt = _warp_runtime()  # its APIC_FIELD: Warp's API capture recording launches
         d.fn, d.br, d.ar, d.gr, d.s = rec.fn, rec.bounds_ref, rec.args_ref, rec.adj_ref, rec.args
