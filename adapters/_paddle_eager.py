@@ -39,8 +39,8 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     - ``forward(a0, ...) -> result(s)``: outputs allocated by Paddle's C operators, one launch;
     - ``apply(*args)`` of the signature's ``PyLayer`` (None without ``recorded``): its forward is
       the body above, inlined; it saves the tensor arguments and detached aliases of the outputs
-      (a PyLayer that saves its own output is never freed when no backward runs, see
-      ``adapters/paddle.py``) and keeps the Python numbers on ``ctx``. Its backward takes the
+      that Warp's adjoint reads (``sig.kept``; a PyLayer that saves its own output is never freed
+      when no backward runs, see ``adapters/paddle.py``) and keeps the Python numbers on ``ctx``. Its backward takes the
       upstream gradients in the outputs' order, allocates the zero-filled gradients of the
       tensor arguments that need one and runs the adjoint launch, or hands a recorded backward
       (``create_graph=True``) to ``recorded(args, saved, grads)``, the adapter's node that
@@ -107,6 +107,14 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     gs = [f"g{j}" for j in range(len(sig.grad_order))]
     adj_body = []
     adj = dict.fromkeys(range(nparams), "0")
+    # an output the adjoint never reads is not kept (sig.kept): its launch pointer is its upstream
+    # gradient's (same shape and dtype; 0 when there is none), never dereferenced
+    kept = [rs[j] for j in sig.kept]
+    for j, (idx, _, _) in enumerate(sig.outs):
+        if j not in sig.kept:
+            up = next(k for k, (gidx, _, _) in enumerate(sig.grad_order) if gidx == idx)
+            ptrs[idx] = f"q{up}"
+            values[idx] = f"(q{up}, None)"
     for j, (idx, _, copy) in enumerate(sig.grad_order):
         # no upstream gradient (an unused output of several): no pointer; a copy when the
         # adjoint may accumulate into it; a strided one packed (Warp reads strided arrays slower)
@@ -145,16 +153,16 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         lines += [f"def layer_forward(ctx, {', '.join(args)}):", *fwd]
         if len(rs) > 1:  # an unused output's upstream gradient stays None (no pointer passed)
             lines.append("    ctx.set_materialize_grads(False)")
-        lines.append(f"    ctx.save_for_backward({', '.join(tensors + [f'{r}.detach()' for r in rs])})")
+        lines.append(f"    ctx.save_for_backward({', '.join(tensors + [f'{r}.detach()' for r in kept])})")
         lines += [f"    ctx.{a} = {a}" for a in scalars]
         if sig.nondiff:
             lines.append(f"    ctx.mark_non_differentiable({', '.join(rs[j] for j in sig.nondiff)})")
         lines.append(f"    return {results}")
         lines.append(f"def layer_backward(ctx, {', '.join(gs)}):")
-        lines.append(f"    {''.join(t + ', ' for t in tensors + rs)}= ctx.saved_tensor()")
+        lines.append(f"    {''.join(t + ', ' for t in tensors + kept)}= ctx.saved_tensor()")
         lines += [f"    {a} = ctx.{a}" for a in scalars]
         lines.append("    if grad_enabled():")
-        lines.append(f"        return recorded({tuple_text(args)}, {tuple_text(tensors + rs)}, {tuple_text(gs)})")
+        lines.append(f"        return recorded({tuple_text(args)}, {tuple_text(tensors + kept)}, {tuple_text(gs)})")
         lines += adj_body
         lines.append(f"    return {gradients}")
         names += ("layer_forward", "layer_backward")

@@ -344,8 +344,8 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
         # the launch values of the forward, with the pointers read again from the tensors kept
         for (_, idx, strides), t in zip(sig.arrays, saved):
             values[idx] = (t.data_ptr(), strides)
-        for (idx, _, _), t in zip(sig.outs, saved[n_vis:]):
-            values[idx] = (t.data_ptr(), None)
+        for j, t in zip(sig.kept, saved[n_vis:]):
+            values[sig.outs[j][0]] = (t.data_ptr(), None)
         allocs = sig.grad_allocs
     else:
         order = _grad_order(desc)
@@ -383,6 +383,9 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
             adj[idx] = (ptr, check_layout(desc, p, tuple(g.shape), strides, itemsize))
         keep.append(g)
     if sig is not None:
+        for j, (idx, _, _) in enumerate(sig.outs):
+            if j not in sig.kept:  # not kept, never read by the adjoint: its gradient's pointer
+                values[idx] = (adj[idx][0] if adj[idx] is not None else 0, None)
         if sig.any_grad:
             sig.go_adj(values, adj, _current_stream(sig.device) if sig.cuda else None)
     elif any(r is not None for r in result):
@@ -508,6 +511,7 @@ class _Signature:
         "template",
         "outs",
         "single",
+        "kept",
         "nondiff",
         "grad",
         "visible",
@@ -545,6 +549,10 @@ class _Signature:
             for p, spec, zero in zip(desc.returned_params, plan.out_specs, plan.zero)
         )
         self.single = len(self.outs) == 1
+        # the outputs the node keeps for the adjoint: those Warp's adjoint may read (see
+        # Runner.unread_outputs); the others are neither saved nor read again
+        unread = plan.runner.unread_outputs
+        self.kept = tuple(j for j, (idx, _, _) in enumerate(self.outs) if idx not in unread)
         self.nondiff = tuple(j for j, p in enumerate(desc.returned_params) if not plan.differentiable[p.index])
         # as _call_grad: the node is recorded when a differentiable parameter's tensor has stop_gradient=False
         self.grad = any(need.values())

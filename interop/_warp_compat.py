@@ -48,6 +48,11 @@ CHECKED = ((1, 19),)
 VERSION = tuple(int(p) for p in wp.config.version.split(".")[:2] if p.isdigit())
 #: True when the installed Warp is one this module was checked on; else the direct CPU path is off.
 VERIFIED = VERSION in CHECKED
+#: Warp's adjoint of ``a[i] = v`` and of ``wp.atomic_add/sub(a, i, v)`` reads only the gradient
+#: of ``a``, never ``a``'s memory (the forward's stores are not replayed: ``adj_array_store`` and
+#: ``adj_atomic_*`` in warp/native/array.h, checked on the CHECKED versions). So an output that
+#: a kernel only writes that way need not be kept alive for the backward. Off on other versions.
+ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS = VERIFIED
 
 # -- type tables --------------------------------------------------------------------------
 is_array = _types.is_array

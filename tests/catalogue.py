@@ -50,6 +50,14 @@ def multi_kernel(a: wp.array(dtype=float), c: wp.array(dtype=float), d: wp.array
 
 
 @wp.kernel
+def reads_output_kernel(x: wp.array(dtype=float), sq: wp.array(dtype=float), twice: wp.array(dtype=float)):
+    # reads an output back: Warp's adjoint reads sq's memory and accumulates into its gradient
+    i = wp.tid()
+    sq[i] = x[i] * x[i]
+    twice[i] = 2.0 * sq[i] + x[i]
+
+
+@wp.kernel
 def inout_kernel(x: wp.array2d(dtype=float), acc: wp.array(dtype=float), sq: wp.array2d(dtype=float)):
     i, j = wp.tid()
     wp.atomic_add(acc, i, x[i, j] * x[i, j])
@@ -397,6 +405,15 @@ _add(
         interop.op(multi_kernel, outputs=2),
         lambda rng, dt: (_f(rng, N, dt),),
         lambda a: (np.sin(a), a**3),
+        dtypes=(np.float32,),
+    )
+)
+_add(
+    Case(
+        "reads_output",
+        interop.op(reads_output_kernel, outputs=2),
+        lambda rng, dt: (_f(rng, N, dt),),
+        lambda x: (x * x, 2.0 * x * x + x),
         dtypes=(np.float32,),
     )
 )
