@@ -181,12 +181,17 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
     adj = dict.fromkeys(range(nparams), "0")
     zero: dict[int, str] = {}  # upstream gradients that may be expanded scalars: their flag
     zstride = dict.fromkeys(range(nparams), "None")  # their strides for the shared launcher
+    unread = runner.unread_outputs  # outputs Warp's adjoint never reads: their gradient's pointer stands in
     for j, (p, clone) in enumerate(zip(b.returned, b.clone_grads)):
         env[f"P{j}"] = p
         env[f"CS{j}"] = e.contiguous_outer[p.index]
-        ptrs[p.index] = f"r{j}.data_ptr()"
-        values[p.index] = f"(r{j}.data_ptr(), None)"
-        general[p.index] = f"(r{j}.data_ptr(), None) if r{j}.is_contiguous() else pointer(desc, P{j}, r{j}, CS{j})"
+        if p.index in unread:
+            ptrs[p.index] = f"q{j}"
+            values[p.index] = general[p.index] = f"(q{j}, None)"
+        else:
+            ptrs[p.index] = f"r{j}.data_ptr()"
+            values[p.index] = f"(r{j}.data_ptr(), None)"
+            general[p.index] = f"(r{j}.data_ptr(), None) if r{j}.is_contiguous() else pointer(desc, P{j}, r{j}, CS{j})"
         if clone:
             # the adjoint may accumulate into it (the kernel reads this output): a private copy
             lines.append(f"    g{j} = g{j}.clone(memory_format=contiguous)")
@@ -227,8 +232,9 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
     # the shared launcher's gradients: (pointer, strides) per array, None for a Python number
     adj_tuples = ", ".join(adj_tuple_text(adj[i], zstride[i]) if i in array_adj else "None" for i in range(nparams))
     slow = f"go_adj([{', '.join(general[i] for i in range(nparams))}], [{adj_tuples}], stream)"
-    if rs and runner.can_direct(wdev):
-        lines.append(f"    if {' and '.join(f'{r}.is_contiguous()' for r in rs)}:")
+    read = [f"r{j}" for j, p in enumerate(b.returned) if p.index not in unread]
+    if read and runner.can_direct(wdev):
+        lines.append(f"    if {' and '.join(f'{r}.is_contiguous()' for r in read)}:")
         lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, indent="        ", zero=zero)
         lines.append("    else:")
         lines.append(f"        {slow}")
@@ -261,8 +267,12 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     env.update(adj=e.adjoint, cuda=e.cuda)
     stream = "    stream = stream_of(tdev)" if e.cuda else "    stream = None"
     nondiff = [f"r{j}" for j, p in enumerate(b.returned) if not p.differentiable]
+    # the results Warp's adjoint reads are saved (as the operator's setup_context saves them); for
+    # the others (Runner.unread_outputs) the upstream gradient stands in, as in the operator's backward
+    kept = [f"r{j}" for j, p in enumerate(b.returned) if p.index not in e.runner.unread_outputs]
+    standins = [f"    r{j} = g{j}" for j, p in enumerate(b.returned) if p.index in e.runner.unread_outputs]
     lines = [f"def forward(ctx, {', '.join(args)}):", stream, *fwd]
-    lines.append(f"    ctx.save_for_backward({', '.join(tensors + rs)})")
+    lines.append(f"    ctx.save_for_backward({', '.join(tensors + kept)})")
     for a in scalars:
         lines.append(f"    ctx.{a} = {a}")
     if nondiff:
@@ -270,7 +280,8 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     lines.append(f"    return {results}")
 
     lines.append(f"def backward(ctx, {', '.join(gs)}):")
-    lines.append(f"    {''.join(t + ', ' for t in tensors + rs)}= ctx.saved_tensors")
+    lines.append(f"    {''.join(t + ', ' for t in tensors + kept)}= ctx.saved_tensors")
+    lines += standins
     for a in scalars:
         lines.append(f"    {a} = ctx.{a}")
     ws = [f"w{i}" for i in range(n)]

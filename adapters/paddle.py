@@ -265,12 +265,16 @@ class _OpLayer(PyLayer):
         if nondiff:
             ctx.mark_non_differentiable(*nondiff)
         state.out_specs = plan.out_specs
-        # The kernel's adjoint replays the forward (its stores included) and may read outputs: keep
-        # them, as detached aliases (same memory and version counter, no graph). Paddle never frees
-        # a PyLayer that saves its own output if no backward runs (a reference cycle through C++:
-        # about the output's size per call, paddle 3.3.1), and saving it costs 10-30 us. A
-        # hand-written backward is called with the inputs and upstream gradients, not the outputs.
-        ctx.save_for_backward(*tensors, *[o.detach() for o in outs])
+        # The kernel's adjoint replays the forward and may read outputs: keep those it may read
+        # (all but Runner.unread_outputs), as detached aliases (same memory and version counter,
+        # no graph). Paddle never frees a PyLayer that saves its own output if no backward runs (a
+        # reference cycle through C++: about the output's size per call, paddle 3.3.1), and saving
+        # it costs 10-30 us. A hand-written backward is called with the inputs and upstream
+        # gradients, not the outputs.
+        unread = plan.runner.unread_outputs
+        kept = [o.detach() for p, o in zip([p for p in desc.returned_params if p.role == OUTPUT], outs)
+                if p.index not in unread]
+        ctx.save_for_backward(*tensors, *kept)
         ctx.state = state
         return tuple(outs + links)
 
@@ -350,8 +354,9 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
     else:
         order = _grad_order(desc)
         tensors = dict(zip(state.visible, saved[:n_vis]))
-        for (idx, _, _), t in zip(order, saved[n_vis:]):
-            tensors[idx] = t  # outputs (in-out arrays are not saved)
+        kept = [idx for idx, p, _ in order if p.role == OUTPUT and idx not in plan.runner.unread_outputs]
+        for idx, t in zip(kept, saved[n_vis:]):
+            tensors[idx] = t  # the outputs the adjoint reads (in-out arrays are not saved)
         for idx, t in state.in_out.items():
             tensors[idx] = t
         scalars = {p.index: x for p, x in zip(desc.call_params, state.args) if not isinstance(x, paddle.Tensor)}
@@ -382,10 +387,9 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
             ptr, strides, itemsize = FRAMEWORK.layout(g)
             adj[idx] = (ptr, check_layout(desc, p, tuple(g.shape), strides, itemsize))
         keep.append(g)
+    for idx in plan.runner.unread_outputs:  # not kept, never read by the adjoint: its gradient's pointer
+        values[idx] = (adj[idx][0] if adj[idx] is not None else 0, None)
     if sig is not None:
-        for j, (idx, _, _) in enumerate(sig.outs):
-            if j not in sig.kept:  # not kept, never read by the adjoint: its gradient's pointer
-                values[idx] = (adj[idx][0] if adj[idx] is not None else 0, None)
         if sig.any_grad:
             sig.go_adj(values, adj, _current_stream(sig.device) if sig.cuda else None)
     elif any(r is not None for r in result):

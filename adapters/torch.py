@@ -711,6 +711,9 @@ def _make_setup_context(b: _Binding, mask: tuple):
     nout = len(b.outputs)
     inout = set(b.inout_pos)
     ret_of = {b._pos_of_index(p.index): j for j, p in enumerate(b.returned) if p.role == IN_OUT}
+    # the results Warp's adjoint reads; the backward passes the others' upstream gradients in their place
+    unread = set(b.desc.adjoint_unread)
+    kept = tuple(p.name not in unread for p in b.returned)
 
     def setup_context(ctx, inputs, output):
         outs = output if isinstance(output, tuple) else (output,)
@@ -727,7 +730,7 @@ def _make_setup_context(b: _Binding, mask: tuple):
                 tensors.append(a)
             else:
                 layout.append(("value", a))
-        ctx.save_for_backward(*tensors, *outs)
+        ctx.save_for_backward(*tensors, *[o for o, keep in zip(outs, kept) if keep])
         ctx.layout = tuple(layout)
         dims = tuple(inputs[n : n + 1 + nout])
         ctx.dims = dims + (None,) * (1 + nout - len(dims))
@@ -748,10 +751,15 @@ def _make_backward(b: _Binding, mask: tuple, direct: bool = False):
     differentiable = tuple(p.differentiable for p in b.call_params)
     # in-out parameters only accumulate: their gradient passes through unchanged
     passthrough = tuple((b._pos_of_index(p.index), j) for j, p in enumerate(b.returned) if p.role == IN_OUT)
+    unread = set(b.desc.adjoint_unread)
+    kept = tuple(p.name not in unread for p in b.returned)
+    nkept = sum(kept)
 
     def backward(ctx, *grads):
         saved = ctx.saved_tensors
-        results = saved[len(saved) - k :]
+        it_saved = iter(saved[len(saved) - nkept :])
+        # a result Warp's adjoint never reads was not saved: its upstream gradient stands in
+        results = [next(it_saved) if keep else g for keep, g in zip(kept, grads)]
         args = [saved[v] if where == "saved" else results[v] if where == "result" else v for where, v in ctx.layout]
         needs = ctx.needs_input_grad
         need = [

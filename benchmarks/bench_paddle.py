@@ -22,7 +22,16 @@ from paddle.autograd import PyLayer
 
 import interop
 
-from .harness import SIZES, clock, interleaved, ratios, raw_saxpy_forward_adjoint, report
+from .harness import (
+    SIZES,
+    by_hand_saxpy_forward_backward,
+    clock,
+    faults_per_call,
+    interleaved,
+    ratios,
+    raw_saxpy_forward_adjoint,
+    report,
+)
 
 
 @wp.kernel
@@ -77,6 +86,17 @@ def run(quick: bool = False) -> dict:
 
         raw_alloc = raw_saxpy_forward_adjoint(saxpy, n, wx, wy, wout, gx, gy, gout, allocate=paddle_allocations)
 
+        by_hand_fb = by_hand_saxpy_forward_backward(
+            saxpy,
+            n,
+            x.data_ptr(),
+            y.data_ptr(),
+            lambda: paddle.empty([n], dtype="float32"),
+            lambda: paddle.zeros([n], dtype="float32"),
+            lambda: paddle.ones([n], dtype="float32"),
+            lambda t: t.data_ptr(),
+        )
+
         xg = x.clone()
         xg.stop_gradient = False
         yg = y.clone()
@@ -97,6 +117,7 @@ def run(quick: bool = False) -> dict:
             ),
             ("raw wp.launch forward + zero grads + adjoint launch", raw_fwd_adj),
             ("  the same + new Paddle output and zeroed gradients", raw_alloc),
+            ("  by hand: raw launches into Paddle buffers held as autograd holds them", by_hand_fb),
             ("floor: empty PyLayer, forward+backward", fwd_bwd(EmptyLayer.apply)),
             ("floor: paddle.zeros(n), the output allocation alone", lambda: paddle.zeros([n], dtype="float32")),
             ("wp.from_paddle x3 + wp.launch (output by paddle.zeros)", by_hand),
@@ -121,6 +142,18 @@ def run(quick: bool = False) -> dict:
                 ("interop op, forward+backward (PyLayer)", "floor: empty PyLayer, forward+backward"),
                 ("interop op, forward+backward (PyLayer)", "raw wp.launch forward + zero grads + adjoint launch"),
                 ("interop op, forward+backward (PyLayer)", "  the same + new Paddle output and zeroed gradients"),
+                (
+                    "interop op, forward+backward (PyLayer)",
+                    "  by hand: raw launches into Paddle buffers held as autograd holds them",
+                ),
+            ],
+        )
+        faults_per_call(
+            rows,
+            [
+                "  by hand: raw launches into Paddle buffers held as autograd holds them",
+                "interop op, forward+backward (PyLayer)",
+                "plain Paddle 2*x+y, forward+backward",
             ],
         )
         # the op's node does what an empty PyLayer does plus the two launches: their sum is its floor

@@ -14,7 +14,16 @@ import warp as wp
 
 import interop
 
-from .harness import SIZES, clock, interleaved, ratios, raw_saxpy_forward_adjoint, report
+from .harness import (
+    SIZES,
+    by_hand_saxpy_forward_backward,
+    clock,
+    faults_per_call,
+    interleaved,
+    ratios,
+    raw_saxpy_forward_adjoint,
+    report,
+)
 
 
 @wp.kernel
@@ -180,6 +189,17 @@ def _run(quick: bool) -> dict:
             saxpy, n, wx, wy, wout, gx, gy, gout, allocate=lambda: (torch.empty(n), torch.zeros(n), torch.zeros(n))
         )
 
+        by_hand_fb = by_hand_saxpy_forward_backward(
+            saxpy,
+            n,
+            x.data_ptr(),
+            y.data_ptr(),
+            lambda: torch.empty(n),
+            lambda: torch.zeros(n),
+            lambda: torch.ones(n),
+            lambda t: t.data_ptr(),
+        )
+
         # every path computes the same values and gradients
         ref = 2.0 * x + y
         paths = [("interop", op), ("operator", registered), ("compiled", lambda a, b, s: compiled(a, b))]
@@ -204,6 +224,7 @@ def _run(quick: bool) -> dict:
             ),
             ("raw wp.launch forward + zero grads + adjoint launch", raw_fwd_adj),
             ("  the same + new torch output and zeroed gradients", raw_alloc),
+            ("  by hand: raw launches into torch buffers held as autograd holds them", by_hand_fb),
             ("floor: empty custom op, forward", lambda: empty_custom_op(x, y, 2.0)),
             ("floor: empty custom op, forward+backward", fwd_bwd(empty_custom_op)),
             ("floor: empty autograd.Function, forward", lambda: EmptyFunction.apply(x, y, 2.0)),
@@ -235,10 +256,19 @@ def _run(quick: bool) -> dict:
                 ("interop op, eager forward+backward", "floor: empty autograd.Function, forward+backward"),
                 ("interop op, eager forward+backward", "raw wp.launch forward + zero grads + adjoint launch"),
                 ("interop op, eager forward+backward", "  the same + new torch output and zeroed gradients"),
+                ("interop op, eager forward+backward", "  by hand: raw launches into torch buffers held as autograd holds them"),
                 (
                     "interop in torch.compile(fullgraph=True), fwd+bwd",
                     "interop via torch.ops (registered operator), fwd+bwd",
                 ),
+            ],
+        )
+        faults_per_call(
+            rows,
+            [
+                "  by hand: raw launches into torch buffers held as autograd holds them",
+                "interop op, eager forward+backward",
+                "plain torch (2*x+y), forward+backward",
             ],
         )
         results[n] = table

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import statistics
 import time
 from typing import Callable
@@ -142,3 +143,54 @@ def raw_saxpy_forward_adjoint(saxpy, n: int, wx, wy, wout, gx, gy, gout, allocat
         )
 
     return run
+
+
+def by_hand_saxpy_forward_backward(saxpy, n: int, x_ptr: int, y_ptr: int, empty, zeros, ones, ptr) -> Callable[[], None]:
+    """The floor of an op call that returns new tensors, by hand: what the op's forward+backward
+    allocates, allocated by the framework (a new output, the upstream gradient of ``.sum()``
+    materialized, two zero-filled gradients) and held together as an autograd pass holds them,
+    with raw ``wp.launch`` forward and adjoint launches reading and writing that memory. At
+    n=1e6 this is what a fresh 4 MB buffer costs where the framework's CPU allocator returns
+    freed memory to the system (page faults on first touch: glibc trims its heap when more
+    than about twice the largest freed block is free at its top)."""
+
+    def arr(p: int):
+        return wp.array(ptr=p, dtype=float, shape=(n,), device="cpu")
+
+    wx, wy = arr(x_ptr), arr(y_ptr)
+
+    def run() -> None:
+        out = empty()
+        wout = arr(ptr(out))
+        wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0], outputs=[wout], device="cpu")
+        g, gx, gy = ones(), zeros(), zeros()
+        wp.launch(
+            saxpy,
+            dim=n,
+            inputs=[wx, wy, 2.0],
+            outputs=[wout],
+            adj_inputs=[arr(ptr(gx)), arr(ptr(gy)), 0.0],
+            adj_outputs=[arr(ptr(g))],
+            adjoint=True,
+            device="cpu",
+        )
+
+    return run
+
+
+def faults_per_call(rows: list[tuple[str, Callable[[], object]]], labels: list[str], calls: int = 20) -> None:
+    """Print the minor page faults per call of the rows named in ``labels`` (Linux: getrusage)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import resource
+
+    fns = dict(rows)
+    print("  page faults per call (minor, first touch of memory new to the process)")
+    for label in labels:
+        fn = fns[label]
+        fn()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(calls):
+            fn()
+        per = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
+        print(f"    {label:58s} {per:8.0f}")

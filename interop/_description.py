@@ -21,7 +21,7 @@ import warp as wp
 
 from . import _dtypes, _warp_compat
 from ._errors import ArgumentError, UnsupportedError
-from ._extent import direct_indexing, written_outputs
+from ._extent import direct_indexing, uses_tiles, written_outputs
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -103,6 +103,9 @@ class OpDescription:
     # returned parameters the kernel may read (so Warp's adjoint may write into their
     # upstream gradient): adapters hand such a gradient over as a private copy
     reads_returned: tuple[str, ...] = field(default=(), compare=False, hash=False)
+    # outputs Warp's adjoint never reads (the kernel only stores into them or adds atomically;
+    # see _warp_compat.ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS): adapters need not keep them for the backward
+    adjoint_unread: tuple[str, ...] = field(default=(), compare=False, hash=False)
     # (array parameter, its dim, launch dim) the kernel indexes directly with wp.tid() (see _extent)
     direct_index: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, hash=False)
     # (output, launch dim per output dim) the kernel writes element by element (see _extent)
@@ -484,6 +487,7 @@ def describe(
         desc_name = _default_name(key, fn, kind, hashlib.sha1(ident.encode()).hexdigest()[:8])
     else:
         desc_name = name
+    reads = _returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT])
     return OpDescription(
         fn=fn,
         kind=kind,
@@ -499,7 +503,8 @@ def describe(
         block_dim=bd,
         partition=partition,
         label=name or key.rsplit(".", 1)[-1],
-        reads_returned=_returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT]),
+        reads_returned=reads,
+        adjoint_unread=_adjoint_unread(fn, kind, params, reads),
         direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),
         written=written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
     )
@@ -541,6 +546,15 @@ def _returned_params_read(fn: Any, kind: str, names: list[str]) -> tuple[str, ..
             if isinstance(node, ast.Name) and node.id in wanted and id(node) not in allowed:
                 read.add(node.id)
     return tuple(n for n in names if n in read)
+
+
+def _adjoint_unread(fn: Any, kind: str, params: Sequence[Param], reads: tuple[str, ...]) -> tuple[str, ...]:
+    """Outputs whose memory Warp's adjoint never touches: a kernel (no tiles: their adjoint reads
+    the primal arrays' own gradient fields) that only stores into them or adds atomically, on a
+    Warp version where that was checked. Empty for Python-function ops (a tape replays them)."""
+    if kind != "kernel" or not _warp_compat.ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS or uses_tiles(fn):
+        return ()
+    return tuple(p.name for p in params if p.role == OUTPUT and p.name not in reads)
 
 
 def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) -> OpDescription:

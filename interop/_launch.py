@@ -21,8 +21,6 @@ from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._plan import check_scalar_value, int_range, vector_components
-from ._description import OUTPUT
-from ._warp_compat import ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS as _ADJOINT_SKIPS_WRITE_ONLY
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
@@ -216,15 +214,7 @@ class Runner:
         # outputs whose memory the adjoint never touches (the kernel only stores into them, or
         # adds atomically, see _warp_compat): an adapter need not keep them for the backward,
         # and may pass any pointer for them to the adjoint launch
-        self.unread_outputs = frozenset(
-            p.index
-            for p in desc.params
-            if p.role == OUTPUT
-            and desc.kind == "kernel"
-            and not self.tiles
-            and _ADJOINT_SKIPS_WRITE_ONLY
-            and p.name not in desc.reads_returned
-        )
+        self.unread_outputs = frozenset(desc.param(name).index for name in desc.adjoint_unread)
 
     # -- kernel ops ------------------------------------------------------------------
     def _kernel(self, adjoint: bool):

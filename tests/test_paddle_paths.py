@@ -377,3 +377,66 @@ def test_signature_key_with_places_tells_places_apart():
     out = placed_hook(SAXPY, (x, y, 1.5))
     assert env["calls"][0] == 1
     np.testing.assert_array_equal(out.numpy(), SAXPY(x, y, 1.5).numpy())
+
+
+# ---- what a node keeps for the adjoint ------------------------------------------------------------
+READS_OUTPUT = interop.op(catalogue.reads_output_kernel, outputs=2, name="tp_paths::reads_output")
+SCALE = interop.op(catalogue.scale_kernel, name="tp_paths::scale")
+
+
+@pytest.mark.parametrize("create_graph", [False, True], ids=["backward", "create_graph"])
+@pytest.mark.parametrize("path", ["full", "hook"])
+@pytest.mark.parametrize("which", ["write_only", "reads_output"])
+def test_nodes_keep_only_the_outputs_warps_adjoint_reads(which, path, create_graph):
+    """Warp's adjoint never reads an output the kernel only stores into (``Runner.unread_outputs``):
+    on both paths the node saves the tensor arguments and the outputs the kernel reads back, no
+    more (Paddle's saved-tensor hooks see them), and the gradients are right either way."""
+    x = paddle.to_tensor(np.random.default_rng(1).random(9, dtype=np.float32))
+    x.stop_gradient = False
+    xn = x.numpy().astype(np.float64)
+    if which == "write_only":  # out = s * a
+        op, args, saved, want = SCALE, (x, 2.0), [(9,)], 2.0 * np.ones(9)
+    else:  # sq = x*x, twice = 2*sq + x: loss = sum(sq) + 2 * sum(twice)
+        op, args, saved, want = READS_OUTPUT, (x,), [(9,), (9,)], 10.0 * xn + 2.0
+    hook = _hook(op)
+    if path == "full":
+        hook.signatures.clear()
+    else:
+        op(*args)  # remembered: the next call takes the hook
+    before = hook.calls[0]
+    packed = []
+
+    def pack(t):
+        packed.append(tuple(t.shape))
+        return t
+
+    with paddle.autograd.saved_tensors_hooks(pack, lambda t: t):
+        out = op(*args)
+    assert (hook.calls[0] > before) == (path == "hook")
+    assert packed == saved
+    outs = out if isinstance(out, tuple) else (out,)
+    loss = sum((k + 1.0) * o.sum() for k, o in enumerate(outs))
+    (g,) = paddle.grad([loss], [x], create_graph=create_graph)
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-5)
+
+
+def test_write_only_outputs_follow_warps_adjoint():
+    """Which outputs count as never read: the kernel's only uses are stores or atomic adds, on a
+    Warp version whose adjoint of those was checked (``_warp_compat``); tile kernels and
+    Python-function ops keep every output."""
+    from interop import _warp_compat
+
+    x = paddle.to_tensor(np.arange(4, dtype=np.float32))
+    x.stop_gradient = False
+    READS_OUTPUT(x)
+    SCALE(x, 2.0)
+    MULTI(x)
+    checked = _warp_compat.ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS
+    assert _sig(READS_OUTPUT, x).kept == ((0,) if checked else (0, 1))  # sq is read back, twice is not
+    assert _sig(SCALE, x, 2.0).kept == (() if checked else (0,))
+    assert _sig(MULTI, x).kept == (() if checked else (0, 1))
+    for case_id in ("tile", "function"):
+        case = catalogue.case(case_id)
+        case.op(*case.make(np.random.default_rng(0), np.float32), **case.call_kwargs)
+        plans = list(case.op._plans.values())
+        assert plans and all(not p.runner.unread_outputs for p in plans)

@@ -256,7 +256,30 @@ def test_saved_tensor_hooks_see_the_same_tensors(path):
     gx, gy = torch.autograd.grad(out.sum(), (x, y))
     torch.testing.assert_close(gx, 3.0 * x.detach())
     torch.testing.assert_close(gy, torch.ones(9))
-    assert packed == [((9,), torch.float32)] * 3  # x, y and the output
+    # x and y: the kernel only stores into its output, which Warp's adjoint never reads
+    assert packed == [((9,), torch.float32)] * 2
+
+
+READS_OUTPUT = interop.op(catalogue.reads_output_kernel, outputs=2, name="tt_paths::reads_output")
+
+
+@pytest.mark.parametrize("path", ["eager", "operator"])
+def test_saved_tensors_are_the_inputs_and_the_outputs_the_adjoint_reads(path):
+    """An output the kernel reads back (``sq``) is saved for the adjoint; one it only writes
+    (``twice``) is not, and its upstream gradient stands in for it: the gradients are right."""
+    x = torch.rand(9, dtype=torch.float32, requires_grad=True)
+    READS_OUTPUT(x)  # the signature is validated once; from then on eager calls take the fast path
+    packed = []
+
+    def pack(t):
+        packed.append(tuple(t.shape))
+        return t.clone()
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        sq, twice = _run(path, READS_OUTPUT, READS_OUTPUT, x)
+    assert packed == [(9,), (9,)]  # x and sq
+    (gx,) = torch.autograd.grad(sq.sum() + 2.0 * twice.sum(), x)
+    torch.testing.assert_close(gx, 10.0 * x.detach() + 2.0)
 
 
 def test_saved_tensor_hooks_count_is_the_same_on_both_paths():
