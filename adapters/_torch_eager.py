@@ -172,8 +172,6 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
     fwd_lines, results_expr = lines, (results[0] if len(results) == 1 else tuple_text(results) if results else "None")
 
     # ---- adjoint: arguments, results, upstream gradients, which gradients are needed
-    k = len(b.returned)
-    rs = [f"r{j}" for j in range(k)]
     lines = []
     ptrs = {idx: ptr(idx) for idx in range(nparams)}
     values = {idx: tup(idx, ptrs[idx]) for idx in range(nparams)}

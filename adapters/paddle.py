@@ -272,8 +272,11 @@ class _OpLayer(PyLayer):
         # it costs 10-30 us. A hand-written backward is called with the inputs and upstream
         # gradients, not the outputs.
         unread = plan.runner.unread_outputs
-        kept = [o.detach() for p, o in zip([p for p in desc.returned_params if p.role == OUTPUT], outs)
-                if p.index not in unread]
+        kept = [
+            o.detach()
+            for p, o in zip([p for p in desc.returned_params if p.role == OUTPUT], outs)
+            if p.index not in unread
+        ]
         ctx.save_for_backward(*tensors, *kept)
         ctx.state = state
         return tuple(outs + links)

@@ -746,7 +746,6 @@ def _make_backward(b: _Binding, mask: tuple, direct: bool = False):
     """The backward of one scalar signature; ``direct`` (the eager fast path) runs Warp's
     adjoint without the dispatcher when nothing records or intercepts the backward."""
     n = b.ncall
-    k = len(b.returned)
     qual = b.qualname(mask, "backward")
     differentiable = tuple(p.differentiable for p in b.call_params)
     # in-out parameters only accumulate: their gradient passes through unchanged

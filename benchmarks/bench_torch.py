@@ -256,7 +256,10 @@ def _run(quick: bool) -> dict:
                 ("interop op, eager forward+backward", "floor: empty autograd.Function, forward+backward"),
                 ("interop op, eager forward+backward", "raw wp.launch forward + zero grads + adjoint launch"),
                 ("interop op, eager forward+backward", "  the same + new torch output and zeroed gradients"),
-                ("interop op, eager forward+backward", "  by hand: raw launches into torch buffers held as autograd holds them"),
+                (
+                    "interop op, eager forward+backward",
+                    "  by hand: raw launches into torch buffers held as autograd holds them",
+                ),
                 (
                     "interop in torch.compile(fullgraph=True), fwd+bwd",
                     "interop via torch.ops (registered operator), fwd+bwd",

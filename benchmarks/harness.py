@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 import statistics
+import sys
 import time
 from typing import Callable
 
@@ -145,7 +145,9 @@ def raw_saxpy_forward_adjoint(saxpy, n: int, wx, wy, wout, gx, gy, gout, allocat
     return run
 
 
-def by_hand_saxpy_forward_backward(saxpy, n: int, x_ptr: int, y_ptr: int, empty, zeros, ones, ptr) -> Callable[[], None]:
+def by_hand_saxpy_forward_backward(
+    saxpy, n: int, x_ptr: int, y_ptr: int, empty, zeros, ones, ptr
+) -> Callable[[], None]:
     """The floor of an op call that returns new tensors, by hand: what the op's forward+backward
     allocates, allocated by the framework (a new output, the upstream gradient of ``.sum()``
     materialized, two zero-filled gradients) and held together as an autograd pass holds them,
