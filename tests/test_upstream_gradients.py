@@ -18,8 +18,25 @@ def reads_output(x: wp.array(dtype=float), out: wp.array(dtype=float), twice: wp
     twice[i] = out[i] * 2.0  # reads `out`
 
 
+@wp.kernel
+def accumulates(x: wp.array(dtype=float), total: wp.array(dtype=float), plus: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(total, 0, x[i])  # write-only: an atomic add
+    plus[i] = x[i]
+    plus[i] += 1.0  # reads `plus` back
+
+
 def test_description_knows_which_returned_arrays_are_read():
-    assert interop.op(reads_output, outputs=2).description.reads_returned == ("out",)
+    from interop import _warp_compat
+
+    desc = interop.op(reads_output, outputs=2).description
+    assert desc.reads_returned == ("out",)
+    # the outputs whose memory Warp's adjoint never touches (on a Warp whose adjoint was checked)
+    checked = _warp_compat.ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS
+    assert desc.adjoint_unread == (("twice",) if checked else ())
+    desc = interop.op(accumulates, outputs=2, output_dims={"total": 1}).description
+    assert desc.reads_returned == ("plus",)
+    assert desc.adjoint_unread == (("total",) if checked else ())
 
 
 FRAMEWORKS = [f for f in ("torch", "jax", "paddle") if importlib.util.find_spec(f)]
