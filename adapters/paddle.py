@@ -251,10 +251,13 @@ class _OpLayer(PyLayer):
         returned, plan, device = FRAMEWORK.call_with_plan(state.op, state.args, state.launch_dims, state.output_dims)
         desc = plan.desc
         state.plan, state.device = plan, device
-        outs, links, nondiff = [], [], []
+        outs, links, nondiff, kept = [], [], [], []
+        unread = plan.runner.unread_outputs
         for p, r in zip(desc.returned_params, returned):
             if p.role == OUTPUT:
                 outs.append(r)
+                if p.index not in unread:
+                    kept.append(r.detach())
                 if not plan.differentiable[p.index]:
                     nondiff.append(r)
             else:
@@ -271,12 +274,6 @@ class _OpLayer(PyLayer):
         # reference cycle through C++: about the output's size per call, paddle 3.3.1), and saving
         # it costs 10-30 us. A hand-written backward is called with the inputs and upstream
         # gradients, not the outputs.
-        unread = plan.runner.unread_outputs
-        kept = [
-            o.detach()
-            for p, o in zip([p for p in desc.returned_params if p.role == OUTPUT], outs)
-            if p.index not in unread
-        ]
         ctx.save_for_backward(*tensors, *kept)
         ctx.state = state
         return tuple(outs + links)
