@@ -13,7 +13,7 @@ import contextlib
 import threading
 import types as _pytypes
 import weakref
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import warp as wp
 
@@ -122,6 +122,27 @@ class _ScalarsAsArrays(ast.NodeTransformer):
         return node
 
 
+_AST_RACE = "AST constructor recursion depth mismatch"
+
+
+def retry_ast_race(make: Callable[[], Any], attempts: int = 5) -> Any:
+    """``make()``, again when CPython's ``ast`` module reports its thread race.
+
+    CPython 3.11 and 3.12 keep the AST constructor's recursion depth in interpreter-wide
+    state (python/cpython gh-106905): an ``ast.parse`` in one thread that runs while another
+    thread's is suspended makes the suspended one raise ``SystemError(AST constructor
+    recursion depth mismatch)``. Nothing is left half-made (the depth is reset on each
+    parse), so parsing again is correct. Checked on CPython 3.11.7.
+    """
+    for attempt in range(attempts):
+        try:
+            return make()
+        except SystemError as e:
+            if _AST_RACE not in str(e) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 # kernel -> {scalar names: variant}; weak, so a dropped op's kernel (and its variants) can go
 _variants: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _variant_lock = threading.Lock()
@@ -133,7 +154,9 @@ def scalar_ref_kernel(kernel, names: tuple[str, ...]):
     The body reads the value once (``s = s_arr[0]``), so the adjoint accumulates the
     scalar's gradient into the gradient array, summed over all threads.
     """
-    with _variant_lock:
+    # build_lock first: Warp parses the source in wp.Kernel, as it may while building a module,
+    # so no two threads of this package parse at once (see retry_ast_race)
+    with build_lock, _variant_lock:
         per_kernel = _variants.get(kernel)
         if per_kernel is None:
             per_kernel = _variants[kernel] = {}
@@ -155,13 +178,15 @@ def scalar_ref_kernel(kernel, names: tuple[str, ...]):
         if sig:
             suffix += "__" + sig
         module = wp.get_module(f"interop_scalar_ref.{kernel.key}.{suffix}")
-        k = wp.Kernel(
-            fn,
-            key=f"{kernel.key}__scalar_ref_{suffix}",
-            module=module,
-            options=dict(kernel.options or {}),
-            code_transformers=[_ScalarsAsArrays(names)],
-            source=kernel.adj.source,
+        k = retry_ast_race(
+            lambda: wp.Kernel(
+                fn,
+                key=f"{kernel.key}__scalar_ref_{suffix}",
+                module=module,
+                options=dict(kernel.options or {}),
+                code_transformers=[_ScalarsAsArrays(names)],
+                source=kernel.adj.source,
+            )
         )
         per_kernel[names] = k
         return k

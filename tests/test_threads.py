@@ -6,6 +6,7 @@ A crash (the worst bug) kills only the child; the test then fails with the signa
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 
 import pytest
@@ -69,15 +70,25 @@ saxpy = case("scalar").op  # out = sin(x) * s + y * y
 ref = case("scalar").reference
 
 
-def make_scaled(k):
-    # a new op per thread (first registration with torch/paddle/jax racing the other threads)
+def make_kernel(k):
     scale = wp.constant(float(k + 1))
 
     @wp.kernel(module="unique")
     def scaled(a: wp.array(dtype=float), out: wp.array(dtype=float)):
         out[wp.tid()] = a[wp.tid()] * scale
 
-    return interop.op(scaled, name=f"threads::scaled{k}")
+    return scaled
+
+
+# The user's kernels are decorated here, in one thread: Warp parses a kernel's source when it is
+# decorated, and on CPython 3.11 two threads parsing at once can break each other's parse
+# (gh-106905), a race between the user's own decorations that no library can prevent.
+KERNELS = [make_kernel(k) for k in range(4)]
+
+
+def make_scaled(k):
+    # a new op per thread (first registration with torch/paddle/jax racing the other threads)
+    return interop.op(KERNELS[k], name=f"threads::scaled{k}")
 
 
 rng = np.random.default_rng(0)
@@ -139,3 +150,62 @@ def test_first_use_from_eight_threads(run):
     # Warp initialised once: one banner, a kernel-cache path not built several times over
     assert p.stdout.count("Warp 1.") <= 1, p.stdout
     assert not re.search(r"(\d+\.\d+\.\d+)/\1", p.stdout), p.stdout
+
+
+def test_a_parse_broken_by_cpythons_ast_race_is_parsed_again():
+    """On CPython 3.11 an ``ast.parse`` that starts while another is half-way breaks that one
+    (``SystemError: AST constructor recursion depth mismatch``, gh-106905; CI hit it once with 8
+    threads). The package makes Warp parse a kernel's source when it builds the variant that takes
+    a scalar by reference; a garbage-collector callback here parses once in the middle of exactly
+    that parse, as another thread would, and the call must still give the right value and gradient."""
+    p = run_script(
+        """
+        import ast, gc, sys
+        import numpy as np, torch, warp as wp
+        import interop
+        from catalogue import scalar_kernel
+
+        state = {"armed": False, "fired": []}
+
+        def interrupt(phase, info):
+            # parse once in the middle of Warp's own ast.parse (its frame is the innermost one)
+            if not state["armed"] or phase != "start":
+                return
+            f = sys._getframe(1)
+            if f.f_code.co_name == "parse" and f.f_code.co_filename.endswith("ast.py"):
+                state["armed"] = False
+                caller = f.f_back.f_code
+                state["fired"].append(caller.co_filename.rsplit("/", 2)[-2:])
+                ast.parse("x = 1")
+
+        gc.callbacks.append(interrupt)
+        gc.set_threshold(1)  # a collection on every allocation, so one lands inside the parse
+
+        # the race is real on this Python: a plain parse broken this way raises
+        state["armed"] = True
+        try:
+            ast.parse("\\n".join(f"y{i} = [{i}, ({i},)]" for i in range(200)))
+            broken = False
+        except SystemError as e:
+            broken = "recursion depth mismatch" in str(e)
+        assert state["fired"] and not state["armed"]
+        print("BROKEN", broken, sys.version_info[:2])
+
+        op = interop.op(scalar_kernel, name="threads::astrace")
+        x = torch.linspace(-1, 1, 9, requires_grad=True)
+        y = torch.linspace(0, 2, 9)
+        s = torch.tensor(1.5, requires_grad=True)  # a tensor scalar: passed by reference
+        state["armed"], state["fired"] = True, []
+        out = op(x, y, s)
+        out.sum().backward()
+        assert state["fired"] and state["fired"][0][-1] == "codegen.py", state["fired"]  # Warp's parse was the one broken
+        gc.set_threshold(700)
+        torch.testing.assert_close(out, torch.sin(x) * 1.5 + y * y)
+        torch.testing.assert_close(s.grad, torch.sin(x).sum())
+        torch.testing.assert_close(x.grad, torch.cos(x) * 1.5)
+        print("OK")
+        """
+    )
+    assert "OK" in p.stdout
+    if sys.version_info[:2] == (3, 11):
+        assert "BROKEN True" in p.stdout, p.stdout
