@@ -404,6 +404,9 @@ class _Entry:
         desc = self.desc
         fwd_launch = self.fwd
         out_mask = tuple(p.role == OUTPUT for p in desc.returned_params)
+        # outputs Warp's adjoint never reads (OpDescription.adjoint_unread) are not residuals:
+        # the adjoint launch gets their cotangent in their place (same shape and dtype, never read)
+        unread = self._unread_outputs()
 
         @jax.custom_vjp
         def fn(*xs):
@@ -418,7 +421,7 @@ class _Entry:
             outs = tuple(fn(*xs))
             # which operands need a gradient is static: carry it in the residuals' tree structure
             # the adjoint launch takes the pure outputs (in kernel order, wherever in-out ones sit)
-            pure = tuple(o for o, is_out in zip(outs, out_mask) if is_out)
+            pure = tuple(None if k in unread else o for k, (o, is_out) in enumerate(zip(outs, out_mask)) if is_out)
             return outs, (tuple(xs), pure, {str(i): None for i in want})
 
         def fn_bwd(res, cts):
@@ -428,6 +431,16 @@ class _Entry:
 
         fn.defvjp(fn_fwd, fn_bwd, symbolic_zeros=True)
         return fn
+
+    def _unread_outputs(self) -> frozenset:
+        """Positions among the returned arrays of the differentiable outputs that Warp's adjoint
+        never reads (an output the kernel only stores into or adds into atomically)."""
+        unread = set(self.desc.adjoint_unread)
+        return frozenset(
+            k
+            for k, p in enumerate(self.desc.returned_params)
+            if p.role == OUTPUT and p.name in unread and self.plan.differentiable[p.index]
+        )
 
     def _check_differentiable(self, want):
         desc = self.desc
@@ -473,7 +486,10 @@ class _Entry:
         ):
             raise desc.no_adjoint_error()  # at trace time, not as an XLA runtime error
         launch = self.adjoint(want)
-        operands = list(xs) + list(outs) + [c for c in ct_vals if c is not None]
+        # an output that is not a residual (see _make_vjp): its cotangent stands in
+        stand_in = [ct for ct, p in zip(ct_vals, ret) if p.role == OUTPUT]
+        outs = [o if o is not None else c for o, c in zip(outs, stand_in)]
+        operands = list(xs) + outs + [c for c in ct_vals if c is not None]
         results = self._no_second_order(launch)(*operands) if launch.results else ()
         for i, r in zip(launch.grad_for, results):
             grads[i] = r

@@ -10,7 +10,7 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
-from catalogue import cube64
+from catalogue import cube64, multi_kernel, reads_output_kernel
 from catalogue import square_axpy_kernel as saxpy
 from catalogue import square_backward_kernel as square_bwd
 from catalogue import square_kernel as square_fwd
@@ -244,6 +244,43 @@ def test_vmap_of_grad_and_grad_of_vmap():
     np.testing.assert_allclose(np.asarray(gs), np.sum(np.asarray(xs) ** 2, axis=1), rtol=1e-5)
     gx2 = jax.grad(lambda xs: jnp.sum(jax.vmap(lambda x, s: op(x, Y, s))(xs, ss)))(xs)
     np.testing.assert_allclose(np.asarray(gx2), np.asarray(gx), rtol=1e-6)
+
+
+def _custom_calls(hlo: str) -> dict[str, list[str]]:
+    """Each custom call of a lowered StableHLO module: target suffix (fwd/bwd) -> operand names."""
+    calls: dict[str, list[str]] = {}
+    for res, target, operands in re.findall(
+        r"(%\w+)(?::\d+)? = stablehlo\.custom_call @[\w.]+\.(fwd|bwd)\(([^)]*)\)", hlo
+    ):
+        calls[target] = [o.strip() for o in operands.split(",") if o.strip()]
+        calls[target + " result"] = [res]
+    return calls
+
+
+def test_outputs_warps_adjoint_never_reads_are_not_residuals():
+    """An output the kernel only stores into is not kept for the backward (as in PyTorch and
+    Paddle): under jit(grad) its cotangent stands in, so nothing needs the forward launch and
+    JAX drops it; an output the kernel reads back is a residual that feeds the adjoint launch."""
+    x = jnp.asarray(np.linspace(0.1, 1.0, 8, dtype=np.float32))
+    write_only = interop.op(multi_kernel, outputs=2, name="jax_residuals::write_only")  # c = sin a, d = a^3
+    reads_back = interop.op(reads_output_kernel, outputs=2, name="jax_residuals::reads_back")  # twice = 2 sq + x
+
+    def loss(op):
+        return lambda a: sum(((k + 1.0) * o).sum() for k, o in enumerate(op(a)))
+
+    calls = _custom_calls(jax.jit(jax.grad(loss(write_only))).lower(x).as_text())
+    assert "fwd" not in calls and "bwd" in calls, calls
+    calls = _custom_calls(jax.jit(jax.grad(loss(reads_back))).lower(x).as_text())
+    assert any(o.startswith(calls["fwd result"][0] + "#") for o in calls["bwd"]), calls
+
+    xn = np.asarray(x, np.float64)
+    for fn in (jax.grad, lambda f: jax.jit(jax.grad(f))):
+        np.testing.assert_allclose(fn(loss(write_only))(x), np.cos(xn) + 2 * 3 * xn**2, rtol=1e-5)
+        np.testing.assert_allclose(fn(loss(reads_back))(x), 2 * xn + 2 * (2 * 2 * xn + 1), rtol=1e-5)
+    # the values and the gradient together, and one output's cotangent a symbolic zero
+    v, g = jax.value_and_grad(lambda a: write_only(a)[1].sum())(x)
+    np.testing.assert_allclose(v, (xn**3).sum(), rtol=1e-5)
+    np.testing.assert_allclose(g, 3 * xn**2, rtol=1e-5)
 
 
 def test_in_out_gradient_passes_through():
