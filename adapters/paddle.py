@@ -237,12 +237,13 @@ class _OpLayer(PyLayer):
             ctx.state = state
             if sig.single:  # the node's backward runs only when its one output is used: no None gradient
                 out = outs[0]
-                ctx.save_for_backward(*tensors, out.detach())  # see below
+                # the outputs the backward reads (sig.kept; none for a hand-written backward), see below
+                ctx.save_for_backward(*tensors, *[out.detach() for _ in sig.kept])
                 if sig.nondiff:
                     ctx.mark_non_differentiable(out)
                 return out
             ctx.set_materialize_grads(False)
-            ctx.save_for_backward(*tensors, *[o.detach() for o in outs])
+            ctx.save_for_backward(*tensors, *[outs[j].detach() for j in sig.kept])
             if sig.nondiff:
                 ctx.mark_non_differentiable(*[outs[j] for j in sig.nondiff])
             return tuple(outs)

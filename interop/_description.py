@@ -103,8 +103,10 @@ class OpDescription:
     # returned parameters the kernel may read (so Warp's adjoint may write into their
     # upstream gradient): adapters hand such a gradient over as a private copy
     reads_returned: tuple[str, ...] = field(default=(), compare=False, hash=False)
-    # outputs Warp's adjoint never reads (the kernel only stores into them or adds atomically;
-    # see _warp_compat.ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS): adapters need not keep them for the backward
+    # outputs the backward never reads, which adapters need not keep for it: those Warp's adjoint
+    # never reads (the kernel only stores into them or adds atomically; see
+    # _warp_compat.ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS), or every output when a hand-written backward
+    # is given (it is called with the call's inputs and the upstream gradients only)
     adjoint_unread: tuple[str, ...] = field(default=(), compare=False, hash=False)
     # (array parameter, its dim, launch dim) the kernel indexes directly with wp.tid() (see _extent)
     direct_index: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, hash=False)
@@ -504,7 +506,11 @@ def describe(
         partition=partition,
         label=name or key.rsplit(".", 1)[-1],
         reads_returned=reads,
-        adjoint_unread=_adjoint_unread(fn, kind, params, reads),
+        adjoint_unread=(
+            tuple(p.name for p in params if p.role == OUTPUT)
+            if bwd is not None
+            else _adjoint_unread(fn, kind, params, reads)
+        ),
         direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),
         written=written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
     )

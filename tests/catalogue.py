@@ -58,6 +58,18 @@ def reads_output_kernel(x: wp.array(dtype=float), sq: wp.array(dtype=float), twi
 
 
 @wp.kernel
+def reads_output_backward_kernel(
+    x: wp.array(dtype=float),
+    adj_sq: wp.array(dtype=float),
+    adj_twice: wp.array(dtype=float),
+    grad_x: wp.array(dtype=float),
+):
+    # reads_output_kernel's gradient by interop's backward convention: it needs no output value
+    i = wp.tid()
+    grad_x[i] = adj_sq[i] * 2.0 * x[i] + adj_twice[i] * (4.0 * x[i] + 1.0)
+
+
+@wp.kernel
 def inout_kernel(x: wp.array2d(dtype=float), acc: wp.array(dtype=float), sq: wp.array2d(dtype=float)):
     i, j = wp.tid()
     wp.atomic_add(acc, i, x[i, j] * x[i, j])

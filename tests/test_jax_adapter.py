@@ -10,7 +10,7 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
-from catalogue import cube64, multi_kernel, reads_output_kernel
+from catalogue import cube64, multi_kernel, reads_output_backward_kernel, reads_output_kernel
 from catalogue import square_axpy_kernel as saxpy
 from catalogue import square_backward_kernel as square_bwd
 from catalogue import square_kernel as square_fwd
@@ -272,11 +272,17 @@ def test_outputs_warps_adjoint_never_reads_are_not_residuals():
     assert "fwd" not in calls and "bwd" in calls, calls
     calls = _custom_calls(jax.jit(jax.grad(loss(reads_back))).lower(x).as_text())
     assert any(o.startswith(calls["fwd result"][0] + "#") for o in calls["bwd"]), calls
+    # a hand-written backward reads no output value: no residual, no forward launch either
+    hand = interop.op(reads_output_kernel, outputs=2, backward=reads_output_backward_kernel, name="jax_residuals::hand")
+    hlo = jax.jit(jax.grad(loss(hand))).lower(x).as_text()
+    assert not re.search(r"reads_output_kernel_\w+\.fwd\(", hlo), hlo  # the forward op's launch
+    assert re.search(r"reads_output_backward_kernel_\w+\.fwd\(", hlo), hlo  # the backward op's
 
     xn = np.asarray(x, np.float64)
     for fn in (jax.grad, lambda f: jax.jit(jax.grad(f))):
         np.testing.assert_allclose(fn(loss(write_only))(x), np.cos(xn) + 2 * 3 * xn**2, rtol=1e-5)
         np.testing.assert_allclose(fn(loss(reads_back))(x), 2 * xn + 2 * (2 * 2 * xn + 1), rtol=1e-5)
+        np.testing.assert_allclose(fn(loss(hand))(x), 2 * xn + 2 * (2 * 2 * xn + 1), rtol=1e-5)
     # the values and the gradient together, and one output's cotangent a symbolic zero
     v, g = jax.value_and_grad(lambda a: write_only(a)[1].sum())(x)
     np.testing.assert_allclose(v, (xn**3).sum(), rtol=1e-5)

@@ -382,22 +382,31 @@ def test_signature_key_with_places_tells_places_apart():
 # ---- what a node keeps for the adjoint ------------------------------------------------------------
 READS_OUTPUT = interop.op(catalogue.reads_output_kernel, outputs=2, name="tp_paths::reads_output")
 SCALE = interop.op(catalogue.scale_kernel, name="tp_paths::scale")
+READS_OUTPUT_HW = interop.op(
+    catalogue.reads_output_kernel,
+    outputs=2,
+    backward=catalogue.reads_output_backward_kernel,
+    name="tp_paths::reads_output_hw",
+)
 
 
 @pytest.mark.parametrize("create_graph", [False, True], ids=["backward", "create_graph"])
 @pytest.mark.parametrize("path", ["full", "hook"])
-@pytest.mark.parametrize("which", ["write_only", "reads_output"])
+@pytest.mark.parametrize("which", ["write_only", "reads_output", "hand_written"])
 def test_nodes_keep_only_the_outputs_warps_adjoint_reads(which, path, create_graph):
     """Warp's adjoint never reads an output the kernel only stores into (``Runner.unread_outputs``):
     on both paths the node saves the tensor arguments and the outputs the kernel reads back, no
-    more (Paddle's saved-tensor hooks see them), and the gradients are right either way."""
+    more (Paddle's saved-tensor hooks see them), and the gradients are right either way. A
+    hand-written backward reads no output at all: only the arguments are saved."""
     x = paddle.to_tensor(np.random.default_rng(1).random(9, dtype=np.float32))
     x.stop_gradient = False
     xn = x.numpy().astype(np.float64)
     if which == "write_only":  # out = s * a
         op, args, saved, want = SCALE, (x, 2.0), [(9,)], 2.0 * np.ones(9)
-    else:  # sq = x*x, twice = 2*sq + x: loss = sum(sq) + 2 * sum(twice)
+    elif which == "reads_output":  # sq = x*x, twice = 2*sq + x: loss = sum(sq) + 2 * sum(twice)
         op, args, saved, want = READS_OUTPUT, (x,), [(9,), (9,)], 10.0 * xn + 2.0
+    else:  # the same op with a hand-written backward
+        op, args, saved, want = READS_OUTPUT_HW, (x,), [(9,)], 10.0 * xn + 2.0
     hook = _hook(op)
     if path == "full":
         hook.signatures.clear()

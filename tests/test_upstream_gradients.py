@@ -37,6 +37,11 @@ def test_description_knows_which_returned_arrays_are_read():
     desc = interop.op(accumulates, outputs=2, output_dims={"total": 1}).description
     assert desc.reads_returned == ("plus",)
     assert desc.adjoint_unread == (("total",) if checked else ())
+    # a hand-written backward is called with the inputs and upstream gradients: it reads no output
+    from catalogue import reads_output_backward_kernel, reads_output_kernel
+
+    desc = interop.op(reads_output_kernel, outputs=2, backward=reads_output_backward_kernel).description
+    assert desc.reads_returned == ("sq",) and desc.adjoint_unread == ("sq", "twice")
 
 
 FRAMEWORKS = [f for f in ("torch", "jax", "paddle") if importlib.util.find_spec(f)]
