@@ -69,6 +69,12 @@ def reads_output_backward_kernel(
     grad_x[i] = adj_sq[i] * 2.0 * x[i] + adj_twice[i] * (4.0 * x[i] + 1.0)
 
 
+# reads_output_kernel with that hand-written backward: the backward reads no output value
+reads_output_hand_written = interop.op(
+    reads_output_kernel, outputs=2, backward=reads_output_backward_kernel, name="catalogue::reads_output_hw"
+)
+
+
 @wp.kernel
 def inout_kernel(x: wp.array2d(dtype=float), acc: wp.array(dtype=float), sq: wp.array2d(dtype=float)):
     i, j = wp.tid()

@@ -382,12 +382,7 @@ def test_signature_key_with_places_tells_places_apart():
 # ---- what a node keeps for the adjoint ------------------------------------------------------------
 READS_OUTPUT = interop.op(catalogue.reads_output_kernel, outputs=2, name="tp_paths::reads_output")
 SCALE = interop.op(catalogue.scale_kernel, name="tp_paths::scale")
-READS_OUTPUT_HW = interop.op(
-    catalogue.reads_output_kernel,
-    outputs=2,
-    backward=catalogue.reads_output_backward_kernel,
-    name="tp_paths::reads_output_hw",
-)
+READS_OUTPUT_HW = catalogue.reads_output_hand_written
 
 
 @pytest.mark.parametrize("create_graph", [False, True], ids=["backward", "create_graph"])

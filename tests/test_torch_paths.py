@@ -261,12 +261,7 @@ def test_saved_tensor_hooks_see_the_same_tensors(path):
 
 
 READS_OUTPUT = interop.op(catalogue.reads_output_kernel, outputs=2, name="tt_paths::reads_output")
-READS_OUTPUT_HW = interop.op(
-    catalogue.reads_output_kernel,
-    outputs=2,
-    backward=catalogue.reads_output_backward_kernel,
-    name="tt_paths::reads_output_hw",
-)
+READS_OUTPUT_HW = catalogue.reads_output_hand_written
 
 
 @pytest.mark.parametrize("hand_written", [False, True], ids=["warp_adjoint", "hand_written"])
