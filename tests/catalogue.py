@@ -70,9 +70,7 @@ def reads_output_backward_kernel(
 
 
 # reads_output_kernel with that hand-written backward: the backward reads no output value
-reads_output_hand_written = interop.op(
-    reads_output_kernel, outputs=2, backward=reads_output_backward_kernel, name="catalogue::reads_output_hw"
-)
+reads_output_hand_written = interop.op(reads_output_kernel, outputs=2, backward=reads_output_backward_kernel)
 
 
 @wp.kernel
