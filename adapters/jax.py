@@ -404,8 +404,8 @@ class _Entry:
         desc = self.desc
         fwd_launch = self.fwd
         out_mask = tuple(p.role == OUTPUT for p in desc.returned_params)
-        # outputs Warp's adjoint never reads (OpDescription.adjoint_unread) are not residuals:
-        # the adjoint launch gets their cotangent in their place (same shape and dtype, never read)
+        # outputs the backward never reads (OpDescription.adjoint_unread) are not residuals: the
+        # adjoint launch gets their cotangent in their place (same shape and dtype, never read)
         unread = self._unread_outputs()
 
         @jax.custom_vjp
@@ -433,8 +433,9 @@ class _Entry:
         return fn
 
     def _unread_outputs(self) -> frozenset:
-        """Positions among the returned arrays of the differentiable outputs that Warp's adjoint
-        never reads (an output the kernel only stores into or adds into atomically)."""
+        """Positions among the returned arrays of the differentiable outputs the backward never
+        reads: ones the kernel only stores into or adds into atomically, every output of an op
+        with a hand-written backward (``OpDescription.adjoint_unread``)."""
         unread = set(self.desc.adjoint_unread)
         return frozenset(
             k

@@ -128,11 +128,12 @@ _AST_RACE = "AST constructor recursion depth mismatch"
 def retry_ast_race(make: Callable[[], Any], attempts: int = 5) -> Any:
     """``make()``, again when CPython's ``ast`` module reports its thread race.
 
-    CPython 3.11 and 3.12 keep the AST constructor's recursion depth in interpreter-wide
-    state (python/cpython gh-106905): an ``ast.parse`` in one thread that runs while another
+    CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state
+    (python/cpython gh-106905): an ``ast.parse`` in one thread that runs while another
     thread's is suspended makes the suspended one raise ``SystemError(AST constructor
     recursion depth mismatch)``. Nothing is left half-made (the depth is reset on each
-    parse), so parsing again is correct. Checked on CPython 3.11.7.
+    parse), so parsing again is correct. Reproduced on CPython 3.11.7 (the test in
+    tests/test_threads.py), not on 3.12.1 or 3.13.0.
     """
     for attempt in range(attempts):
         try:
