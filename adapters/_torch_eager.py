@@ -278,12 +278,14 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     lines.append(f"    return {results}")
 
     lines.append(f"def backward(ctx, {', '.join(gs)}):")
-    lines.append(f"    {''.join(t + ', ' for t in tensors + kept)}= ctx.saved_tensors")
+    if tensors + kept:
+        lines.append(f"    {''.join(t + ', ' for t in tensors + kept)}= ctx.saved_tensors")
     lines += standins
     for a in scalars:
         lines.append(f"    {a} = ctx.{a}")
     ws = [f"w{i}" for i in range(n)]
-    lines.append(f"    {''.join(w + ', ' for w in ws)}= ctx.needs_input_grad")
+    if ws:
+        lines.append(f"    {''.join(w + ', ' for w in ws)}= ctx.needs_input_grad")
     ns = []
     for i, can in enumerate(sig.can):
         ns.append(f"n{i}")

@@ -42,6 +42,12 @@ def diagonal_kernel(output: wp.array(dtype=wp.mat33)):
 
 
 @wp.kernel
+def fill_seeded_kernel(value: float, seed: wp.uint32, output: wp.array(dtype=float)):
+    tid = wp.tid()
+    output[tid] = value + float(seed) * float(tid)
+
+
+@wp.kernel
 def scale_kernel(a: wp.array(dtype=float), s: float, output: wp.array(dtype=float)):
     tid = wp.tid()
     output[tid] = a[tid] * s

@@ -13,6 +13,7 @@ import warp as wp
 from catalogue import to_fw, to_np
 from guide_kernels import add_kernel as add_int
 from guide_kernels import diagonal_kernel as diagonal
+from guide_kernels import fill_seeded_kernel as fill_seeded
 from guide_kernels import lookup_kernel as lookup
 from guide_kernels import matmul_kernel as matmul
 from guide_kernels import rowsum_kernel as rowsum
@@ -84,3 +85,15 @@ def test_lookup_launch_dims_from_indices(fw):
 def test_no_input_kernel_with_launch_dims(fw):
     out = interop.op(diagonal)(launch_dims=4, framework=fw)
     assert to_np(out).reshape(4, 3, 3)[2].tolist() == [[1, 0, 0], [0, 2, 0], [0, 0, 3]]
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_scalars_only_call_repeated(fw):
+    # no array argument, only scalars (a float and a uint32): the framework comes from
+    # framework=; repeated, so that a remembered eager signature (torch, Paddle) is used too
+    op = interop.op(fill_seeded, launch_dims=5)
+    for value, seed in ((1.5, 2), (-1.0, 3), (0.25, 4)):
+        out = op(value, seed, framework=fw)
+        np.testing.assert_allclose(to_np(out), value + seed * np.arange(5, dtype=np.float32))
+    for _ in range(3):
+        assert to_np(interop.op(diagonal)(launch_dims=2, framework=fw)).shape == (2, 3, 3)
