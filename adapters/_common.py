@@ -101,6 +101,7 @@ class EagerFramework:
                         f"op {op.description.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got "
                         f"{type(x).__name__}"
                     )
+                self.refuse(op, p, x)
                 specs.append(self.spec(x))
                 arrays.append(x)
                 d = self.device(x)
@@ -145,6 +146,10 @@ class EagerFramework:
         stream = self.stream(device, arrays)
         plan.runner.forward(device, values, stream)
         return plan, values, returned, device, stream
+
+    def refuse(self, op, p: Param, x: Any) -> None:
+        """Raise :class:`ArgumentError` for an array of this framework that a kernel must not be
+        given (checked before its shape and dtype)."""
 
     def fast_key(self, args: Sequence[Any]) -> tuple | None:
         """A hashable signature of ``args`` (shapes, dtypes, strides, scalar types) under which a

@@ -102,7 +102,10 @@ class JaxOp:
                 tuple((x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x) for x in args)
             )
             if fast is not None:
-                entry, scalar_dtypes = fast
+                entry, scalar_dtypes, float_limits = fast
+                for i, top in float_limits:
+                    if args[i] > top or args[i] < -top:  # it would become inf: the full path names it
+                        return self._call(args, launch_dims, output_dims, vmap_method, kwargs)
                 try:
                     operands = [x if dt is None else np.asarray(x, dt) for x, dt in zip(args, scalar_dtypes)]
                 except OverflowError:  # a number its parameter cannot hold: the full path names it
@@ -179,7 +182,10 @@ class JaxOp:
             fast_key = tuple(
                 (x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original)
             )
-            fast = (entry, tuple(None if type(x) is _ArrayImpl else x.dtype for x in args))
+            dts = tuple(None if type(x) is _ArrayImpl else x.dtype for x in args)
+            # Python numbers for float parameters: the largest finite value each may have
+            limits = tuple((i, _dtypes.finfo_max(_dtypes.wp_scalar(dt))) for i, dt in enumerate(dts) if _float_np(dt))
+            fast = (entry, dts, limits)
             _cache.put(self._eager, fast_key, fast, _cache.FAST_PATHS_PER_OP)
         interrupts = _jax_ffi.interrupts()
         try:
@@ -216,7 +222,18 @@ def _eager_scalar(p, x):
         return x  # let the plan report the mismatch
     if dt.kind in "iu" and not np.iinfo(dt).min <= x <= np.iinfo(dt).max:
         return x  # stays static: the plan names the parameter and the range
+    if _float_np(dt):
+        try:
+            number = float(x)
+        except OverflowError:
+            return x  # an int no float holds: stays static, the plan names the parameter and the range
+        if math.isfinite(number) and not abs(number) <= _dtypes.finfo_max(_dtypes.wp_scalar(dt)):
+            return x  # it would become inf: likewise
     return np.asarray(x, dt)
+
+
+def _float_np(dt) -> bool:
+    return dt is not None and _dtypes.is_float_dtype(dt)
 
 
 def _is_scalar_operand(p, x) -> bool:

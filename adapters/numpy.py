@@ -11,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from interop._errors import ArgumentError
 from interop._plan import ArraySpec
 
 from ._common import EagerFramework
 
 _c_char = ctypes.c_char
 _addressof = ctypes.addressof
+_MaskedArray = np.ma.MaskedArray
 
 
 class _NumPy(EagerFramework):
@@ -37,8 +39,19 @@ class _NumPy(EagerFramework):
     def writable(self, x: np.ndarray) -> bool:
         return bool(x.flags.writeable)
 
+    def refuse(self, op, p, x) -> None:
+        if isinstance(x, np.ma.MaskedArray) and np.ma.getmask(x) is not np.ma.nomask and np.ma.getmask(x).any():
+            raise ArgumentError(
+                f"op {op.description.label!r}, parameter {p.name!r}: a masked array with masked elements; a Warp "
+                "kernel reads every element and would ignore the mask: pass x.filled(value) (or x.data)"
+            )
+
     def fast_key(self, args):
-        # any ndarray (subclasses too: masked arrays, memmaps) is keyed on its layout, never on its type alone
+        # any ndarray (subclasses too: memmaps) is keyed on its layout, never on its type alone; a
+        # masked array's mask may change between calls: it always takes the full path (refuse); a
+        # subclass of MaskedArray is checked on its first call only
+        if _MaskedArray in map(type, args):
+            return None
         return tuple((type(a), a.shape, a.dtype, a.strides) if isinstance(a, np.ndarray) else type(a) for a in args)
 
     def ptr(self, x: np.ndarray) -> int:

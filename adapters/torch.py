@@ -1005,10 +1005,10 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
 
 def _check_tensor(b: _Binding, p: Param, x: torch.Tensor) -> None:
     """Refuse what a raw pointer cannot carry, before torch or Warp are asked."""
-    if x.layout != torch.strided:
+    if x.layout != torch.strided or x.is_nested:
         raise ArgumentError(
-            f"op {b.label!r}, parameter {p.name!r}: a {x.layout} tensor has no dense strided memory a Warp "
-            "kernel can read; pass a dense tensor (.to_dense())"
+            f"op {b.label!r}, parameter {p.name!r}: a {'nested' if x.is_nested else x.layout} tensor has no dense "
+            "strided memory a Warp kernel can read; pass a dense tensor (.to_dense(), or one call per component)"
         )
     if (
         p.role == IN_OUT
@@ -1124,14 +1124,17 @@ def _signature(args: Sequence[Any]) -> tuple | None:
     whether it requires grad), and the type of each Python number; None when an argument is
     neither (it takes the full path)."""
     key = []
-    for a in args:
-        t = type(a)
-        if t in PLAIN_TENSOR_TYPES:
-            key.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
-        elif t in _PLAIN_NUMBERS:
-            key.append(t)
-        else:
-            return None
+    try:
+        for a in args:
+            t = type(a)
+            if t in PLAIN_TENSOR_TYPES:
+                key.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
+            elif t in _PLAIN_NUMBERS:
+                key.append(t)
+            else:
+                return None
+    except RuntimeError:  # a tensor with no sizes or strides (nested): the full path names it
+        return None
     return tuple(key)
 
 

@@ -413,7 +413,11 @@ def describe(
             ndim = 0
             is_array = False
         if _warp_compat.is_struct(dtype):
-            raise ArgumentError(f"op {opname!r}: parameter {pname!r} is a struct; structs are not supported")
+            raise ArgumentError(
+                f"op {opname!r}: parameter {pname!r} is a struct ({getattr(ann, 'key', ann)}); structs are not "
+                "supported (no framework has an array of them): pass its fields as parameters of their own, e.g. "
+                "a thin kernel that takes them and calls a wp.func with the struct built from them"
+            )
         generic = _dtypes.is_generic(dtype)
         scalar, inner = _dtypes.split(dtype)
         if not generic and not isinstance(dtype, type):

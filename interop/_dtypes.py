@@ -79,6 +79,13 @@ def is_float(scalar: Any) -> bool:
     return scalar in FLOAT_TYPES
 
 
+def finfo_max(scalar: Any) -> float:
+    """The largest finite value of a Warp float scalar type (bfloat16 through ``ml_dtypes``)."""
+    dtype = np_dtype(scalar)
+    info = ml_dtypes.finfo(dtype) if dtype == BFLOAT16 else np.finfo(dtype)
+    return float(info.max)
+
+
 def is_float_dtype(dtype: Any) -> bool:
     """A NumPy float dtype, bfloat16 included (whose NumPy kind is 'V', not 'f')."""
     return is_float(wp_scalar(dtype))

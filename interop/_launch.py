@@ -20,7 +20,7 @@ import warp as wp
 from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
-from ._plan import check_scalar_value, int_range, vector_components
+from ._plan import check_scalar_value, value_range, vector_components
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
@@ -224,12 +224,15 @@ class Runner:
         self.scalar_idx = tuple(p.index for p in desc.params if not p.is_array)
         self.ref_idx = tuple(desc.param(n).index for n in plan.scalar_refs)
         self.itemsize = {i: type_size_in_bytes(plan.types[i]) for i in self.array_idx}
-        # integer scalars by value: checked when a new value comes (Warp would wrap it silently)
         self.vec_scalars = {
             i: desc.params[i] for i in self.scalar_idx if i not in self.ref_idx and _dtypes.split(plan.types[i])[1]
         }
-        self.int_scalars = {
-            i: desc.params[i] for i in self.scalar_idx if i not in self.ref_idx and int_range(plan.types[i]) is not None
+        # scalars by value whose type does not hold every number of their kind, checked when a
+        # new value comes: integers (Warp would wrap them), floats (a finite value must not become inf)
+        self.ranged_scalars = {
+            i: desc.params[i]
+            for i in self.scalar_idx
+            if i not in self.ref_idx and value_range(plan.types[i]) is not None
         }
         self._slots: dict[tuple, _Slot] = {}
         self._launchers: dict[tuple, Any] = {}  # see launcher()
@@ -351,8 +354,8 @@ class Runner:
                 # are re-packed): torch's dispatcher hands over a new float object on every call
                 if type(v) is type(old) and (type(v) is float or type(v) is int) and v == old and v != 0:
                     continue
-                if i in self.int_scalars:
-                    check_scalar_value(self.plan.desc, self.int_scalars[i], self.plan.types[i], v)
+                if i in self.ranged_scalars:
+                    check_scalar_value(self.plan.desc, self.ranged_scalars[i], self.plan.types[i], v)
                 elif i in self.vec_scalars and type(v) is not self.plan.types[i]:
                     v = self.plan.types[i](*vector_components(self.plan.desc, self.vec_scalars[i], v))
                 launch.set_param_at_index(i, v)
@@ -505,8 +508,8 @@ class Runner:
 
         def set_scalar(i: int, v: Any) -> None:
             # what _fill does for one scalar, then the struct's copy
-            if i in runner.int_scalars:
-                check_scalar_value(plan.desc, runner.int_scalars[i], plan.types[i], v)
+            if i in runner.ranged_scalars:
+                check_scalar_value(plan.desc, runner.ranged_scalars[i], plan.types[i], v)
             elif i in runner.vec_scalars and type(v) is not plan.types[i]:
                 v = plan.types[i](*vector_components(plan.desc, runner.vec_scalars[i], v))
             launch.set_param_at_index(i, v)
@@ -517,14 +520,15 @@ class Runner:
 
     def scalar_kind(self, i: int) -> tuple:
         """How generated code sets scalar parameter ``i`` in a :class:`DirectLaunch`'s struct:
-        ``("float",)`` / ``("bool",)`` assigned as is (ctypes converts as Warp's packing does),
-        ``("int", lo, hi)`` after a range check, ``("set",)`` through ``d.set`` (vectors, half
-        floats and every other type)."""
+        ``("bool",)`` assigned as is (ctypes converts as Warp's packing does), ``("range", lo, hi)``
+        assigned after a range check (integers; float32/float64, whose finite values must not
+        become inf; the exact check runs in ``d.set`` outside it), ``("set",)`` through ``d.set``
+        (vectors, half floats and every other type)."""
         t = self.plan.types[i]
-        if i in self.int_scalars:
-            return ("int", *int_range(t))
-        if t is wp.float32 or t is wp.float64:
-            return ("float",)
+        if t is wp.float16 or t is wp.bfloat16:
+            return ("set",)
+        if i in self.ranged_scalars:
+            return ("range", *value_range(t))
         if t is wp.bool:
             return ("bool",)
         return ("set",)
@@ -611,7 +615,7 @@ class Runner:
                 continue
             if not p.is_array:
                 v = values[i]
-                if i in self.int_scalars:
+                if i in self.ranged_scalars:
                     check_scalar_value(plan.desc, p, plan.types[i], v)
                 elif i in self.vec_scalars and type(v) is not plan.types[i]:
                     v = plan.types[i](*vector_components(plan.desc, p, v))
@@ -761,8 +765,8 @@ def direct_lines(
             continue
         kind = runner.scalar_kind(i)
         label = runner.plan.kernel.adj.args[i].label
-        if kind[0] == "int":
-            lines.append(f"{i2}if not ({kind[1]} <= {expr} <= {kind[2]}):")
+        if kind[0] == "range":
+            lines.append(f"{i2}if not ({kind[1]!r} <= {expr} <= {kind[2]!r}):")
             lines.append(f"{i2}    _d.set({i}, {expr})  # refuses the value")
             lines.append(f"{i2}_d.s.{label} = {expr}")
         elif kind[0] == "set":

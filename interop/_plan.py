@@ -7,6 +7,7 @@ call. Plans are cached per op by their argument specs.
 
 from __future__ import annotations
 
+import math
 import typing
 from typing import Any, NamedTuple, Sequence
 
@@ -439,17 +440,59 @@ def int_range(t: Any) -> tuple[int, int] | None:
     return int(info.min), int(info.max)
 
 
-def check_scalar_value(desc: OpDescription, p: Param, t: Any, value: Any) -> None:
-    """Refuse an integer value that the scalar parameter's type cannot hold (Warp would wrap it)."""
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:18]}...{text[-8:]} ({len(str(value))} characters)"
+
+
+def value_range(t: Any) -> tuple[int, int] | tuple[float, float] | None:
+    """(min, max) of the values a scalar parameter of type ``t`` holds as given: an integer type's
+    range, or a float type's finite range (inf and nan pass too; :func:`check_scalar_value`
+    decides outside it); None for bool and vectors."""
     rng = int_range(t)
-    if rng is None or isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if rng is not None:
+        return rng
+    scalar, inner = _dtypes.split(t)
+    if inner or not _dtypes.is_float(scalar):
+        return None
+    top = float(_dtypes.finfo_max(scalar))
+    return -top, top
+
+
+def check_scalar_value(desc: OpDescription, p: Param, t: Any, value: Any) -> None:
+    """Refuse a value that the scalar parameter's type cannot hold: an integer out of its range
+    (Warp would wrap it), a finite number that would become infinite in a narrower float type."""
+    if isinstance(value, bool):
         return
-    if not rng[0] <= int(value) <= rng[1]:
+    if isinstance(value, (int, np.integer)):
+        rng = int_range(t)
+        if rng is not None and not rng[0] <= int(value) <= rng[1]:
+            raise _err(
+                desc,
+                p,
+                f"a {_dtypes.type_name(t)} value in [{rng[0]}, {rng[1]}]",
+                f"{_short(value)}, out of range (it would wrap)",
+            )
+    if not isinstance(value, (int, np.integer, float, np.floating)):
+        return
+    scalar, inner = _dtypes.split(t)
+    if inner or not _dtypes.is_float(scalar):
+        return
+    try:
+        number = float(value)  # an integer for a float parameter is checked by its size too
+    except OverflowError:
+        number = math.inf
+    if math.isnan(number) or (math.isinf(number) and isinstance(value, (float, np.floating))):
+        return  # nan and +-inf are values of every float type
+    with np.errstate(over="ignore"):
+        overflows = math.isinf(number) or bool(np.isinf(_dtypes.np_dtype(scalar).type(number)))
+    if overflows:
+        top = _dtypes.finfo_max(scalar)
         raise _err(
             desc,
             p,
-            f"a {_dtypes.type_name(t)} value in [{rng[0]}, {rng[1]}]",
-            f"{value!r}, out of range (it would wrap)",
+            f"a {_dtypes.type_name(t)} value in [{-top:g}, {top:g}] (or inf/nan)",
+            f"{_short(value)}, out of range (it would become inf)",
         )
 
 
@@ -467,4 +510,8 @@ def vector_components(desc: OpDescription, p: Param, value: Any) -> list:
         raise _err(desc, p, f"{p.expected_text()}: {n} numbers", got)
     if flat.dtype.kind == "f" and not _dtypes.is_float(p.scalar) and not p.generic:
         raise _err(desc, p, f"{p.expected_text()}: {n} integers", f"floats {tuple(flat.tolist())}")
-    return flat.tolist()
+    components = flat.tolist()
+    if not p.generic:
+        for c in components:  # each component as the parameter's scalar type holds it, or an error
+            check_scalar_value(desc, p, p.scalar, c)
+    return components

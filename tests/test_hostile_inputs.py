@@ -89,6 +89,16 @@ def test_ndarray_subclass_input_of_another_length(kind, tmp_path):
     np.testing.assert_array_equal(out, small * 2)
 
 
+def test_masked_array_with_masked_elements_is_refused():
+    # the kernel would read the masked elements' data as if it were valid
+    op = interop.op(cat.scale_kernel)
+    x = np.ma.masked_array(np.arange(4, dtype=F))
+    np.testing.assert_array_equal(np.asarray(op(x, 2.0)), [0, 2, 4, 6])  # no element masked: accepted
+    x[1] = np.ma.masked  # the same array, now with a masked element: refused on the next call too
+    with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 'a': a masked array.*filled"):
+        op(x, 2.0)
+
+
 def test_ndarray_subclass_in_out_then_smaller():
     op = interop.op(cat.atomic_kernel, in_out=["acc"])
     n = 1 << 20
@@ -235,6 +245,40 @@ def test_generic_integer_scalar_out_of_range_is_refused():
 
 
 @pytest.mark.parametrize("fw", ALL)
+@pytest.mark.parametrize("value", [1e40, -1e40, 10**39, 10**400, 3.4028236e38])
+def test_float_scalar_that_would_become_inf_is_refused(fw, value):
+    # a finite number past float32's largest value was packed as inf (a silent change)
+    op = interop.op(cat.scale_kernel)
+    np.testing.assert_array_equal(_np(_call(fw, op, np.ones(2, F), 2.0)), [2, 2])  # fast paths warm
+    with pytest.raises(
+        interop.ArgumentError,
+        match=r"op 'scale_kernel', parameter 's': expected a float32 value in \[-3.40282e\+38, 3.40282e\+38\].*"
+        r"it would become inf",
+    ):
+        _call(fw, op, np.ones(2, F), value)
+
+
+@pytest.mark.parametrize("fw", ALL)
+def test_float_scalar_bounds_inf_and_nan_pass(fw):
+    op = interop.op(cat.scale_kernel)
+    top = float(np.finfo(F).max)
+    for value, want in ((top, top), (-top, -top), (float("inf"), np.inf), (float("-inf"), -np.inf)):
+        np.testing.assert_array_equal(_np(_call(fw, op, np.ones(2, F), value)), [want] * 2)
+    assert np.isnan(_np(_call(fw, op, np.ones(2, F), float("nan")))).all()
+
+
+@pytest.mark.parametrize("fw", ALL)
+def test_narrow_float_scalars_and_vector_components_that_would_become_inf(fw):
+    bf16 = cat.case("bfloat16")
+    x, y, _ = bf16.make(np.random.default_rng(0), bf16.dtypes[0])
+    with pytest.raises(interop.ArgumentError, match=r"parameter 's': expected a bfloat16 value .*become inf"):
+        _call(fw, bf16.op, x, y, 1e39)
+    vec = interop.op(cat.vec_offset_kernel)
+    with pytest.raises(interop.ArgumentError, match=r"parameter 'v': expected a float32 value .*become inf"):
+        _call(fw, vec, np.ones((2, 3), F), (1.0, 1e40, 3.0))
+
+
+@pytest.mark.parametrize("fw", ALL)
 def test_bool_for_a_float_scalar_is_refused(fw):
     op = interop.op(cat.scale_kernel)
     with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 's'.*got bool"):
@@ -289,6 +333,19 @@ def test_torch_inference_tensor_in_out_outside_inference_mode():
     with torch.inference_mode():
         op(torch.ones(4), acc)
     assert acc.tolist() == [2, 2, 2, 2]
+
+
+@TORCH
+def test_nested_tensor_is_refused():
+    # was torch's "Internal error: NestedTensorImpl doesn't support sizes"
+    import torch
+
+    op = interop.op(cat.scale_kernel)
+    op(torch.ones(3), 2.0)  # the eager signature cache is warm
+    for layout in (torch.strided, torch.jagged):
+        nt = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=layout)
+        with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 'a': a nested tensor"):
+            op(nt, 2.0)
 
 
 @pytest.mark.parametrize("fw", [f for f in ("torch", "paddle") if f in ALL])
