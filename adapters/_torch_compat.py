@@ -13,6 +13,12 @@ Checked against torch 2.13.0 (CPU build).
   ``torch._C._is_torch_function_mode_enabled`` (any TorchFunctionMode, ``with
   torch.device(...)`` included), ``torch._C._is_tracing`` (``torch.jit.trace``) and the
   functorch check above, after the public ``torch.compiler.is_compiling()``.
+- ``torch.autograd.forward_ad._current_level`` (a module global, -1 when no level is open)
+  says whether forward-mode AD is running: ``torch.autograd.forward_ad.dual_level`` and
+  ``torch.func.jvp``/``jacfwd``/``hessian`` (which open such a level) alike. The operator
+  that ``custom_op`` + ``register_autograd`` makes drops tangents silently (its autograd
+  kernel runs the forward without the autograd.Function when no input requires grad), so the
+  adapter routes such calls through its own autograd.Function, whose ``jvp`` raises.
 - ``torch._C._autograd._profiler_enabled`` says whether a profiler (``torch.profiler``,
   ``torch.autograd.profiler``) is recording, so the fast path pays for a
   ``record_function`` label only then.
@@ -25,6 +31,7 @@ Checked against torch 2.13.0 (CPU build).
 from __future__ import annotations
 
 import torch
+from torch.autograd import forward_ad as _fwad
 
 _C = torch._C
 _active = getattr(_C, "_are_functorch_transforms_active", None)
@@ -40,12 +47,19 @@ _is_compiling = torch.compiler.is_compiling
 PLAIN_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 
 # without the internals there is no safe way to tell plain eager work: always take the operator
-_CAN_TELL = None not in (_active, _dispatch_stack_len, _function_mode_enabled, _is_tracing)
+_CAN_TELL = None not in (_active, _dispatch_stack_len, _function_mode_enabled, _is_tracing) and hasattr(
+    _fwad, "_current_level"
+)
 
 
 def functorch_transforms_active() -> bool:
     """True inside ``torch.func.grad``/``vjp``/``vmap``/``jacrev``... (False if torch cannot say)."""
     return bool(_active()) if _active is not None else False
+
+
+def forward_ad_active() -> bool:
+    """True while forward-mode AD runs (a ``dual_level``, ``torch.func.jvp``/``jacfwd``/``hessian``)."""
+    return getattr(_fwad, "_current_level", -1) >= 0
 
 
 def plain_eager(tensors) -> bool:
@@ -68,6 +82,8 @@ def plain_eager(tensors) -> bool:
 def eager_context() -> bool:
     """:func:`plain_eager` without the tensor types: nothing traces or intercepts calls now."""
     if _is_compiling() or not _CAN_TELL:  # first: Dynamo folds it to True and reads nothing below
+        return False
+    if _fwad._current_level >= 0:  # forward-mode AD: the adapter's autograd.Function refuses tangents
         return False
     return not (_dispatch_stack_len() or _function_mode_enabled() or _active() or _is_tracing())  # type: ignore[misc]  # _CAN_TELL: none is None
 

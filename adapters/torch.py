@@ -61,6 +61,7 @@ from ._common import EagerFramework, pack_result, unexpected_keywords
 from ._torch_compat import (
     PLAIN_TENSOR_TYPES,
     eager_context,
+    forward_ad_active,
     function_apply,
     functorch_transforms_active,
     plain_eager,
@@ -564,9 +565,30 @@ def _make_impl(b: _Binding, mask: tuple, kind: str):
         return backward_impl
 
     def forward_impl(*args):
+        if forward_ad_active():
+            _refuse_tangents(b, args)
         return b.run_forward(mask, kind, args)
 
     return forward_impl
+
+
+def _refuse_tangents(b: _Binding, args: Sequence[Any]) -> None:
+    """Under forward-mode AD, raise if an argument carries a tangent: the registered operator
+    (``custom_op`` + ``register_autograd``) would run without it and give a zero tangent. (Under
+    ``torch.func.jvp`` the tangents are gone by the time the operator runs: calls through the op
+    take its autograd.Function instead, see :func:`_function_class`.)"""
+    for x in args:
+        if isinstance(x, torch.Tensor) and torch.autograd.forward_ad.unpack_dual(x).tangent is not None:
+            raise _forward_mode_error(b)
+
+
+def _forward_mode_error(b: _Binding) -> UnsupportedError:
+    return UnsupportedError(
+        f"op {b.label!r}: forward-mode differentiation (torch.func.jvp, jacfwd, hessian, "
+        "torch.autograd.forward_ad) is not supported: the op has a reverse-mode rule only (Warp's "
+        "adjoint). Use reverse mode: torch.autograd.grad, torch.func.vjp, grad or jacrev (and for "
+        "second derivatives jacrev(jacrev(...)) with a hand-written backward=)"
+    )
 
 
 def _meta_plan(b: _Binding, args: Sequence[Any]):
@@ -972,7 +994,9 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     # plain eager work on real memory skips the dispatcher (see _eager_forward); meta tensors
     # and other devices reach the operator (its fake implementation, or its error)
     eager = (device is None or device.type in _EAGER_DEVICES) and plain_eager(args)
-    if b.inout_pos and not grad:
+    # forward-mode AD: the operator would drop the tangents; the Function's jvp refuses them
+    forward_ad = not eager and forward_ad_active()
+    if b.inout_pos and not grad and not forward_ad:
         if eager:
             res = _eager_forward(b, mask, "mutable", sargs, args)
         else:
@@ -985,7 +1009,7 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         res = _eager_apply(b, mask, sargs) if grad else _eager_forward(b, mask, "functional", sargs, args)
         if not b.inout_pos and mask == b.base_mask and len(sargs) == b.ncall:
             _remember_signature(b, args)
-    elif grad and functorch_transforms_active():
+    elif (grad and functorch_transforms_active()) or forward_ad:
         res = _function_class(b, mask, qual).apply(*sargs)
     else:
         res = _OVERLOADS[qual](*sargs)
@@ -1024,10 +1048,12 @@ def _check_tensor(b: _Binding, p: Param, x: torch.Tensor) -> None:
 
 
 def _function_class(b: _Binding, mask: tuple, qual: str):
-    """An autograd.Function around the registered operators, for torch.func transforms.
+    """An autograd.Function around the registered operators, for torch.func transforms and
+    forward-mode AD.
 
     Same forward operator, same setup_context and backward as ``register_autograd``; it
-    exists because torch.func needs a ``setup_context`` staticmethod on the Function.
+    exists because torch.func needs a ``setup_context`` staticmethod on the Function, and so
+    that tangents reach a ``jvp`` that refuses them (the operator would drop them silently).
     """
     cls = b.functions.get(mask)
     if cls is None:
@@ -1035,6 +1061,9 @@ def _function_class(b: _Binding, mask: tuple, qual: str):
 
         def forward(*args):
             return ovl(*args)
+
+        def jvp(ctx, *tangents):
+            raise _forward_mode_error(b)
 
         cls = type(
             f"{b.base}_function",
@@ -1044,6 +1073,7 @@ def _function_class(b: _Binding, mask: tuple, qual: str):
                 "forward": staticmethod(forward),
                 "setup_context": staticmethod(_make_setup_context(b, mask)),
                 "backward": staticmethod(_make_backward(b, mask)),
+                "jvp": staticmethod(jvp),
             },
         )
         b.functions[mask] = cls

@@ -186,6 +186,53 @@ def test_second_order_through_hand_written_backward():
     assert torch.autograd.gradgradcheck(CUBE, (_r(5),))
 
 
+# ---- forward mode ----------------------------------------------------------------------------
+_FORWARD = r"op 'tt_ag::(scalar64|cube|rowsq)': forward-mode differentiation .* not supported"
+
+
+@pytest.mark.parametrize("op_name", ["SCALAR", "CUBE"])
+def test_forward_mode_is_refused_not_a_zero_tangent(op_name):
+    # torch's custom_op runs the forward without its autograd.Function when no input requires
+    # grad, so tangents were dropped: jvp and jacfwd gave zeros
+    import torch.autograd.forward_ad as fwAD
+
+    y = _r(4, seed=1, grad=False)
+    f = (lambda x: SCALAR(x, y, 1.5)) if op_name == "SCALAR" else CUBE
+    x, v = _r(4, grad=False), torch.ones(4, dtype=torch.float64)
+    f(x), f(x)  # the eager fast path is warm
+    with pytest.raises(UnsupportedError, match=_FORWARD):
+        torch.func.jvp(f, (x,), (v,))
+    with pytest.raises(UnsupportedError, match=_FORWARD):
+        torch.func.jacfwd(f)(x)
+    with pytest.raises(UnsupportedError, match=_FORWARD):
+        torch.func.hessian(lambda x: f(x).sum())(x)
+    with fwAD.dual_level():
+        with pytest.raises(UnsupportedError, match=_FORWARD):
+            f(fwAD.make_dual(x, v))
+        with pytest.raises(UnsupportedError, match=_FORWARD):
+            f(fwAD.make_dual(x.clone().requires_grad_(), v))
+
+
+def test_forward_mode_through_the_operator_and_an_in_out_op_is_refused():
+    import torch.autograd.forward_ad as fwAD
+
+    x, y, v = _r(4, grad=False), _r(4, seed=1, grad=False), torch.ones(4, dtype=torch.float64)
+    with fwAD.dual_level():
+        with pytest.raises(UnsupportedError, match=_FORWARD):
+            torch.ops.tt_ag.scalar64(fwAD.make_dual(x, v), y, 1.5)
+        with pytest.raises(UnsupportedError, match=_FORWARD):
+            ROWSQ(fwAD.make_dual(torch.rand(3, 4), torch.ones(3, 4)), torch.zeros(3))
+
+
+def test_forward_mode_with_the_op_on_constants_is_exact():
+    # no tangent reaches the op: its output is a constant, and the tangent of the rest is right
+    c, y = _r(4, grad=False), _r(4, seed=1, grad=False)
+    z, v = _r(4, seed=2, grad=False), _r(4, seed=3, grad=False)
+    out, tangent = torch.func.jvp(lambda z: z * SCALAR(c, y, 1.5), (z,), (v,))
+    torch.testing.assert_close(out, z * SCALAR(c, y, 1.5))
+    torch.testing.assert_close(tangent, v * SCALAR(c, y, 1.5))
+
+
 # ---- torch.func and vmap ---------------------------------------------------------------
 def test_torch_func_grad_matches_autograd():
     x, y = _r(5, grad=False), _r(5, seed=1, grad=False)
