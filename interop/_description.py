@@ -21,7 +21,7 @@ import warp as wp
 
 from . import _dtypes, _warp_compat
 from ._errors import ArgumentError, UnsupportedError
-from ._extent import direct_indexing, uses_tiles, written_outputs
+from ._extent import arrays_written, direct_indexing, uses_tiles, written_outputs
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -493,6 +493,17 @@ def describe(
         desc_name = _default_name(key, fn, kind, hashlib.sha1(ident.encode()).hexdigest()[:8])
     else:
         desc_name = name
+    written = arrays_written(fn, kind, [p.name for p in params if p.role == INPUT and p.is_array])
+    if written:
+        # JAX arrays are immutable and torch.compile assumes inputs are not mutated: a write to an
+        # input would change the caller's data behind every framework's back
+        where = getattr(getattr(fn, "adj", None), "filename", None)
+        raise ArgumentError(
+            f"op {name or key.rsplit('.', 1)[-1]!r}: the kernel writes its input parameter(s) "
+            + ", ".join(f"{n!r} (line {line}{f' of {where}' if where else ''})" for n, line in written.items())
+            + f"; an input must not be modified. Describe it as in-out (in_out={list(written)!r}: updated in "
+            "place, returned) or as an output"
+        )
     reads = _returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT])
     return OpDescription(
         fn=fn,

@@ -63,6 +63,56 @@ def uses_tiles(kernel: Any) -> bool:
     return False
 
 
+# calls that write their first argument (an array)
+_WRITING_CALLS = _ATOMICS | {"tile_store", "tile_atomic_add"}
+
+
+def _root_name(node: ast.AST) -> str | None:
+    """``a`` for ``a``, ``a[i]``, ``a[i][j]``, ``a[i].x``; None for anything else."""
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def arrays_written(fn: Any, kind: str, names: Sequence[str]) -> dict[str, int]:
+    """Among the array parameters ``names``, those the kernel's own code certainly writes, each with
+    the line of its first write (in the kernel's source file where Warp knows it).
+
+    A write: ``a[...] = v`` (also augmented, ``a[...] += v``, and component stores ``a[i].x = v``),
+    or ``a`` as the first argument of ``wp.atomic_*``, ``wp.tile_store``, ``wp.tile_atomic_add``.
+    A name the kernel binds again (``a = ...``) is skipped, and so are writes inside the
+    ``wp.func`` functions it calls (not analysed): the result never claims a write that is not
+    there. Empty for Python-function ops.
+    """
+    tree = getattr(getattr(fn, "adj", None), "tree", None)
+    if kind != "kernel" or tree is None or not names:
+        return {}
+    wanted = set(names) - set(_stored_names(tree))
+    first = getattr(fn.adj, "fun_lineno", None)
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = [
+                t for target in node.targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])
+            ]
+            targets = [t for t in targets if isinstance(t, (ast.Subscript, ast.Attribute))]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(
+            node.target, (ast.Subscript, ast.Attribute)
+        ):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and node.args:
+            f = node.func
+            fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if fname in _WRITING_CALLS:
+                targets = [node.args[0]]
+        for t in targets:
+            root = _root_name(t)
+            if root in wanted and root not in found:
+                found[root] = getattr(node, "lineno", 1) + (first - 1 if isinstance(first, int) else 0)
+    return found
+
+
 def _stored_names(tree: ast.AST) -> dict[str, int]:
     """How many times each name is bound anywhere in ``tree`` (assignments, loop targets...)."""
     counts: dict[str, int] = {}

@@ -24,6 +24,48 @@ def two_out(a: wp.array(dtype=float), b: wp.array(dtype=float), c: wp.array(dtyp
 
 
 @wp.kernel
+def output_in_the_middle(a: wp.array(dtype=float), b: wp.array(dtype=float), c: wp.array(dtype=float)):
+    i = wp.tid()
+    b[i] = a[i] + c[i]
+
+
+@wp.kernel
+def writes_input_store(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i] * 2.0
+    x[i] = 0.0
+
+
+@wp.kernel
+def writes_input_atomic(x: wp.array(dtype=float), n: wp.array(dtype=wp.int32), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i]
+    wp.atomic_add(n, 0, 1)
+
+
+@wp.kernel
+def writes_input_augmented_component(v: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = v[i][0]
+    v[i][1] += 1.0
+
+
+@wp.kernel
+def writes_input_tile(x: wp.array2d(dtype=float), out: wp.array(dtype=float)):
+    i, _lane = wp.tid()
+    t = wp.tile_load(x[i], shape=4)
+    wp.tile_store(x[i], wp.tile_map(wp.mul, t, t))
+    out[i] = 1.0
+
+
+@wp.kernel
+def reads_input_rebinds_a_local(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    y = x
+    out[i] = y[i] * 2.0
+
+
+@wp.kernel
 def acc_kernel(x: wp.array(dtype=float), acc: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
     wp.atomic_add(acc, 0, x[i])
@@ -162,7 +204,7 @@ def test_param_fields():
 
 
 def test_outputs_names_may_sit_anywhere():
-    o = interop.op(two_out, outputs=["b"])
+    o = interop.op(output_in_the_middle, outputs=["b"])
     assert roles(o) == [("a", "input"), ("b", "output"), ("c", "input")]
     assert [p.name for p in o.description.call_params] == ["a", "c"]
     assert [p.name for p in o.description.returned_params] == ["b"]
@@ -472,7 +514,7 @@ def test_good_name():
 def test_name_clash_with_other_options():
     first = interop.op(two_out, outputs=2, name="tests_desc::clash")  # held: ops are kept weakly
     with pytest.raises(ValueError, match=r"op name 'tests_desc::clash' is already used"):
-        interop.op(two_out, outputs=1, name="tests_desc::clash")
+        interop.op(two_out, outputs=2, zero_outputs=False, name="tests_desc::clash")
     assert first.name == "tests_desc::clash"
 
 
@@ -538,3 +580,38 @@ def test_output_values_with_numpy_smoke():
     # the description is usable: a quick call
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_allclose(interop.op(saxpy)(x, x, 2.0), 3 * x)
+
+
+# ---- a kernel that writes an input ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kernel, param, line",
+    [
+        (writes_input_store, "x", "x[i] = 0.0"),
+        (writes_input_atomic, "n", "wp.atomic_add(n, 0, 1)"),
+        (writes_input_augmented_component, "v", "v[i][1] += 1.0"),
+        (writes_input_tile, "x", "wp.tile_store(x[i]"),
+    ],
+)
+def test_a_kernel_that_writes_an_input_is_refused(kernel, param, line):
+    # the caller's array would change behind the framework's back (a JAX array is immutable;
+    # torch.compile assumes an unmutated input); in_out= or outputs= says what the kernel does
+    import inspect
+
+    source, first = inspect.getsourcelines(kernel.func)
+    lineno = first + next(k for k, text in enumerate(source) if line in text)
+    with pytest.raises(
+        interop.ArgumentError,
+        match=rf"op '{kernel.key.rsplit('.', 1)[-1]}': the kernel writes its input parameter\(s\) '{param}' "
+        rf"\(line {lineno} of .*test_description.py\); .*in_out=\['{param}'\]",
+    ):
+        interop.op(kernel, launch_dims=2 if kernel is not writes_input_tile else (2, 4))
+    op = interop.op(kernel, in_out=[param])  # declared: accepted
+    assert op.description.param(param).role == "in_out"
+
+
+def test_a_kernel_that_only_reads_its_inputs_is_accepted():
+    for kernel in (reads_input_rebinds_a_local, saxpy):
+        interop.op(kernel)
+    interop.op(output_in_the_middle, outputs=["b"])
+    out = interop.op(reads_input_rebinds_a_local)(np.arange(3, dtype=np.float32))
+    np.testing.assert_array_equal(out, [0, 2, 4])
