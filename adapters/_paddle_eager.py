@@ -186,8 +186,9 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     loop: each Paddle attribute read costs several times more inside autograd than alone).
 
     ``env`` holds what the code reads: ``TT`` (tensor types), ``PN`` (number types), ``PK``
-    (place key), ``NOT_EAGER``, ``dynamic``, ``grad_enabled``, ``signatures``, ``calls`` and
-    ``general`` (a remembered signature's call through the general node).
+    (place key), ``NOT_EAGER``, ``dynamic``, ``grad_enabled``, ``signatures``, ``calls``,
+    ``general`` (a remembered signature's call through the general node), ``guard`` and ``LABEL``
+    (the gradient hook that refuses a second ``Tensor.backward`` through a node).
     """
     params = desc.call_params
     n = len(params)
@@ -218,6 +219,9 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     lines += ["    if sig is None:", "        return NOT_EAGER", "    calls[0] += 1"]
     lines += ["    if sig.grad and grad_enabled():", "        layer = sig.layer"]
     lines += ["        if layer is None:  # a hand-written backward: the general node"]
-    lines += ["            return general(sig, args)", "        return layer(*args)", "    return sig.forward(*args)"]
+    lines += ["            return general(sig, args)", "        out = layer(*args)"]
+    first = "out" if len(desc.output_params) == 1 else "out[0]"
+    lines += [f"        {first}._register_grad_hook(guard(LABEL))  # see second_backward_guard (adapters/paddle.py)"]
+    lines += ["        return out", "    return sig.forward(*args)"]
     hook, key_of = _compile_fn("\n".join(x for x in lines if x) + "\n", env, ("hook", "key_of"))
     return hook, key_of

@@ -43,9 +43,11 @@ from interop._op import NOT_EAGER, Op
 from interop._plan import ArraySpec, check_layout
 
 from ._common import EagerFramework, pack_result, unexpected_keywords
+from ._paddle_compat import COPYING_BACKWARD as _COPYING_BACKWARD
 from ._paddle_compat import allocation as _allocation
 from ._paddle_compat import cpu_only as _cpu_only
 from ._paddle_compat import empty as _empty
+from ._paddle_compat import getframe as _getframe
 from ._paddle_compat import grad_enabled_c as _grad_enabled_c
 from ._paddle_compat import place_key as _place_key
 from ._paddle_compat import zeros as _zeros
@@ -199,6 +201,33 @@ class _State:
         "sig",
         "values",
     )
+
+
+def second_backward_guard(label: str):
+    """A gradient hook for a node's first output (see ``_paddle_compat``): Paddle releases a
+    PyLayer node's context when ``Tensor.backward`` runs it, and a second backward reaching the
+    node would crash the process. The node's hooks run before that: this one notes a run that
+    releases the node (not ``paddle.grad``'s, which runs a copy), and raises on the next run."""
+    ran = [False]
+
+    def hook(grad, ran=ran):
+        if ran[0]:
+            raise RuntimeError(
+                f"op {label!r}: a second backward through the same call: Paddle releases a PyLayer's "
+                "context after Tensor.backward runs it (retain_graph=True notwithstanding), so a second one "
+                "would crash the process. Take the gradients in one backward (sum the losses), or use "
+                "paddle.grad(..., retain_graph=True), which leaves the graph intact"
+            )
+        ran[0] = _getframe(1).f_code.co_name != _COPYING_BACKWARD
+        # None: the gradient unchanged
+
+    return hook
+
+
+def _guarded(res, label: str):
+    """``res`` (what a PyLayer's apply returned) with :func:`second_backward_guard` on its first tensor."""
+    (res[0] if isinstance(res, tuple) else res)._register_grad_hook(second_backward_guard(label))
+    return res
 
 
 def _values(plan, params, tensors: dict, scalars: dict) -> list:
@@ -475,7 +504,7 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
                     "for scalar parameters; pass it as a Python number or with stop_gradient=True"
                 )
     state.visible, state.need_grad = tuple(visible), need
-    res = _OpLayer.apply(state, *tensors)
+    res = _guarded(_OpLayer.apply(state, *tensors), desc.label)
     # tensors reach the backward as saved tensors (version-checked by Paddle), not through state
     state.args = tuple(None if isinstance(x, paddle.Tensor) else x for x in args)
     res = res if isinstance(res, tuple) else (res,)
@@ -622,9 +651,9 @@ class _SigCall:
 def _apply(sig: _Signature, args: Sequence[Any]):
     """A remembered signature's call as an autograd node (what _call_grad does, precomputed)."""
     take = sig.take
-    if take is None:
-        return _OpLayer.apply(_SigCall(sig, args), *[args[i] for i in sig.tensor_pos])
-    return _OpLayer.apply(_SigCall(sig, args), *take(args))
+    state = _SigCall(sig, args)
+    tensors = [args[i] for i in sig.tensor_pos] if take is None else take(args)
+    return _guarded(_OpLayer.apply(state, *tensors), sig.op.description.label)
 
 
 def _recorded(sig: _Signature):
@@ -657,6 +686,8 @@ def _make_hook(op):
         "signatures": signatures,
         "calls": calls,
         "general": _apply,
+        "guard": second_backward_guard,
+        "LABEL": op.description.label,
     }
     # a Paddle built for the CPU only has every tensor there: its keys need not read places
     hook, key_of = hook_code(op.description, env, places=not _CPU_ONLY)

@@ -444,3 +444,66 @@ def test_write_only_outputs_follow_warps_adjoint():
         case.op(*case.make(np.random.default_rng(0), np.float32), **case.call_kwargs)
         plans = list(case.op._plans.values())
         assert plans and all(not p.runner.unread_outputs for p in plans)
+
+
+def test_a_second_tensor_backward_through_a_call_raises_instead_of_crashing():
+    # Paddle releases a PyLayer node's context when Tensor.backward runs it (retain_graph=True
+    # notwithstanding): a second backward reaching the node was a segmentation fault. In a child
+    # process, so that a crash fails this test instead of ending the run. Every differentiable
+    # case of the catalogue, on the full path and on the hook; paddle.grad (which runs copies of
+    # the nodes) works before, and Tensor.backward gives the same gradients.
+    from _subprocess import run_script
+
+    out = run_script(
+        """
+        import numpy as np, paddle
+        import catalogue
+
+        def leaves_and_args(case, args):
+            leaves, pargs = [], []
+            for k, a in enumerate(args):
+                if not isinstance(a, np.ndarray):
+                    pargs.append(a)
+                    continue
+                t = catalogue.to_paddle(a, stop_gradient=not catalogue.is_float_dtype(a.dtype))
+                leaves.append(t)
+                pargs.append(t * 1.0 if k in case.in_out and not t.stop_gradient else t)
+            return leaves, pargs
+
+        checked = 0
+        for case in catalogue.CASES:
+            if not case.differentiable:
+                continue
+            args = case.make(np.random.default_rng(0), case.dtypes[0])
+            hook = case.op.eager_paths.get(paddle.Tensor)
+            for path in ("full", "hook"):
+                if path == "full" and hook is not None:
+                    hook.signatures.clear()
+                leaves, pargs = leaves_and_args(case, args)
+                res = case.op(*pargs, **case.call_kwargs)
+                res = res if isinstance(res, tuple) else (res,)
+                used = [o for o in res if not o.stop_gradient]
+                if not used or not any(not t.stop_gradient for t in leaves):
+                    continue
+                loss = sum((o.astype("float64") * float(k + 1)).sum() for k, o in enumerate(used))
+                wrt = [t for t in leaves if not t.stop_gradient]
+                first = paddle.grad(loss, wrt, retain_graph=True, allow_unused=True)
+                again = paddle.grad(loss, wrt, retain_graph=True, allow_unused=True)
+                loss.backward(retain_graph=True)
+                for a, b, t in zip(first, again, wrt):
+                    if a is not None:
+                        np.testing.assert_array_equal(a.numpy(), b.numpy())
+                        np.testing.assert_array_equal(a.numpy(), t.grad.numpy())
+                try:
+                    loss.backward()
+                except Exception as e:  # Paddle reports it as OSError("(External) RuntimeError: ...")
+                    assert "a second backward through the same call" in str(e), (case.id, path, str(e)[-400:])
+                else:
+                    raise AssertionError((case.id, path, "no error"))
+                checked += 1
+        print("checked", checked)
+        """,
+        timeout=900,
+    )
+    checked = int(out.stdout.split("checked")[-1])
+    assert checked >= 2 * 10, out.stdout
