@@ -61,6 +61,7 @@ PADDLE_TESTS = [
     "tests/test_paddle_conformance.py",
     "tests/test_paddle_errors.py",
     "tests/test_paddle_guide.py",
+    "tests/test_paddle_paths.py",
     "tests/test_paddle_static.py",
     "tests/test_readme.py",
 ]

@@ -25,7 +25,7 @@ from paddle.autograd import PyLayer
 from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._launch import direct_env, direct_lines
 
-from ._paddle_compat import grad_enabled_c
+from ._paddle_compat import DTYPE_KEY, grad_enabled_c
 
 
 def _compile_fn(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tuple[Callable, ...]:
@@ -179,7 +179,8 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     Python number for each scalar, anything else takes the full path).
 
     ``key_of(args)``: what a call's checks depend on, or None: each tensor's shape, dtype (its
-    ``id``: Paddle's dtypes are module-level singletons, hashed slowly by pybind), place (on a
+    ``id`` where Paddle's dtypes are singletons, else its number: ``DTYPE_KEY``; pybind hashes
+    dtypes slowly), place (on a
     Paddle built with devices), ``stop_gradient`` and layout (contiguous, or its strides; False
     for a sparse tensor, whose shape and dtype may be those of a dense one), and each number's
     type. ``hook(op, args)``: the op's eager hook (``Op.eager_paths``) with that key inlined (no
@@ -201,7 +202,7 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
             checks.append(f"type({a}) not in TT")
             place = f"PK({a}), " if places else ""
             parts.append(
-                f"(tuple({a}.shape), id({a}.dtype), {place}{a}.stop_gradient, "
+                f"(tuple({a}.shape), {DTYPE_KEY.format(a)}, {place}{a}.stop_gradient, "
                 f"{a}.is_dense() and ({a}.is_contiguous() or tuple({a}.strides)))"
             )
         else:

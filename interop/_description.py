@@ -348,17 +348,20 @@ def describe(
             f"op {opname!r}: outputs must be an int or a list of parameter names, got {type(outputs).__name__}"
         )
     if isinstance(outputs, int):
-        # an int counts trailing parameters, as it always has (in-out ones among them stay in-out);
-        # outputs elsewhere in the signature are named instead
+        # an int counts the trailing array parameters (in-out ones among them stay in-out): the
+        # default outputs=1 is the last array parameter, also when scalars follow it
+        # (``segment_sum(x, idx, out, n)``); outputs elsewhere in the signature are named instead
         if outputs < (0 if in_out else 1):
             raise ArgumentError(
                 f"op {opname!r}: outputs must be at least 1, got {outputs} (0 only when in_out names the returned arrays)"
             )
-        if outputs > len(args):
+        arrays = [n for n, ann in args if _warp_compat.is_array_annotation(ann)]
+        if outputs > len(arrays):
             raise ArgumentError(
-                f"op {opname!r}: outputs={outputs} but the {kind} has only {len(args)} parameters ({names})"
+                f"op {opname!r}: outputs={outputs} but the {kind} has only {len(arrays)} array parameter(s) "
+                f"({arrays}; all parameters: {names})"
             )
-        listed = names[len(names) - outputs :] if outputs else []
+        listed = arrays[len(arrays) - outputs :] if outputs else []
     else:
         listed = list(outputs)
         for n in listed:

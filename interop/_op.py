@@ -217,7 +217,8 @@ def op(
         fn: a ``@wp.kernel``, or a Python function annotated like a kernel that launches
             kernels itself (Warp's ``jax_callable`` case).
         outputs: the names of the output parameters (anywhere in the signature), or an int N:
-            the last N parameters (in-out ones among them stay in-out).
+            the last N array parameters, scalars after them staying inputs (in-out ones among
+            them stay in-out). Default 1: the last array parameter.
         in_out: names of array parameters read and updated in place (e.g. accumulators),
             anywhere in the signature. The call returns in-out arrays and outputs in kernel order.
         launch_dims: default launch dimensions (int or tuple); default: the Warp shape of

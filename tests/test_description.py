@@ -218,10 +218,17 @@ def test_outputs_before_scalars_like_segmented_sum():
     assert [p.name for p in o.description.call_params] == ["x", "idx", "n", "ept"]
 
 
-def test_outputs_int_counts_trailing_parameters():
-    # backward compatible: outputs=N is the last N parameters (scalars among them are refused)
-    with pytest.raises(TypeError, match=r"seg_sum.*parameter 'ept' is returned \(output\) but is not an array"):
-        interop.op(seg_sum)
+def test_outputs_int_counts_trailing_array_parameters():
+    # outputs=N is the last N array parameters: scalars after them stay inputs (DESIGN.md: "the
+    # last array parameter is the output"); before, such a kernel was refused
+    o = interop.op(seg_sum)
+    assert [p.name for p in o.description.returned_params] == ["out"]
+    assert [p.name for p in o.description.call_params] == [
+        p.name for p in interop.op(seg_sum, outputs=["out"]).description.call_params
+    ]
+    assert interop.op(seg_sum) is interop.op(seg_sum, outputs=["out"])  # one op, described either way
+    with pytest.raises(ValueError, match=r"two_out.*outputs=4 but the kernel has only 3 array parameter"):
+        interop.op(two_out, outputs=4)
 
 
 def test_outputs_listed_twice():
@@ -244,8 +251,8 @@ def test_outputs_less_than_one():
 
 
 def test_outputs_larger_than_params():
-    with pytest.raises(ValueError, match=r"two_out.*outputs=4 but the kernel has only 3 parameters"):
-        interop.op(two_out, outputs=4)
+    with pytest.raises(ValueError, match=r"saxpy.*outputs=4 but the kernel has only 3 array parameter\(s\)"):
+        interop.op(saxpy, outputs=4)
 
 
 def test_outputs_bad_type():
@@ -256,9 +263,10 @@ def test_outputs_bad_type():
 
 
 def test_scalar_as_output_is_refused():
-    # outputs=2 on saxpy makes the scalar `a`... no: the trailing 2 are (a, out) -> a is a scalar
     with pytest.raises(TypeError, match=r"saxpy.*parameter 'a' is returned \(output\) but is not an array"):
-        interop.op(saxpy, outputs=2)
+        interop.op(saxpy, outputs=["a", "out"])
+    # an int counts array parameters only: outputs=2 is (y, out), the scalar between them stays an input
+    assert [p.name for p in interop.op(saxpy, outputs=2).description.returned_params] == ["y", "out"]
     with pytest.raises(TypeError, match=r"parameter 'a' is returned \(in-out\) but is not an array"):
         interop.op(saxpy, outputs=2, in_out=["a"])
 
