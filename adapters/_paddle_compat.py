@@ -9,19 +9,17 @@ C operators they end in, ``paddle._C_ops.full`` and ``paddle._C_ops.empty`` (fal
 ``_C_ops.full`` 2.1 us, ``_C_ops.empty`` 1.8 us, ``paddle.zeros`` 8.5 us, ``paddle.empty_like`` 6.2 us.
 
 A PyLayer node runs once through ``Tensor.backward``/``paddle.autograd.backward``: Paddle
-(``GradNodePyLayer::operator()``; 3.2.0 and 3.3.1 checked) releases the node's context after its
-backward whatever ``retain_graph`` says, and a second backward reaching the node dereferences
-it: a segmentation fault, for any PyLayer. ``paddle.grad`` runs copies of the nodes and leaves
-them intact (but copying a released node crashes too: ``paddle.grad`` after a ``Tensor.backward``
-through the node, which no Python code can intercept). The node's gradient hooks run before the
-dereference, so the adapter registers one that refuses a second run; it tells the two APIs
-apart by the Python frame that started the backward (``COPYING_BACKWARD``: ``grad`` in
-``paddle/base/dygraph/base.py`` for ``paddle.grad``).
+(``GradNodePyLayer::operator()``; 3.2.0 and 3.3.1 checked) drops the node's reference to its
+context after its backward whatever ``retain_graph`` says, and a second backward reaching the
+node dereferences the null pointer: a segmentation fault, for any PyLayer. ``paddle.grad`` runs
+copies of the nodes (each holding the context too) and leaves the original intact (but copying
+a released node crashes too: ``paddle.grad`` after a ``Tensor.backward`` through the node,
+which no Python code can intercept). The node's gradient hooks run before the dereference, so
+the adapter registers one holding a weak reference to the context: nothing else holds the
+context, so it is gone exactly when ``Tensor.backward`` has released the node.
 """
 
 from __future__ import annotations
-
-import sys
 
 import paddle
 
@@ -79,13 +77,6 @@ def place_key(x) -> str:
     and compare), else ``str(place)``."""
     s = getattr(x, "_place_str", None)
     return s if isinstance(s, str) else str(x.place)
-
-
-getframe = sys._getframe
-# the name of the Python function whose backward runs copies of the nodes (paddle.grad): a hook
-# of a node's output tells the two apart by ``getframe(1).f_code.co_name`` (the frame above the
-# hook is the API's function, Paddle's C++ in between)
-COPYING_BACKWARD = "grad"
 
 
 def _dtypes_are_singletons() -> bool:

@@ -18,7 +18,9 @@ general node's remembered-signature branch, for ops with a hand-written backward
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
+from weakref import ref as _weakref
 
 from paddle.autograd import PyLayer
 
@@ -26,6 +28,11 @@ from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._launch import direct_env, direct_lines
 
 from ._paddle_compat import DTYPE_KEY, grad_enabled_c
+
+# the context of the PyLayer node a signature's call just made, per thread (a weak reference),
+# for the gradient hook the eager hook registers on its output (second_backward_guard in
+# adapters/paddle.py)
+LAST_CONTEXT = threading.local()
 
 
 def _compile_fn(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tuple[Callable, ...]:
@@ -64,6 +71,8 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         "DEVICE": device,
         "grad_enabled": grad_enabled_c(),
         "recorded": recorded,
+        "LAST": LAST_CONTEXT,
+        "wref": _weakref,
     }
     strided = {idx: strides for _, idx, strides in sig.arrays if strides is not None}
 
@@ -150,7 +159,7 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     lines = [f"def forward({', '.join(args)}):", *fwd, f"    return {results}"]
     names: tuple[str, ...] = ("forward",)
     if recorded is not None:
-        lines += [f"def layer_forward(ctx, {', '.join(args)}):", *fwd]
+        lines += [f"def layer_forward(ctx, {', '.join(args)}):", "    LAST.context = wref(ctx)", *fwd]
         if len(rs) > 1:  # an unused output's upstream gradient stays None (no pointer passed)
             lines.append("    ctx.set_materialize_grads(False)")
         lines.append(f"    ctx.save_for_backward({', '.join(tensors + [f'{r}.detach()' for r in kept])})")
@@ -188,8 +197,9 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
 
     ``env`` holds what the code reads: ``TT`` (tensor types), ``PN`` (number types), ``PK``
     (place key), ``NOT_EAGER``, ``dynamic``, ``grad_enabled``, ``signatures``, ``calls``,
-    ``general`` (a remembered signature's call through the general node), ``guard`` and ``LABEL``
-    (the gradient hook that refuses a second ``Tensor.backward`` through a node).
+    ``general`` (a remembered signature's call through the general node), ``guard``, ``LABEL``
+    and ``LAST`` (the gradient hook that refuses a second ``Tensor.backward`` through a node, and
+    the node's context, which the signature's PyLayer leaves in ``LAST_CONTEXT``).
     """
     params = desc.call_params
     n = len(params)
@@ -222,7 +232,9 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     lines += ["        if layer is None:  # a hand-written backward: the general node"]
     lines += ["            return general(sig, args)", "        out = layer(*args)"]
     first = "out" if len(desc.output_params) == 1 else "out[0]"
-    lines += [f"        {first}._register_grad_hook(guard(LABEL))  # see second_backward_guard (adapters/paddle.py)"]
+    lines += [
+        f"        {first}._register_grad_hook(guard(LAST.context, LABEL))  # second_backward_guard (adapters/paddle.py)"
+    ]
     lines += ["        return out", "    return sig.forward(*args)"]
     hook, key_of = _compile_fn("\n".join(x for x in lines if x) + "\n", env, ("hook", "key_of"))
     return hook, key_of

@@ -30,6 +30,7 @@ from __future__ import annotations
 import operator
 from types import MappingProxyType
 from typing import Any, Sequence
+from weakref import ref as _weakref
 
 import numpy as np
 import paddle
@@ -43,15 +44,13 @@ from interop._op import NOT_EAGER, Op
 from interop._plan import ArraySpec, check_layout
 
 from ._common import EagerFramework, pack_result, unexpected_keywords
-from ._paddle_compat import COPYING_BACKWARD as _COPYING_BACKWARD
 from ._paddle_compat import allocation as _allocation
 from ._paddle_compat import cpu_only as _cpu_only
 from ._paddle_compat import empty as _empty
-from ._paddle_compat import getframe as _getframe
 from ._paddle_compat import grad_enabled_c as _grad_enabled_c
 from ._paddle_compat import place_key as _place_key
 from ._paddle_compat import zeros as _zeros
-from ._paddle_eager import hook_code, signature_code
+from ._paddle_eager import LAST_CONTEXT, hook_code, signature_code
 
 # ---- dtypes and places ------------------------------------------------------------------
 _NP_OF_PADDLE: dict[Any, np.dtype] = {
@@ -200,33 +199,33 @@ class _State:
         "in_out",
         "sig",
         "values",
+        "context",
     )
 
 
-def second_backward_guard(label: str):
+def second_backward_guard(context, label: str):
     """A gradient hook for a node's first output (see ``_paddle_compat``): Paddle releases a
     PyLayer node's context when ``Tensor.backward`` runs it, and a second backward reaching the
-    node would crash the process. The node's hooks run before that: this one notes a run that
-    releases the node (not ``paddle.grad``'s, which runs a copy), and raises on the next run."""
-    ran = [False]
+    node would crash the process. The node's hooks run before that: this one raises once the
+    context (``context``: a weak reference to it) is gone. ``paddle.grad`` runs copies, which
+    keep it."""
 
-    def hook(grad, ran=ran):
-        if ran[0]:
+    def hook(grad):
+        if context() is None:
             raise RuntimeError(
                 f"op {label!r}: a second backward through the same call: Paddle releases a PyLayer's "
                 "context after Tensor.backward runs it (retain_graph=True notwithstanding), so a second one "
                 "would crash the process. Take the gradients in one backward (sum the losses), or use "
                 "paddle.grad(..., retain_graph=True), which leaves the graph intact"
             )
-        ran[0] = _getframe(1).f_code.co_name != _COPYING_BACKWARD
         # None: the gradient unchanged
 
     return hook
 
 
-def _guarded(res, label: str):
-    """``res`` (what a PyLayer's apply returned) with :func:`second_backward_guard` on its first tensor."""
-    (res[0] if isinstance(res, tuple) else res)._register_grad_hook(second_backward_guard(label))
+def _guarded(res, state, label: str):
+    """``res`` (what ``_OpLayer.apply`` returned) with :func:`second_backward_guard` on its first tensor."""
+    (res[0] if isinstance(res, tuple) else res)._register_grad_hook(second_backward_guard(state.context, label))
     return res
 
 
@@ -260,6 +259,7 @@ class _OpLayer(PyLayer):
 
     @staticmethod
     def forward(ctx, state: _State, *tensors):
+        state.context = _weakref(ctx)  # for second_backward_guard
         sig = state.sig
         if sig is not None:  # a remembered signature (_SigCall): no in-out parameter
             outs, state.values = sig.run(state.args)
@@ -504,7 +504,7 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
                     "for scalar parameters; pass it as a Python number or with stop_gradient=True"
                 )
     state.visible, state.need_grad = tuple(visible), need
-    res = _guarded(_OpLayer.apply(state, *tensors), desc.label)
+    res = _guarded(_OpLayer.apply(state, *tensors), state, desc.label)
     # tensors reach the backward as saved tensors (version-checked by Paddle), not through state
     state.args = tuple(None if isinstance(x, paddle.Tensor) else x for x in args)
     res = res if isinstance(res, tuple) else (res,)
@@ -634,7 +634,7 @@ class _SigCall:
     fields, this call's arguments and launch values. The arguments are kept as given: the tensors
     among them are the node's saved tensors anyway, and the backward reads them from those."""
 
-    __slots__ = ("sig", "args", "values")
+    __slots__ = ("sig", "args", "values", "context")
     launch_dims = output_dims = None
     in_out = _NO_IN_OUT
     op = property(lambda self: self.sig.op)
@@ -653,7 +653,7 @@ def _apply(sig: _Signature, args: Sequence[Any]):
     take = sig.take
     state = _SigCall(sig, args)
     tensors = [args[i] for i in sig.tensor_pos] if take is None else take(args)
-    return _guarded(_OpLayer.apply(state, *tensors), sig.op.description.label)
+    return _guarded(_OpLayer.apply(state, *tensors), state, sig.op.description.label)
 
 
 def _recorded(sig: _Signature):
@@ -688,6 +688,7 @@ def _make_hook(op):
         "general": _apply,
         "guard": second_backward_guard,
         "LABEL": op.description.label,
+        "LAST": LAST_CONTEXT,
     }
     # a Paddle built for the CPU only has every tensor there: its keys need not read places
     hook, key_of = hook_code(op.description, env, places=not _CPU_ONLY)
