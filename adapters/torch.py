@@ -994,6 +994,10 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     # plain eager work on real memory skips the dispatcher (see _eager_forward); meta tensors
     # and other devices reach the operator (its fake implementation, or its error)
     eager = (device is None or device.type in _EAGER_DEVICES) and plain_eager(args)
+    if eager and any(isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj()) for x in args):
+        # a lazily negated/conjugated view (z.conj().imag): its memory holds other values than the
+        # tensor's; the operator's dispatcher resolves it before the kernel runs
+        eager = False
     # forward-mode AD: the operator would drop the tangents; the Function's jvp refuses them
     forward_ad = not eager and forward_ad_active()
     if b.inout_pos and not grad and not forward_ad:
@@ -1158,7 +1162,9 @@ def _signature(args: Sequence[Any]) -> tuple | None:
         for a in args:
             t = type(a)
             if t in PLAIN_TENSOR_TYPES:
-                key.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
+                # is_neg(): a lazily negated view (``z.conj().imag``) takes the full path, which sends it
+                # through the operator (torch's dispatcher resolves the view before the kernel reads memory)
+                key.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad, a.is_neg()))
             elif t in _PLAIN_NUMBERS:
                 key.append(t)
             else:

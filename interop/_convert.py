@@ -72,6 +72,29 @@ def _detach(x: Any, fw: str) -> Any:
     return x
 
 
+def _torch_memory(x: Any, to: str, copy: bool) -> Any:
+    """``x`` if its memory holds its values, else an error naming why (or, with ``copy``, the values
+    in new memory): a nested or sparse tensor has no one strided block; a tensor with torch's
+    negative or conjugate bit set (a lazy view such as ``z.conj().imag``) holds other values than
+    its own, which DLPack would hand over as they are."""
+    import torch
+
+    if x.is_nested or x.layout != torch.strided:
+        raise ArgumentError(
+            f"convert: a {'nested' if x.is_nested else str(x.layout)} torch tensor has no dense strided memory "
+            f"to hand to {to}; convert a dense tensor (.to_dense())"
+        )
+    if x.is_neg() or x.is_conj():
+        if copy:
+            return x.resolve_neg().resolve_conj()
+        raise ArgumentError(
+            f"convert: a torch array of shape {tuple(x.shape)} cannot be handed to {to} without a copy (it has "
+            f"torch's {'negative' if x.is_neg() else 'conjugate'} bit set: its memory holds other values than "
+            "the tensor's); pass copy=True to allow one, or call x.resolve_neg() / x.resolve_conj()"
+        )
+    return x
+
+
 def _is_bf16(x: Any, fw: str) -> bool:
     return _dtype_name(x) == "bfloat16"
 
@@ -233,6 +256,10 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
     except ImportError as e:
         raise ImportError(f"convert: to={to!r} needs {to} installed ({e})") from e
     src = _detach(x, fw)
+    if to == fw and dtype is None:
+        return src  # the same framework: the array itself (detached)
+    if fw == "torch":
+        src = _torch_memory(src, to, copy)
     error: Exception | None = None
     out = None
     if to != fw and any(s < 0 for s in _strides(src, fw)):

@@ -359,3 +359,31 @@ def test_strided_warp_view_input_read_in_place():
     out = interop.op(scale)(w, 3.0)
     assert isinstance(out, wp.array)
     np.testing.assert_array_equal(out.numpy(), base[1::2] * 3.0)
+
+
+@pytest.mark.parametrize("dst", [f for f in FRAMEWORKS if f != "torch"])
+def test_torch_lazy_negative_view_is_not_handed_over_as_its_memory(dst):
+    # z.conj().imag is a tensor with torch's negative bit: its memory holds +2, +4, its values are
+    # -2, -4. DLPack handed the memory over (the sign silently flipped) to Paddle and Warp
+    torch = pytest.importorskip("torch")
+    im = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64).conj().imag
+    assert im.is_neg()
+    with pytest.raises(
+        interop.ArgumentError, match=r"cannot be handed to .* without a copy \(it has torch's negative bit"
+    ):
+        interop.convert(im, to=dst)
+    out = interop.convert(im, to=dst, copy=True)
+    got = out.numpy() if dst == "warp" else np.asarray(interop.convert(out, to="numpy", copy=True))
+    np.testing.assert_array_equal(got, [-2.0, -4.0])
+    assert interop.convert(im, to="torch") is im  # the same framework: the tensor itself
+
+
+@pytest.mark.parametrize("dst", FRAMEWORKS)
+def test_torch_nested_and_sparse_are_refused_not_an_internal_error(dst):
+    torch = pytest.importorskip("torch")
+    for t in (torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), torch.ones(3).to_sparse()):
+        if dst == "torch":
+            assert interop.convert(t, to="torch") is t
+            continue
+        with pytest.raises(interop.ArgumentError, match=r"torch tensor has no dense strided memory"):
+            interop.convert(t, to=dst)

@@ -336,6 +336,27 @@ def test_torch_inference_tensor_in_out_outside_inference_mode():
 
 
 @TORCH
+def test_torch_lazy_negative_view_gives_its_values():
+    # z.conj().imag: torch's negative bit, memory +2, +4, values -2, -4. The eager path read the
+    # memory (4, 8 instead of -4, -8); it now sends such a call through the operator, whose
+    # dispatcher resolves the view, like torch.ops does; gradients flow back through the view too
+    import torch
+
+    op = interop.op(cat.scale_kernel, name="hostile::neg_scale")
+    op(torch.ones(2), 2.0), op(torch.ones(2), 2.0)  # the eager signature of a (2,) float32 tensor is warm
+    z = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64, requires_grad=True)
+    im = z.conj().imag
+    assert im.is_neg()
+    want = torch.tensor([-4.0, -8.0])
+    torch.testing.assert_close(op(im.detach(), 2.0), want)
+    torch.testing.assert_close(torch.ops.hostile.neg_scale(im.detach(), 2.0), want)
+    out = op(im, 2.0)
+    torch.testing.assert_close(out.detach(), want)
+    out.sum().backward()  # d/dz of sum(2 * imag(conj z)) = d/dz of -2 (y1 + y2): the gradient -2j per element
+    torch.testing.assert_close(z.grad, torch.tensor([-2j, -2j], dtype=torch.complex64))
+
+
+@TORCH
 def test_nested_tensor_is_refused():
     # was torch's "Internal error: NestedTensorImpl doesn't support sizes"
     import torch
