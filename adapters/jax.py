@@ -220,6 +220,8 @@ def _eager_scalar(p, x):
     dt = _SCALAR_NP.get(p.scalar)
     if dt is None or (type(x) is float and not _dtypes.is_float_dtype(dt)):
         return x  # let the plan report the mismatch
+    if dt.itemsize == 8 and not _x64():
+        return x  # JAX would make a float64 operand float32 (the kernel would read 8 bytes of 4): stays static
     if dt.kind in "iu" and not np.iinfo(dt).min <= x <= np.iinfo(dt).max:
         return x  # stays static: the plan names the parameter and the range
     if _float_np(dt):

@@ -45,6 +45,12 @@ def iota64(out: wp.array(dtype=wp.float64)):
 
 
 @wp.kernel
+def scale_by_64bit(x: wp.array(dtype=float), s: wp.float64, n: wp.int64, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i] * float(s) + float(n)
+
+
+@wp.kernel
 def generic_square(a: wp.array(dtype=typing.Any), out: wp.array(dtype=typing.Any)):
     i = wp.tid()
     out[i] = a[i] * a[i]
@@ -384,6 +390,21 @@ def test_float64_when_x64_is_off():
             match=r"op 'iota64', output 'out': the kernel writes float64, which JAX would silently make a 32-bit array",
         ):
             interop.op(iota64)(launch_dims=3, framework="jax")
+
+
+def test_python_numbers_for_64_bit_scalars_when_x64_is_off():
+    # an eager call made a Python float a float64 operand, which JAX (x64 off) turned into float32:
+    # the kernel read 8 bytes of a 4-byte buffer (a wrong value, silently). Such numbers stay static
+    op = interop.op(scale_by_64bit)
+    with jax.enable_x64(False):
+        for s, n in ((2.0, 1), (3.0, 2), (2.0, 1), (0.5, 7)):
+            np.testing.assert_array_equal(np.asarray(op(jnp.ones(3), s, n)), [s + n] * 3)
+            np.testing.assert_array_equal(
+                np.asarray(jax.jit(lambda x, s=s, n=n: op(x, s, n))(jnp.ones(3))), [s + n] * 3
+            )
+    with jax.enable_x64(True):
+        for s, n in ((2.0, 1), (3.0, 2)):
+            np.testing.assert_array_equal(np.asarray(op(jnp.ones(3, jnp.float32), s, n)), [s + n] * 3)
 
 
 def test_traced_launch_dims():
