@@ -147,6 +147,11 @@ class EagerFramework:
         plan.runner.forward(device, values, stream)
         return plan, values, returned, device, stream
 
+    def cache_fast(self, args: Sequence[Any]) -> bool:
+        """Whether a validated call with these arguments may be replayed by its fast-path key (asked
+        on the full path only, after the call)."""
+        return True
+
     def refuse(self, op, p: Param, x: Any) -> None:
         """Raise :class:`ArgumentError` for an array of this framework that a kernel must not be
         given (checked before its shape and dtype)."""
@@ -169,7 +174,7 @@ class EagerFramework:
             if fast is not None:
                 return fast(args)
         plan, values, returned, device, stream = self.forward(op, args, launch_dims, output_dims)
-        if key is not None:
+        if key is not None and self.cache_fast(args):
             _cache.put(op._fast, key, self._make_fast(op, plan, values, device), _cache.FAST_PATHS_PER_OP)
         return returned[0] if len(returned) == 1 else tuple(returned)
 
@@ -183,7 +188,7 @@ class EagerFramework:
             if fast is not None:
                 return fast(args, True), fast.plan, fast.device
         plan, values, returned, device, _ = self.forward(op, args, launch_dims, output_dims)
-        if key is not None:
+        if key is not None and self.cache_fast(args):
             _cache.put(op._fast, key, self._make_fast(op, plan, values, device), _cache.FAST_PATHS_PER_OP)
         return returned, plan, device
 

@@ -18,7 +18,6 @@ from ._common import EagerFramework
 
 _c_char = ctypes.c_char
 _addressof = ctypes.addressof
-_MaskedArray = np.ma.MaskedArray
 
 
 class _NumPy(EagerFramework):
@@ -47,12 +46,12 @@ class _NumPy(EagerFramework):
             )
 
     def fast_key(self, args):
-        # any ndarray (subclasses too: memmaps) is keyed on its layout, never on its type alone; a
-        # masked array's mask may change between calls: it always takes the full path (refuse); a
-        # subclass of MaskedArray is checked on its first call only
-        if _MaskedArray in map(type, args):
-            return None
+        # any ndarray (subclasses too: masked arrays, memmaps) is keyed on its layout, never on its type alone
         return tuple((type(a), a.shape, a.dtype, a.strides) if isinstance(a, np.ndarray) else type(a) for a in args)
+
+    def cache_fast(self, args) -> bool:
+        # a masked array's mask may change between calls: its calls always take the full path (refuse)
+        return not any(isinstance(a, np.ma.MaskedArray) for a in args)
 
     def ptr(self, x: np.ndarray) -> int:
         try:
