@@ -50,6 +50,20 @@ def allocation(shape: list, dtype, place, zero: bool) -> tuple:
     return (_empty, (shape, dtype, place)) if _empty is not None else (empty, (shape, dtype, place))
 
 
+_full_like = getattr(_ops, "full_like", None)
+_empty_like = getattr(_ops, "empty_like", None)
+
+
+def allocation_like(dtype, place, zero: bool) -> tuple | None:
+    """``(fn, args)``: ``fn(t, *args)`` allocates like :func:`allocation` a contiguous tensor of
+    ``t``'s shape (whatever ``t``'s layout) and ``dtype``: ``_C_ops.full_like``/``empty_like``,
+    which read the shape from ``t`` (no list to convert: 0.15 us less than ``full``/``empty``
+    per call at n=1024). None where Paddle has no such operator."""
+    if zero:
+        return (_full_like, (0.0, dtype, place)) if _full_like is not None else None
+    return (_empty_like, (dtype, place)) if _empty_like is not None else None
+
+
 def grad_enabled_c():
     """``paddle.is_grad_enabled`` without its Python frame: the C function it returns
     (``paddle.base.core._has_grad``), for the hook and generated code; else the public one."""
@@ -88,3 +102,35 @@ def _dtypes_are_singletons() -> bool:
 # object per dtype (3.3.1: 140 ns), else the dtype's number (3.2.0 makes a new object on every
 # read, whose id is then reused by other dtypes: 410 ns)
 DTYPE_KEY = "id({}.dtype)" if _dtypes_are_singletons() else "{}.dtype.value"
+
+
+def _shape_template_maker():
+    """``(make, same)``: ``make(shape)`` a tensor of ``shape`` that holds no memory (the private
+    ``core.eager.Tensor`` constructor: dtype, dims, name, type, persistable), and ``same`` the
+    generated comparison of a tensor ``{}`` with it: ``Tensor.is_same_shape``, one C call that
+    makes no shape list (checked on 3.2.0 and 3.3.1). Elsewhere: the shape as a list, compared
+    with ``Tensor.shape``."""
+    try:
+        core = paddle.base.core
+        kind = core.VarDesc.VarType
+
+        def make(shape):
+            return core.eager.Tensor(kind.FP32, list(shape), "interop_shape", kind.DENSE_TENSOR, False)
+
+        t = make((2, 3))
+        if (
+            not t._is_initialized()
+            and paddle.ones([2, 3]).is_same_shape(t)
+            and not paddle.ones([3, 2]).is_same_shape(t)
+            and not paddle.ones([6]).is_same_shape(t)
+            and paddle.to_tensor(1.0).is_same_shape(make(()))
+        ):
+            return make, "{}.is_same_shape({})"
+    except Exception:  # pragma: no cover - another Paddle version
+        pass
+    return list, "{}.shape == {}"  # pragma: no cover
+
+
+# A remembered call signature's shapes for the eager hook's comparison with the last one used
+# (adapters/_paddle_eager.py): SHAPE_TEMPLATE(shape) is what SAME_SHAPE.format(tensor, it) compares with
+SHAPE_TEMPLATE, SAME_SHAPE = _shape_template_maker()

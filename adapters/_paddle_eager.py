@@ -27,7 +27,7 @@ from paddle.autograd import PyLayer
 from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._launch import direct_env, direct_lines
 
-from ._paddle_compat import DTYPE_KEY, grad_enabled_c
+from ._paddle_compat import DTYPE_KEY, SAME_SHAPE, SHAPE_TEMPLATE, grad_enabled_c
 
 # the context of the PyLayer node a signature's call just made, per thread (a weak reference),
 # for the gradient hook the eager hook registers on its output (second_backward_guard in
@@ -102,9 +102,9 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     # ---- forward body: allocate the outputs, one launch
     fwd = []
     rs = []
-    for j, (idx, alloc, how) in enumerate(sig.outs):
+    for j, (idx, alloc, how, like) in enumerate(sig.outs):
         env[f"A{j}"], env[f"H{j}"] = alloc, how
-        fwd.append(f"    r{j} = A{j}(*H{j})")
+        fwd.append(f"    r{j} = A{j}(*H{j})" if like is None else f"    r{j} = A{j}(a{like}, *H{j})")
         ptrs[idx] = f"r{j}.data_ptr()"
         values[idx] = f"(r{j}.data_ptr(), None)"
         rs.append(f"r{j}")
@@ -119,7 +119,7 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     # an output the adjoint never reads is not kept (sig.kept): its launch pointer is its upstream
     # gradient's (same shape and dtype; 0 when there is none), never dereferenced
     kept = [rs[j] for j in sig.kept]
-    for j, (idx, _, _) in enumerate(sig.outs):
+    for j, (idx, _, _, _) in enumerate(sig.outs):
         if j not in sig.kept:
             up = next(k for k, (gidx, _, _) in enumerate(sig.grad_order) if gidx == idx)
             ptrs[idx] = f"q{up}"
@@ -141,12 +141,13 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         adj_body.append(f"{ind}q{j} = g{j}.data_ptr()")
         adj[idx] = f"q{j}"
     grads = []
-    for k, ((_pos, idx, _), ga) in enumerate(zip(sig.arrays, sig.grad_allocs)):
+    for k, ((pos, idx, _), ga) in enumerate(zip(sig.arrays, sig.grad_allocs)):
         if ga is None:
             grads.append("None")
             continue
-        env[f"GA{k}"], env[f"GH{k}"] = ga
-        adj_body.append(f"    t{k} = GA{k}(*GH{k})  # zero-filled: the adjoint accumulates into it")
+        env[f"GA{k}"], env[f"GH{k}"], like = ga
+        call = f"GA{k}(a{pos}, *GH{k})" if like else f"GA{k}(*GH{k})"
+        adj_body.append(f"    t{k} = {call}  # zero-filled: the adjoint accumulates into it")
         adj[idx] = f"t{k}.data_ptr()"
         grads.append(f"t{k}")
     adj_arrays = {i: adj[i] for i in range(nparams) if plan.desc.params[i].is_array or i in runner.ref_idx}
@@ -206,18 +207,29 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     args = [f"a{i}" for i in range(n)]
     checks = []
     parts = []
+    same = []  # the comparison with the last signature used (its fast_entry, F)
+    k = 1
     for i, p in enumerate(params):
         a = f"a{i}"
         if p.is_array:
             checks.append(f"type({a}) not in TT")
             place = f"PK({a}), " if places else ""
+            dtype = DTYPE_KEY.format(a)
             parts.append(
-                f"(tuple({a}.shape), {DTYPE_KEY.format(a)}, {place}{a}.stop_gradient, "
+                f"(tuple({a}.shape), {dtype}, {place}{a}.stop_gradient, "
                 f"{a}.is_dense() and ({a}.is_contiguous() or tuple({a}.strides)))"
             )
+            same += [SAME_SHAPE.format(a, f"F[{k}]"), f"{dtype} == F[{k + 1}]", f"{a}.stop_gradient is F[{k + 2}]"]
+            same += [f"{a}.is_dense()", f"{a}.is_contiguous() is F[{k + 3}]"]
+            k += 4
+            if places:
+                same.append(f"PK({a}) == F[{k}]")
+                k += 1
         else:
             checks.append(f"type({a}) not in PN")
             parts.append(f"type({a})")
+            same.append(f"type({a}) is F[{k}]")
+            k += 1
     unpack = f"    {''.join(x + ', ' for x in args)}= args" if n else ""
     refuse = " or ".join(checks) if checks else "False"
     key = tuple_text(parts)
@@ -226,8 +238,12 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     lines += ["def hook(op, args):"]
     lines += ["    if not dynamic():  # paddle.enable_static(): the full path says what to do instead"]
     lines += ["        return NOT_EAGER", f"    if len(args) != {n}:", "        return NOT_EAGER", unpack]
-    lines += [f"    if {refuse}:", "        return NOT_EAGER", f"    sig = signatures.get({key})"]
-    lines += ["    if sig is None:", "        return NOT_EAGER", "    calls[0] += 1"]
+    lines += [f"    if {refuse}:", "        return NOT_EAGER", "    F = signatures.last"]
+    # the last signature used, compared field by field (no key built or hashed; is_same_shape
+    # makes no shape list), else the key's lookup
+    lines += [f"    if F is not None and {' and '.join(same) if same else 'True'}:", "        sig = F[0]", "    else:"]
+    lines += [f"        sig = signatures.get({key})", "        if sig is None:", "            return NOT_EAGER"]
+    lines += ["        signatures.last = sig.fast", "    calls[0] += 1"]
     lines += ["    if sig.grad and grad_enabled():", "        layer = sig.layer"]
     lines += ["        if layer is None:  # a hand-written backward: the general node"]
     lines += ["            return general(sig, args)", "        out = layer(*args)"]
@@ -238,3 +254,48 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     lines += ["        return out", "    return sig.forward(*args)"]
     hook, key_of = _compile_fn("\n".join(x for x in lines if x) + "\n", env, ("hook", "key_of"))
     return hook, key_of
+
+
+class Remembered(dict):
+    """An op's remembered signatures by key (``hook_code``'s ``signatures``), and ``last``: the
+    :func:`fast_entry` of the one its hook used last (None after any removal)."""
+
+    __slots__ = ("last",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = None
+
+    def clear(self) -> None:
+        self.last = None
+        super().clear()
+
+    def __delitem__(self, key) -> None:
+        self.last = None
+        super().__delitem__(key)
+
+    def pop(self, *args):
+        self.last = None
+        return super().pop(*args)
+
+    def popitem(self):
+        self.last = None
+        return super().popitem()
+
+
+def fast_entry(key: tuple, sig, places: bool) -> tuple:
+    """What the hook (``hook_code``) compares a call with to reuse ``sig``, remembered under
+    ``key``: ``(sig, ...)`` then, per array parameter, its shape (``SHAPE_TEMPLATE``), dtype key,
+    ``stop_gradient``, True where contiguous (else None: never the same), place (with
+    ``places``), and per number its type."""
+    entry: list = [sig]
+    for part in key:
+        if type(part) is tuple:
+            shape, dtype = part[0], part[1]
+            stop, layout = part[-2], part[-1]
+            entry += [SHAPE_TEMPLATE(shape), dtype, stop, True if layout is True else None]
+            if places:
+                entry.append(part[2])
+        else:
+            entry.append(part)
+    return tuple(entry)

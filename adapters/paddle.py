@@ -45,12 +45,13 @@ from interop._plan import ArraySpec, check_layout
 
 from ._common import EagerFramework, pack_result, unexpected_keywords
 from ._paddle_compat import allocation as _allocation
+from ._paddle_compat import allocation_like as _allocation_like
 from ._paddle_compat import cpu_only as _cpu_only
 from ._paddle_compat import empty as _empty
 from ._paddle_compat import grad_enabled_c as _grad_enabled_c
 from ._paddle_compat import place_key as _place_key
 from ._paddle_compat import zeros as _zeros
-from ._paddle_eager import LAST_CONTEXT, hook_code, signature_code
+from ._paddle_eager import LAST_CONTEXT, Remembered, fast_entry, hook_code, signature_code
 
 # ---- dtypes and places ------------------------------------------------------------------
 _NP_OF_PADDLE: dict[Any, np.dtype] = {
@@ -393,16 +394,17 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
         values = _values(plan, desc.params, tensors, scalars)
         need, diff = state.need_grad, plan.differentiable
         allocs = [
-            (_zeros, (x.shape, x.dtype, x.place)) if need[idx] and diff[idx] else None
+            (_zeros, (x.shape, x.dtype, x.place), False) if need[idx] and diff[idx] else None
             for idx, x in zip(state.visible, saved)
         ]
     adj: list[Any] = [None] * len(desc.params)
     result = []
-    for idx, how in zip(state.visible, allocs):
+    for idx, how, x in zip(state.visible, allocs, saved):
         if how is None:
             result.append(None)
             continue
-        g = how[0](*how[1])  # a zero-filled gradient: the adjoint accumulates into it
+        # a zero-filled gradient (the adjoint accumulates into it), like x or of the shape given
+        g = how[0](x, *how[1]) if how[2] else how[0](*how[1])
         adj[idx] = (g.data_ptr(), None)
         result.append(g)
     keep = []
@@ -558,6 +560,7 @@ class _Signature:
         "_go_adj",
         "forward",
         "layer",
+        "fast",
     )
 
     def __init__(self, op, args: Sequence[Any], plan, device: str):
@@ -578,15 +581,24 @@ class _Signature:
         self.arrays, self.scalars = tuple(arrays), tuple(scalars)
         self.template = [None] * len(desc.params)
         place = _place(device)
-        self.outs = tuple(
-            (p.index, *_allocation(list(spec.shape), _PADDLE_OF_NP[spec.dtype], place, zero))
-            for p, spec, zero in zip(desc.returned_params, plan.out_specs, plan.zero)
-        )
+        # (index, fn, args, like): the output is fn(args[like], *args) (like an argument of its
+        # shape: _C_ops.empty_like/full_like) or fn(*args) (like None)
+        shapes = {tuple(args[pos].shape): pos for pos, _, _ in reversed(arrays)}
+        outs = []
+        for p, spec, zero in zip(desc.returned_params, plan.out_specs, plan.zero):
+            dtype = _PADDLE_OF_NP[spec.dtype]
+            like = shapes.get(tuple(spec.shape))
+            how = _allocation_like(dtype, place, zero) if like is not None else None
+            if how is None:
+                outs.append((p.index, *_allocation(list(spec.shape), dtype, place, zero), None))
+            else:
+                outs.append((p.index, *how, like))
+        self.outs = tuple(outs)
         self.single = len(self.outs) == 1
         # the outputs the node keeps for the adjoint: those Warp's adjoint may read (see
         # Runner.unread_outputs); the others are neither saved nor read again
         unread = plan.runner.unread_outputs
-        self.kept = tuple(j for j, (idx, _, _) in enumerate(self.outs) if idx not in unread)
+        self.kept = tuple(j for j, (idx, _, _, _) in enumerate(self.outs) if idx not in unread)
         self.nondiff = tuple(j for j, p in enumerate(desc.returned_params) if not plan.differentiable[p.index])
         # as _call_grad: the node is recorded when a differentiable parameter's tensor has stop_gradient=False
         self.grad = any(need.values())
@@ -595,8 +607,14 @@ class _Signature:
         self.tensor_pos = tuple(pos for pos, _, _ in arrays)
         # for the adjoint (_backward): upstream gradients' order, the zero-filled gradients to allocate
         self.grad_order = _grad_order(desc)
+        # (fn, args, like): a zero-filled gradient is fn(tensor, *args) (like: _C_ops.full_like of
+        # the tensor it is the gradient of) or fn(*args)
         self.grad_allocs = tuple(
-            _allocation(list(args[pos].shape), args[pos].dtype, place, True)
+            (
+                (*like, True)
+                if (like := _allocation_like(args[pos].dtype, place, True)) is not None
+                else (*_allocation(list(args[pos].shape), args[pos].dtype, place, True), False)
+            )
             if need[idx] and plan.differentiable[idx]
             else None
             for pos, idx, _ in arrays
@@ -674,7 +692,7 @@ def _recorded(sig: _Signature):
 def _make_hook(op):
     """The eager hook of one op (``Op.eager_paths``), with the op's remembered signatures; its
     ``key_of`` is the signature key (both written out for the op's parameters)."""
-    signatures: dict[tuple, _Signature] = {}
+    signatures = Remembered()  # _Signature by key
     calls = [0]  # calls the hook ran (tests read it to tell the paths apart)
     env = {
         "TT": _TENSOR_TYPES,
@@ -728,7 +746,9 @@ def _remember(op, args: Sequence[Any]) -> None:
             specs.append(FRAMEWORK.scalar_spec(op, p, x)[0])
     if device is None:
         return
-    signatures[key] = _Signature(op, args, op.plan(specs), device)
+    sig = _Signature(op, args, op.plan(specs), device)
+    sig.fast = fast_entry(key, sig, not _CPU_ONLY)
+    signatures[key] = sig
 
 
 # ---- entry points ------------------------------------------------------------------------

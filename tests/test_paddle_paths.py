@@ -151,6 +151,60 @@ def test_any_other_signature_takes_the_full_path(change):
         np.testing.assert_allclose(out.numpy(), 1.5 * x.numpy() ** 2 + y.numpy(), rtol=1e-6)
 
 
+def _variant(change: str, pos: int):
+    """The arguments of a remembered ``SAXPY(x, y, 1.5)`` call with one field of argument ``pos``
+    changed (each field the hook compares with the last signature it used)."""
+    args = [*_xy(), 1.5]
+    base = paddle.to_tensor(np.random.default_rng(1).random(18, dtype=np.float32))
+    if change == "scalar":
+        args[2] = 2  # an int for the float
+        return args
+    t = args[pos]
+    if change == "shape":  # the same number of elements, other dimensions
+        t = t.reshape([3, 3])
+    elif change == "dtype":
+        t = t.astype("float64")
+    elif change == "strides":
+        t = paddle.as_strided(base, [9], [2])
+    elif change == "stop_gradient":
+        t.stop_gradient = False
+    elif change == "sparse":
+        t = paddle.to_tensor(np.eye(3, dtype=np.float32)).reshape([9]).to_sparse_coo(1)
+    args[pos] = t
+    return args
+
+
+def _outcome(args):
+    try:
+        out = SAXPY(*args)
+    except Exception as e:  # noqa: BLE001 - the error is the outcome compared
+        return type(e), str(e).split("\n")[0]
+    return out.numpy().tolist(), out.stop_gradient
+
+
+@pytest.mark.parametrize(
+    ("change", "pos"),
+    [(c, pos) for c in ("shape", "dtype", "strides", "stop_gradient", "sparse") for pos in (0, 1)] + [("scalar", 2)],
+)
+def test_hook_compares_every_field_with_the_last_signature(change, pos):
+    """The hook reuses the signature it used last when every field matches (no key built); a call
+    differing from it in one field of one argument gives exactly what the full path gives."""
+    hook = _hook(SAXPY)
+    hook.signatures.clear()
+    want = _outcome(_variant(change, pos))  # the full path (its signature is then remembered)
+    hook.signatures.clear()
+    x, y = _xy()
+    SAXPY(x, y, 1.5)  # remembered
+    SAXPY(x, y, 1.5)  # the hook: the last signature used
+    assert hook.signatures.last is not None and hook.signatures.last[0] is hook.signatures[hook.key_of((x, y, 1.5))]
+    before = _calls()
+    assert _outcome(_variant(change, pos)) == want
+    assert _calls() == before  # not the remembered signature
+    assert _outcome(_variant(change, pos)) == want  # now the last signature used, if remembered
+    if change in ("stop_gradient", "scalar"):
+        assert _calls() == before + 1
+
+
 def test_hook_checks_arguments_it_never_validated():
     """A remembered signature never lets another through: a wrong argument count, a symbolic value, a
     sparse tensor of the same shape and dtype each reach the full path and its error."""
@@ -353,7 +407,7 @@ def test_signature_key_with_places_tells_places_apart():
     one place, it equals the CPU-only key but for the place, and a hook built with it runs the
     remembered signature's code like the CPU-only hook."""
     from adapters import paddle as apd
-    from adapters._paddle_eager import hook_code
+    from adapters._paddle_eager import Remembered, fast_entry, hook_code
 
     x, y = _xy(5)
     SAXPY(x, y, 1.5)
@@ -365,7 +419,7 @@ def test_signature_key_with_places_tells_places_apart():
         "NOT_EAGER": interop._op.NOT_EAGER,
         "dynamic": paddle.in_dynamic_mode,
         "grad_enabled": paddle.is_grad_enabled,
-        "signatures": {},
+        "signatures": Remembered(),
         "calls": [0],
         "general": apd._apply,
     }
@@ -373,10 +427,18 @@ def test_signature_key_with_places_tells_places_apart():
     placed, plain = key_of((x, y, 1.5)), hook.key_of((x, y, 1.5))
     assert placed[0][2] == apd._place_key(x) and placed[0][:2] + placed[0][3:] == plain[0]
     assert key_of((x, y)) is None and key_of((x, 1.5, 1.5)) is None
-    env["signatures"][placed] = hook.signatures[plain]
-    out = placed_hook(SAXPY, (x, y, 1.5))
-    assert env["calls"][0] == 1
+    sig = hook.signatures[plain]
+    env["signatures"][placed] = sig
+    plain_fast = sig.fast
+    sig.fast = fast_entry(placed, sig, places=True)  # what the placed hook compares a call with
+    try:
+        out = placed_hook(SAXPY, (x, y, 1.5))  # by the key
+        again = placed_hook(SAXPY, (x, y, 1.5))  # by the comparison with the last signature
+    finally:
+        sig.fast = plain_fast
+    assert env["calls"][0] == 2 and env["signatures"].last[0] is sig
     np.testing.assert_array_equal(out.numpy(), SAXPY(x, y, 1.5).numpy())
+    np.testing.assert_array_equal(again.numpy(), out.numpy())
 
 
 # ---- what a node keeps for the adjoint ------------------------------------------------------------
