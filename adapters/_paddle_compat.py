@@ -1,6 +1,10 @@
 """The Paddle internals the Paddle adapter needs (STYLE.md rule 11), in one place.
 
-Checked against Paddle 3.3.1 (CPU build). ``grad_enabled_c`` gives ``paddle.base.core._has_grad``,
+Checked against Paddle 3.3.1 (CPU build) and 3.2.0; each private name below is tested at import,
+with a public fallback: the eager hook's comparison of a call with the last signature it used
+(``SHAPE_TEMPLATE``/``SAME_SHAPE``: the private ``core.eager.Tensor`` constructor and
+``Tensor.is_same_shape``; ``SAME_DTYPE``), the PyLayer context's fields (``CONTEXT_DIRECT``) and
+the dynamic-mode test (``DYNAMIC``: ``framework.global_var``). ``grad_enabled_c`` gives ``paddle.base.core._has_grad``,
 the C function ``paddle.is_grad_enabled`` returns. ``paddle.zeros``/``paddle.empty`` go through
 several Python layers (argument decorators, ``fill_constant``) that cost about as much as
 a whole Warp launch on small arrays; the adapter allocates outputs and gradients with the
@@ -101,7 +105,15 @@ def _dtypes_are_singletons() -> bool:
 # How a remembered call signature keys a tensor's dtype: ``id(t.dtype)`` where Paddle hands out one
 # object per dtype (3.3.1: 140 ns), else the dtype's number (3.2.0 makes a new object on every
 # read, whose id is then reused by other dtypes: 410 ns)
-DTYPE_KEY = "id({}.dtype)" if _dtypes_are_singletons() else "{}.dtype.value"
+_SINGLETONS = _dtypes_are_singletons()
+DTYPE_KEY = "id({}.dtype)" if _SINGLETONS else "{}.dtype.value"
+# ... and how the eager hook compares a tensor's dtype with the last signature's (dtype_token)
+SAME_DTYPE = "{}.dtype is {}" if _SINGLETONS else "{}.dtype.value == {}"
+
+
+def dtype_token(dtype):
+    """What ``SAME_DTYPE`` compares a tensor's dtype with: the dtype itself, or its number."""
+    return dtype if _SINGLETONS else dtype.value
 
 
 def _shape_template_maker():
@@ -134,3 +146,53 @@ def _shape_template_maker():
 # A remembered call signature's shapes for the eager hook's comparison with the last one used
 # (adapters/_paddle_eager.py): SHAPE_TEMPLATE(shape) is what SAME_SHAPE.format(tensor, it) compares with
 SHAPE_TEMPLATE, SAME_SHAPE = _shape_template_maker()
+
+
+def _context_fields_direct() -> bool:
+    """Whether ``PyLayerContext``'s methods only set or read a field of the C context (3.2.0 and
+    3.3.1: ``save_for_backward`` sets ``container``, ``saved_tensor`` returns it,
+    ``mark_non_differentiable`` sets ``non_differentiable``, ``set_materialize_grads`` sets
+    ``materialize_grads``): generated code then sets and reads the fields itself, one Python
+    frame less each (0.1-0.3 us inside autograd)."""
+    try:
+        from paddle.autograd.py_layer import PyLayerContext
+    except ImportError:  # pragma: no cover - another Paddle version
+        return False
+    fields = {
+        "save_for_backward": ("container",),
+        "saved_tensor": ("container",),
+        "mark_non_differentiable": ("non_differentiable",),
+        "set_materialize_grads": ("materialize_grads",),
+    }
+    for name, names in fields.items():
+        code = getattr(getattr(PyLayerContext, name, None), "__code__", None)
+        if code is None or code.co_names != names:
+            return False  # pragma: no cover - another Paddle version: the methods
+    return True
+
+
+# The PyLayer context of generated code (adapters/_paddle_eager.py). With CONTEXT_DIRECT, the
+# saved tuple also carries the call's Python numbers when no saved-tensor hooks are active
+# (``container`` then stores any object; with hooks it takes tensors only and raises ValueError,
+# at the first item: the numbers go first, so no pack hook has run) - instead of attributes of
+# the context (its __dict__, made per call: 0.6 us inside autograd)
+CONTEXT_DIRECT = _context_fields_direct()
+
+
+def _dynamic_mode_expr() -> tuple[str, object]:
+    """``(expr, GV)``: generated code's test of dynamic (eager) mode, what ``paddle.in_dynamic_mode``
+    returns, read without its Python frame: ``GV._dygraph_tracer_ is not None`` with ``GV``
+    Paddle's ``framework.global_var`` (3.2.0 and 3.3.1: that is the function's whole code), else
+    ``dynamic()``."""
+    try:
+        from paddle.base import framework
+
+        code = framework.in_dygraph_mode.__code__
+        if code.co_names == ("global_var", "_dygraph_tracer_") and paddle.in_dynamic_mode is framework.in_dygraph_mode:
+            return "GV._dygraph_tracer_ is not None", framework.global_var
+    except (ImportError, AttributeError):  # pragma: no cover - another Paddle version
+        pass
+    return "dynamic()", None  # pragma: no cover
+
+
+DYNAMIC, GLOBAL_VAR = _dynamic_mode_expr()

@@ -18,7 +18,6 @@ general node's remembered-signature branch, for ops with a hand-written backward
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
 from weakref import ref as _weakref
 
@@ -27,12 +26,17 @@ from paddle.autograd import PyLayer
 from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._launch import direct_env, direct_lines
 
-from ._paddle_compat import DTYPE_KEY, SAME_SHAPE, SHAPE_TEMPLATE, grad_enabled_c
-
-# the context of the PyLayer node a signature's call just made, per thread (a weak reference),
-# for the gradient hook the eager hook registers on its output (second_backward_guard in
-# adapters/paddle.py)
-LAST_CONTEXT = threading.local()
+from ._paddle_compat import (
+    CONTEXT_DIRECT,
+    DTYPE_KEY,
+    DYNAMIC,
+    GLOBAL_VAR,
+    SAME_DTYPE,
+    SAME_SHAPE,
+    SHAPE_TEMPLATE,
+    dtype_token,
+    grad_enabled_c,
+)
 
 
 def _compile_fn(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tuple[Callable, ...]:
@@ -47,7 +51,10 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     - ``apply(*args)`` of the signature's ``PyLayer`` (None without ``recorded``): its forward is
       the body above, inlined; it saves the tensor arguments and detached aliases of the outputs
       that Warp's adjoint reads (``sig.kept``; a PyLayer that saves its own output is never freed
-      when no backward runs, see ``adapters/paddle.py``) and keeps the Python numbers on ``ctx``. Its backward takes the
+      when no backward runs, see ``adapters/paddle.py``) with the Python numbers (first in the
+      saved tuple, or attributes of ``ctx``: ``_paddle_compat.CONTEXT_DIRECT``), and returns the
+      outputs, then a weak reference to ``ctx`` (not a tensor: no gradient), which the op's hook
+      gives the gradient hook that refuses a second ``Tensor.backward``. Its backward takes the
       upstream gradients in the outputs' order, allocates the zero-filled gradients of the
       tensor arguments that need one and runs the adjoint launch, or hands a recorded backward
       (``create_graph=True``) to ``recorded(args, saved, grads)``, the adapter's node that
@@ -71,7 +78,6 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         "DEVICE": device,
         "grad_enabled": grad_enabled_c(),
         "recorded": recorded,
-        "LAST": LAST_CONTEXT,
         "wref": _weakref,
     }
     strided = {idx: strides for _, idx, strides in sig.arrays if strides is not None}
@@ -160,17 +166,43 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     lines = [f"def forward({', '.join(args)}):", *fwd, f"    return {results}"]
     names: tuple[str, ...] = ("forward",)
     if recorded is not None:
-        lines += [f"def layer_forward(ctx, {', '.join(args)}):", "    LAST.context = wref(ctx)", *fwd]
-        if len(rs) > 1:  # an unused output's upstream gradient stays None (no pointer passed)
-            lines.append("    ctx.set_materialize_grads(False)")
-        lines.append(f"    ctx.save_for_backward({', '.join(tensors + [f'{r}.detach()' for r in kept])})")
-        lines += [f"    ctx.{a} = {a}" for a in scalars]
-        if sig.nondiff:
-            lines.append(f"    ctx.mark_non_differentiable({', '.join(rs[j] for j in sig.nondiff)})")
-        lines.append(f"    return {results}")
+        saved = tensors + [f"{r}.detach()" for r in kept]
+        lines += [f"def layer_forward(ctx, {', '.join(args)}):", *fwd]
+        if not CONTEXT_DIRECT:  # the context's methods, the numbers its attributes
+            if len(rs) > 1:  # an unused output's upstream gradient stays None (no pointer passed)
+                lines.append("    ctx.set_materialize_grads(False)")
+            lines.append(f"    ctx.save_for_backward({', '.join(saved)})")
+            lines += [f"    ctx.{a} = {a}" for a in scalars]
+            if sig.nondiff:
+                lines.append(f"    ctx.mark_non_differentiable({', '.join(rs[j] for j in sig.nondiff)})")
+        else:  # the fields those methods set (_paddle_compat.CONTEXT_DIRECT)
+            if len(rs) > 1:
+                lines.append("    ctx.materialize_grads = False")
+            if scalars:  # the numbers first in the saved tuple, or (saved-tensor hooks) attributes
+                lines += [
+                    "    try:",
+                    f"        ctx.container = {tuple_text(scalars + saved)}",
+                    "    except ValueError:",
+                ]
+                lines += [f"        ctx.container = {tuple_text(saved)}", *(f"        ctx.{a} = {a}" for a in scalars)]
+            else:
+                lines.append(f"    ctx.container = {tuple_text(saved)}")
+            if sig.nondiff:
+                lines.append(f"    ctx.non_differentiable = {tuple_text([rs[j] for j in sig.nondiff])}")
+        # after the outputs (no gradient: not a tensor), a weak reference to the node's context
+        # for the gradient hook the op's call registers (second_backward_guard, adapters/paddle.py)
+        lines.append(f"    return {tuple_text(rs + ['wref(ctx)'])}")
         lines.append(f"def layer_backward(ctx, {', '.join(gs)}):")
-        lines.append(f"    {''.join(t + ', ' for t in tensors + kept)}= ctx.saved_tensor()")
-        lines += [f"    {a} = ctx.{a}" for a in scalars]
+        unpack = "".join(t + ", " for t in tensors + kept)
+        if not CONTEXT_DIRECT:
+            lines.append(f"    {unpack}= ctx.saved_tensor()")
+            lines += [f"    {a} = ctx.{a}" for a in scalars]
+        elif scalars:
+            lines += ["    s = ctx.container", f"    if len(s) == {len(scalars) + len(saved)}:"]
+            lines += [f"        {''.join(a + ', ' for a in scalars)}{unpack}= s", "    else:"]
+            lines += [f"        {unpack}= s", *(f"        {a} = ctx.{a}" for a in scalars)]
+        else:
+            lines.append(f"    {unpack}= ctx.container")
         lines.append("    if grad_enabled():")
         lines.append(f"        return recorded({tuple_text(args)}, {tuple_text(tensors + kept)}, {tuple_text(gs)})")
         lines += adj_body
@@ -197,10 +229,12 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     loop: each Paddle attribute read costs several times more inside autograd than alone).
 
     ``env`` holds what the code reads: ``TT`` (tensor types), ``PN`` (number types), ``PK``
-    (place key), ``NOT_EAGER``, ``dynamic``, ``grad_enabled``, ``signatures``, ``calls``,
+    (place key), ``NOT_EAGER``, ``dynamic`` (or ``GV``: ``_paddle_compat.DYNAMIC``), ``grad_enabled``,
+    ``signatures`` (a :class:`Remembered`), ``calls``,
     ``general`` (a remembered signature's call through the general node), ``guard``, ``LABEL``
-    and ``LAST`` (the gradient hook that refuses a second ``Tensor.backward`` through a node, and
-    the node's context, which the signature's PyLayer leaves in ``LAST_CONTEXT``).
+    (the error of a second ``Tensor.backward`` through a node, which the gradient hook registered
+    on its output raises once the node's context is gone: the signature's PyLayer returns a weak
+    reference to it after its outputs).
     """
     params = desc.call_params
     n = len(params)
@@ -219,7 +253,8 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
                 f"(tuple({a}.shape), {dtype}, {place}{a}.stop_gradient, "
                 f"{a}.is_dense() and ({a}.is_contiguous() or tuple({a}.strides)))"
             )
-            same += [SAME_SHAPE.format(a, f"F[{k}]"), f"{dtype} == F[{k + 1}]", f"{a}.stop_gradient is F[{k + 2}]"]
+            same += [SAME_SHAPE.format(a, f"F[{k}]"), SAME_DTYPE.format(a, f"F[{k + 1}]")]
+            same.append(f"{a}.stop_gradient is F[{k + 2}]")
             same += [f"{a}.is_dense()", f"{a}.is_contiguous() is F[{k + 3}]"]
             k += 4
             if places:
@@ -235,24 +270,31 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     key = tuple_text(parts)
     lines = ["def key_of(args):", f"    if len(args) != {n}:", "        return None", unpack]
     lines += [f"    if {refuse}:", "        return None", f"    return {key}"]
-    lines += ["def hook(op, args):"]
-    lines += ["    if not dynamic():  # paddle.enable_static(): the full path says what to do instead"]
-    lines += ["        return NOT_EAGER", f"    if len(args) != {n}:", "        return NOT_EAGER", unpack]
-    lines += [f"    if {refuse}:", "        return NOT_EAGER", "    F = signatures.last"]
+    env.setdefault("GV", GLOBAL_VAR)
+    body = [f"if not ({DYNAMIC}):  # paddle.enable_static(): the full path says what to do instead"]
+    body += ["    return NOT_EAGER", f"if len(args) != {n}:", "    return NOT_EAGER", unpack.strip()]
+    body += [f"if {refuse}:", "    return NOT_EAGER", "F = signatures.last"]
     # the last signature used, compared field by field (no key built or hashed; is_same_shape
     # makes no shape list), else the key's lookup
-    lines += [f"    if F is not None and {' and '.join(same) if same else 'True'}:", "        sig = F[0]", "    else:"]
-    lines += [f"        sig = signatures.get({key})", "        if sig is None:", "            return NOT_EAGER"]
-    lines += ["        signatures.last = sig.fast", "    calls[0] += 1"]
-    lines += ["    if sig.grad and grad_enabled():", "        layer = sig.layer"]
-    lines += ["        if layer is None:  # a hand-written backward: the general node"]
-    lines += ["            return general(sig, args)", "        out = layer(*args)"]
-    first = "out" if len(desc.output_params) == 1 else "out[0]"
-    lines += [
-        f"        {first}._register_grad_hook(guard(LAST.context, LABEL))  # second_backward_guard (adapters/paddle.py)"
-    ]
-    lines += ["        return out", "    return sig.forward(*args)"]
-    hook, key_of = _compile_fn("\n".join(x for x in lines if x) + "\n", env, ("hook", "key_of"))
+    body += [f"if F is not None and {' and '.join(same) if same else 'True'}:", "    sig = F[0]", "else:"]
+    body += [f"    sig = signatures.get({key})", "    if sig is None:", "        return NOT_EAGER"]
+    body += ["    signatures.last = sig.fast", "calls[0] += 1"]
+    body += ["if sig.grad and grad_enabled():", "    layer = sig.layer"]
+    body += ["    if layer is None:  # a hand-written backward: the general node"]
+    body += ["        return general(sig, args)"]
+    if len(desc.output_params) == 1:
+        body += ["    out, c = layer(*args)"]
+        first = "out"
+    else:  # the outputs, then the weak reference
+        body += ["    out = layer(*args)", "    c = out[-1]", "    out = out[:-1]"]
+        first = "out[0]"
+    # second_backward_guard (adapters/paddle.py) written out: no call to make the hook
+    body += ["    def g(grad):", "        if c() is None:", "            raise guard(LABEL)"]
+    body += [f"    {first}._register_grad_hook(g)"]
+    body += ["    return out", "return sig.forward(*args)"]
+    body = [b for b in body if b]
+    lines += ["def hook(op, args):", *("    " + b for b in body)]
+    hook, key_of = _compile_fn("\n".join(lines) + "\n", env, ("hook", "key_of"))
     return hook, key_of
 
 
@@ -283,17 +325,17 @@ class Remembered(dict):
         return super().popitem()
 
 
-def fast_entry(key: tuple, sig, places: bool) -> tuple:
+def fast_entry(key: tuple, sig, places: bool, args) -> tuple:
     """What the hook (``hook_code``) compares a call with to reuse ``sig``, remembered under
-    ``key``: ``(sig, ...)`` then, per array parameter, its shape (``SHAPE_TEMPLATE``), dtype key,
-    ``stop_gradient``, True where contiguous (else None: never the same), place (with
-    ``places``), and per number its type."""
+    ``key`` from the call ``args``: ``(sig, ...)`` then, per array parameter, its shape
+    (``SHAPE_TEMPLATE``), dtype (``dtype_token``), ``stop_gradient``, True where contiguous (else
+    None: never the same), place (with ``places``), and per number its type."""
     entry: list = [sig]
-    for part in key:
+    for part, a in zip(key, args):
         if type(part) is tuple:
-            shape, dtype = part[0], part[1]
+            shape = part[0]
             stop, layout = part[-2], part[-1]
-            entry += [SHAPE_TEMPLATE(shape), dtype, stop, True if layout is True else None]
+            entry += [SHAPE_TEMPLATE(shape), dtype_token(a.dtype), stop, True if layout is True else None]
             if places:
                 entry.append(part[2])
         else:

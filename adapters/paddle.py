@@ -51,7 +51,7 @@ from ._paddle_compat import empty as _empty
 from ._paddle_compat import grad_enabled_c as _grad_enabled_c
 from ._paddle_compat import place_key as _place_key
 from ._paddle_compat import zeros as _zeros
-from ._paddle_eager import LAST_CONTEXT, Remembered, fast_entry, hook_code, signature_code
+from ._paddle_eager import Remembered, fast_entry, hook_code, signature_code
 
 # ---- dtypes and places ------------------------------------------------------------------
 _NP_OF_PADDLE: dict[Any, np.dtype] = {
@@ -213,15 +213,20 @@ def second_backward_guard(context, label: str):
 
     def hook(grad):
         if context() is None:
-            raise RuntimeError(
-                f"op {label!r}: a second backward through the same call: Paddle releases a PyLayer's "
-                "context after Tensor.backward runs it (retain_graph=True notwithstanding), so a second one "
-                "would crash the process. Take the gradients in one backward (sum the losses), or use "
-                "paddle.grad(..., retain_graph=True), which leaves the graph intact"
-            )
+            raise second_backward_error(label)
         # None: the gradient unchanged
 
     return hook
+
+
+def second_backward_error(label: str) -> RuntimeError:
+    """The error of :func:`second_backward_guard`."""
+    return RuntimeError(
+        f"op {label!r}: a second backward through the same call: Paddle releases a PyLayer's "
+        "context after Tensor.backward runs it (retain_graph=True notwithstanding), so a second one "
+        "would crash the process. Take the gradients in one backward (sum the losses), or use "
+        "paddle.grad(..., retain_graph=True), which leaves the graph intact"
+    )
 
 
 def _guarded(res, state, label: str):
@@ -704,9 +709,8 @@ def _make_hook(op):
         "signatures": signatures,
         "calls": calls,
         "general": _apply,
-        "guard": second_backward_guard,
+        "guard": second_backward_error,
         "LABEL": op.description.label,
-        "LAST": LAST_CONTEXT,
     }
     # a Paddle built for the CPU only has every tensor there: its keys need not read places
     hook, key_of = hook_code(op.description, env, places=not _CPU_ONLY)
@@ -747,7 +751,7 @@ def _remember(op, args: Sequence[Any]) -> None:
     if device is None:
         return
     sig = _Signature(op, args, op.plan(specs), device)
-    sig.fast = fast_entry(key, sig, not _CPU_ONLY)
+    sig.fast = fast_entry(key, sig, not _CPU_ONLY, args)
     signatures[key] = sig
 
 

@@ -430,7 +430,7 @@ def test_signature_key_with_places_tells_places_apart():
     sig = hook.signatures[plain]
     env["signatures"][placed] = sig
     plain_fast = sig.fast
-    sig.fast = fast_entry(placed, sig, places=True)  # what the placed hook compares a call with
+    sig.fast = fast_entry(placed, sig, True, (x, y, 1.5))  # what the placed hook compares a call with
     try:
         out = placed_hook(SAXPY, (x, y, 1.5))  # by the key
         again = placed_hook(SAXPY, (x, y, 1.5))  # by the comparison with the last signature
