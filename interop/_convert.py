@@ -8,7 +8,7 @@ from typing import Any
 from . import _dtypes
 from ._errors import ArgumentError
 from ._frameworks import FRAMEWORKS, data_ptr, framework_of
-from ._launch import ensure_init
+from ._runtime import ensure_init
 
 
 def _size(x: Any) -> int:

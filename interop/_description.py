@@ -588,14 +588,12 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
     order), then one adjoint array per returned array (in-out then outputs, in order),
     and writes one gradient array per differentiable array input (role ``input``).
     """
-    from ._op import Op  # local: _op imports this module
-
     call = [p for p in params if p.role != OUTPUT]
     returned = [p for p in params if p.role != INPUT]
     diff = [p for p in params if p.role == INPUT and p.is_array and p.differentiable]
     if not diff:
         raise ArgumentError(f"op {opname!r}: backward= given, but the op has no differentiable array input")
-    if isinstance(backward, Op):
+    if isinstance(getattr(backward, "description", None), OpDescription):  # an interop op (the layer above)
         bdesc = backward.description
     elif isinstance(backward, OpDescription):
         bdesc = backward

@@ -95,7 +95,7 @@ def adapter(name: str):
         mod = _adapters.get(name)
         if mod is not None:
             return mod
-        from ._launch import ensure_init
+        from ._runtime import ensure_init
 
         ensure_init()  # before any adapter can launch
         try:
@@ -162,7 +162,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         def exec_module(module):
             loader_exec(module)
             try:
-                from ._launch import ensure_init
+                from ._runtime import ensure_init
 
                 ensure_init()
                 importlib.import_module(f"adapters.{name}")

@@ -21,6 +21,7 @@ from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._plan import check_scalar_value, value_range, vector_components
+from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
@@ -29,37 +30,12 @@ from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
 from ._warp_compat import direct_cpu_record as _direct_cpu_record
 from ._warp_compat import runtime as _warp_runtime
 
-_devices: dict[Any, Any] = {}
-_init_done = False
-_init_lock = threading.Lock()
-
 # Held while Warp builds or loads a module (recording a launch, a Python-function op's own
 # launches). Warp 1.19's ``Module.load`` is not thread-safe: two threads loading one module
 # hash load the same object twice under one name, and dropping either copy unloads the code
 # the other's launch records still call (a segfault). Replaying a recorded launch never loads,
 # so the hot path does not take this lock.
 build_lock = threading.RLock()
-
-
-def ensure_init() -> None:
-    """Initialise Warp once, under a lock (``wp.from_*`` helpers fail before ``wp.init()``)."""
-    global _init_done
-    if not _init_done:
-        with _init_lock:
-            if not _init_done:
-                wp.init()
-                _init_done = True
-
-
-def get_device(device: Any):
-    if not isinstance(device, str):
-        return device
-    d = _devices.get(device)
-    if d is None:
-        ensure_init()
-        d = wp.get_device(device)
-        _devices[device] = d
-    return d
 
 
 _external_streams: dict[tuple, Any] = {}

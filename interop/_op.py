@@ -11,6 +11,7 @@ from . import _cache
 from ._description import OpDescription, check_block_dim, describe
 from ._errors import ArgumentError
 from ._frameworks import adapter, framework_of, watch_framework_imports
+from ._launch import Runner
 from ._plan import CallPlan, make_plan
 
 # Described ops, weakly: an op the user drops is freed (its plans, launch records, fast paths).
@@ -62,6 +63,7 @@ class Op:
         p = self._plans.get(key)
         if p is None:
             p = make_plan(self.description, specs, launch_dims, output_dims, extents=extents)
+            p.runner = Runner(p)
             _cache.put(self._plans, key, p, _cache.PLANS_PER_OP)
         return p
 

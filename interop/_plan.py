@@ -62,7 +62,7 @@ class CallPlan:
         "differentiable",
         "scalar_refs",
         "zero",
-        "_runner",
+        "runner",
         "__weakref__",
     )
 
@@ -80,15 +80,9 @@ class CallPlan:
         self.out_specs = out_specs
         self.differentiable = differentiable
         self.scalar_refs = scalar_refs
-        self._runner = None
-
-    @property
-    def runner(self):
-        if self._runner is None:
-            from ._launch import Runner
-
-            self._runner = Runner(self)
-        return self._runner
+        # the plan's launcher (interop._launch.Runner), set by the op that made the plan: the
+        # launch layer sits above the plan (STYLE.md 15)
+        self.runner: Any = None
 
     def framework_shape(self, param: Param) -> tuple[int, ...]:
         return tuple(self.warp_shapes[param.index]) + self._inner(param)
