@@ -115,3 +115,39 @@ def test_public_surface_is_small():
     assert {"op", "Op", "convert", "OpDescription", "Param"} <= set(interop.__all__)
     assert all(hasattr(interop, n) for n in interop.__all__)
     assert len(interop.__all__) <= 10
+
+
+def _package_imports(pkg: str) -> dict[str, set[str]]:
+    """Each module of ``pkg`` -> the sibling modules it imports (module level or inside functions)."""
+    import ast
+
+    d = os.path.join(ROOT, pkg)
+    mods = {f[:-3] for f in os.listdir(d) if f.endswith(".py")}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m in mods:
+        with open(os.path.join(d, m + ".py")) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                graph[m].update(n for n in names if n in mods and n != m)
+    return graph
+
+
+def test_core_and_adapters_import_one_way():
+    """STYLE.md 15: description, then plan, then launch, then op; no module reaches itself again
+    through its imports (a circle means a concern sits in the wrong room)."""
+    for pkg in ("interop", "adapters"):
+        graph = _package_imports(pkg)
+        for start in graph:
+            seen, todo = set(), [start]
+            while todo:
+                for nxt in graph[todo.pop()]:
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        todo.append(nxt)
+            assert start not in seen, f"{pkg}/{start}.py imports itself back through {sorted(seen)}"
+    core = _package_imports("interop")
+    below = {"_description": {"_plan", "_launch", "_op"}, "_plan": {"_launch", "_op"}, "_launch": {"_op"}}
+    for mod, higher in below.items():
+        assert not core[mod] & higher, f"interop/{mod}.py imports a layer above it: {sorted(core[mod] & higher)}"
