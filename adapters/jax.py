@@ -1138,47 +1138,52 @@ def _like_inputs(grads, xs) -> tuple:
 # Partitioning under jax.jit: batched (vmap "loop") launches, and ops with partition="rows"
 # ---------------------------------------------------------------------------------------
 def _split_flags(launch: _Launch, levels: tuple):
-    """Which operands/results split along their first dimension when the launch is partitioned,
-    and the size of that dimension; None when the launch is not partitionable."""
+    """Which operands/results split along their leading dimensions when the launch is partitioned,
+    and the sizes of those dimensions (one for a batch or ``partition="rows"``, every launch
+    dimension for ``partition="elementwise"``); None when the launch is not partitionable."""
     if levels:
         # one launch per element of the outermost batch: split it; unbatched operands replicate
         size, flags = levels[-1]
-        return tuple(bool(f) for f in flags), (True,) * len(launch.results), size
+        return tuple(bool(f) for f in flags), (True,) * len(launch.results), (size,)
     entry = launch.entry
-    if entry.desc.partition != "rows" or launch.fold:
+    partition = entry.desc.partition
+    if partition is None or launch.fold:
         return None
-    rows = launch.plan.launch_dims[0]
+    ld = tuple(launch.plan.launch_dims)
+    lead = ld[:1] if partition == "rows" else ld
+    nd = len(lead)
     ops = []
     for b in launch.operands:
         p = entry.desc.params[b.index]
         if p.is_array:
-            if not b.spec.shape or b.spec.shape[0] != rows:
+            if tuple(b.spec.shape[:nd]) != lead:
                 return None
             ops.append(True)
         else:
             ops.append(False)  # a traced scalar: the same on every shard
     for b in launch.results:
-        if not entry.desc.params[b.index].is_array or not b.spec.shape or b.spec.shape[0] != rows:
+        if not entry.desc.params[b.index].is_array or tuple(b.spec.shape[:nd]) != lead:
             return None  # e.g. the gradient of a traced scalar is a sum over all rows
-    return tuple(ops), (True,) * len(launch.results), rows
+    return tuple(ops), (True,) * len(launch.results), lead
 
 
-def _local_launch(launch: _Launch, levels: tuple, size: int):
-    """The bare FFI call of ``launch`` on one shard holding ``size`` of its first dimension."""
+def _local_launch(launch: _Launch, levels: tuple, sizes: tuple):
+    """The bare FFI call of ``launch`` on one shard holding ``sizes`` of its leading dimensions."""
     if levels:
-        return launch._ffi(levels[:-1] + ((size, levels[-1][1]),))
+        return launch._ffi(levels[:-1] + ((sizes[0], levels[-1][1]),))
     entry = launch.entry
+    nd = len(sizes)
     args = []
     for p, spec in zip(entry.desc.call_params, entry.specs):
         if p.index in entry.static:
             args.append(entry.static[p.index])
         elif p.is_array:
-            args.append(jax.ShapeDtypeStruct((size,) + tuple(spec.shape[1:]), spec.dtype))
+            args.append(jax.ShapeDtypeStruct(tuple(sizes) + tuple(spec.shape[nd:]), spec.dtype))
         else:
             args.append(jax.ShapeDtypeStruct(tuple(spec.shape), spec.dtype))
     plan = launch.plan
-    ld = (size,) + tuple(plan.launch_dims[1:])
-    od = {p.name: (size,) + tuple(plan.warp_shapes[p.index][1:]) for p in entry.desc.output_params}
+    ld = tuple(sizes) + tuple(plan.launch_dims[nd:])
+    od = {p.name: tuple(sizes) + tuple(plan.warp_shapes[p.index][nd:]) for p in entry.desc.output_params}
     jop = entry.jop
     local = _Entry(jop, args, ld, od or None, entry.vmap_method)
     local = jop._by_config.setdefault(local.config, local)
@@ -1187,22 +1192,24 @@ def _local_launch(launch: _Launch, levels: tuple, size: int):
 
 
 def _partitioned(launch: _Launch, levels: tuple):
-    """The launch as a ``custom_partitioning`` call that XLA splits along the first dimension of its
-    split operands and results (each shard runs the launch on its rows); None if not partitionable."""
+    """The launch as a ``custom_partitioning`` call that XLA splits along the leading dimensions of
+    its split operands and results (each shard runs the launch on its part); None if not partitionable."""
     split = _split_flags(launch, levels)
     if split is None:
         return None
-    op_split, res_split, size = split
+    op_split, res_split, sizes = split
     if not any(op_split):
         return None
+    nd = len(sizes)
     custom_partitioning, SdyShardingRule = _jax_compat.custom_partitioning()
     batch = tuple(s for s, _ in reversed(levels))
     op_ranks = [len(batch_shape(levels, b, k)) for k, b in enumerate(launch.operands)]
     res_ranks = [len(batch) + len(b.spec.shape) for b in launch.results]
     counter = itertools.count()
 
-    def mapping(rank, split_first):
-        return tuple(("r" if (split_first and d == 0) else f"d{next(counter)}") for d in range(rank))
+    def mapping(rank, split):
+        # the split leading dims are factors shared by every split operand and result
+        return tuple((f"r{d}" if (split and d < nd) else f"d{next(counter)}") for d in range(rank))
 
     rule = SdyShardingRule(
         tuple(mapping(r, s) for r, s in zip(op_ranks, op_split)),
@@ -1215,36 +1222,39 @@ def _partitioned(launch: _Launch, levels: tuple):
         return ffi(*xs)
 
     def axes_of(arg_shapes):
+        """The mesh axes of each split dimension, from the first split operand that is sharded."""
         from jax.sharding import NamedSharding
 
         for a, s in zip(arg_shapes, op_split):
             sh = a.sharding
-            if s and isinstance(sh, NamedSharding) and len(sh.spec) and sh.spec[0] is not None:
-                return sh.spec[0], sh.mesh
-        return None, None
+            if s and isinstance(sh, NamedSharding) and any(x is not None for x in tuple(sh.spec)[:nd]):
+                spec = tuple(sh.spec)[:nd]
+                return spec + (None,) * (nd - len(spec))
+        return (None,) * nd
+
+    def count(mesh, axes):
+        if axes is None:
+            return 1
+        names = axes if isinstance(axes, tuple) else (axes,)
+        return int(math.prod(mesh.shape[n] for n in names))
+
+    def usable(mesh, axes):
+        # a dimension not divisible by its shard count stays whole
+        return tuple(a if size % count(mesh, a) == 0 else None for a, size in zip(axes, sizes))
 
     def shardings(mesh, axes, flags, ranks):
         from jax.sharding import NamedSharding
         from jax.sharding import PartitionSpec as P
 
-        return tuple(NamedSharding(mesh, P(axes) if f and r else P()) for f, r in zip(flags, ranks))
-
-    def count(mesh, axes):
-        names = axes if isinstance(axes, tuple) else (axes,)
-        return int(math.prod(mesh.shape[n] for n in names))
+        return tuple(NamedSharding(mesh, P(*axes[:r]) if f and r else P()) for f, r in zip(flags, ranks))
 
     def infer(mesh, arg_shapes, result_shape):
-        axes, _ = axes_of(arg_shapes)
-        if axes is not None and size % count(mesh, axes):
-            axes = None
-        return shardings(mesh, axes, res_split, res_ranks)
+        return shardings(mesh, usable(mesh, axes_of(arg_shapes)), res_split, res_ranks)
 
     def partition(mesh, arg_shapes, result_shape):
-        axes, _ = axes_of(arg_shapes)
-        n = 1 if axes is None else count(mesh, axes)
-        if size % n:
-            axes, n = None, 1
-        local = _local_launch(launch, levels, size // n) if n > 1 else ffi
+        axes = usable(mesh, axes_of(arg_shapes))
+        local_sizes = tuple(size // count(mesh, a) for a, size in zip(axes, sizes))
+        local = _local_launch(launch, levels, local_sizes) if local_sizes != tuple(sizes) else ffi
         return (
             mesh,
             local,

@@ -31,8 +31,9 @@ Dims = typing.Union[int, Sequence[int]]
 # JAX batching rules (see adapters/jax.py): "loop" (default, correct for every kernel),
 # "sequential" (lax.map), "fold" (opt-in: batch folded into the first launch dim)
 VMAP_METHODS = ("loop", "sequential", "fold")
-# partition="rows": the launch is independent along its first dimension (see interop.op)
-PARTITIONS = ("rows",)
+# partition="rows": the launch is independent along its first dimension; "elementwise": along
+# every launch dimension (see interop.op)
+PARTITIONS = ("rows", "elementwise")
 
 
 @dataclass(frozen=True)

@@ -245,9 +245,11 @@ def op(
             block (unless ``wp.config.enable_cpu_blocks``), which tile kernels handle.
         partition: ``"rows"`` declares the launch independent along its first dimension:
             thread ``i`` of that dimension reads and writes only row ``i`` of every array
-            argument and output, and every array's first dimension is the launch's first
-            dimension. Under ``jax.jit`` with inputs sharded along it, XLA then runs each
-            shard where it lives (no all-gather). Default ``None``: no such promise.
+            argument and output (whatever ``i`` is), and every array's first dimension is the
+            launch's first dimension. ``"elementwise"`` declares the same along every launch
+            dimension. Under ``jax.jit`` with inputs sharded along such a dimension, XLA then
+            runs each shard where it lives (no all-gather), and so does PyTorch's DTensor with
+            ``Shard(d)`` inputs. Default ``None``: no such promise (sharded inputs are gathered).
 
     Returns:
         An :class:`Op`. Describing the same kernel with the same options again returns

@@ -43,6 +43,12 @@ KERNELS = textwrap.dedent(
     def by_column(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
         i, j = wp.tid()
         out[i, j] = a[i, j] * a[i, j] * float(j + 1)
+
+    @wp.kernel
+    def cube_2d(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
+        # each thread touches only its own element, whatever its index (elementwise)
+        i, j = wp.tid()
+        out[i, j] = a[i, j] * a[i, j] * a[i, j]
     """
 )
 
@@ -54,7 +60,7 @@ SHARDING = textwrap.dedent(
     import jax, jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import interop
-    from kernels import scale_square, weighted, row_norm, by_column
+    from kernels import scale_square, weighted, row_norm, by_column, cube_2d
 
     assert jax.device_count() == 4, jax.devices()
     mesh = Mesh(np.array(jax.devices()), ("x",))
@@ -64,6 +70,7 @@ SHARDING = textwrap.dedent(
     rows = interop.op(scale_square, partition="rows")
     rows_vec = interop.op(row_norm, partition="rows")
     rows_2d = interop.op(by_column, partition="rows")
+    elem_2d = interop.op(cube_2d, partition="elementwise")
     COLLECTIVES = ("all-gather", "all-to-all", "all-reduce", "collective-permute", "reduce-scatter")
     results = {}
 
@@ -127,6 +134,17 @@ SHARDING = textwrap.dedent(
     case("rows_2d_launch_2d_mesh_forward", rows_2d, (xm,), M * M * col)
     case("rows_2d_launch_2d_mesh_grad", jax.grad(lambda m: jnp.sum(rows_2d(m))), (xm,), 2 * M * col)
     case("rows_traced_scalar_forward", lambda b, s: rows(b, s), (xa, jnp.float32(3.0)), 3.0 * a * a)
+    # -- partition="elementwise": any launch dimension may be split ----------------------------
+    E = np.linspace(-1, 1, 8 * 8).astype(np.float32).reshape(8, 8)
+    cole = np.arange(1, 9, dtype=np.float32)
+    xe = put(E, P(None, "x"))
+    case("elementwise_columns_forward", elem_2d, (xe,), E**3)
+    case("elementwise_columns_grad", jax.grad(lambda m: jnp.sum(elem_2d(m))), (xe,), 3 * E * E)
+    xe2 = put(E, P("a", "b"), mesh2)
+    case("elementwise_2d_mesh_forward", elem_2d, (xe2,), E**3)
+    case("elementwise_2d_mesh_grad", jax.grad(lambda m: jnp.sum(elem_2d(m))), (xe2,), 3 * E * E)
+    # a rows op with its columns sharded: not what it declared, so gathered (and correct)
+    case("rows_columns_sharded_forward", rows_2d, (xe,), E * E * cole)
     # -- undeclared: today's behaviour (correct, gathered) ------------------------------------
     case("undeclared_forward", lambda b: op(b, 2.0), (xa,), 2.0 * a * a)
     print("RESULTS " + json.dumps(results))
@@ -224,6 +242,11 @@ CASES = {
     "rows_2d_launch_2d_mesh_forward": ((), [[["a", "b"]]]),
     "rows_2d_launch_2d_mesh_grad": ((), [[["a", "b"]]]),
     "rows_traced_scalar_forward": ((), [["x"]]),
+    # partition="elementwise": split along any launch dimension, on one or two mesh axes
+    "elementwise_columns_forward": ((), [[None, "x"]]),
+    "elementwise_columns_grad": ((), [[None, "x"]]),
+    "elementwise_2d_mesh_forward": ((), [["a", "b"]]),
+    "elementwise_2d_mesh_grad": ((), [["a", "b"]]),
 }
 
 
@@ -240,9 +263,11 @@ def test_sharded_without_gather(sharded, name):
             assert len(shapes) == 4 and len(set(shapes)) == 1, shapes  # four equal shards
 
 
-def test_undeclared_op_is_correct_and_gathers(sharded):
-    """Without partition="rows", XLA cannot split the call: it gathers the input (documented cost)."""
-    r = sharded["undeclared_forward"]
+@pytest.mark.parametrize("name", ["undeclared_forward", "rows_columns_sharded_forward"])
+def test_undeclared_split_is_correct_and_gathers(sharded, name):
+    """Split along a dimension the op did not declare (no partition=, or a rows op's columns): XLA
+    cannot split the call, it gathers the input (documented cost)."""
+    r = sharded[name]
     assert r["err"] < 1e-5
     assert "all-gather" in r["collectives"], r
     assert r["out_specs"] == [[]], r
