@@ -105,3 +105,103 @@ def function_apply(cls):
     if base is None or not hasattr(base, "apply"):
         return cls.apply
     return super(torch.autograd.Function, cls).apply
+
+
+# ---------------------------------------------------------------------------------------
+# DTensor (adapters/_torch_sharding.py): registering an operator's sharding strategy
+# ---------------------------------------------------------------------------------------
+# Checked against torch 2.13.0. The public ``torch.distributed.tensor.experimental.register_sharding``
+# cannot serve: it takes the first int argument as where the cached static arguments start (ours
+# are float/SymInt[]/bool[], so a call with other launch dims or other wanted gradients would reuse
+# a stale decision), and it refuses a rule for an operator returning ``Tensor[]`` (the backward)
+# with one tensor in it. The internals used:
+# - ``DTensor._op_dispatcher.sharding_propagator.register_op_strategy(op, fn, RuntimeSchemaInfo)``
+#   (what register_sharding calls), with every non-tensor argument hashed (static_argnum=0);
+# - ``torch.distributed.tensor._ops.utils.expand_to_full_mesh_op_strategy``: one-mesh-dimension
+#   strategies expanded to the mesh, with redistribution costs (what register_sharding returns);
+# - ``sharding_propagator.op_to_scalar_shape_adjuster[op]`` (used by torch for group_norm's N/C/HxW):
+#   rewrites global launch/output dims to the shard's when a launch runs per shard;
+# - ``OpSchema``, ``OpStrategy``, ``DTensorSpec`` and ``compute_local_shape_and_global_offset``.
+_DTENSOR_CHECKED = (2, 13)
+_dtensor_api: object = None
+
+
+class _DTensorInternals:
+    def __init__(self):
+        from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+        from torch.distributed.tensor._dtensor_spec import DTensorSpec
+        from torch.distributed.tensor._op_schema import OpSchema, OpStrategy, RuntimeSchemaInfo
+        from torch.distributed.tensor._ops.utils import expand_to_full_mesh_op_strategy
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        self.DTensor = DTensor
+        self.propagator = DTensor._op_dispatcher.sharding_propagator
+        if not hasattr(self.propagator, "register_op_strategy") or not isinstance(
+            getattr(self.propagator, "op_to_scalar_shape_adjuster", None), dict
+        ):
+            raise ImportError("DTensor's sharding propagator has no register_op_strategy/op_to_scalar_shape_adjuster")
+        self._R, self._S, self._P = Replicate, Shard, Partial
+        self._spec, self._schema, self._strategy, self._info = DTensorSpec, OpSchema, OpStrategy, RuntimeSchemaInfo
+        self._expand = expand_to_full_mesh_op_strategy
+        self._local = compute_local_shape_and_global_offset
+
+    def register(self, overload, strategy_fn, adjuster) -> None:
+        # static_argnum=0: every non-tensor argument is part of the cached decision's key
+        self.propagator.register_op_strategy(overload, strategy_fn, self._info(static_argnum=0))
+        self.propagator.op_to_scalar_shape_adjuster[overload] = adjuster
+
+    def is_strategy(self, x) -> bool:
+        return isinstance(x, self._strategy)
+
+    def is_spec(self, x) -> bool:
+        return isinstance(x, self._spec)
+
+    def placement(self, token):
+        if token is None:
+            return None
+        if token == "R":
+            return self._R()
+        if token == "P":
+            return self._P()
+        return self._S(token[1])
+
+    def current_placements(self, strategy) -> tuple:
+        return tuple(strategy.strategies[0].output_spec.placements)
+
+    def local_shape(self, spec) -> tuple:
+        shape, _ = self._local(spec.shape, spec.mesh, spec.placements)
+        return tuple(shape)
+
+    def schema_with(self, schema, args: tuple):
+        return self._schema(schema.op, args, {})
+
+    def expand(self, op_schema, rows: list, nout: int):
+        mesh = op_schema.get_mesh_from_args()
+        strategy = self._expand(mesh, op_schema, rows, input_index=nout)
+        if op_schema.return_type_list_tensor_like():
+            # an operator returning Tensor[] gets a tuple of output specs, also for one tensor
+            for s in strategy.strategies:
+                if isinstance(s.output_specs, self._spec):
+                    s.output_specs = (s.output_specs,)
+        return strategy
+
+
+def distributed_available() -> bool:
+    """Whether this torch build has ``torch.distributed`` (DTensor can exist)."""
+    return torch.distributed.is_available()
+
+
+def dtensor_internals():
+    """The DTensor internals the sharding strategies need, or None where this torch lacks them
+    (older than checked, no torch.distributed): DTensor then refuses the operators, naming them."""
+    global _dtensor_api
+    if _dtensor_api is None:
+        api = False
+        try:
+            version = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+            if version >= _DTENSOR_CHECKED and torch.distributed.is_available():
+                api = _DTensorInternals()
+        except Exception:
+            api = False
+        _dtensor_api = api
+    return _dtensor_api or None

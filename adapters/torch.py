@@ -68,6 +68,7 @@ from ._torch_compat import (
     profiler_enabled,
     profiler_enabled_c,
 )
+from . import _torch_sharding
 from ._torch_eager import entry_functions, signature_function
 
 __all__ = ["bind", "call", "on_describe", "operators"]
@@ -382,6 +383,7 @@ class _Binding:
             cdef.register_vmap(_make_vmap(self, mask, kind))
             ops[kind] = cdef
             _OVERLOADS[qual] = cdef._opoverload
+        _torch_sharding.register(self, mask, ops)
         return ops
 
     # ---- eager execution ----------------------------------------------------------------
@@ -1000,7 +1002,9 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         eager = False
     # forward-mode AD: the operator would drop the tangents; the Function's jvp refuses them
     forward_ad = not eager and forward_ad_active()
-    if b.inout_pos and not grad and not forward_ad:
+    # an in-out DTensor: the functional operator and a copy_ into it, which DTensor redistributes
+    # (the mutating operator would need the array where it lies, which an undeclared op cannot take)
+    if b.inout_pos and not grad and not forward_ad and not _torch_sharding.any_dtensor(args, b.inout_pos):
         if eager:
             res = _eager_forward(b, mask, "mutable", sargs, args)
         else:
