@@ -336,4 +336,3 @@ def _adjuster(b, kind: str, api):
         return api.schema_with(schema, tuple(new))
 
     return adjust
-

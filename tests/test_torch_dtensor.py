@@ -124,7 +124,9 @@ def _compare(op, make_args, place, *, kwargs=None, grad=True, in_out=(), count=T
     plain = make_args()
     dargs = [place(k, a) if isinstance(a, torch.Tensor) else a for k, a in enumerate(make_args())]
     leaves = [
-        k for k, a in enumerate(plain) if grad and k not in in_out and isinstance(a, torch.Tensor) and a.is_floating_point()
+        k
+        for k, a in enumerate(plain)
+        if grad and k not in in_out and isinstance(a, torch.Tensor) and a.is_floating_point()
     ]
     for k in leaves:
         plain[k].requires_grad_(True)
@@ -278,33 +280,42 @@ def _scenarios(mesh, rank):
     yield "elementwise_shard0", lambda: _compare(ELEM, lambda: [_x73(), 2.0], _placer(mesh, S0))
     yield "rows_tensor_scalar", lambda: _compare(ROWS, lambda: [_x73(), torch.tensor(2.0)], _placer(mesh, S0))
     yield "rows_static_dims", lambda: _compare(ROWS_STATIC, lambda: [_x73(), 2.0], _placer(mesh, S0))
-    yield "rows_call_dims", lambda: _compare(
-        ROWS, lambda: [_x73(), 2.0], _placer(mesh, S0), kwargs={"launch_dims": (7, 3), "output_dims": (7, 3)}
+    yield (
+        "rows_call_dims",
+        lambda: _compare(
+            ROWS, lambda: [_x73(), 2.0], _placer(mesh, S0), kwargs={"launch_dims": (7, 3), "output_dims": (7, 3)}
+        ),
     )
     yield "rows_vec3", lambda: _compare(ROWS_VEC, lambda: [_x73(), 3.0], _placer(mesh, S0))
     yield "rows_multi_output", lambda: _compare(ROWS_MULTI, lambda: [x7.clone()], _placer(mesh, S0))
-    yield "rows_index", lambda: _compare(
-        ROWS_INDEX, lambda: [x7.clone(), torch.arange(7, dtype=torch.int32)], _placer(mesh, S0)
+    yield (
+        "rows_index",
+        lambda: _compare(ROWS_INDEX, lambda: [x7.clone(), torch.arange(7, dtype=torch.int32)], _placer(mesh, S0)),
     )
     yield "rows_inout", lambda: _compare(ROWS_INOUT, lambda: [_x73(), torch.ones(7)], _placer(mesh, S0), in_out=(1,))
-    yield "rows_inout_no_grad", lambda: _compare(
-        ROWS_INOUT, lambda: [_x73(), torch.ones(7)], _placer(mesh, S0), grad=False
+    yield (
+        "rows_inout_no_grad",
+        lambda: _compare(ROWS_INOUT, lambda: [_x73(), torch.ones(7)], _placer(mesh, S0), grad=False),
     )
-    yield "plain_inout_shard0_no_grad", lambda: _compare(
-        PLAIN_INOUT, lambda: [_x73(), torch.ones(7)], _placer(mesh, S0), grad=False
+    yield (
+        "plain_inout_shard0_no_grad",
+        lambda: _compare(PLAIN_INOUT, lambda: [_x73(), torch.ones(7)], _placer(mesh, S0), grad=False),
     )
     yield "rows_output_not_rows", lambda: _compare(ROWS_TOTAL, lambda: [x7.clone()], _placer(mesh, S0))
     yield "mutating_operator_refuses", lambda: _mutating_operator_refuses(mesh)
     for case in catalogue.CASES:
         args = case.make(np.random.default_rng(0), case.dtypes[0])
         for name, pl in (("replicate", R), ("shard0", S0)):
-            yield f"catalogue_{case.id}_{name}", lambda case=case, args=args, pl=pl: _compare(
-                case.op,
-                lambda: catalogue.to_torch_args(case, args, False),
-                _placer(mesh, pl),
-                kwargs=case.call_kwargs,
-                grad=case.differentiable,
-                in_out=case.in_out,
+            yield (
+                f"catalogue_{case.id}_{name}",
+                lambda case=case, args=args, pl=pl: _compare(
+                    case.op,
+                    lambda: catalogue.to_torch_args(case, args, False),
+                    _placer(mesh, pl),
+                    kwargs=case.call_kwargs,
+                    grad=case.differentiable,
+                    in_out=case.in_out,
+                ),
             )
     yield "tensor_parallel_elementwise", lambda: _tensor_parallel(mesh, WAVE_ELEM)
     yield "tensor_parallel_undeclared", lambda: _tensor_parallel(mesh, WAVE)

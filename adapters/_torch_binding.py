@@ -1,0 +1,562 @@
+"""The torch operators of one op: dtypes, schemas, validated per-signature entries, and the
+implementation and fake (meta) function every operator runs.
+
+A :class:`_Binding` holds everything the op's operators share (names, schemas, the cache of
+validated call signatures, the forward and adjoint they run); registering the operators with
+``torch.library`` is ``_torch_registration``'s, their autograd rules ``_torch_autograd``'s.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from interop import _cache, _dtypes
+from interop._description import IN_OUT, OpDescription, Param
+from interop._errors import ArgumentError, UnsupportedError
+from interop._launch import contiguous_strides, external_stream, get_device
+from interop._plan import ArraySpec, ScalarSpec, check_layout
+from interop._warp_compat import type_size_in_bytes
+
+from ._common import EagerFramework
+from ._torch_compat import (
+    forward_ad_active,
+)
+from ._torch_eager import entry_functions
+
+# ---------------------------------------------------------------------------------------
+# dtypes and the EagerFramework view of tensors
+# ---------------------------------------------------------------------------------------
+_NP_TO_TORCH: dict[np.dtype, torch.dtype] = {
+    np.dtype(np.bool_): torch.bool,
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.int8): torch.int8,
+    np.dtype(np.int16): torch.int16,
+    np.dtype(np.int32): torch.int32,
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.float16): torch.float16,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float64,
+    _dtypes.BFLOAT16: torch.bfloat16,  # NumPy's stand-in: ml_dtypes.bfloat16
+}
+for _np_name, _t_name in (("uint16", "uint16"), ("uint32", "uint32"), ("uint64", "uint64")):
+    if hasattr(torch, _t_name):
+        _NP_TO_TORCH[np.dtype(_np_name)] = getattr(torch, _t_name)
+_TORCH_TO_NP: dict[torch.dtype, np.dtype] = {v: k for k, v in _NP_TO_TORCH.items()}
+
+
+def _np_dtype(desc: OpDescription, p: Param, t: torch.Tensor) -> np.dtype:
+    dt = _TORCH_TO_NP.get(t.dtype)
+    if dt is None:
+        raise ArgumentError(
+            f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got a tensor of dtype "
+            f"{t.dtype}, which Warp has no type for; convert it first"
+        )
+    return dt
+
+
+class _Torch(EagerFramework):
+    name = "torch"
+
+    def is_array(self, x: Any) -> bool:
+        return isinstance(x, torch.Tensor)
+
+    def spec(self, x: torch.Tensor) -> ArraySpec:
+        dt = _TORCH_TO_NP.get(x.dtype)
+        if dt is None:
+            raise ArgumentError(f"tensor dtype {x.dtype} has no Warp equivalent")
+        return ArraySpec(tuple(x.shape), dt)
+
+    def layout(self, x: torch.Tensor):
+        isz = x.element_size()
+        return x.data_ptr(), tuple(s * isz for s in x.stride()), isz
+
+    def device(self, x: torch.Tensor) -> str:
+        return _warp_device_name(x.device)
+
+    def alloc(self, spec: ArraySpec, device: str, zero: bool, elem: Any = None) -> torch.Tensor:
+        fn = torch.zeros if zero else torch.empty
+        return fn(spec.shape, dtype=_NP_TO_TORCH[np.dtype(spec.dtype)], device=_torch_device(device))
+
+    def stream(self, device: str, arrays) -> Any:
+        return _current_stream(torch.device(device))
+
+
+FRAMEWORK = _Torch()
+
+
+def _warp_device_name(d: torch.device) -> str:
+    if d.type == "cuda":
+        return f"cuda:{d.index if d.index is not None else torch.cuda.current_device()}"
+    return d.type
+
+
+def _torch_device(name: str) -> torch.device:
+    return torch.device(name)
+
+
+def _current_stream(dev: torch.device) -> Any:
+    """Warp stream wrapping torch's current CUDA stream on ``dev`` (None on the CPU)."""
+    if dev.type != "cuda":
+        return None
+    ts = torch.cuda.current_stream(dev)
+    return external_stream(f"cuda:{ts.device.index}", ts.cuda_stream, ts)
+
+
+# ---------------------------------------------------------------------------------------
+# schema
+# ---------------------------------------------------------------------------------------
+def _scalar_schema_type(p: Param) -> str:
+    scalar = p.scalar
+    if p.generic or _dtypes.is_generic(scalar):
+        base = "Scalar"
+    elif scalar is _dtypes.normalize(bool):
+        base = "bool"
+    elif _dtypes.is_float(scalar):
+        base = "float"
+    else:
+        base = "SymInt"
+    return f"{base}[]" if p.inner else base
+
+
+def _flatten(v: Any) -> list:
+    """A vec/mat value (Warp value, tuple, nested list, array) as a flat list of numbers."""
+    out: list = []
+
+    def rec(x):
+        if isinstance(x, (int, float, bool)):
+            out.append(x)
+            return
+        try:
+            items = list(x)
+        except TypeError:
+            out.append(x)
+            return
+        for y in items:
+            rec(y)
+
+    rec(v)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# one cached, validated call signature
+# ---------------------------------------------------------------------------------------
+class _Entry:
+    """What a call with one input signature needs: validated once, reused for every call."""
+
+    __slots__ = (
+        "plan",
+        "wdev",
+        "tdev",
+        "arrays",
+        "scalars",
+        "outs",
+        "cuda",
+        "runner",
+        "contiguous_outer",
+        "forward",
+        "adjoint",
+        "like",
+        "contiguous_args",
+    )
+
+    def launcher(self, adjoint: bool):
+        """The plan's recorded launch, ``go(values, adj, stream)`` (built once per plan and device)."""
+        return self.runner.launcher(self.wdev, adjoint)
+
+
+class _Binding:
+    """The torch operators of one op (all scalar-signature variants), created once per op."""
+
+    eager_calls = 0  # calls that took the eager fast path (tests read it to tell the paths apart)
+
+    def __init__(self, op):
+        desc: OpDescription = op.description
+        self.op = op
+        self.desc = desc
+        self.label = desc.label
+        ns, name = desc.name.split("::")
+        self.ns, self.base = ns, name
+        self.call_params = desc.call_params
+        self.ncall = len(self.call_params)
+        self.returned = desc.returned_params
+        self.outputs = desc.output_params
+        self.inout_pos = tuple(i for i, p in enumerate(self.call_params) if p.role == IN_OUT)
+        self.array_pos = tuple(i for i, p in enumerate(self.call_params) if p.is_array)
+        self.scalar_pos = tuple(i for i, p in enumerate(self.call_params) if not p.is_array)
+        self.first_array = self.array_pos[0] if self.array_pos else None
+        self.base_mask = (False,) * len(self.scalar_pos)
+        self.quals: dict[tuple, str] = {}
+        self.functions: dict[tuple, Any] = {}
+        self.variants: dict[tuple, dict[str, Any]] = {}
+        self.entries: dict[tuple, _Entry] = {}
+        self.lock = threading.RLock()
+        # the adjoint may accumulate into the upstream gradient of an array the kernel reads (and a
+        # wp.Tape replay writes into the output gradients it is given): such gradients are copied
+        self.clone_grads = tuple(desc.kind == "function" or p.name in desc.reads_returned for p in self.returned)
+        self.differentiable = tuple(p.differentiable for p in self.call_params)
+        self.eager_runs: dict[tuple, Any] = {}  # remembered plain-eager signatures (_torch_eager_path._Signature)
+        self.backward_op = None
+        if desc.backward is not None:
+            self.backward_op = _op_for(desc.backward)
+
+    # ---- names and schemas --------------------------------------------------------
+    def qualname(self, mask: tuple, kind: str) -> str:
+        name = self.base
+        if any(mask):
+            name += "__t_" + "_".join(self.call_params[pos].name for pos, m in zip(self.scalar_pos, mask) if m)
+        if kind != "primary":
+            name += "_" + kind
+        return f"{self.ns}::{name}"
+
+    def primary_kind(self) -> str:
+        return "mutable" if self.inout_pos else "functional"
+
+    def _arg_schema(self, mask: tuple, mutable: bool) -> list[str]:
+        tmask = dict(zip(self.scalar_pos, mask))
+        parts = []
+        alias = iter("abcdefghijklmnopqrstuvwxyz")
+        for i, p in enumerate(self.call_params):
+            if p.is_array:
+                if mutable and p.role == IN_OUT:
+                    parts.append(f"Tensor({next(alias)}!) {p.name}")
+                else:
+                    parts.append(f"Tensor {p.name}")
+            elif tmask[i]:
+                parts.append(f"Tensor {p.name}")
+            else:
+                parts.append(f"{_scalar_schema_type(p)} {p.name}")
+        return parts
+
+    def _dims_schema(self, default: bool = True) -> list[str]:
+        d = "=None" if default else ""
+        return [f"SymInt[]? launch_dims{d}"] + [f"SymInt[]? output_dims_{p.name}{d}" for p in self.outputs]
+
+    def schema(self, mask: tuple, kind: str) -> str:
+        if kind == "backward":
+            args = self._arg_schema(mask, False)
+            args += [f"Tensor result_{p.name}" for p in self.returned]
+            args += [f"Tensor grad_{p.name}" for p in self.returned]
+            args += self._dims_schema(default=False) + ["bool[] needs"]
+            return f"({', '.join(args)}) -> Tensor[]"
+        mutable = kind == "mutable"
+        args = self._arg_schema(mask, mutable) + self._dims_schema()
+        rets = self.outputs if mutable else self.returned
+        if len(rets) == 1:
+            ret = "Tensor"
+        else:
+            ret = "(" + ", ".join("Tensor" for _ in rets) + ")"
+        return f"({', '.join(args)}) -> {ret}"
+
+    # ---- eager execution ----------------------------------------------------------------
+    def entry(self, mask: tuple, kind: str, args: Sequence[Any], ld, ods) -> _Entry:
+        key = [kind, mask]
+        if ld is not None or any(d is not None for d in ods):
+            key.append(None if ld is None else tuple(ld))
+            for d in ods:
+                key.append(None if d is None else tuple(d))
+        for pos in range(self.ncall):
+            a = args[pos]
+            if isinstance(a, torch.Tensor):
+                key.append((a.shape, a.stride(), a.dtype, a.device))
+            else:
+                key.append(type(a))
+        key = tuple(key)
+        e = self.entries.get(key)
+        if e is None:
+            e = self._make_entry(mask, kind, args, ld, ods)
+            _cache.put(self.entries, key, e, _cache.FAST_PATHS_PER_OP)
+        return e
+
+    def _make_entry(self, mask, kind, args, ld, ods) -> _Entry:
+        desc, op = self.desc, self.op
+        specs = []
+        device = None
+        dev_param = None
+        arrays = []
+        scalars = []
+        for i, p in enumerate(self.call_params):
+            x = args[i]
+            if isinstance(x, torch.Tensor):
+                specs.append(ArraySpec(tuple(x.shape), _np_dtype(desc, p, x)))
+                d = x.device
+                if device is None:
+                    device, dev_param = d, p.name
+                elif d != device:
+                    raise ArgumentError(
+                        f"op {self.label!r}: parameter {dev_param!r} is on {device} but parameter {p.name!r} is on "
+                        f"{d}; move them to one device"
+                    )
+            elif p.is_array:
+                raise ArgumentError(
+                    f"op {self.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got {type(x).__name__}"
+                )
+            else:
+                specs.append(_scalar_spec(self, p, x))
+        if device is None:
+            device = torch.device("cpu")
+        if device.type not in ("cpu", "cuda"):
+            raise ArgumentError(f"op {self.label!r}: tensors on device {device} cannot run a Warp kernel (cpu or cuda)")
+        output_dims = None
+        if any(d is not None for d in ods):
+            output_dims = {p.name: tuple(d) for p, d in zip(self.outputs, ods) if d is not None}
+        plan = op.plan(specs, None if ld is None else tuple(ld), output_dims)
+        for i, p in enumerate(self.call_params):
+            x = args[i]
+            if isinstance(x, torch.Tensor):
+                if p.is_array:
+                    isz = x.element_size()
+                    strides = tuple(s * isz for s in x.stride())
+                    outer = check_layout(desc, p, tuple(x.shape), strides, isz, written=p.role == IN_OUT)
+                    contiguous = x.is_contiguous()
+                    arrays.append((p.index, i, None if contiguous else outer))
+                else:
+                    arrays.append((p.index, i, None))
+            elif p.inner:
+                t = plan.types[p.index]
+                scalars.append((p.index, i, lambda v, t=t: t(*v)))
+            else:
+                scalars.append((p.index, i, None))
+        e = _Entry()
+        e.plan = plan
+        e.runner = plan.runner
+        e.wdev = get_device(_warp_device_name(device))
+        e.tdev = device
+        e.cuda = device.type == "cuda"
+        e.arrays = tuple(arrays)
+        e.scalars = tuple(scalars)
+        e.contiguous_outer = {
+            p.index: contiguous_strides(plan.warp_shapes[p.index], type_size_in_bytes(plan.types[p.index]))
+            for p in self.returned
+        }
+        outs = []
+        for p, spec, zero in zip(self.returned, plan.out_specs, plan.zero):
+            outs.append((p.index, tuple(spec.shape), _NP_TO_TORCH[np.dtype(spec.dtype)], p.role, zero))
+        e.outs = tuple(outs)
+        # tensor arguments an output can be allocated like (same shape and dtype)
+        e.like = {i: (tuple(x.shape), x.dtype) for i, x in enumerate(args[: self.ncall]) if isinstance(x, torch.Tensor)}
+        e.contiguous_args = frozenset(i for i in e.like if args[i].is_contiguous())
+        e.forward, e.adjoint = entry_functions(self, e, kind, _pointer)
+        return e
+
+    def run_forward(self, mask, kind, args, e: _Entry | None = None):
+        """The forward operator's implementation (``kind``: functional or mutable)."""
+        n = self.ncall
+        if e is None:
+            ld = args[n] if len(args) > n else None
+            ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(self.outputs)))
+            e = self.entry(mask, kind, args, ld, ods)
+        return e.forward(*args[:n], _current_stream(e.tdev) if e.cuda else None)
+
+    def _pos_of_index(self, idx: int) -> int:
+        for i, p in enumerate(self.call_params):
+            if p.index == idx:
+                return i
+        raise KeyError(idx)
+
+    def run_backward(self, mask, args, e: _Entry | None = None):
+        """The backward operator's implementation; ``e``: the forward's entry (same plan), if known."""
+        n, k = self.ncall, len(self.returned)
+        rest = args[n + 2 * k :]
+        ld = rest[0]
+        ods = tuple(rest[1 : 1 + len(self.outputs)])
+        if e is None:
+            e = self.entry(mask, "backward", args, ld, ods)
+        return self.adjoint(e, args, args[n : n + k], args[n + k : n + 2 * k], rest[1 + len(self.outputs)])
+
+    def adjoint(self, e: _Entry, args, results, grads, needs) -> list:
+        """Warp's adjoint of one call: the gradients of the call arguments ``needs`` marks, in order
+        (the entry's generated adjoint, which the eager fast path's backward also calls)."""
+        n = self.ncall
+        got = e.adjoint(*args[:n], *results, *grads, *needs[:n], _current_stream(e.tdev) if e.cuda else None)
+        return [t for t, need in zip(got, needs) if need]
+
+
+def _pointer(desc, p: Param, t: torch.Tensor, contiguous_outer: tuple) -> tuple:
+    """(pointer, outer byte strides) of a tensor whose strides may change from call to call."""
+    if t.is_contiguous():
+        return (t.data_ptr(), contiguous_outer)
+    isz = t.element_size()
+    outer = check_layout(desc, p, tuple(t.shape), tuple(s * isz for s in t.stride()), isz)
+    return (t.data_ptr(), outer)
+
+
+_OVERLOADS: dict[str, Any] = {}
+_BINDINGS: dict[str, _Binding] = {}
+_bind_lock = threading.Lock()
+
+
+def _op_for(desc: OpDescription):
+    """The :class:`interop.Op` of a description (the hand-written backward of an op)."""
+    from interop import _op as core
+
+    with core._ops_lock:
+        o = core._ops.get(desc)
+        if o is None:
+            o = core.Op(desc)
+            core._ops[desc] = o
+    return o
+
+
+# ---------------------------------------------------------------------------------------
+# the registered rules: implementation and fake (meta)
+# ---------------------------------------------------------------------------------------
+def _make_impl(b: _Binding, mask: tuple, kind: str):
+    if kind == "backward":
+
+        def backward_impl(*args):
+            return b.run_backward(mask, args)
+
+        return backward_impl
+
+    def forward_impl(*args):
+        if forward_ad_active():
+            _refuse_tangents(b, args)
+        return b.run_forward(mask, kind, args)
+
+    return forward_impl
+
+
+def _refuse_tangents(b: _Binding, args: Sequence[Any]) -> None:
+    """Under forward-mode AD, raise if an argument carries a tangent: the registered operator
+    (``custom_op`` + ``register_autograd``) would run without it and give a zero tangent. (Under
+    ``torch.func.jvp`` the tangents are gone by the time the operator runs: calls through the op
+    take its autograd.Function instead, see :func:`_function_class`.)"""
+    for x in args:
+        if isinstance(x, torch.Tensor) and torch.autograd.forward_ad.unpack_dual(x).tangent is not None:
+            raise _forward_mode_error(b)
+
+
+def _forward_mode_error(b: _Binding) -> UnsupportedError:
+    return UnsupportedError(
+        f"op {b.label!r}: forward-mode differentiation (torch.func.jvp, jacfwd, hessian, "
+        "torch.autograd.forward_ad) is not supported: the op has a reverse-mode rule only (Warp's "
+        "adjoint). Use reverse mode: torch.autograd.grad, torch.func.vjp, grad or jacrev (and for "
+        "second derivatives jacrev(jacrev(...)) with a hand-written backward=)"
+    )
+
+
+def _meta_plan(b: _Binding, args: Sequence[Any]):
+    """The plan of a call from the static parts of its specs: dtypes and vec/mat dims (validates them)."""
+    desc = b.desc
+    specs = []
+    device = None
+    dev_param = None
+    for i, p in enumerate(b.call_params):
+        x = args[i]
+        if isinstance(x, torch.Tensor):
+            nd = p.ndim if p.is_array else 0
+            shape = tuple(1 if isinstance(s, torch.SymInt) else int(s) for s in x.shape[:nd]) + tuple(
+                int(s) for s in x.shape[nd:]
+            )
+            specs.append(ArraySpec(shape, _np_dtype(desc, p, x)))
+            if device is None:
+                device, dev_param = x.device, p.name
+            elif x.device != device:
+                raise ArgumentError(
+                    f"op {b.label!r}: parameter {dev_param!r} is on {device} but parameter {p.name!r} is on "
+                    f"{x.device}; move them to one device"
+                )
+        else:
+            specs.append(_scalar_spec(b, p, x))
+    return b.op.plan(specs, extents=False)  # placeholder shapes: dtypes and vec/mat dims only
+
+
+def _scalar_spec(b: _Binding, p: Param, x: Any) -> ScalarSpec:
+    if p.inner:
+        return ScalarSpec("py", tuple)
+    if isinstance(x, torch.SymBool):
+        return ScalarSpec("py", bool)
+    if isinstance(x, torch.SymInt):
+        return ScalarSpec("py", int)
+    if isinstance(x, torch.SymFloat):
+        return ScalarSpec("py", float)
+    return FRAMEWORK.scalar_spec(b.op, p, x)[0]
+
+
+def _launch_dims(b: _Binding, args: Sequence[Any], ld) -> tuple | None:
+    if ld is not None:
+        return tuple(ld)
+    if b.desc.launch_dims is not None:
+        return b.desc.launch_dims
+    if b.first_array is None:
+        return None
+    p = b.call_params[b.first_array]
+    return tuple(args[b.first_array].shape[: p.ndim])
+
+
+def _output_shape(b: _Binding, plan, p: Param, args, ld, od) -> tuple:
+    desc = b.desc
+    source = "output_dims"
+    if od is not None:
+        dims = tuple(od)
+        source = f"output_dims[{p.name!r}]"
+    elif desc.output_dims is not None and desc.output_dims[0] == "all":
+        dims = desc.output_dims[1]
+    elif desc.output_dims is not None and p.name in dict(desc.output_dims[1]):
+        dims = dict(desc.output_dims[1])[p.name]
+        source = f"output_dims[{p.name!r}]"
+    else:
+        dims = _launch_dims(b, args, ld)
+        source = "launch_dims"
+        if dims is None:
+            raise ArgumentError(
+                f"op {b.label!r}: cannot size output {p.name!r}: the op has no array input; pass launch_dims="
+            )
+    inner = _dtypes.split(plan.types[p.index])[1]
+    if len(dims) == p.ndim:
+        return tuple(dims) + inner
+    if inner and len(dims) == p.ndim + len(inner) and all(d == s for d, s in zip(dims[p.ndim :], inner)):
+        return tuple(dims)
+    accepted = f"{p.ndim} dims" + (f", or {p.ndim + len(inner)} ending in {inner}" if inner else "")
+    raise ArgumentError(
+        f"op {b.label!r}, output {p.name!r}: {source} {tuple(dims)} does not fit a {p.ndim}-d array of "
+        f"{_dtypes.type_name(plan.types[p.index])} (expected {accepted}); pass output_dims={{{p.name!r}: ...}}"
+    )
+
+
+def _fake_device_ref(b: _Binding, args) -> torch.Tensor | None:
+    for a in args[: b.ncall]:
+        if isinstance(a, torch.Tensor):
+            return a
+    return None
+
+
+def _make_fake(b: _Binding, mask: tuple, kind: str):
+    n = b.ncall
+    nout = len(b.outputs)
+
+    def fake_forward(*args):
+        plan = _meta_plan(b, args)
+        ld = args[n] if len(args) > n else None
+        ods = [args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(nout)]
+        odmap = {p.name: d for p, d in zip(b.outputs, ods)}
+        ref = _fake_device_ref(b, args)
+        res = []
+        for p, spec in zip(b.returned, plan.out_specs):
+            dtype = _NP_TO_TORCH[np.dtype(spec.dtype)]
+            if p.role == IN_OUT:
+                if kind == "mutable":
+                    continue
+                x = args[b._pos_of_index(p.index)]
+                res.append(x.new_empty(x.shape))
+            else:
+                shape = _output_shape(b, plan, p, args, ld, odmap[p.name])
+                if ref is not None:
+                    res.append(ref.new_empty(shape, dtype=dtype))
+                else:
+                    res.append(torch.empty(shape, dtype=dtype))
+        if not res:
+            return None
+        return res[0] if len(res) == 1 else tuple(res)
+
+    def fake_backward(*args):
+        _meta_plan(b, args)
+        needs = args[-1]
+        return [args[i].new_empty(args[i].shape) for i in range(n) if needs[i]]
+
+    return fake_backward if kind == "backward" else fake_forward

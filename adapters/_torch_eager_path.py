@@ -1,0 +1,219 @@
+"""The eager fast path: plain eager calls of an op skip the dispatcher.
+
+The per-signature forward and adjoint it runs are written out by ``_torch_eager``; this module
+decides when a call may take it, remembers validated signatures, and wraps them in cached
+``autograd.Function`` classes with the same ``setup_context`` and backward as the operators'.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+import torch
+
+from interop import _cache
+from interop._op import NOT_EAGER
+
+from ._torch_autograd import _backward_function_class, _make_backward, _make_setup_context
+from ._torch_binding import _OVERLOADS, _Binding, _current_stream, _Entry, _pointer
+from ._torch_compat import (
+    PLAIN_TENSOR_TYPES,
+    eager_context,
+    function_apply,
+    functorch_transforms_active,
+    profiler_enabled,
+    profiler_enabled_c,
+)
+from ._torch_eager import signature_function
+
+# ---------------------------------------------------------------------------------------
+# the eager fast path: plain eager calls skip the dispatcher
+# ---------------------------------------------------------------------------------------
+# A call that nothing traces or intercepts (adapters._torch_compat.plain_eager) runs the
+# operator's own implementation (_Binding.run_forward / run_backward: the same plan, launch
+# record and backward code) directly, and, when a gradient is needed, through a cached
+# autograd.Function with the same setup_context and backward as register_autograd. The
+# registered operator stays the op's identity for everything that traces.
+_EAGER_DEVICES = frozenset({"cpu", "cuda"})
+
+
+def _eager_forward(b: _Binding, mask: tuple, kind: str, sargs: list, args: Sequence[Any], e: _Entry | None = None):
+    """The forward with no autograd node, as the operator's implementation runs it."""
+    b.eager_calls += 1
+    if profiler_enabled():
+        with torch.autograd.profiler.record_function(b.qualname(mask, "primary" if kind == b.primary_kind() else kind)):
+            res = b.run_forward(mask, kind, sargs, e)
+    else:
+        res = b.run_forward(mask, kind, sargs, e)
+    if kind == "mutable":
+        # what the dispatcher does for a mutating operator: autograd sees the in-place update
+        torch.autograd.graph.increment_version([args[i] for i in b.inout_pos])
+    return res
+
+
+def _eager_apply(b: _Binding, mask: tuple, sargs: list, e: _Entry | None = None):
+    """The forward as an autograd node (the functional variant; in-out copies are the caller's).
+
+    ``e``: the entry of this signature when the caller has it (handed to the Function's
+    forward through a thread-local, since apply passes only the operator's arguments)."""
+    b.eager_calls += 1
+    apply = b.functions.get(("eager", mask))
+    if apply is None:
+        apply = _eager_function_class(b, mask)
+    _pending.entry = e
+    if profiler_enabled():
+        with torch.autograd.profiler.record_function(b.qualname(mask, "functional" if b.inout_pos else "primary")):
+            return apply(*sargs)
+    return apply(*sargs)
+
+
+_pending = threading.local()
+_PLAIN_NUMBERS = (float, int, bool)
+
+
+def _signature(args: Sequence[Any]) -> tuple | None:
+    """What a call's validation depends on: each plain tensor's shape, strides, dtype, device (and
+    whether it requires grad), and the type of each Python number; None when an argument is
+    neither (it takes the full path)."""
+    key = []
+    try:
+        for a in args:
+            t = type(a)
+            if t in PLAIN_TENSOR_TYPES:
+                # is_neg(): a lazily negated view (``z.conj().imag``) takes the full path, which sends it
+                # through the operator (torch's dispatcher resolves the view before the kernel reads memory)
+                key.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad, a.is_neg()))
+            elif t in _PLAIN_NUMBERS:
+                key.append(t)
+            else:
+                return None
+    except RuntimeError:  # a tensor with no sizes or strides (nested): the full path names it
+        return None
+    return tuple(key)
+
+
+class _Signature:
+    """One validated plain-eager call signature of an op: its entry and its autograd.Function."""
+
+    __slots__ = ("e", "tensor_pos", "scalar_pos", "can", "grad", "apply")
+
+    def __init__(self, b: _Binding, args: Sequence[Any]):
+        self.e = b.entry(b.base_mask, "functional", args, None, (None,) * len(b.outputs))
+        self.tensor_pos = tuple(i for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+        self.scalar_pos = tuple(i for i, a in enumerate(args) if not isinstance(a, torch.Tensor))
+        # which arguments can have a gradient: differentiable floating-point tensors
+        self.can = tuple(
+            d and isinstance(a, torch.Tensor) and a.is_floating_point() for d, a in zip(b.differentiable, args)
+        )
+        self.grad = any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+        # a hand-written backward runs through the general eager Function (_eager_apply)
+        self.apply = None if b.backward_op is not None else signature_function(b, self, f"{b.base}_eager", helpers(b))
+
+
+def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
+    """After a validated eager call: later calls with the same signature skip the validation."""
+    runs = b.eager_runs
+    key = _signature(args)
+    if key is None or key in runs or len(runs) >= _cache.FAST_PATHS_PER_OP or not b.returned:
+        return
+    runs[key] = _Signature(b, args)
+
+
+def _eager_hook(b: _Binding):
+    """The op's eager hook for torch tensors (interop.Op.eager_paths): ``hook(op, args)`` runs a
+    plain eager call whose signature was validated before (no in-out parameter, no scalar tensor,
+    no launch_dims or output_dims), or returns NOT_EAGER."""
+    runs = b.eager_runs
+    mask = b.base_mask
+    label = b.qualname(mask, "primary")
+    grad_enabled = torch.is_grad_enabled
+    profiling = profiler_enabled_c()
+
+    def hook(op, args: Sequence[Any]) -> Any:
+        if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
+            return NOT_EAGER
+        sig = runs.get(_signature(args))
+        if sig is None:
+            return NOT_EAGER
+        if sig.grad and grad_enabled():
+            apply = sig.apply
+            if apply is None:
+                return _eager_apply(b, mask, args, sig.e)
+            b.eager_calls += 1
+            if profiling():
+                with torch.autograd.profiler.record_function(label):
+                    return apply(*args)
+            return apply(*args)
+        return _eager_forward(b, mask, "functional", args, args, sig.e)
+
+    return hook
+
+
+def _eager_function_class(b: _Binding, mask: tuple):
+    """``apply`` of the fast path's autograd.Function: forward runs the functional implementation
+    directly, then the same setup_context as ``register_autograd``; same backward.
+
+    The Function is of the classic form (``forward(ctx, ...)``): the form with a separate
+    ``setup_context`` costs an ``inspect.signature`` per call, and is only needed by torch.func,
+    which never takes this path.
+    """
+    key = ("eager", mask)
+    with b.lock:
+        apply = b.functions.get(key)
+        if apply is None:
+            setup_context = _make_setup_context(b, mask)
+
+            def forward(ctx, *args):
+                e = _pending.entry
+                if e is None:
+                    n = b.ncall
+                    ld = args[n] if len(args) > n else None
+                    ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(b.outputs)))
+                    e = b.entry(mask, "functional", args, ld, ods)
+                else:
+                    _pending.entry = None
+                out = b.run_forward(mask, "functional", args, e)
+                setup_context(ctx, args, out)
+                ctx.entry = e
+                return out
+
+            cls = type(
+                f"{b.base}_eager",
+                (torch.autograd.Function,),
+                {
+                    "forward": staticmethod(forward),
+                    "backward": staticmethod(_make_backward(b, mask, direct=True)),
+                },
+            )
+            apply = b.functions[key] = function_apply(cls)
+    return apply
+
+
+def helpers(b: _Binding) -> dict[str, Any]:
+    """What the generated autograd.Function of a remembered signature calls besides its entry."""
+    h = b.__dict__.get("_helpers")
+    if h is None:
+        mask = b.base_mask
+        qual = b.qualname(mask, "backward")
+        dims = (None,) * (1 + len(b.outputs))
+
+        def slow(args, results, grads, need):
+            # the backward operator, as the operator's own autograd rule calls it
+            if functorch_transforms_active() and torch.is_grad_enabled():
+                return _backward_function_class(b, mask, qual).apply(*args, *results, *grads, *dims, need)
+            return _OVERLOADS[qual](*args, *results, *grads, *dims, need)
+
+        h = b._helpers = {
+            "slow": slow,
+            "qual": qual,
+            "grad_enabled": torch.is_grad_enabled,
+            "PLAIN": PLAIN_TENSOR_TYPES,
+            "eager": eager_context,
+            "profiling": profiler_enabled_c(),
+            "pointer": _pointer,
+            "label": torch.autograd.profiler.record_function,
+            "stream_of": _current_stream,
+            "function_apply": function_apply,
+        }
+    return h

@@ -1,0 +1,97 @@
+"""Registering an op's torch operators with ``torch.library``: one ``custom_op`` per kind
+(functional, mutable, backward) and scalar signature, each with its fake, autograd, vmap and
+DTensor sharding rules, and the binding of an op found again by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import _torch_sharding
+from ._torch_autograd import _make_backward, _make_second_order_error, _make_setup_context, _no_setup
+from ._torch_binding import _BINDINGS, _OVERLOADS, _bind_lock, _Binding, _make_fake, _make_impl
+from ._torch_compat import (
+    PLAIN_TENSOR_TYPES,
+)
+from ._torch_eager_path import _eager_hook
+from ._torch_vmap import _make_vmap
+
+
+def _binding(op) -> _Binding:
+    b = _BINDINGS.get(op.description.name)
+    if b is None or b.op is not op:
+        with _bind_lock:
+            b = _BINDINGS.get(op.description.name)
+            if b is None or b.op is not op:
+                old = _BINDINGS.get(op.description.name)
+                if old is not None:
+                    # an equal-named op described again replaced the old one's operators
+                    for t in PLAIN_TENSOR_TYPES:
+                        old.op.eager_paths.pop(t, None)
+                b = _Binding(op)
+                _BINDINGS[op.description.name] = b
+                hook = _eager_hook(b)
+                for t in PLAIN_TENSOR_TYPES:
+                    op.eager_paths[t] = hook
+    return b
+
+
+def variant(b: _Binding, mask: tuple) -> dict[str, Any]:
+    v = b.variants.get(mask)
+    if v is None:
+        with b.lock:
+            v = b.variants.get(mask)
+            if v is None:
+                v = _register(b, mask)
+                b.variants[mask] = v
+    return v
+
+
+def _register(b: _Binding, mask: tuple) -> dict[str, Any]:
+    if b.backward_op is not None:
+        # the hand-written backward's operator exists whenever the forward's does: a compiled
+        # backward loaded from torch.compile's caches calls it without tracing (and so without
+        # the lazy registration a trace would do)
+        _resolve(b.backward_op, None, "functional")
+    kinds = ["functional"]
+    if b.inout_pos:
+        kinds.append("mutable")
+    if b.backward_op is None:
+        kinds.append("backward")
+    ops: dict[str, Any] = {}
+    for kind in kinds:
+        qual = b.qualname(mask, "primary" if kind == b.primary_kind() else kind)
+        mutates = tuple(b.call_params[i].name for i in b.inout_pos) if kind == "mutable" else ()
+        impl = _make_impl(b, mask, kind)
+        cdef = torch.library.custom_op(qual, impl, mutates_args=mutates, schema=b.schema(mask, kind))
+        cdef.register_fake(_make_fake(b, mask, kind))
+        if kind == "functional":
+            cdef.register_autograd(_make_backward(b, mask), setup_context=_make_setup_context(b, mask))
+        elif kind == "backward":
+            cdef.register_autograd(_make_second_order_error(b), setup_context=_no_setup)
+        cdef.register_vmap(_make_vmap(b, mask, kind))
+        ops[kind] = cdef
+        _OVERLOADS[qual] = cdef._opoverload
+    _torch_sharding.register(b, mask, ops)
+    return ops
+
+
+@torch.compiler.assume_constant_result
+def _resolve(op, mask: tuple | None, kind: str) -> str:
+    """Qualified name of ``op``'s operator for one scalar signature, registering it on first use.
+
+    ``mask`` says which scalar parameters are tensors (None: none). Marked constant for
+    Dynamo: reached inside ``torch.compile`` it runs at trace time, so a first registration
+    there does not break the graph.
+    """
+    b = _binding(op)
+    if mask is None:
+        mask = b.base_mask
+    q = b.quals.get((mask, kind))
+    if q is None:
+        variant(b, mask)
+        q = b.qualname(mask, "primary" if kind == b.primary_kind() else kind)
+        b.quals[(mask, kind)] = q
+    return q
