@@ -7,7 +7,7 @@ Checked against torch 2.13.0 (CPU build).
   ``torch.library.custom_op`` generates for ``register_autograd`` has no ``setup_context``
   staticmethod, which ``torch.func`` requires; under those transforms the adapter applies
   an equivalent autograd.Function of its own around the same registered operators.
-- The eager fast path (see ``adapters/torch.py``) is taken only for plain eager work;
+- The eager fast path (see ``adapters/_torch_eager_path.py``) is taken only for plain eager work;
   :func:`plain_eager` decides it from ``torch._C._len_torch_dispatch_stack`` (any
   TorchDispatchMode, FakeTensorMode, proxy/functionalization modes included),
   ``torch._C._is_torch_function_mode_enabled`` (any TorchFunctionMode, ``with
