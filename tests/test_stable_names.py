@@ -85,7 +85,12 @@ def test_partition_is_validated_and_part_of_the_identity():
     k = _make_kernel()
     assert interop.op(k, partition="rows").description != interop.op(k).description
     assert interop.op(k, partition="rows").description.partition == "rows"
-    with pytest.raises(interop.ArgumentError, match=r"partition must be None or one of \('rows',\), got 'cols'"):
+    rows, elem = interop.op(k, partition="rows"), interop.op(k, partition="elementwise")
+    assert elem.description.partition == "elementwise" and elem.description != rows.description
+    assert elem.name != rows.name  # each declaration names its own operators
+    with pytest.raises(
+        interop.ArgumentError, match=r"partition must be None or one of \('rows', 'elementwise'\), got 'cols'"
+    ):
         interop.op(k, partition="cols")
 
     def pyfn(x: wp.array(dtype=float), out: wp.array(dtype=float)):

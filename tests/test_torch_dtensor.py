@@ -254,8 +254,9 @@ def _placer(mesh, *placements):
 
 def _mutating_operator_refuses(mesh) -> dict:
     """The mutating operator itself (adapters.torch.bind) cannot move an in-out DTensor."""
-    import adapters.torch as atorch
     from torch.distributed.tensor import Shard, distribute_tensor
+
+    import adapters.torch as atorch
 
     x = distribute_tensor(_x73(), mesh, [Shard(0)])
     acc = distribute_tensor(torch.zeros(7), mesh, [Shard(0)])
