@@ -159,7 +159,7 @@ class _Call:
         self.dims_at = dims_at
         self.ld = full[dims_at]
         self.ods = full[dims_at + 1 : dims_at + 1 + nout]
-        self.needs = full[-1] if kind == "backward" else None
+        self.needs: Any = full[-1] if kind == "backward" else None
         self.n, self.k = n, k
 
     def shape(self, pos: int) -> tuple:
@@ -235,13 +235,13 @@ def strategies(b, kind: str, args: tuple, kwargs: dict, is_tensor) -> list[tuple
     """The single-mesh-dimension strategies of operator ``kind`` of binding ``b`` for a call with
     ``args``/``kwargs`` (tensor arguments carry global ``.shape``)."""
     c = _Call(b, kind, args, kwargs, is_tensor)
-    ins_r = ["R" if t else None for t in c.tensor]
-    out_r = ["R"] * _n_outputs(c)
-    result = [(out_r, ins_r)]
+    ins_r: list[Any] = ["R" if t else None for t in c.tensor]
+    out_r: list[Any] = ["R"] * _n_outputs(c)
+    result: list[tuple[list, list]] = [(out_r, ins_r)]
     array_pos = {i for i, p in enumerate(b.call_params) if p.is_array}
     for d in _shard_dims(c):
         s = ("S", d)
-        ins = []
+        ins: list[Any] = []
         for i, t in enumerate(c.tensor):
             if not t:
                 ins.append(None)
@@ -252,7 +252,7 @@ def strategies(b, kind: str, args: tuple, kwargs: dict, is_tensor) -> list[tuple
         if kind == "backward":
             # a gradient per needed call argument: an array's is sharded like it, a scalar's is the
             # sum of the shards' sums
-            outs = [s if i in array_pos else "P" for i, need in enumerate(c.needs[: c.n]) if need]
+            outs: list[Any] = [s if i in array_pos else "P" for i, need in enumerate(c.needs[: c.n]) if need]
         else:
             outs = [s] * _n_outputs(c)
         result.append((outs, ins))
