@@ -166,8 +166,8 @@ class JaxOp:
                 key_parts.append(_static_scalar_key(desc, p, x))
         key = (
             tuple(key_parts),
-            _static_dims(desc, "launch_dims", launch_dims),
-            _static_dims(desc, "output_dims", output_dims),
+            _dims_key(desc, "launch_dims", launch_dims),
+            _dims_key(desc, "output_dims", output_dims),
             vmap_method,
             _x64(),  # decides the dtypes XLA gives NumPy operands and the entry's 64-bit checks
         )
@@ -404,11 +404,25 @@ def _static_dims(desc, what: str, value):
             f"them, e.g. x.shape), got a traced JAX value {value!r}; pass it as a static argument "
             "(jax.jit(..., static_argnums=...)) or compute it from shapes"
         )
-    if isinstance(value, jax.Array):
-        if value.ndim:
-            return tuple(int(v) for v in np.asarray(value))
-        return int(value)
+    if isinstance(value, (jax.Array, np.ndarray)):
+        # as Python values of their own kind: the plan refuses floats (never truncated to ints)
+        def frozen(v):
+            return tuple(map(frozen, v)) if isinstance(v, list) else v
+
+        return frozen(np.asarray(value).tolist())
     return value
+
+
+def _dims_key(desc, what: str, value):
+    """launch_dims/output_dims frozen for an entry's key, with the type of every value: ``True == 1``
+    and ``2.0 == 2``, and the plan refuses the first of each, so keying by value alone would serve
+    such a call the entry of the value it equals."""
+    frozen = _static_dims(desc, what, value)
+
+    def types(v):
+        return tuple(types(x) for x in v) if isinstance(v, tuple) else type(v)
+
+    return frozen, types(frozen)
 
 
 # ---------------------------------------------------------------------------------------

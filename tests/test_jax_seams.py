@@ -296,3 +296,23 @@ def test_traced_vector_components_errors_name_op_and_parameter():
         jax.jit(lambda x, a: op(x, (a, 1e40, 2.0), 2.0))(x, 1.0)
     with pytest.raises(TypeError, match=r"op 'vec_affine', parameter 's'.*unhashable"):
         op(x, V, {"s": 2.0})
+
+
+# ---- launch_dims / output_dims are keyed with their types ----------------------------------
+@pytest.mark.parametrize("jit", (False, True), ids=("eager", "jit"))
+@pytest.mark.parametrize(("good", "bad", "what"), ((1, True, "bool"), (2, 2.0, "float 2.0")))
+def test_launch_dims_equal_to_a_cached_value_are_checked_like_a_fresh_call(jit, good, bad, what):
+    """``True == 1`` and ``2.0 == 2``: a call with the refused value was served the entry of the
+    accepted one it equals, once that had run (and refused in a fresh process)."""
+    op = interop.op(divide)
+    x = jnp.ones(4, jnp.float32)
+
+    def call(ld):
+        return jax.jit(lambda x: op(x, 2.0, launch_dims=ld))(x) if jit else op(x, 2.0, launch_dims=ld)
+
+    np.testing.assert_array_equal(np.asarray(call(good)), [0.5] * good)
+    with pytest.raises(interop.ArgumentError, match=rf"op 'divide': launch_dims must be an int .*got {what}"):
+        call(bad)
+    with pytest.raises(interop.ArgumentError, match=r"op 'divide': launch_dims must be an int .*got \(2.5,\)"):
+        call(np.asarray([2.5]))  # an array of floats is refused, not truncated
+    np.testing.assert_array_equal(np.asarray(call(np.asarray([good]))), [0.5] * good)
