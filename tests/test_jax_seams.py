@@ -316,3 +316,20 @@ def test_launch_dims_equal_to_a_cached_value_are_checked_like_a_fresh_call(jit, 
     with pytest.raises(interop.ArgumentError, match=r"op 'divide': launch_dims must be an int .*got \(2.5,\)"):
         call(np.asarray([2.5]))  # an array of floats is refused, not truncated
     np.testing.assert_array_equal(np.asarray(call(np.asarray([good]))), [0.5] * good)
+
+
+@pytest.mark.parametrize("form", VEC_FORMS)
+def test_traced_vec3_scalar_with_x64_weak_float64_components(form):
+    """With x64 on, traced Python floats are weakly typed float64: like a top-level traced scalar,
+    they take the parameter's float32 (a strongly typed float64 array stays refused)."""
+    op = interop.op(vec_affine)
+    v = V if form != "tuple_tracer_and_numbers" else (V[0], -2.0, 0.5)
+    with jax.enable_x64(True):
+        x = jnp.asarray(X3)
+        got = jax.jit(lambda x, a, b, c: op(x, VEC_FORMS[form]((a, b, c)), 2.0))(x, *v)
+        assert got.dtype == jnp.float32
+        np.testing.assert_array_equal(np.asarray(got), _vec_reference(X3, v, 2.0))
+        ga = jax.grad(lambda a: jnp.sum(jnp.asarray(W3) * op(x, VEC_FORMS[form]((a, v[1], v[2])), 2.0)))(v[0])
+        np.testing.assert_allclose(float(ga), np.sum(W3[:, 0] * X3[:, 0]), rtol=1e-6)
+        with pytest.raises(interop.ArgumentError, match=r"op 'vec_affine', parameter 'v'.*dtype float64"):
+            op(x, jnp.asarray(v, jnp.float64), 2.0)
