@@ -3,7 +3,8 @@
 How one call becomes XLA work:
 
 - The call's static configuration (argument shapes and dtypes, Python-number scalars,
-  ``launch_dims``, ``output_dims``, ``vmap_method``) is frozen into a hashable key. Each
+  ``launch_dims``, ``output_dims``, ``vmap_method``, the x64 mode) is frozen into a hashable
+  key; static floats by their bits, dims with their types. Each
   key gets, once, a :class:`_Entry`: the resolved plan, a ``jax.custom_vjp`` function of
   the dynamic operands (arrays and traced scalars), and its ``jax.jit`` for eager calls.
 - The forward and the adjoint are each a :class:`_Launch`, called through one of the op's
@@ -24,7 +25,8 @@ How one call becomes XLA work:
   ``custom_partitioning`` calls that XLA splits along their first dimension; inside
   ``shard_map`` results vary over the mesh axes of their operands (``check_vma=True``).
 - Gradients: ``custom_vjp`` with symbolic zeros, so the backward launch computes only the
-  gradients asked for. Traced scalars reach the kernel as one-element arrays, so their
+  gradients asked for. Inside ``shard_map`` it is called through its own ``jax.jit``: an eager
+  ``shard_map`` (not under jit) refuses a ``custom_vjp`` with symbolic zeros, but runs a jit. Traced scalars reach the kernel as one-element arrays, so their
   gradient is Warp's adjoint, summed over threads. A hand-written backward op is called
   through this same adapter.
 """
