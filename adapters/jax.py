@@ -3,7 +3,8 @@
 How one call becomes XLA work:
 
 - The call's static configuration (argument shapes and dtypes, Python-number scalars,
-  ``launch_dims``, ``output_dims``, ``vmap_method``) is frozen into a hashable key. Each
+  ``launch_dims``, ``output_dims``, ``vmap_method``, the x64 mode) is frozen into a hashable
+  key; static floats by their bits, dims with their types. Each
   key gets, once, a :class:`_Entry`: the resolved plan, a ``jax.custom_vjp`` function of
   the dynamic operands (arrays and traced scalars), and its ``jax.jit`` for eager calls.
 - The forward and the adjoint are each a :class:`_Launch`, called through one of the op's
@@ -24,7 +25,8 @@ How one call becomes XLA work:
   ``custom_partitioning`` calls that XLA splits along their first dimension; inside
   ``shard_map`` results vary over the mesh axes of their operands (``check_vma=True``).
 - Gradients: ``custom_vjp`` with symbolic zeros, so the backward launch computes only the
-  gradients asked for. Traced scalars reach the kernel as one-element arrays, so their
+  gradients asked for. Inside ``shard_map`` it is called through its own ``jax.jit``: an eager
+  ``shard_map`` (not under jit) refuses a ``custom_vjp`` with symbolic zeros, but runs a jit. Traced scalars reach the kernel as one-element arrays, so their
   gradient is Warp's adjoint, summed over threads. A hand-written backward op is called
   through this same adapter.
 """
@@ -87,7 +89,9 @@ class JaxOp:
         self.op = op
         self.desc = op.description
         self._entries: dict[tuple, _Entry] = {}
-        self._eager: dict[tuple, tuple] = {}  # eager signature -> (entry, scalar operand dtypes)
+        # eager signature -> (entry, scalar operand dtypes, float limits), one dict per x64 mode
+        # (index: jax_enable_x64): the mode decides the dtype a Python number's operand gets
+        self._eager: tuple[dict[tuple, tuple], dict[tuple, tuple]] = ({}, {})
         self._lock = threading.Lock()
         self._by_config: dict[str, _Entry] = {}  # an entry's configuration (JSON) -> the entry
         _register_targets(self)
@@ -98,7 +102,7 @@ class JaxOp:
     def __call__(self, *args, launch_dims=None, output_dims=None, vmap_method=None, **kwargs):
         if launch_dims is None and output_dims is None and vmap_method is None and not kwargs:
             # eager calls with concrete arrays and Python numbers: one dict lookup to the jitted call
-            fast = self._eager.get(
+            fast = self._eager[jax.config.jax_enable_x64].get(
                 tuple((x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x) for x in args)
             )
             if fast is not None:
@@ -133,9 +137,13 @@ class JaxOp:
                 f"op {desc.label!r} takes {len(params)} argument(s) {[p.name for p in params]} "
                 f"(outputs are returned, not passed), got {len(args)}"
             )
+        args0 = args
         key_parts = []
         operands = []
         traced = False
+        if any(p.inner and isinstance(x, (list, tuple)) for p, x in zip(params, args)):
+            # a vec/mat value given as components, some of them JAX values (e.g. traced): one operand
+            args = tuple(_vector_operand(desc, p, x, args) for p, x in zip(params, args))
         original = args
         if not any(map(_jax_compat.is_tracer, args)):
             # Eager call: a Python number for a scalar parameter becomes a 0-d operand of the
@@ -157,12 +165,13 @@ class JaxOp:
                     f"got {type(x).__module__}.{type(x).__qualname__}"
                 )
             else:
-                key_parts.append(_static_scalar_key(x))
+                key_parts.append(_static_scalar_key(desc, p, x))
         key = (
             tuple(key_parts),
-            _static_dims(desc, "launch_dims", launch_dims),
-            _static_dims(desc, "output_dims", output_dims),
+            _dims_key(desc, "launch_dims", launch_dims),
+            _dims_key(desc, "output_dims", output_dims),
             vmap_method,
+            _x64(),  # decides the dtypes XLA gives NumPy operands and the entry's 64-bit checks
         )
         entry = self._entries.get(key)
         if entry is None:
@@ -177,8 +186,14 @@ class JaxOp:
             and output_dims is None
             and vmap_method is None
             and len(operands) == len(args)
-            and all(type(x) is _ArrayImpl or _is_scalar_operand(p, x) for p, x in zip(params, args))
+            and all(
+                type(x) is _ArrayImpl or (_is_scalar_operand(p, x) and type(x0) in (int, float))
+                for p, x, x0 in zip(params, args, original)
+            )
+            and original is args0
         ):
+            # only Python numbers are keyed by their type: the fast path converts them to the dtype
+            # this call gave them (a NumPy array passed in is keyed by nothing else, so never cached)
             fast_key = tuple(
                 (x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original)
             )
@@ -186,10 +201,10 @@ class JaxOp:
             # Python numbers for float parameters: the largest finite value each may have
             limits = tuple((i, _dtypes.finfo_max(_dtypes.wp_scalar(dt))) for i, dt in enumerate(dts) if _float_np(dt))
             fast = (entry, dts, limits)
-            _cache.put(self._eager, fast_key, fast, _cache.FAST_PATHS_PER_OP)
+            _cache.put(self._eager[_x64()], fast_key, fast, _cache.FAST_PATHS_PER_OP)
         interrupts = _jax_ffi.interrupts()
         try:
-            outs = entry.fn(*operands) if traced else entry.jitted(*operands)
+            outs = entry.jitted(*operands) if not traced or _jax_compat.manual_axes() else entry.fn(*operands)
         except KeyboardInterrupt:
             raise
         except Exception as e:
@@ -234,6 +249,15 @@ def _eager_scalar(p, x):
     return np.asarray(x, dt)
 
 
+def _operand_dtype(x) -> np.dtype:
+    """The dtype of the buffer XLA hands the launch for operand ``x``: a NumPy array's is
+    canonicalized (with 64-bit types off, a float64 array becomes a float32 operand), a JAX
+    value's is its own."""
+    if type(x) is np.ndarray:
+        return np.dtype(jax.dtypes.canonicalize_dtype(x.dtype))
+    return np.dtype(x.dtype)
+
+
 def _float_np(dt) -> bool:
     return dt is not None and _dtypes.is_float_dtype(dt)
 
@@ -243,12 +267,87 @@ def _is_scalar_operand(p, x) -> bool:
 
 
 def _is_weak_scalar(p, x) -> bool:
-    """A weakly typed JAX value (a Python number under tracing) for a scalar parameter.
+    """A weakly typed JAX value (a Python number under tracing) for a scalar, vector or matrix
+    parameter, of the parameter's shape.
 
     With ``jax_enable_x64`` a traced Python float is a weak float64; like ``jnp`` ops, the
     op gives it the parameter's type instead of refusing it (a strong float64 is refused).
     """
-    return not p.is_array and not p.inner and _is_jax(x) and x.shape == () and bool(jax.typeof(x).weak_type)
+    return not p.is_array and _is_jax(x) and tuple(x.shape) == tuple(p.inner) and bool(jax.typeof(x).weak_type)
+
+
+def _generic_scalar(desc, args):
+    """The scalar type the call's first generic array argument gives generic parameters (or None)."""
+    for q, a in zip(desc.call_params, args):
+        if q.is_array and q.generic and hasattr(a, "dtype"):
+            return _dtypes.wp_scalar(a.dtype)
+    return None
+
+
+def _vector_operand(desc, p, x, args):
+    """A vec/mat value ``x`` given as a (nested) tuple or list of components, some of which are JAX
+    values (traced, or concrete arrays): one JAX array of the parameter's shape (``(3,)`` for a
+    ``vec3``), passed like a traced scalar (an operand, differentiable). Python numbers among the
+    components get the parameter's scalar type, as a Python number would; a JAX component must
+    have it already (nothing is cast silently). Anything else is returned unchanged (static).
+    """
+    if not p.inner or not isinstance(x, (list, tuple)):
+        return x
+    flat: list = []
+
+    def walk(v):
+        if isinstance(v, (list, tuple)):
+            for c in v:
+                walk(c)
+        else:
+            flat.append(v)
+
+    walk(x)
+    if not any(_is_jax(c) for c in flat):
+        return x  # static: Python numbers (checked by the plan)
+    n = int(math.prod(p.inner))
+    sizes = [int(math.prod(c.shape)) if _is_jax(c) else 1 for c in flat]
+    if sum(sizes) != n:
+        raise ArgumentError(
+            f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}: {n} numbers (JAX values "
+            f"or Python numbers), got {sum(sizes)} component(s) in {type(x).__name__} of {len(flat)} item(s)"
+        )
+    scalar = _generic_scalar(desc, args) if p.generic else p.scalar
+    if scalar is None:  # generic, no generic array: the strong JAX components decide
+        strong = [c for c in flat if _is_jax(c) and not jax.typeof(c).weak_type]
+        scalar = _dtypes.wp_scalar(strong[0].dtype) if strong else None
+    parts = []
+    for k, c in enumerate(flat):
+        if _is_jax(c):
+            if bool(jax.typeof(c).weak_type):
+                number = {"b": bool, "i": int, "u": int}.get(np.dtype(c.dtype).kind, float)
+                c = jax.lax.convert_element_type(c, _component_dtype(desc, p, number, scalar))
+            elif scalar is not None and np.dtype(c.dtype) != _dtypes.np_dtype(scalar):
+                raise ArgumentError(
+                    f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}: components of "
+                    f"dtype {np.dtype(_dtypes.np_dtype(scalar)).name}, got component {k} of dtype "
+                    f"{np.dtype(c.dtype).name}"
+                )
+            parts.append(jnp.ravel(c))
+        elif isinstance(c, (bool, int, float, np.number, np.bool_)):
+            number = bool if isinstance(c, (bool, np.bool_)) else int if isinstance(c, (int, np.integer)) else float
+            dt = _component_dtype(desc, p, number, scalar)
+            if scalar is not None:
+                check_scalar_value(desc, p, scalar, c)
+            parts.append(jnp.asarray([c], dt))
+        else:
+            raise ArgumentError(
+                f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()}: numbers or JAX values, "
+                f"got component {k} of type {type(c).__module__}.{type(c).__qualname__}"
+            )
+    return jnp.concatenate(parts).reshape(p.inner)
+
+
+def _component_dtype(desc, p, number: type, scalar) -> np.dtype:
+    """The dtype a Python ``number`` (or a weakly typed JAX value of its kind) takes as a component of
+    vec/mat parameter ``p``; a float for an integer vector is refused, as for a static value."""
+    target = number_type(desc, p, number, scalar)
+    return np.dtype(_dtypes.np_dtype(_dtypes.split(target)[0]))
 
 
 def _typed_weak_scalar(desc, p, x, args):
@@ -259,12 +358,7 @@ def _typed_weak_scalar(desc, p, x, args):
     """
     kind = np.dtype(x.dtype).kind
     number = bool if kind == "b" else int if kind in "iu" else float
-    generic_scalar = None
-    if p.generic:
-        for q, a in zip(desc.call_params, args):
-            if q.is_array and q.generic and hasattr(a, "dtype"):
-                generic_scalar = _dtypes.wp_scalar(a.dtype)
-                break
+    generic_scalar = _generic_scalar(desc, args) if p.generic else None
     target = number_type(desc, p, number, generic_scalar)
     return jax.lax.convert_element_type(x, _dtypes.np_dtype(_dtypes.split(target)[0]))
 
@@ -273,15 +367,28 @@ def _is_jax(x) -> bool:
     return isinstance(x, (jax.Array, jax.core.Tracer))
 
 
-def _static_scalar_key(x):
+def _static_scalar_key(desc, p, x):
+    """The cache key of a static (Python) scalar argument: its type and exact value.
+
+    Floats are keyed by their bits (``float.hex``): ``-0.0 == 0.0`` and ``nan != nan``, so keying
+    them by value would serve a call with ``-0.0`` the launch recorded for ``0.0``.
+    """
     if isinstance(x, (list, tuple)):
-        return ("py", type(x), tuple(_static_scalar_key(v) for v in x))
+        return ("py", type(x), tuple(_static_scalar_key(desc, p, v) for v in x))
     if hasattr(x, "_wp_scalar_type_"):  # a Warp vector/matrix value
-        return ("py", type(x), tuple(np.asarray(x).ravel().tolist()))
+        return ("py", type(x), tuple(_static_scalar_key(desc, p, v) for v in np.asarray(x).ravel().tolist()))
+    if isinstance(x, float) or (isinstance(x, np.generic) and not isinstance(x, (np.integer, np.bool_))):
+        try:
+            return ("py", type(x), float(x).hex())
+        except (TypeError, ValueError, OverflowError):
+            pass
     try:
         hash(x)
     except TypeError:
-        raise TypeError(f"scalar argument of type {type(x).__name__} is not hashable") from None
+        raise TypeError(
+            f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a number, a JAX value, "
+            f"or for a vector/matrix a tuple of them), got an unhashable {type(x).__module__}.{type(x).__qualname__}"
+        ) from None
     return ("py", type(x), x)
 
 
@@ -299,11 +406,25 @@ def _static_dims(desc, what: str, value):
             f"them, e.g. x.shape), got a traced JAX value {value!r}; pass it as a static argument "
             "(jax.jit(..., static_argnums=...)) or compute it from shapes"
         )
-    if isinstance(value, jax.Array):
-        if value.ndim:
-            return tuple(int(v) for v in np.asarray(value))
-        return int(value)
+    if isinstance(value, (jax.Array, np.ndarray)):
+        # as Python values of their own kind: the plan refuses floats (never truncated to ints)
+        def frozen(v):
+            return tuple(map(frozen, v)) if isinstance(v, list) else v
+
+        return frozen(np.asarray(value).tolist())
     return value
+
+
+def _dims_key(desc, what: str, value):
+    """launch_dims/output_dims frozen for an entry's key, with the type of every value: ``True == 1``
+    and ``2.0 == 2``, and the plan refuses the first of each, so keying by value alone would serve
+    such a call the entry of the value it equals."""
+    frozen = _static_dims(desc, what, value)
+
+    def types(v):
+        return tuple(types(x) for x in v) if isinstance(v, tuple) else type(v)
+
+    return frozen, types(frozen)
 
 
 # ---------------------------------------------------------------------------------------
@@ -360,7 +481,7 @@ class _Entry:
                 if p.is_array:
                     specs.append(ArraySpec(tuple(x.shape), np.dtype(x.dtype)))
                 else:
-                    specs.append(ScalarSpec("ref", np.dtype(x.dtype), tuple(x.shape)))
+                    specs.append(ScalarSpec("ref", _operand_dtype(x), tuple(x.shape)))
                 self.dyn.append(p)
             else:
                 specs.append(_py_spec(desc, p, x))
