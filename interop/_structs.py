@@ -112,14 +112,21 @@ def _leaf_types(struct: Any, path: tuple[str, ...], out: dict[str, Any]) -> None
             out[SEP.join((*path, fname))] = ftype
 
 
+def _local(path: tuple[str, ...]) -> str:
+    """The local variable a nested struct value is built in (a root keeps its parameter's name)."""
+    return path[0] if len(path) == 1 else SEP.join(path) + SEP + "interop"
+
+
 class _Flatten(ast.NodeTransformer):
     """Reads each ``root.a.b`` that reaches a leaf as the leaf's parameter (keeping what follows:
-    ``state.x.shape``); records roots used as struct values (``bare``)."""
+    ``state.x.shape``), and one that reaches a nested struct as a local built from its leaves;
+    records the struct values the body uses whole (``needed``: paths)."""
 
-    def __init__(self, leaves: dict[tuple[str, ...], str]):
+    def __init__(self, leaves: dict[tuple[str, ...], str], nodes: set[tuple[str, ...]]):
         self.leaves = leaves
+        self.nodes = nodes
         self.roots = {p[0] for p in leaves}
-        self.bare: set[str] = set()
+        self.needed: set[tuple[str, ...]] = set()
 
     def visit_FunctionDef(self, node: ast.FunctionDef):
         node.body = [self.visit(stmt) for stmt in node.body]
@@ -133,11 +140,14 @@ class _Flatten(ast.NodeTransformer):
             n = n.value
         if isinstance(n, ast.Name) and n.id in self.roots:
             path = (n.id, *reversed(chain))
-            for k in range(2, len(path) + 1):
-                leaf = self.leaves.get(path[:k])
-                if leaf is not None:
+            for k in range(len(path), 1, -1):
+                name = self.leaves.get(path[:k])
+                if name is None and path[:k] in self.nodes:
+                    name = _local(path[:k])
+                    self.needed.add(path[:k])
+                if name is not None:
                     rest = path[k:]
-                    new: ast.expr = ast.Name(id=leaf, ctx=node.ctx if not rest else ast.Load())
+                    new: ast.expr = ast.Name(id=name, ctx=node.ctx if not rest else ast.Load())
                     for j, attr in enumerate(rest):
                         new = ast.Attribute(value=new, attr=attr, ctx=node.ctx if j == len(rest) - 1 else ast.Load())
                     return ast.copy_location(new, node)
@@ -145,25 +155,36 @@ class _Flatten(ast.NodeTransformer):
 
     def visit_Name(self, node: ast.Name):
         if node.id in self.roots:
-            self.bare.add(node.id)
+            self.needed.add((node.id,))
         return node
 
 
-def _build_stmts(node: Node, var: str, ctor: dict[str, str]) -> list[ast.stmt]:
-    """Statements that make local ``var`` the struct ``node`` from its leaves."""
+def _build_stmts(node: Node, path: tuple[str, ...], ctor: dict[str, str], built: set) -> list[ast.stmt]:
+    """Statements that make the local of ``node`` (at ``path``) the struct value of its leaves."""
+    if path in built:
+        return []
+    built.add(path)
     stmts: list[ast.stmt] = []
     assigns: list[tuple[str, str]] = []
     for c in node.children:
         if isinstance(c, Node):
-            sub = f"{var}{SEP}{c.field}__interop"
-            stmts += _build_stmts(c, sub, ctor)
-            assigns.append((c.field, sub))
+            sub = (*path, c.field)
+            stmts += _build_stmts(c, sub, ctor, built)
+            assigns.append((c.field, _local(sub)))
         else:
             assigns.append((c.field, c.param))
+    var = _local(path)
     stmts.append(ast.parse(f"{var} = {ctor[node.struct_key]}()").body[0])
     for fname, src in assigns:
         stmts.append(ast.parse(f"{var}.{fname} = {src}").body[0])
     return stmts
+
+
+def _sub_nodes(node: Node, path: tuple[str, ...], out: dict) -> None:
+    out[path] = node
+    for c in node.children:
+        if isinstance(c, Node):
+            _sub_nodes(c, (*path, c.field), out)
 
 
 @dataclass(frozen=True)
@@ -216,7 +237,10 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
 
     tree = ast.parse(textwrap.dedent(kernel.adj.source))
     fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
-    flat = _Flatten(leafmap)
+    all_nodes: dict[tuple[str, ...], Node] = {}
+    for root, node in nodes.items():
+        _sub_nodes(node, (root,), all_nodes)
+    flat = _Flatten(leafmap, set(all_nodes))
     flat.visit(fdef)
     # struct types the rebuilt values are made of, reached through the flat function's closure
     ctor: dict[str, str] = {}
@@ -231,9 +255,10 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
                 collect(c)
 
     prologue: list[ast.stmt] = []
-    for root in sorted(flat.bare):
-        collect(nodes[root])
-        prologue += _build_stmts(nodes[root], root, ctor)
+    built: set = set()
+    for path in sorted(flat.needed, key=lambda p: (len(p), p)):
+        collect(all_nodes[path])
+        prologue += _build_stmts(all_nodes[path], path, ctor, built)
     fdef.body = prologue + fdef.body
     fdef.decorator_list = []
     fdef.args = ast.arguments(
@@ -272,7 +297,26 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
     options.update(kernel.options or {})
     module = wp.get_module(f"interop_struct.{kernel.key}")
     flat_kernel = wp.Kernel(fn, key=f"{kernel.key}{FLAT_SUFFIX}", module=module, options=options, source=source)
+    if prologue:
+        _grad_pointers[flat_kernel] = frozenset(
+            leaf.param for path in built for leaf in all_nodes[path].leaves() if leaf.is_array
+        )
     return FlatKernel(kernel=flat_kernel, entries=tuple(entries))
+
+
+# flat kernels that build struct values from their array parameters: Warp's adjoint of a read
+# through such a value accumulates into the gradient pointer the array descriptor carries (as
+# for tiles), so launches must set it (see _launch.Runner)
+_grad_pointers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def grad_pointer_params(kernel: Any) -> frozenset:
+    """The array parameters of flat kernel ``kernel`` that its struct values are built from, whose
+    own gradient pointers its adjoint reads (empty for every other kernel)."""
+    try:
+        return _grad_pointers.get(kernel, frozenset())
+    except TypeError:
+        return frozenset()
 
 
 def _cell_value(cell: Any) -> Any:
