@@ -74,6 +74,11 @@ class Param:
         return self.ndim + len(self.inner)
 
     def expected_text(self) -> str:
+        if _warp_compat.is_struct(self.dtype):
+            return (
+                f"a {self.ndim}-d array of struct {_warp_compat.struct_name(self.dtype)} (a Warp array of it, or a "
+                f"NumPy structured array of dtype {_warp_compat.struct_numpy_dtype(self.dtype)})"
+            )
         elem = _dtypes.describe_element(self.scalar, self.inner, self.dtype)
         if not self.is_array:
             return elem
@@ -452,11 +457,24 @@ def describe(
             ndim = 0
             is_array = False
         if _warp_compat.is_struct(dtype):
-            raise ArgumentError(
-                f"op {opname!r}: parameter {pname!r} is a struct ({getattr(ann, 'key', ann)}); structs are not "
-                "supported (no framework has an array of them): pass its fields as parameters of their own, e.g. "
-                "a thin kernel that takes them and calls a wp.func with the struct built from them"
+            # an array of structs: Warp arrays of the struct and NumPy structured arrays of its layout
+            # (struct parameters themselves are flattened into their fields, see _structs)
+            params.append(
+                Param(
+                    name=pname,
+                    index=i,
+                    role=role,
+                    is_array=is_array,
+                    dtype=dtype,
+                    scalar=dtype,
+                    inner=(),
+                    ndim=ndim,
+                    generic=False,
+                    differentiable=False,
+                    annotation=ann,
+                )
             )
+            continue
         generic = _dtypes.is_generic(dtype)
         scalar, inner = _dtypes.split(dtype)
         if not generic and not isinstance(dtype, type):

@@ -111,6 +111,10 @@ def _spec_text(spec: ArraySpec) -> str:
 def _resolve_array(desc: OpDescription, p: Param, spec: ArraySpec) -> tuple[Any, tuple[int, ...]]:
     """(concrete Warp element type, warp outer shape) of array argument ``spec`` for ``p``."""
     shape = tuple(int(s) for s in spec.shape)
+    if _wpt.is_struct(p.dtype):
+        if np.dtype(spec.dtype) != _wpt.struct_numpy_dtype(p.dtype) or len(shape) != p.ndim:
+            raise _err(desc, p, p.expected_text(), _spec_text(spec))
+        return p.dtype, shape
     scalar = _dtypes.wp_scalar(spec.dtype)
     if scalar is None:
         raise _err(desc, p, p.expected_text(), f"{_spec_text(spec)} (dtype not supported by Warp)")
