@@ -10,6 +10,8 @@ and compare values (and gradients where ``differentiable``) with the reference.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -610,6 +612,22 @@ class StructCall:
     def __init__(self, op: interop.Op, kind: str):
         self.op = op
         self.kind = kind
+        self.classes: dict[str, Any] = {}  # by struct path, made here (torch.compile traces calls)
+        from interop._structs import Node
+
+        def classes(node):
+            names = [c.field for c in node.children]
+            if kind == "dataclass":
+                self.classes[node.path] = dataclasses.make_dataclass(node.name, names)
+            elif kind == "namedtuple":
+                self.classes[node.path] = collections.namedtuple(node.name, names)
+            for c in node.children:
+                if isinstance(c, Node):
+                    classes(c)
+
+        for e in op.description.entries:
+            if isinstance(e, Node):
+                classes(e)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.op, name)
@@ -625,14 +643,7 @@ class StructCall:
                 values[c.field] = leaves[c.param]
         if self.kind == "dict":
             return values
-        import collections
-        import dataclasses
-
-        if self.kind == "dataclass":
-            cls = dataclasses.make_dataclass(node.name, list(values))
-        else:
-            cls = collections.namedtuple(node.name, list(values))
-        return cls(**values)
+        return self.classes[node.path](**values)
 
     def pack(self, *args: Any) -> tuple:
         from interop._structs import Node
