@@ -588,7 +588,9 @@ def describe(
     )
 
 
-def _describe_structs(fn: Any, *, outputs: Any, in_out: Any, output_dims: Any, nondifferentiable: Any, name: Any, **options: Any):
+def _describe_structs(
+    fn: Any, *, outputs: Any, in_out: Any, output_dims: Any, nondifferentiable: Any, name: Any, **options: Any
+):
     """The description of a kernel with struct parameters: that of its flat kernel (see
     ``_structs``), with the options given for structs given for their leaves."""
     label = name or str(fn.key).rsplit(".", 1)[-1]

@@ -20,8 +20,8 @@ import warp as wp
 from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
-from ._structs import grad_pointer_params
 from ._plan import check_scalar_value, value_range, vector_components
+from ._structs import grad_pointer_params
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active

@@ -223,6 +223,10 @@ class Op:
         d = self.description
         ins = ", ".join(p.name for p in d.call_params)
         outs = ", ".join(p.name for p in d.returned_params)
+        if d.entries:  # a struct kernel: its own parameters, not the fields
+            names = [e.field if isinstance(e, _structs.Node) else e for e in d.entries]
+            ins = ", ".join(n for n, c in zip(names, d.entry_called) if c)
+            outs = ", ".join(n for n, r in zip(names, d.entry_returned) if r)
         return f"<interop.Op {d.name} ({ins}) -> ({outs})>"
 
     def __reduce__(self):

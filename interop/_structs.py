@@ -341,9 +341,7 @@ def expand_names(values: Any, entries: tuple, what: str, opname: str, arrays_onl
         if isinstance(e, Node):
             target: Any = e
             for part in rest:
-                nxt = (
-                    next((c for c in target.children if c.field == part), None) if isinstance(target, Node) else None
-                )
+                nxt = next((c for c in target.children if c.field == part), None) if isinstance(target, Node) else None
                 if nxt is None:
                     raise ArgumentError(
                         f"op {opname!r}: {what} names {v!r}: struct {e.name} of parameter {head!r} has no field "
