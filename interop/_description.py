@@ -8,6 +8,7 @@ their caches (registered operators, FFI targets, traced callables) on it.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import inspect
 import re
@@ -19,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import warp as wp
 
-from . import _dtypes, _warp_compat
+from . import _dtypes, _structs, _warp_compat
 from ._errors import ArgumentError, UnsupportedError
 from ._extent import arrays_written, direct_indexing, uses_tiles, written_outputs
 
@@ -74,6 +75,11 @@ class Param:
         return self.ndim + len(self.inner)
 
     def expected_text(self) -> str:
+        if _warp_compat.is_struct(self.dtype):
+            return (
+                f"a {self.ndim}-d array of struct {_warp_compat.struct_name(self.dtype)} (a Warp array of it, or a "
+                f"NumPy structured array of dtype {_warp_compat.struct_numpy_dtype(self.dtype)})"
+            )
         elem = _dtypes.describe_element(self.scalar, self.inner, self.dtype)
         if not self.is_array:
             return elem
@@ -113,6 +119,22 @@ class OpDescription:
     direct_index: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, hash=False)
     # (output, launch dim per output dim) the kernel writes element by element (see _extent)
     written: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
+    # a kernel with @wp.struct parameters (see _structs): its original parameters in order, each a
+    # plain parameter's name or the tree (_structs.Node) of a struct whose leaves are ``params``;
+    # ``fn`` is then the flat kernel that takes the leaves. Empty for every other op.
+    entries: tuple = ()
+
+    @cached_property
+    def entry_called(self) -> tuple[bool, ...]:
+        """Per entry: the caller passes it (some leaf is an input or in-out)."""
+        roles = {p.name: p.role for p in self.params}
+        return tuple(any(roles[n] != OUTPUT for n in _entry_leaves(e)) for e in self.entries)
+
+    @cached_property
+    def entry_returned(self) -> tuple[bool, ...]:
+        """Per entry: the call returns it (some leaf is in-out or an output)."""
+        roles = {p.name: p.role for p in self.params}
+        return tuple(any(roles[n] != INPUT for n in _entry_leaves(e)) for e in self.entries)
 
     # -- derived views (cheap properties; dataclass stays the identity) ------------
     @cached_property
@@ -158,6 +180,10 @@ class OpDescription:
     def __repr__(self) -> str:
         sig = ", ".join(f"{p.name}:{p.role}" for p in self.params)
         return f"OpDescription({self.name!r}, {self.kind}, [{sig}])"
+
+
+def _entry_leaves(e: Any) -> list[str]:
+    return [leaf.param for leaf in e.leaves()] if isinstance(e, _structs.Node) else [e]
 
 
 def _fn_params(fn: Any) -> tuple[str, list[tuple[str, Any]], bool, str]:
@@ -326,6 +352,21 @@ def describe(
     partition: str | None = None,
 ) -> OpDescription:
     """Build (and validate) the description of ``fn``. See :func:`interop.op`."""
+    if _structs.has_struct_params(fn):
+        return _describe_structs(
+            fn,
+            outputs=outputs,
+            in_out=in_out,
+            launch_dims=launch_dims,
+            output_dims=output_dims,
+            name=name,
+            backward=backward,
+            zero_outputs=zero_outputs,
+            nondifferentiable=nondifferentiable,
+            vmap_method=vmap_method,
+            block_dim=block_dim,
+            partition=partition,
+        )
     kind, args, enable_backward, key = _fn_params(fn)
     opname = name or key
     if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
@@ -417,11 +458,24 @@ def describe(
             ndim = 0
             is_array = False
         if _warp_compat.is_struct(dtype):
-            raise ArgumentError(
-                f"op {opname!r}: parameter {pname!r} is a struct ({getattr(ann, 'key', ann)}); structs are not "
-                "supported (no framework has an array of them): pass its fields as parameters of their own, e.g. "
-                "a thin kernel that takes them and calls a wp.func with the struct built from them"
+            # an array of structs: Warp arrays of the struct and NumPy structured arrays of its layout
+            # (struct parameters themselves are flattened into their fields, see _structs)
+            params.append(
+                Param(
+                    name=pname,
+                    index=i,
+                    role=role,
+                    is_array=is_array,
+                    dtype=dtype,
+                    scalar=dtype,
+                    inner=(),
+                    ndim=ndim,
+                    generic=False,
+                    differentiable=False,
+                    annotation=ann,
+                )
             )
+            continue
         generic = _dtypes.is_generic(dtype)
         scalar, inner = _dtypes.split(dtype)
         if not generic and not isinstance(dtype, type):
@@ -532,6 +586,82 @@ def describe(
         ),
         direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),
         written=written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
+    )
+
+
+def _describe_structs(
+    fn: Any, *, outputs: Any, in_out: Any, output_dims: Any, nondifferentiable: Any, name: Any, **options: Any
+):
+    """The description of a kernel with struct parameters: that of its flat kernel (see
+    ``_structs``), with the options given for structs given for their leaves."""
+    label = name or str(fn.key).rsplit(".", 1)[-1]
+    flat = _structs.flatten_kernel(fn, label)
+    entries = flat.entries
+    names = [e.field if isinstance(e, _structs.Node) else e for e in entries]
+    anns = dict((a.label, a.type) for a in fn.adj.args)
+
+    def is_arrayish(e: Any) -> bool:
+        if isinstance(e, _structs.Node):
+            return any(leaf.is_array for leaf in e.leaves())
+        return _warp_compat.is_array_annotation(anns[e])
+
+    if isinstance(in_out, str):
+        in_out = (in_out,)
+    in_out = tuple(in_out)
+    if isinstance(outputs, int) and not isinstance(outputs, bool):
+        # an int counts the trailing array parameters; a struct with an array field is one
+        arrays = [n for n, e in zip(names, entries) if is_arrayish(e)]
+        if outputs > len(arrays):
+            raise ArgumentError(
+                f"op {label!r}: outputs={outputs} but the kernel has only {len(arrays)} array or struct "
+                f"parameter(s) ({arrays}; all parameters: {names})"
+            )
+        if outputs < (0 if in_out else 1):
+            raise ArgumentError(
+                f"op {label!r}: outputs must be at least 1, got {outputs} (0 only when in_out names the returned arrays)"
+            )
+        outputs = arrays[len(arrays) - outputs :] if outputs else []
+    elif isinstance(outputs, (list, tuple)):
+        outputs = list(outputs)
+    else:
+        raise ArgumentError(
+            f"op {label!r}: outputs must be an int or a list of parameter names, got {type(outputs).__name__}"
+        )
+    inout_set = set(in_out)
+    nodes = {e.field: e for e in entries if isinstance(e, _structs.Node)}
+    for n in outputs:
+        node = nodes.get(n) if isinstance(n, str) else None
+        if node is not None and n not in inout_set:
+            scalars = [leaf.path for leaf in node.leaves() if not leaf.is_array]
+            if scalars:
+                raise ArgumentError(
+                    f"op {label!r}: output {n!r} is struct {node.name}, whose field(s) {scalars} are not arrays: "
+                    f"only arrays can be outputs. Describe it as in-out (in_out=[{n!r}]: the call passes the "
+                    "struct, its array fields are updated in place and returned) or make it an output of array "
+                    "fields only"
+                )
+    flat_outputs = _structs.expand_names([n for n in outputs if n not in inout_set], entries, "outputs", label, True)
+    flat_in_out = _structs.expand_names(in_out, entries, "in_out", label, True)
+    flat_outputs = [n for n in flat_outputs if n not in flat_in_out]
+    flat_nondiff = _structs.expand_names(tuple(nondifferentiable), entries, "nondifferentiable", label, False)
+    try:
+        desc = describe(
+            flat.kernel,
+            outputs=list(flat_outputs),
+            in_out=flat_in_out,
+            output_dims=_structs.struct_output_dims(output_dims, entries, label),
+            nondifferentiable=flat_nondiff,
+            name=name,
+            **options,
+        )
+    except ArgumentError as e:
+        raise _structs.readable(e, entries, flat.kernel, fn) from None
+    return dataclasses.replace(
+        desc,
+        key=str(fn.key),
+        label=label,
+        name=desc.name if name is not None else desc.name.replace(_structs.FLAT_SUFFIX, "", 1),
+        entries=entries,
     )
 
 

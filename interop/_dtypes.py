@@ -56,6 +56,8 @@ def np_dtype(scalar: Any) -> np.dtype:
     try:
         return _WP_TO_NP[scalar]
     except KeyError:
+        if _wpt.is_struct(scalar):
+            return _wpt.struct_numpy_dtype(scalar)  # an array of structs: NumPy's structured dtype
         raise TypeError(f"Warp scalar type {type_name(scalar)} has no array-framework equivalent") from None
 
 

@@ -22,6 +22,7 @@ from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._plan import check_scalar_value, value_range, vector_components
 from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
+from ._structs import grad_pointer_params
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
@@ -216,6 +217,10 @@ class Runner:
         # a kernel launched over zero threads does nothing (Warp records no launch for it)
         self.empty = plan.desc.kind == "kernel" and any(int(d) == 0 for d in plan.launch_dims)
         self.tiles = plan.desc.kind == "kernel" and uses_tiles(plan.kernel)
+        # a struct kernel that builds struct values from arrays needs their gradient pointers too
+        struct_grads = grad_pointer_params(plan.desc.fn) if plan.desc.kind == "kernel" else frozenset()
+        self.grad_pointers = None if self.tiles else frozenset(p.index for p in desc.params if p.name in struct_grads)
+        self.tiles = self.tiles or bool(self.grad_pointers)
         # outputs whose memory the adjoint never touches (the kernel only stores into them, or
         # adds atomically, see _warp_compat): an adapter need not keep them for the backward,
         # and may pass any pointer for them to the adjoint launch
@@ -346,7 +351,7 @@ class Runner:
         array's own ``grad`` pointer, as a ``wp.array`` with ``requires_grad`` carries it: set it."""
         for i, at in slot.fwd.items():
             a = adj[i]
-            if a is None:
+            if a is None or (self.grad_pointers is not None and i not in self.grad_pointers):
                 at.grad = 0
                 continue
             ptr, strides = a
@@ -354,7 +359,8 @@ class Runner:
             if strides != slot.strides[i]:
                 p = self.plan.desc.params[i]
                 raise ArgumentError(
-                    f"op {self.plan.desc.label!r}, parameter {p.name!r}: the tile kernel's adjoint needs the array "
+                    f"op {self.plan.desc.label!r}, parameter {p.name!r}: the kernel's adjoint (tiles, or a struct "
+                    "value built from the array) needs the array "
                     f"and its gradient laid out alike, got strides {slot.strides[i]} and {strides} (bytes); "
                     "pass a contiguous array"
                 )

@@ -7,9 +7,9 @@ import threading
 import weakref
 from typing import Any, Sequence
 
-from . import _cache
+from . import _cache, _structs
 from ._description import OpDescription, check_block_dim, describe
-from ._errors import ArgumentError
+from ._errors import ArgumentError, UnsupportedError
 from ._frameworks import adapter, framework_of, watch_framework_imports
 from ._launch import Runner
 from ._plan import CallPlan, make_plan
@@ -33,7 +33,16 @@ class Op:
         description: the immutable :class:`OpDescription` (hashable; keys all caches).
     """
 
-    __slots__ = ("description", "_plans", "_bound", "_fast", "eager_paths", "_block_dim_variants", "__weakref__")
+    __slots__ = (
+        "description",
+        "_plans",
+        "_bound",
+        "_fast",
+        "eager_paths",
+        "_block_dim_variants",
+        "_structs",
+        "__weakref__",
+    )
 
     def __init__(self, description: OpDescription):
         self.description = description
@@ -45,6 +54,8 @@ class Op:
         # adapter binds the op (never on a call), so a tracer reading it sees one fixed dict.
         self.eager_paths: dict[type, Any] = {}
         self._block_dim_variants: dict[int, Op] = {}
+        # a kernel with struct parameters: its calls are taken apart into leaves (see _call_structs)
+        self._structs = description.entries or None
 
     @property
     def name(self) -> str:
@@ -120,12 +131,17 @@ class Op:
         Returns:
             The in-out arrays and outputs in kernel order: one bare, several as a tuple.
         """
+        if self._structs is not None:
+            return self._call_structs(args, launch_dims, output_dims, block_dim, kwargs)
         if args and launch_dims is None and output_dims is None and block_dim is None and not kwargs:
             hook = self.eager_paths.get(type(args[0]))
             if hook is not None:
                 res = hook(self, args)
                 if res is not NOT_EAGER:
                     return res
+        return self._call(args, launch_dims, output_dims, block_dim, kwargs)
+
+    def _call(self, args: tuple, launch_dims: Any, output_dims: Any, block_dim: Any, kwargs: dict) -> Any:
         if block_dim is not None and block_dim != self.description.block_dim:
             return self.with_block_dim(block_dim)(*args, launch_dims=launch_dims, output_dims=output_dims, **kwargs)
         fw = kwargs.pop("framework", None)
@@ -159,6 +175,35 @@ class Op:
             )
         return adapter(found).call(self, args, launch_dims, output_dims, kwargs)
 
+    def _call_structs(self, args: tuple, launch_dims: Any, output_dims: Any, block_dim: Any, kwargs: dict) -> Any:
+        """A call of a kernel with struct parameters: each struct argument (a Warp struct instance,
+        a mapping, a dataclass, a NamedTuple, any object with the fields) is taken apart into its
+        fields, the flat kernel runs on them, and returned structs are put back together."""
+        d = self.description
+        entries, called = d.entries, d.entry_called
+        try:
+            names = [e.field if isinstance(e, _structs.Node) else e for e, c in zip(entries, called) if c]
+            if kwargs and any(n in kwargs for n in names):
+                args = _bind_names(d.label, names, args, kwargs)
+            if len(args) != len(names):
+                raise ArgumentError(f"op {d.label!r} takes {len(names)} argument(s) {names}, got {len(args)}")
+            skip = frozenset(p.name for p in d.output_params)
+            flat = _structs.flatten_call(d.label, entries, called, skip, args)
+            if output_dims is not None:
+                output_dims = _structs.struct_output_dims(output_dims, entries, d.label)
+            res = NOT_EAGER
+            if flat and launch_dims is None and output_dims is None and block_dim is None and not kwargs:
+                hook = self.eager_paths.get(type(flat[0]))
+                if hook is not None:
+                    res = hook(self, flat)
+            if res is NOT_EAGER:
+                res = self._call(flat, launch_dims, output_dims, block_dim, kwargs)
+        except (ArgumentError, UnsupportedError) as e:
+            raise _structs.readable(e, entries) from e.__cause__
+        return _structs.rebuild_results(
+            entries, called, d.entry_returned, args, tuple(p.name for p in d.returned_params), res
+        )
+
     def _bind_keywords(self, args: tuple, kwargs: dict) -> tuple:
         """Place arguments given by parameter name at their position (kernel order)."""
         params = self.description.call_params
@@ -180,12 +225,30 @@ class Op:
         d = self.description
         ins = ", ".join(p.name for p in d.call_params)
         outs = ", ".join(p.name for p in d.returned_params)
+        if d.entries:  # a struct kernel: its own parameters, not the fields
+            names = [e.field if isinstance(e, _structs.Node) else e for e in d.entries]
+            ins = ", ".join(n for n, c in zip(names, d.entry_called) if c)
+            outs = ", ".join(n for n, r in zip(names, d.entry_returned) if r)
         return f"<interop.Op {d.name} ({ins}) -> ({outs})>"
 
     def __reduce__(self):
         raise ArgumentError(
             f"op {self.description.label!r} cannot be pickled; describe it again with interop.op in each process"
         )
+
+
+def _bind_names(label: str, names: list[str], args: tuple, kwargs: dict) -> tuple:
+    """Place arguments given by parameter name at their position."""
+    bound: list[Any] = list(args) + [_MISSING] * (len(names) - len(args))
+    for i, n in enumerate(names):
+        if n in kwargs:
+            if i < len(args):
+                raise ArgumentError(f"op {label!r}: parameter {n!r} given both by position and by name")
+            bound[i] = kwargs.pop(n)
+    missing = [n for n, v in zip(names, bound) if v is _MISSING]
+    if missing:
+        raise ArgumentError(f"op {label!r} takes {len(names)} argument(s) {names}: missing {missing}")
+    return tuple(bound)
 
 
 def _freeze(v: Any) -> Any:

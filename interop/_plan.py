@@ -105,6 +105,10 @@ def _spec_text(spec: ArraySpec) -> str:
 def _resolve_array(desc: OpDescription, p: Param, spec: ArraySpec) -> tuple[Any, tuple[int, ...]]:
     """(concrete Warp element type, warp outer shape) of array argument ``spec`` for ``p``."""
     shape = tuple(int(s) for s in spec.shape)
+    if _wpt.is_struct(p.dtype):
+        if np.dtype(spec.dtype) != _wpt.struct_numpy_dtype(p.dtype) or len(shape) != p.ndim:
+            raise _err(desc, p, p.expected_text(), _spec_text(spec))
+        return p.dtype, shape
     scalar = _dtypes.wp_scalar(spec.dtype)
     if scalar is None:
         raise _err(desc, p, p.expected_text(), f"{_spec_text(spec)} (dtype not supported by Warp)")
@@ -493,7 +497,16 @@ def check_scalar_value(desc: OpDescription, p: Param, t: Any, value: Any) -> Non
 def vector_components(desc: OpDescription, p: Param, value: Any) -> list:
     """The components of a vec/mat value (a Warp value, tuple, nested list or array), flat, or an error
     naming the op and the parameter when their number or kind does not fit ``p``."""
-    n = int(np.prod(p.inner))
+    n = math.prod(p.inner)
+    if isinstance(value, (tuple, list)) and len(value) == n and all(type(c) in (int, float) for c in value):
+        # plain Python numbers, read without NumPy (torch.compile traces this function)
+        if not _dtypes.is_float(p.scalar) and not p.generic and any(type(c) is float for c in value):
+            raise _err(desc, p, f"{p.expected_text()}: {n} integers", f"floats {tuple(value)}")
+        rng = None if p.generic else _VALUE_RANGES.get(p.scalar)
+        for c in value:
+            if rng is not None and not rng[0] <= c <= rng[1] and c == c and abs(c) != math.inf:
+                check_scalar_value(desc, p, p.scalar, c)  # refuses it
+        return list(value)
     try:
         flat = np.asarray(value).ravel()
     except (TypeError, ValueError):
@@ -509,3 +522,7 @@ def vector_components(desc: OpDescription, p: Param, value: Any) -> list:
         for c in components:  # each component as the parameter's scalar type holds it, or an error
             check_scalar_value(desc, p, p.scalar, c)
     return components
+
+
+# (min, max) per scalar type, made once: vector_components reads it under torch.compile's tracing
+_VALUE_RANGES = {t: value_range(t) for t in _dtypes._WP_TO_NP if value_range(t) is not None}

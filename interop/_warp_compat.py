@@ -245,3 +245,30 @@ def array_class_name(ann: Any) -> str:
 def is_struct(t: Any) -> bool:
     """True for a ``@wp.struct`` type."""
     return isinstance(t, _codegen.Struct)
+
+
+# -- structs (interop/_structs.py) ------------------------------------------------------------
+def struct_fields(t: Any) -> tuple[tuple[str, Any], ...]:
+    """``(name, annotation)`` of each field of a ``@wp.struct`` type, in declaration order
+    (``Struct.vars``, a dict of ``codegen.Var``)."""
+    return tuple((name, var.type) for name, var in t.vars.items())
+
+
+def struct_name(t: Any) -> str:
+    """The user's class name of a ``@wp.struct`` type (``Struct.cls``)."""
+    return getattr(getattr(t, "cls", None), "__qualname__", None) or str(getattr(t, "key", t))
+
+
+def struct_of_instance(v: Any) -> Any:
+    """The ``@wp.struct`` type of a Warp struct instance, or None for any other value
+    (``codegen.StructInstance`` and its ``_cls``)."""
+    if isinstance(v, _codegen.StructInstance):
+        return getattr(v, "_cls", None)
+    return None
+
+
+def struct_numpy_dtype(t: Any) -> Any:
+    """The NumPy structured dtype of one element of a ``wp.array(dtype=t)`` (``Struct.numpy_dtype``)."""
+    import numpy as np
+
+    return np.dtype(t.numpy_dtype())

@@ -10,6 +10,8 @@ and compare values (and gradients where ``differentiable``) with the reference.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -538,6 +540,182 @@ _add(
         lambda rng, dt: (_f(rng, N, dt), _f(rng, N, dt), 1.5),
         lambda x, y, s: (x * x * s + y,),
         dtypes=(ml_dtypes.bfloat16,),
+    )
+)
+
+
+# ---- struct parameters (issue 23): the cases' arguments are the structs' leaves, in the op's
+# call order; StructCall packs them into each kind of structure a caller passes and takes the
+# returned structures apart again, so every framework test runs them unchanged
+@wp.struct
+class StepState:
+    x: wp.array(dtype=wp.vec3)
+    v: wp.array(dtype=wp.vec3)
+
+
+@wp.struct
+class StepModel:
+    dt: float
+    m: wp.array(dtype=float)
+
+
+@wp.kernel
+def struct_step_kernel(state_in: StepState, state_out: StepState, model: StepModel):
+    # Warp's own kernel_step (warp/tests/test_struct.py), gravity along -z
+    i = wp.tid()
+    state_out.v[i] = state_in.v[i] + wp.vec3(0.0, 0.0, -9.8) / model.m[i] * model.dt
+    state_out.x[i] = state_in.x[i] + state_out.v[i] * model.dt
+
+
+@wp.struct
+class InnerFields:
+    a: wp.array(dtype=float)
+    s: float
+
+
+@wp.struct
+class OuterFields:
+    inner: InnerFields
+    b: wp.array(dtype=float)
+
+
+@wp.func
+def inner_value(f: InnerFields, i: int):
+    return f.a[i] * f.a[i] * f.s
+
+
+@wp.kernel
+def struct_nested_kernel(o: OuterFields, out: wp.array(dtype=float)):
+    # a nested struct, read through its fields and passed whole to a wp.func
+    i = wp.tid()
+    out[i] = inner_value(o.inner, i) + wp.sin(o.b[i])
+
+
+@wp.struct
+class Accumulator:
+    total: wp.array(dtype=float)
+    weight: float
+
+
+@wp.kernel
+def struct_in_out_kernel(x: wp.array2d(dtype=float), acc: Accumulator, sq: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    wp.atomic_add(acc.total, i, acc.weight * x[i, j] * x[i, j])
+    sq[i, j] = 2.0 * x[i, j]
+
+
+class StructCall:
+    """``op`` called with its leaves: packs them into structures (``kind``: ``"dict"``,
+    ``"dataclass"``, ``"namedtuple"``), calls the op, and returns the returned leaves in the
+    op's order. Attributes are the op's (``description``, ``plan``...)."""
+
+    def __init__(self, op: interop.Op, kind: str):
+        self.op = op
+        self.kind = kind
+        self.classes: dict[str, Any] = {}  # by struct path, made here (torch.compile traces calls)
+        from interop._structs import Node
+
+        def classes(node):
+            names = [c.field for c in node.children]
+            if kind == "dataclass":
+                self.classes[node.path] = dataclasses.make_dataclass(node.name, names)
+            elif kind == "namedtuple":
+                self.classes[node.path] = collections.namedtuple(node.name, names)
+            for c in node.children:
+                if isinstance(c, Node):
+                    classes(c)
+
+        for e in op.description.entries:
+            if isinstance(e, Node):
+                classes(e)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.op, name)
+
+    def _make(self, node, leaves: dict) -> Any:
+        from interop._structs import Node
+
+        values = {}
+        for c in node.children:
+            if isinstance(c, Node):
+                values[c.field] = self._make(c, leaves)
+            else:
+                values[c.field] = leaves[c.param]
+        if self.kind == "dict":
+            return values
+        return self.classes[node.path](**values)
+
+    def pack(self, *args: Any) -> tuple:
+        from interop._structs import Node
+
+        d = self.op.description
+        leaves = dict(zip((p.name for p in d.call_params), args))
+        out = []
+        for e, called in zip(d.entries, d.entry_called):
+            if called:
+                out.append(self._make(e, leaves) if isinstance(e, Node) else leaves[e])
+        return tuple(out)
+
+    def unpack(self, result: Any) -> Any:
+        from interop._structs import Node
+
+        d = self.op.description
+        returned = [e for e, r in zip(d.entries, d.entry_returned) if r]
+        result = result if len(returned) > 1 else (result,)
+        flat = {}
+
+        def take(node, value):
+            for c in node.children:
+                v = value[c.field] if isinstance(value, dict) else getattr(value, c.field)
+                if isinstance(c, Node):
+                    take(c, v)
+                else:
+                    flat[c.param] = v
+
+        for e, r in zip(returned, result):
+            if isinstance(e, Node):
+                take(e, r)
+            else:
+                flat[e] = r
+        out = tuple(flat[p.name] for p in d.returned_params)
+        return out if len(out) > 1 else out[0]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.unpack(self.op(*self.pack(*args), **kwargs))
+
+
+def _step_reference(x, v, dt, m):
+    v_out = v + np.array([0.0, 0.0, -9.8], v.dtype) / m[:, None] * dt
+    return (x + v_out * dt, v_out)
+
+
+for _kind in ("dict", "dataclass", "namedtuple"):
+    _add(
+        Case(
+            f"struct_of_arrays_{_kind}",
+            StructCall(interop.op(struct_step_kernel, outputs=["state_out"]), _kind),
+            lambda rng, dt: (_f(rng, (N, 3), dt), _f(rng, (N, 3), dt), 0.1, rng.uniform(1.0, 2.0, N).astype(dt)),
+            _step_reference,
+            dtypes=(np.float32,),
+        )
+    )
+_add(
+    Case(
+        "struct_nested",
+        StructCall(interop.op(struct_nested_kernel), "dict"),
+        lambda rng, dt: (_f(rng, N, dt), 1.5, _f(rng, N, dt)),
+        lambda a, s, b: (a * a * s + np.sin(b),),
+        dtypes=(np.float32,),
+    )
+)
+_add(
+    Case(
+        "struct_in_out",
+        StructCall(interop.op(struct_in_out_kernel, outputs=["acc", "sq"], in_out=["acc"]), "dataclass"),
+        lambda rng, dt: (_f(rng, (3, 4), dt), _f(rng, 3, dt), 0.5),
+        lambda x, total, w: (total + w * np.sum(x * x, axis=1), 2.0 * x),
+        dtypes=(np.float32,),
+        in_out=(1,),
     )
 )
 

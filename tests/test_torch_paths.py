@@ -36,6 +36,7 @@ PATHS = ("eager", "operator", "compile")
 
 def _eager_calls(op) -> int:
     """Fast-path calls of ``op`` and of its per-call ``block_dim`` variants."""
+    op = getattr(op, "op", op)  # the op a catalogue.StructCall (struct cases) calls with structures
     ops = [op, *op._block_dim_variants.values()]
     return sum(atorch._binding(o).eager_calls for o in ops)
 
