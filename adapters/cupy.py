@@ -101,7 +101,7 @@ class _CuPy(EagerFramework):
         cp = _cupy()
         with cp.cuda.Device(int(device.split(":")[1])):
             current = cp.cuda.get_current_stream()
-        launch = external_stream(device, int(current.ptr), current)
+        launch = external_stream(device, int(current.ptr))
         # CAI v3: a producer names the stream its data is ready on (1: legacy default, 2: per-thread
         # default, else a handle; None: no order needed). Order the launch after it.
         for a in arrays:
