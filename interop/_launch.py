@@ -104,10 +104,12 @@ def warp_side_stream(device: Any):
     return s
 
 
-@contextlib.contextmanager
+_NO_STREAM = contextlib.nullcontext()
+
+
 def ordered_warp_work(device: Any, stream: Any):
-    """Run Warp work that allocates (scratch arrays, a Python-function op's own temporaries, the
-    buffers of Warp's deterministic mode) in stream order with the framework's ``stream``.
+    """A context that runs Warp work that allocates (scratch arrays, a Python-function op's own
+    temporaries, the buffers of Warp's deterministic mode) in stream order with ``stream``.
 
     Warp allocates on its current stream and frees with ``cudaFreeAsync(ptr, 0)``, on the legacy
     default stream, which is not ordered after work on a non-blocking stream (PyTorch's side
@@ -118,8 +120,12 @@ def ordered_warp_work(device: Any, stream: Any):
     work runs where it is.
     """
     if stream is None or not device.is_cuda:
-        yield
-        return
+        return _NO_STREAM
+    return _forked(device, stream)
+
+
+@contextlib.contextmanager
+def _forked(device: Any, stream: Any):
     side = warp_side_stream(device)
     side.wait_stream(stream)
     try:
@@ -499,7 +505,11 @@ class Runner:
             return lambda values, adj, stream=None: self._call_function(device, values, stream)
         slot = self._new_slot(device, adjoint)
         launch = slot.launch
-        direct = _direct_cpu_invoker_compat(launch, slot.fwd, slot.adj) if device.is_cpu else None
+        direct = (
+            _direct_cpu_invoker_compat(launch, slot.fwd, slot.adj)
+            if device.is_cpu and not isinstance(launch, _PlainLaunch)
+            else None
+        )
         fill = self._fill
         lock = slot.lock
         slow = self.adjoint if adjoint else (lambda d, v, a, s: self.forward(d, v, s))

@@ -21,10 +21,10 @@ SPINS = 1 << 21
 @wp.kernel
 def spin_fill(out: wp.array(dtype=float), value: float, spins: int):
     i = wp.tid()
-    acc = float(0.0)
+    acc = float(0.0)  # noqa: UP018 - a Warp variable the loop mutates
     for _k in range(spins):
         acc = acc * 0.5 + 1.0
-    extra = float(0.0)
+    extra = float(0.0)  # noqa: UP018 - a Warp variable a branch mutates
     if acc < 0.0:  # never (acc stays in [0, 2)); the compiler cannot drop the loop
         extra = 1.0
     out[i] = value + extra

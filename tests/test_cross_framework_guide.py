@@ -22,7 +22,9 @@ from guide_kernels import vecmat_kernel as vecmat
 import interop
 
 FRAMEWORKS = [
-    f for f in ("numpy", "warp", "torch", "jax", "paddle", "cupy") if f in ("numpy", "warp") or importlib.util.find_spec(f)
+    f
+    for f in ("numpy", "warp", "torch", "jax", "paddle", "cupy")
+    if f in ("numpy", "warp") or importlib.util.find_spec(f)
 ]
 
 
