@@ -1097,11 +1097,12 @@ def _register_targets(jop: JaxOp) -> None:
         if name not in _targets:
             _targets[name] = _Target(jop, direction)
             # CUDA graphs: a kernel's handler only zero-fills and launches on XLA's stream (capturable);
-            # a Python-function op may allocate or synchronize, so it is not declared compatible
+            # a Python-function op may allocate or synchronize, and so does Warp's deterministic mode
+            # (scratch buffers per launch): neither is declared compatible
             _jax_ffi.register(
                 name,
                 _targets[name].run,
-                command_buffer=jop.desc.kind == "kernel",
+                command_buffer=jop.desc.kind == "kernel" and not _jax_compat.deterministic(jop.desc.fn),
                 instantiate=_targets[name].instantiate,
             )
     if jop.desc.backward is not None:

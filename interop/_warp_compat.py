@@ -11,6 +11,16 @@ Checked against warp-lang 1.19.0 (``CHECKED``). Warp has no public equivalent fo
   callers fall back to the public replay ``wp.Launch.launch`` (slower per call, same results),
   after a one-time ``RuntimeWarning``.
 
+CUDA streams and launches (checked against Warp 1.19's ``context.py``, ``deterministic.py`` and
+``native/warp.cu``):
+
+- ``borrowed_stream``: a ``wp.Stream`` subclass that sets the fields ``Stream.__init__`` sets
+  (``cuda_stream``, ``device``, ``owner``, ``_cached_event``, ``_is_blocking``) without
+  registering the handle in Warp's native stream table, and unregisters nothing when dropped.
+- ``is_deterministic_launch``: the ``det_meta`` field of deterministic-mode launch records;
+  ``deterministic``: the ``"deterministic"`` kernel/module option; ``module_loaded``:
+  ``Module.execs`` keyed by ``(device.context, block_dim)``.
+
 Also the description's array and struct tests:
 
 - ``warp._src.types.is_array``: is an annotation any Warp array type (plain, indexed,
@@ -251,6 +261,15 @@ def is_deterministic_launch(launch: Any) -> bool:
     ``wp.config.deterministic`` is on): it refuses in-place descriptor updates for its atomic
     targets and allocates scratch buffers on every launch."""
     return getattr(launch, "det_meta", None) is not None
+
+
+def deterministic(kernel: Any) -> bool:
+    """Whether Warp's deterministic mode applies to ``kernel`` (its own option, else its module's,
+    which Warp takes from ``wp.config.deterministic`` when the module is made)."""
+    mode = (getattr(kernel, "options", None) or {}).get("deterministic")
+    if mode is None:
+        mode = (getattr(getattr(kernel, "module", None), "options", None) or {}).get("deterministic")
+    return mode is not None and mode != wp.DeterministicMode.NOT_GUARANTEED
 
 
 def module_loaded(kernel: Any, device: Any) -> bool:

@@ -127,13 +127,9 @@ def test_function_op_temporaries_are_not_reused_while_the_stream_still_reads_the
 
 # ---- finding 6: Warp's deterministic mode ------------------------------------------------------
 def _deterministic_kernel():
-    """``_scaled_sum`` in a module of its own made while ``wp.config.deterministic`` is on."""
-    old = wp.config.deterministic
-    wp.config.deterministic = wp.DeterministicMode.RUN_TO_RUN
-    try:
-        return wp.Kernel(_scaled_sum.func, key="det_scaled_sum", module="unique")
-    finally:
-        wp.config.deterministic = old
+    """``_scaled_sum`` in a module of its own with Warp's deterministic mode on."""
+    options = {"deterministic": wp.DeterministicMode.RUN_TO_RUN}
+    return wp.kernel(module="unique", module_options=options)(_scaled_sum.func)
 
 
 @pytest.mark.cuda
@@ -182,6 +178,33 @@ def test_plain_launch_gives_the_recorded_launchs_values_and_gradients(monkeypatc
     np.testing.assert_allclose(np.asarray(grad), np.asarray(ref_grad), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(grad), 9.0 * np.asarray(x), rtol=1e-5, atol=1e-7)
     assert set(plain) == {False, True}  # the forward and the adjoint ran as plain launches
+
+
+@pytest.mark.skipif(not HAS["jax"], reason="JAX's FFI targets")
+def test_deterministic_kernels_are_not_declared_command_buffer_compatible(monkeypatch):
+    """Warp's deterministic mode allocates scratch buffers per launch: XLA must not record such a
+    call into a CUDA graph. Their values are those of the plain kernel (on the CPU the mode does
+    nothing)."""
+    import jax.numpy as jnp
+
+    from adapters import _jax_ffi
+
+    declared = {}
+    register = _jax_ffi.register
+
+    def spy(name, handler, command_buffer=False, instantiate=None):
+        declared[name] = command_buffer
+        register(name, handler, command_buffer=command_buffer, instantiate=instantiate)
+
+    monkeypatch.setattr(_jax_ffi, "register", spy)
+    det = interop.op(_deterministic_kernel(), name="cuda_test::det_sum_jax")
+    plain = interop.op(_scaled_sum, name="cuda_test::plain_sum_jax")
+    x = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32)
+    np.testing.assert_array_equal(np.asarray(det(x, (0.0, 1.0, 0.0), 0.5)), np.asarray(plain(x, (0.0, 1.0, 0.0), 0.5)))
+    assert declared and {n: v for n, v in declared.items() if "det_sum_jax" in n} == dict.fromkeys(
+        [n for n in declared if "det_sum_jax" in n], False
+    )
+    assert all(v for n, v in declared.items() if "plain_sum_jax" in n)
 
 
 # ---- finding 7: the stream cache ---------------------------------------------------------------
