@@ -273,9 +273,9 @@ def test_cuda_launches_on_torchs_current_stream():
         out = SAXPY(x, y, 1.0)
         done = torch.cuda.Event()
         done.record(s)
+        assert atorch._current_stream(x.device).cuda_stream == s.cuda_stream
     done.synchronize()
     torch.testing.assert_close(out, 3.0 + y)
-    assert atorch._current_stream(x.device).cuda_stream == s.cuda_stream
     with torch.cuda.stream(s):
         acc = torch.zeros(4, device="cuda")
         res = ROWSUM(torch.ones(4, 8, device="cuda"), acc)
