@@ -28,14 +28,32 @@ def has_cuda() -> bool:
     return wp.get_cuda_device_count() > 0
 
 
+#: INTEROP_REQUIRE_CUDA=1 (the GPU run, see README): a CUDA test that would be skipped for want of a
+#: GPU, or of a CUDA build of the framework it tests, fails instead
+REQUIRE_CUDA = os.environ.get("INTEROP_REQUIRE_CUDA", "") not in ("", "0")
+#: the devices the device-parametrized tests (conformance catalogue, cross-framework matrix) run on
+DEVICES = [d for d in os.environ.get("INTEROP_TEST_DEVICES", "cpu,cuda").split(",") if d]
+
+
+@pytest.fixture(params=[pytest.param(d, marks=[pytest.mark.cuda] if d != "cpu" else []) for d in DEVICES])
+def device(request):
+    """A device name, "cpu" or "cuda" (CUDA ones marked ``cuda``: skipped without a GPU)."""
+    return request.param
+
+
 def pytest_report_header(config):
     found = [m for m in ("torch", "jax", "paddle", "cupy") if has_module(m)]
-    return [f"warp {wp.__version__}; frameworks installed: {', '.join(found) or 'none'}; CUDA: {has_cuda()}"]
+    return [
+        f"warp {wp.__version__}; frameworks installed: {', '.join(found) or 'none'}; CUDA: {has_cuda()}; "
+        f"devices: {','.join(DEVICES)}{'; CUDA required' if REQUIRE_CUDA else ''}"
+    ]
 
 
 def pytest_collection_modifyitems(config, items):
     if has_cuda():
         return
+    if REQUIRE_CUDA:
+        raise pytest.UsageError("INTEROP_REQUIRE_CUDA is set but Warp finds no CUDA device")
     skip = pytest.mark.skip(reason="needs a CUDA GPU (none found: wp.get_cuda_device_count() == 0)")
     for item in items:
         if "cuda" in item.keywords:

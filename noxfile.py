@@ -15,6 +15,7 @@ Matrix (each extra session runs only the tests of the framework it varies):
     jax_newest        Python 3.12, jax/jaxlib 0.12.0.1, newest numpy and Warp
     jax_oldest        Python 3.11, the oldest jax/jaxlib pyproject.toml admits
     paddle_oldest     Python 3.11, the oldest paddlepaddle pyproject.toml admits
+    gpu               the whole suite in the current environment (its CUDA builds), CUDA required
 """
 
 from __future__ import annotations
@@ -120,6 +121,17 @@ def tests(session):
     """The test suite on the pinned combination CI runs (Python 3.11, torch, jax, paddle; CPU)."""
     _install(session, "torch,jax,paddle,test", "ci.txt")
     session.run("pytest", "-q", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def gpu(session):
+    """The whole suite on a GPU machine, in the environment nox itself runs in (no install step: a
+    GPU machine may have no network; install the project and the CUDA builds of the frameworks
+    there first). CUDA parametrizations on, and a CUDA test that would be skipped for want of a GPU
+    or of a framework's CUDA build fails instead (INTEROP_REQUIRE_CUDA=1).
+    """
+    env = {"INTEROP_TEST_DEVICES": "cpu,cuda", "INTEROP_REQUIRE_CUDA": "1"}
+    session.run("python", "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", *session.posargs, env=env)
 
 
 @nox.session(python=CI_PYTHON)

@@ -24,6 +24,11 @@ def cuda_memset_async(device, ptr: int, nbytes: int, stream: int) -> None:
     _warp_compat.cuda_memset_async(device, ptr, nbytes, stream)
 
 
+def deterministic(kernel) -> bool:
+    """Whether Warp's deterministic mode applies to ``kernel`` (see ``interop._warp_compat``)."""
+    return _warp_compat.deterministic(kernel)
+
+
 # -- shard_map's varying-manual-axes types (check_vma=True) ----------------------------------
 def varying_axes(x) -> frozenset:
     """The mesh axes ``x`` varies over inside ``shard_map`` (empty outside it).

@@ -206,16 +206,52 @@ def string_attr(frame: CallFrame, name: bytes) -> bytes | None:
     return None
 
 
+class _ErrorGetMessageArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("error", ctypes.c_void_p),
+        ("message", ctypes.c_char_p),
+    ]
+
+
+class _ErrorDestroyArgs(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("extension_start", ctypes.POINTER(_ExtensionBase)),
+        ("error", ctypes.c_void_p),
+    ]
+
+
+_ErrorGetMessage = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ErrorGetMessageArgs))
+_ErrorDestroy = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ErrorDestroyArgs))
+
+
+def _raise_api_error(frame: CallFrame, error: int, call: str) -> None:
+    """Raise the ``XLA_FFI_Error*`` an API call returned (its message read, then the error freed)."""
+    api = frame.api.contents
+    get = _ErrorGetMessageArgs(ctypes.sizeof(_ErrorGetMessageArgs), _EMPTY_EXT, error, None)
+    _ErrorGetMessage(api.error_get_message)(get)
+    message = (get.message or b"").decode("utf-8", "replace")
+    _ErrorDestroy(api.error_destroy)(_ErrorDestroyArgs(ctypes.sizeof(_ErrorDestroyArgs), _EMPTY_EXT, error))
+    raise RuntimeError(f"XLA's FFI {call} failed: {message}")
+
+
 def cuda_stream(frame: CallFrame) -> int:
-    """XLA's CUDA stream for this call (a ``cudaStream_t`` as an int)."""
+    """XLA's CUDA stream for this call (a ``cudaStream_t`` as an int); raises when XLA has none."""
     args = _StreamGetArgs(ctypes.sizeof(_StreamGetArgs), _EMPTY_EXT, frame.ctx, None)
-    frame.api.contents.stream_get(args)
+    error = frame.api.contents.stream_get(args)
+    if error:
+        _raise_api_error(frame, error, "stream_get")
     return int(args.stream or 0)
 
 
 def device_ordinal(frame: CallFrame) -> int:
+    """The ordinal of the device XLA runs this call on; raises when XLA cannot say."""
     args = _DeviceOrdinalGetArgs(ctypes.sizeof(_DeviceOrdinalGetArgs), _EMPTY_EXT, frame.ctx, 0)
-    frame.api.contents.device_ordinal_get(args)
+    error = frame.api.contents.device_ordinal_get(args)
+    if error:
+        _raise_api_error(frame, error, "device_ordinal_get")
     return int(args.device_ordinal)
 
 
@@ -289,7 +325,34 @@ def interrupts() -> int:
     return _interrupt.count
 
 
-def register(name: str, handler: Callable[[CallFrame, str], None], command_buffer: bool = False) -> None:
+def _instantiate_callback(instantiate: Callable[[CallFrame, str], None], platform: str, traits: int):
+    """The ctypes callback of an instantiate-stage handler: XLA calls it once per call site when it
+    instantiates an executable (attributes only: no buffers, no stream), never inside a capture."""
+
+    def callback(frame_p):
+        try:
+            frame = frame_p.contents
+            ext = frame.extension_start
+            if ext and ext.contents.type == _METADATA_EXTENSION:
+                md = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
+                md.api_version.major_version = 0
+                md.api_version.minor_version = 1
+                md.traits = traits
+                return None
+            instantiate(frame, platform)
+            return None
+        except BaseException as e:
+            return _error(frame_p.contents, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+
+    return _Handler(callback)
+
+
+def register(
+    name: str,
+    handler: Callable[[CallFrame, str], None],
+    command_buffer: bool = False,
+    instantiate: Callable[[CallFrame, str], None] | None = None,
+) -> None:
     """Register ``handler(frame, platform)`` as XLA FFI target ``name`` on ``cpu`` and ``CUDA``.
 
     ``platform`` is ``"cpu"`` or ``"CUDA"``. An exception in the handler becomes an XLA
@@ -297,6 +360,8 @@ def register(name: str, handler: Callable[[CallFrame, str], None], command_buffe
     ``command_buffer``: on CUDA, declare the target command-buffer compatible (XLA may
     capture it into a CUDA graph: the handler then runs only while XLA records, so it must
     only enqueue work on XLA's stream).
+    ``instantiate(frame, platform)``: also run at XLA's instantiate stage (once per call site,
+    when an executable is compiled or deserialized; the frame has attributes only).
     """
     import jax
 
@@ -342,5 +407,10 @@ def register(name: str, handler: Callable[[CallFrame, str], None], command_buffe
 
         cb = _Handler(callback)
         capsule = jax.ffi.pycapsule(ctypes.cast(cb, ctypes.c_void_p).value)
-        jax.ffi.register_ffi_target(name, capsule, platform=platform)
+        fn: object = capsule
+        if instantiate is not None:
+            icb = _instantiate_callback(instantiate, platform, traits)
+            fn = {"instantiate": jax.ffi.pycapsule(ctypes.cast(icb, ctypes.c_void_p).value), "execute": capsule}
+            cb = (cb, icb)  # type: ignore[assignment]
+        jax.ffi.register_ffi_target(name, fn, platform=platform)
         _keep_alive[(name, platform)] = cb

@@ -103,7 +103,7 @@ def _current_stream(dev: torch.device) -> Any:
     if dev.type != "cuda":
         return None
     ts = torch.cuda.current_stream(dev)
-    return external_stream(f"cuda:{ts.device.index}", ts.cuda_stream, ts)
+    return external_stream(f"cuda:{ts.device.index}", ts.cuda_stream)
 
 
 # ---------------------------------------------------------------------------------------
@@ -327,6 +327,10 @@ class _Binding:
         e.wdev = get_device(_warp_device_name(device))
         e.tdev = device
         e.cuda = device.type == "cuda"
+        if e.cuda:
+            # both directions' launch records (and the module) now: a first call or first backward
+            # inside torch.cuda.graph capture would otherwise load the module during the capture
+            e.runner.prepare(e.wdev, _current_stream(device))
         e.arrays = tuple(arrays)
         e.scalars = tuple(scalars)
         e.contiguous_outer = {

@@ -99,21 +99,23 @@ class _CuPy(EagerFramework):
 
     def stream(self, device: str, arrays: Sequence[Any]) -> Any:
         cp = _cupy()
+        # everything on the arrays' device, whichever device is CuPy's current one: the event must
+        # be created on the device of the stream that records it, and the CAI v3 names 1 and 2
+        # (legacy / per-thread default stream) mean that device's default streams
         with cp.cuda.Device(int(device.split(":")[1])):
             current = cp.cuda.get_current_stream()
-        launch = external_stream(device, int(current.ptr), current)
-        # CAI v3: a producer names the stream its data is ready on (1: legacy default, 2: per-thread
-        # default, else a handle; None: no order needed). Order the launch after it.
-        for a in arrays:
-            if _is_cupy_array(a):
-                continue  # CuPy arrays are ready on CuPy's current stream
-            producer = _cai(a).get("stream")
-            if producer is None or int(producer) == int(current.ptr):
-                continue
-            ev = cp.cuda.Event(block=False, disable_timing=True)
-            ev.record(cp.cuda.ExternalStream(int(producer)))
-            current.wait_event(ev)
-        return launch
+            # CAI v3: a producer names the stream its data is ready on (1: legacy default, 2: per-thread
+            # default, else a handle; None: no order needed). Order the launch after it.
+            for a in arrays:
+                if _is_cupy_array(a):
+                    continue  # CuPy arrays are ready on CuPy's current stream
+                producer = _cai(a).get("stream")
+                if producer is None or int(producer) == int(current.ptr):
+                    continue
+                ev = cp.cuda.Event(block=False, disable_timing=True)
+                ev.record(cp.cuda.ExternalStream(int(producer)))
+                current.wait_event(ev)
+        return external_stream(device, int(current.ptr))
 
 
 FRAMEWORK = _CuPy()

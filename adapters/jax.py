@@ -868,7 +868,7 @@ class _Launch:
         handler = _targets[self.name].handlers.setdefault(config.encode(), _Handler(self, levels))
         if jax.default_backend() == "gpu":
             # load the Warp module now: XLA may run the handler first while recording a CUDA graph
-            handler.prepare([getattr(d, "local_hardware_id", d.id) for d in jax.local_devices(backend="gpu")])
+            handler.prepare(_gpu_ordinals())
         out_types = [jax.ShapeDtypeStruct(batch + tuple(b.spec.shape), b.spec.dtype) for b in self.results]
         ffi = jax.ffi.ffi_call(
             self.name,
@@ -985,6 +985,11 @@ def _offsets(levels: tuple, bindings, flags_of) -> list[tuple[int, ...]]:
 
 def _as_fwd(go):
     return lambda values, adj, stream: go(values, stream)
+
+
+def _gpu_ordinals() -> list[int]:
+    """The CUDA ordinals of this process's JAX GPU devices."""
+    return [getattr(d, "local_hardware_id", d.id) for d in jax.local_devices(backend="gpu")]
 
 
 # Warp's module loading is not thread-safe, and XLA runs handlers from several threads at
@@ -1175,6 +1180,19 @@ class _Target:
             handler = self._rebuild(config)
         handler.run(frame, platform)
 
+    def instantiate(self, frame, platform: str) -> None:
+        """XLA's instantiate stage (an executable compiled or deserialized, before any run): build
+        the handler of the call's configuration and, on CUDA, load the Warp module on every GPU.
+        The first run may be recorded into a CUDA graph (command buffers), and loading a module
+        during a capture needs a CUDA 12.3 driver; a process that only deserialized an exported
+        function never traced the op, so nothing else has loaded it."""
+        config = _jax_ffi.string_attr(frame, b"config")
+        handler = self.handlers.get(config) if config is not None else None
+        if handler is None:
+            handler = self._rebuild(config)
+        if platform != "cpu":
+            handler.prepare(_gpu_ordinals())
+
     def _rebuild(self, config: bytes | None) -> _Handler:
         if config is None:
             raise RuntimeError(f"FFI target of op {self.jop.desc.label!r} called without its 'config' attribute")
@@ -1200,8 +1218,14 @@ def _register_targets(jop: JaxOp) -> None:
         if name not in _targets:
             _targets[name] = _Target(jop, direction)
             # CUDA graphs: a kernel's handler only zero-fills and launches on XLA's stream (capturable);
-            # a Python-function op may allocate or synchronize, so it is not declared compatible
-            _jax_ffi.register(name, _targets[name].run, command_buffer=jop.desc.kind == "kernel")
+            # a Python-function op may allocate or synchronize, and so does Warp's deterministic mode
+            # (scratch buffers per launch): neither is declared compatible
+            _jax_ffi.register(
+                name,
+                _targets[name].run,
+                command_buffer=jop.desc.kind == "kernel" and not _jax_compat.deterministic(jop.desc.fn),
+                instantiate=_targets[name].instantiate,
+            )
     if jop.desc.backward is not None:
         _op_for(jop.desc.backward).bound("jax")
 

@@ -94,7 +94,7 @@ def _device_of_place(place) -> str | None:
 def _current_stream(device: str):
     """Warp view of Paddle's current CUDA stream on ``device`` (the stream ``wp.stream_from_paddle`` gives)."""
     ps = paddle.device.current_stream(_place(device))
-    return external_stream(device, int(ps.stream_base.cuda_stream), ps)
+    return external_stream(device, int(ps.stream_base.cuda_stream))
 
 
 class _Paddle(EagerFramework):

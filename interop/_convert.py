@@ -177,8 +177,9 @@ def _to_cupy(x: Any, fw: str):
 
     if fw == "cupy":
         return x
-    if hasattr(x, "__cuda_array_interface__") and fw not in ("torch", "jax", "paddle"):
-        return cupy.asarray(x)
+    # DLPack for every producer, Warp included: cupy.from_dlpack passes CuPy's current stream to
+    # __dlpack__, and the producer orders it after its own pending work (Warp's
+    # __cuda_array_interface__ is version 2: no stream, so nothing would be ordered)
     return cupy.from_dlpack(x)
 
 
@@ -223,7 +224,11 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
         dtype: only with ``to="warp"``: the Warp element type to view the data as, e.g.
             ``wp.vec3`` for an ``(n, 3)`` float32 array (gives an ``(n,)`` array of vec3).
         copy: allow a copy when a zero-copy exchange is impossible (e.g. a CUDA array to
-            NumPy, or an array XLA cannot alias). Default False: raise instead.
+            NumPy, or an array XLA cannot alias). The source framework copies the array on
+            its own device (to the host for ``to="numpy"``), then the copy is handed over
+            zero-copy: the result stays on the array's device, or the call raises where
+            ``to`` cannot hold arrays there (a CPU array to CuPy, a CUDA array to a CPU-only
+            build). Default False: raise instead.
 
     Returns:
         The array in framework ``to``.
@@ -293,13 +298,99 @@ def convert(x: Any, to: str, *, dtype: Any = None, copy: bool = False) -> Any:
             f"convert: a {fw} array of shape {tuple(x.shape)} cannot be handed to {to} without a copy "
             f"({error}); pass copy=True to allow one"
         ) from (error if not isinstance(error, ValueError) else None)
-    host = _to_numpy(src, fw) if fw in ("numpy", "warp", "torch") else None
-    if host is None:
-        import numpy as np
+    return _copied(src, fw, to, dtype)
 
-        host = np.asarray(src)
-    host = host.copy()
-    out = _to_warp(host, "numpy", dtype) if to == "warp" else _TARGETS[to](host, "numpy")
+
+def _device_of(x: Any, fw: str) -> str:
+    """``"cpu"`` or ``"cuda:<n>"``: where array ``x`` of framework ``fw`` lives."""
+    if fw == "numpy":
+        return "cpu"
+    if fw == "warp":
+        return str(x.device)
+    if fw == "torch":
+        return "cpu" if x.device.type == "cpu" else f"cuda:{x.device.index or 0}"
+    if fw == "jax":
+        (d,) = x.devices()
+        return "cpu" if d.platform == "cpu" else f"cuda:{getattr(d, 'local_hardware_id', d.id)}"
+    if fw == "paddle":
+        return f"cuda:{x.place.gpu_device_id()}" if x.place.is_gpu_place() else "cpu"
+    if type(x).__module__.split(".", 1)[0] == "cupy":
+        return f"cuda:{x.device.id}"
+    import cupy  # another __cuda_array_interface__ producer: CUDA asks where its pointer lives
+
+    ptr = int(x.__cuda_array_interface__["data"][0] or 0)
+    return f"cuda:{cupy.cuda.runtime.pointerGetAttributes(ptr).device if ptr else cupy.cuda.runtime.getDevice()}"
+
+
+def _host_copy(x: Any, fw: str):
+    """A NumPy copy of ``x`` in new host memory, made by its own framework (device to host where
+    it lives on a GPU)."""
+    import numpy as np
+
+    if fw == "warp":
+        return np.array(x.numpy(), copy=True)  # .numpy() copies a CUDA array to the host
+    if fw == "torch":
+        return np.array(_to_numpy(x.detach().cpu(), "torch"), copy=True)
+    if fw == "paddle":
+        if _is_bf16(x, fw):  # Paddle's .numpy() of bfloat16 gives the raw bits; float32 holds the values
+            return x.astype("float32").numpy().astype(_dtypes.BFLOAT16)
+        return np.array(x.numpy(), copy=True)
+    if fw == "cupy":
+        import cupy
+
+        return cupy.asnumpy(cupy.asarray(x))
+    return np.array(x, copy=True)  # NumPy, JAX (np.array of a GPU array copies it to the host)
+
+
+def _device_copy(x: Any, fw: str):
+    """A contiguous copy of ``x`` on its own device, made by its own framework (on that
+    framework's current stream)."""
+    import numpy as np
+
+    if fw == "numpy":
+        return np.array(x, copy=True, order="C")
+    if fw == "warp":
+        import warp as wp
+
+        return wp.clone(x)
+    if fw == "torch":
+        import torch
+
+        return x.clone(memory_format=torch.contiguous_format)
+    if fw == "jax":
+        import jax.numpy as jnp
+
+        return jnp.array(x, copy=True)
+    if fw == "paddle":
+        return x.clone()
+    import cupy
+
+    with cupy.cuda.Device(int(_device_of(x, fw).split(":")[1])):
+        return cupy.array(x, copy=True)
+
+
+def _copied(src: Any, fw: str, to: str, dtype: Any) -> Any:
+    """What ``copy=True`` gives when the zero-copy exchange failed: a copy on the array's own
+    device (NumPy, host-only, gets a host copy), handed to ``to`` without another copy."""
+    device = _device_of(src, fw)
+    if to == "numpy":
+        out = _host_copy(src, fw)
+    else:
+        if to == "cupy" and device == "cpu":
+            raise ArgumentError(
+                f"convert: a {fw} array on cpu cannot become a CuPy array (CuPy arrays live on CUDA devices, and "
+                "copy=True copies on the array's own device); move it to a GPU first, e.g. cupy.asarray(x)"
+            )
+        fresh = _device_copy(src, fw)
+        try:
+            out = _to_warp(fresh, fw, dtype) if to == "warp" else _TARGETS[to](fresh, fw)
+        except Exception as e:
+            raise ArgumentError(
+                f"convert: a {fw} array on {device} cannot be handed to {to}, not even as a copy on {device} ({e})"
+            ) from e
+        got = _device_of(out, to if to != "warp" else "warp")
+        if got.split(":")[0] != device.split(":")[0]:  # pragma: no cover - a framework moving data itself
+            raise ArgumentError(f"convert: copying a {fw} array on {device} to {to} gave an array on {got}")
     if _dtype_name(out) != _dtype_name(src):  # e.g. a bfloat16 tensor read back as its uint16 bits
         raise ArgumentError(
             f"convert: copying a {fw} array of dtype {_dtype_name(src)} to {to} would give dtype "

@@ -26,7 +26,7 @@ from ._structs import grad_pointer_params
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
-from ._warp_compat import array_t, type_size_in_bytes
+from ._warp_compat import array_t, borrowed_stream, is_deterministic_launch, module_loaded, type_size_in_bytes
 from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
 from ._warp_compat import direct_cpu_record as _direct_cpu_record
 from ._warp_compat import runtime as _warp_runtime
@@ -40,25 +40,76 @@ build_lock = threading.RLock()
 
 
 _external_streams: dict[tuple, Any] = {}
-_external_streams_lock = threading.Lock()
+_side_streams: dict[str, Any] = {}
+_streams_lock = threading.Lock()
+# external_stream's cache holds no native resource (see _warp_compat.borrowed_stream): past this
+# many handles (streams a framework made and destroyed, say) it is simply emptied
+_MAX_EXTERNAL_STREAMS = 256
 
 
-def external_stream(device: Any, handle: int, owner: Any = None):
-    """The ``wp.Stream`` wrapping a framework's CUDA stream ``handle`` on ``device`` (cached).
+def external_stream(device: Any, handle: int):
+    """A ``wp.Stream`` naming a framework's CUDA stream ``handle`` on ``device`` (cached per handle).
 
-    ``owner`` (the framework's stream object) is kept alive with the Warp view.
+    It is not registered in Warp's native stream table and keeps nothing alive: the framework's
+    stream object stays the framework's (the caller uses the stream only while it is current),
+    and a ``wp.Stream`` the user makes on the same handle (``wp.stream_from_torch``) registers and
+    unregisters it without touching this one. Kernel launches, events and memsets take the raw
+    handle; Warp work that allocates or syncs through Warp's current stream runs in
+    :func:`ordered_warp_work` instead.
     """
     device = get_device(device)
     key = (device.alias, int(handle))
     s = _external_streams.get(key)
     if s is None:
-        with _external_streams_lock:
+        with _streams_lock:
             s = _external_streams.get(key)
             if s is None:
-                s = wp.Stream(device, cuda_stream=int(handle))
-                s._interop_owner = owner
-                _external_streams[key] = s
+                if len(_external_streams) >= _MAX_EXTERNAL_STREAMS:
+                    _external_streams.clear()
+                s = _external_streams[key] = borrowed_stream(device, int(handle))
     return s
+
+
+def warp_side_stream(device: Any):
+    """This package's own Warp stream on CUDA ``device`` (created once, Warp-owned, blocking)."""
+    s = _side_streams.get(device.alias)
+    if s is None:
+        with _streams_lock:
+            s = _side_streams.get(device.alias)
+            if s is None:
+                s = _side_streams[device.alias] = wp.Stream(device)
+    return s
+
+
+_NO_STREAM = contextlib.nullcontext()
+
+
+def ordered_warp_work(device: Any, stream: Any):
+    """A context that runs Warp work that allocates (scratch arrays, a Python-function op's own
+    temporaries, the buffers of Warp's deterministic mode) in stream order with ``stream``.
+
+    Warp allocates on its current stream and frees with ``cudaFreeAsync(ptr, 0)``, on the legacy
+    default stream, which is not ordered after work on a non-blocking stream (PyTorch's side
+    streams, XLA's): freed memory could be reused while a kernel on ``stream`` still reads it.
+    So the work runs on :func:`warp_side_stream` (blocking: the legacy stream waits for it),
+    forked from ``stream`` and joined back into it; Warp arrays made inside are freed after it.
+    Nothing waits on the host. With ``stream`` None (the CPU, or Warp's own current stream) the
+    work runs where it is.
+    """
+    if stream is None or not device.is_cuda:
+        return _NO_STREAM
+    return _forked(device, stream)
+
+
+@contextlib.contextmanager
+def _forked(device: Any, stream: Any):
+    side = warp_side_stream(device)
+    side.wait_stream(stream)
+    try:
+        with wp.ScopedStream(side, sync_enter=False, sync_exit=False):
+            yield
+    finally:
+        stream.wait_stream(side)
 
 
 def contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
@@ -232,7 +283,10 @@ class Runner:
             return scalar_ref_kernel(self.plan.kernel, self.plan.scalar_refs)
         return self.plan.kernel
 
-    def _new_slot(self, device, adjoint: bool) -> _Slot:
+    def _new_slot(self, device, adjoint: bool, plain: bool = False) -> _Slot:
+        """A launch record of this plan on ``device`` with its descriptors; ``plain``: one that
+        runs a plain ``wp.launch`` per call (:class:`_PlainLaunch`, what Warp's deterministic mode
+        gets; forced only by tests, to run that path on the CPU)."""
         plan = self.plan
         kernel = self._kernel(adjoint)
         slot = _Slot()
@@ -299,6 +353,9 @@ class Runner:
             raise ArgumentError(
                 f"op {plan.desc.label!r}: Warp could not build the generic kernel for the argument types ({types}): {e}"
             ) from e
+        if plain or is_deterministic_launch(slot.launch):
+            slot.launch = _PlainLaunch(self, kernel, device, slot, adjoint, plan.desc.block_dim)
+            return slot
         # the launch record keeps the array_t objects it was given; we update them in place
         for i, at in slot.fwd.items():
             slot.launch.set_param_at_index_from_ctype(i, at)
@@ -380,6 +437,35 @@ class Runner:
         """Like :meth:`fast_forward`, for the adjoint: ``go(values, adj, stream)``."""
         return self._fast(device, True)
 
+    def prepare(self, device, stream=None) -> None:
+        """Build this plan's forward and adjoint launchers on CUDA ``device`` now (loading the
+        kernel's module), so that no later call loads one: a first call, or a first backward,
+        inside CUDA graph capture would. ``stream``: the caller's current stream; when it is
+        capturing and the module is not loaded yet, Warp could only load it during the capture,
+        which CUDA drivers before 12.3 do not allow: refused with an error that says to call the
+        op once before capturing. A no-op on the CPU and for Python-function ops."""
+        device = get_device(device)
+        if not device.is_cuda or self.empty or self.plan.desc.kind != "kernel":
+            return
+        directions = (False, True) if self.plan.desc.has_adjoint else (False,)
+        if all((device.alias, adjoint) in self._launchers for adjoint in directions):
+            return
+        kernel = self._kernel(False)
+        if stream is not None and stream.is_capturing and not module_loaded(kernel, device):
+            driver = wp.get_cuda_driver_version()
+            if driver is not None and tuple(driver) < (12, 3):
+                raise UnsupportedError(
+                    f"op {self.plan.desc.label!r}: first call on {device.alias} inside CUDA graph capture, and Warp "
+                    f"must load the kernel's module, which CUDA driver {driver[0]}.{driver[1]} cannot do during a "
+                    "capture (12.3 or newer can): call the op once (forward and backward) before capturing"
+                )
+        self.launcher(device, False)
+        if len(directions) > 1:
+            try:
+                self.launcher(device, True)
+            except Exception:  # noqa: S110 - a kernel whose adjoint Warp refuses raises on its first backward
+                pass
+
     def launcher(self, device, adjoint: bool):
         """``go(values, adj, stream)`` for the forward (``adj`` None) or the adjoint, built once per
         device and direction and kept with this runner (so it is freed with the plan): one layer
@@ -405,7 +491,11 @@ class Runner:
             return lambda values, adj, stream=None: self._call_function(device, values, stream)
         slot = self._new_slot(device, adjoint)
         launch = slot.launch
-        direct = _direct_cpu_invoker_compat(launch, slot.fwd, slot.adj) if device.is_cpu else None
+        direct = (
+            _direct_cpu_invoker_compat(launch, slot.fwd, slot.adj)
+            if device.is_cpu and not isinstance(launch, _PlainLaunch)
+            else None
+        )
         fill = self._fill
         lock = slot.lock
         slow = self.adjoint if adjoint else (lambda d, v, a, s: self.forward(d, v, s))
@@ -572,8 +662,7 @@ class Runner:
             device=device,
         )
         if grad is not None:
-            a.requires_grad = True
-            a.grad = grad
+            a.grad = grad  # (also sets requires_grad, without allocating a gradient first)
         return a
 
     def _function_args(self, device, values, adj=None, scratch_outputs=False):
@@ -626,27 +715,22 @@ class Runner:
                 # strided input (the gradient buffer, allocated by the adapter, is packed)
                 arr = wp.clone(arr)
             if g is not None:
-                arr.requires_grad = True
                 arr.grad = g
             if g is None and p.role == "input" and plan.differentiable[i] and adj is not None:
                 # keep the tape from dropping intermediate gradients: give it a throwaway buffer
-                arr.requires_grad = True
                 arr.grad = wp.zeros_like(arr)
             args.append(arr)
         return args
 
     def _call_function(self, device, values, stream) -> None:
-        args = self._function_args(device, values)
-        # the function's own wp.launch calls may load modules: one Python-function op at a time
-        try:
-            with build_lock, wp.ScopedDevice(device):
-                if stream is not None:
-                    with wp.ScopedStream(stream, sync_enter=False, sync_exit=False):
-                        self.plan.kernel(*args)
-                else:
-                    self.plan.kernel(*args)
-        except Exception as e:
-            raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
+        # the function's own wp.launch calls may load modules: one Python-function op at a time.
+        # Its arrays, and whatever it allocates, live in stream order with the caller's stream.
+        with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
+            args = self._function_args(device, values)
+            try:
+                self.plan.kernel(*args)
+            except Exception as e:
+                raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
     def _tape_backward(self, device, values, adj, stream) -> None:
         asked = [self.plan.desc.params[i].name for i in self.ref_idx if adj is not None and adj[i] is not None]
@@ -658,21 +742,66 @@ class Runner:
                 "Python-function op are not supported (wp.Tape does not record scalar adjoints); pass the "
                 "scalar as a 1-element array parameter instead"
             )
-        args = self._function_args(device, values, adj, scratch_outputs=True)
         tape = wp.Tape()
-        with build_lock, wp.ScopedDevice(device):
-            ctx = (
-                wp.ScopedStream(stream, sync_enter=False, sync_exit=False)
-                if stream is not None
-                else contextlib.nullcontext()
-            )
+        # the scratch arrays (recomputed outputs, packed copies, throwaway gradients) are made, used
+        # and freed in stream order with the caller's stream (see ordered_warp_work)
+        with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
+            args = self._function_args(device, values, adj, scratch_outputs=True)
             try:
-                with ctx:
-                    with tape:
-                        self.plan.kernel(*args)
-                    tape.backward()
+                with tape:
+                    self.plan.kernel(*args)
+                tape.backward()
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
+
+
+class _PlainLaunch:
+    """Stands in for a launch record where Warp's is unusable: Warp's deterministic mode (CUDA
+    kernels with atomics, ``wp.config.deterministic``) records a launch that refuses in-place
+    descriptor updates for its atomic targets and allocates scratch buffers on every launch.
+    This one keeps the slot's descriptors and scalars and runs a plain ``wp.launch`` with array
+    views of them, in :func:`ordered_warp_work` (the scratch lives in stream order). Used only in
+    that mode: slower per call, same results."""
+
+    def __init__(self, runner: Runner, kernel, device, slot: _Slot, adjoint: bool, block_dim: int | None):
+        self.runner, self.kernel, self.device, self.slot = runner, kernel, device, slot
+        self.adjoint, self.block_dim = adjoint, block_dim
+        types = runner.plan.types
+        self.scalars = {p.index: _zero_of(types[p.index]) for p in runner.plan.desc.params if p.index not in slot.fwd}
+
+    def set_param_at_index(self, i: int, value: Any, adjoint: bool = False) -> None:
+        self.scalars[i] = value
+
+    def _view(self, i: int, at) -> Any:
+        if not at.data:
+            return None
+        shape = tuple(at.shape[k] for k in range(at.ndim))
+        t = self.runner.plan.types[i]
+        a = wp.array(
+            ptr=at.data, dtype=t, shape=shape, strides=tuple(at.strides[k] for k in range(at.ndim)), device=self.device
+        )
+        if at.grad:  # a tile kernel's gradient travels with its array (Runner._set_grads)
+            a.grad = wp.array(ptr=at.grad, dtype=t, shape=shape, strides=a.strides, device=self.device)
+        return a
+
+    def launch(self, stream=None) -> None:
+        plan, slot = self.runner.plan, self.slot
+        inputs, adj_inputs = [], []
+        for p in plan.desc.params:
+            i = p.index
+            if i in slot.fwd:
+                inputs.append(self._view(i, slot.fwd[i]))
+                adj_inputs.append(self._view(i, slot.adj[i]) if self.adjoint else None)
+            else:
+                inputs.append(self.scalars[i])
+                adj_inputs.append(_zero_of(plan.types[i]))
+        kw: dict[str, Any] = {}
+        if self.block_dim is not None:
+            kw["block_dim"] = self.block_dim
+        if self.adjoint:
+            kw.update(adj_inputs=adj_inputs, adjoint=True)
+        with ordered_warp_work(self.device, stream):
+            wp.launch(self.kernel, dim=plan.launch_dims, inputs=inputs, device=self.device, **kw)
 
 
 class DirectLaunch:

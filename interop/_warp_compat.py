@@ -11,6 +11,16 @@ Checked against warp-lang 1.19.0 (``CHECKED``). Warp has no public equivalent fo
   callers fall back to the public replay ``wp.Launch.launch`` (slower per call, same results),
   after a one-time ``RuntimeWarning``.
 
+CUDA streams and launches (checked against Warp 1.19's ``context.py``, ``deterministic.py`` and
+``native/warp.cu``):
+
+- ``borrowed_stream``: a ``wp.Stream`` subclass that sets the fields ``Stream.__init__`` sets
+  (``cuda_stream``, ``device``, ``owner``, ``_cached_event``, ``_is_blocking``) without
+  registering the handle in Warp's native stream table, and unregisters nothing when dropped.
+- ``is_deterministic_launch``: the ``det_meta`` field of deterministic-mode launch records;
+  ``deterministic``: the ``"deterministic"`` kernel/module option; ``module_loaded``:
+  ``Module.execs`` keyed by ``(device.context, block_dim)``.
+
 Also the description's array and struct tests:
 
 - ``warp._src.types.is_array``: is an annotation any Warp array type (plain, indexed,
@@ -212,6 +222,63 @@ def direct_cpu_invoker(launch, fwd_views: dict, adj_views: dict):
         fn(bounds_ref, args_ref, adj_ref)
 
     return call_backward, rec.sync
+
+
+class _BorrowedStream(wp.Stream):
+    """A ``wp.Stream`` naming a framework's CUDA stream by its handle, kept out of Warp's native
+    stream table (see :func:`borrowed_stream`)."""
+
+    def __init__(self, device: Any, handle: int):  # no super().__init__: it would register the handle
+        self._cached_event = None
+        self.device = device
+        self.cuda_stream = handle
+        self.owner = False
+        self._is_blocking = None
+
+    def __del__(self) -> None:
+        pass  # nothing was registered, so nothing is unregistered
+
+
+def borrowed_stream(device: Any, handle: int) -> Any:
+    """A ``wp.Stream`` for the framework stream ``handle`` on CUDA ``device``, for launches, events
+    and memsets on it (all of which take the raw handle).
+
+    ``wp.Stream(device, cuda_stream=handle)`` registers the handle in Warp's native stream table
+    (Warp 1.19, ``wp_cuda_stream_register``: one entry per handle, no reference count) and its
+    ``__del__`` removes that entry: a second wrapper of the same handle (``wp.stream_from_torch``)
+    dropping would unregister ours, and ours being cached would keep the entry (and the framework's
+    stream object) alive forever. This wrapper registers nothing, so it never disturbs another
+    wrapper's entry and may be dropped at any time. Work that needs a registered current stream
+    (Warp allocating, ``wp.ScopedStream`` syncs, captures) runs on a Warp-owned stream instead
+    (``interop._launch.warp_side_stream``).
+    """
+    return _BorrowedStream(device, int(handle))
+
+
+def is_deterministic_launch(launch: Any) -> bool:
+    """True when ``wp.launch(..., record_cmd=True)`` gave Warp's deterministic-mode record
+    (``warp._src.deterministic.DeterministicLaunch``, made for kernels with atomics on CUDA when
+    ``wp.config.deterministic`` is on): it refuses in-place descriptor updates for its atomic
+    targets and allocates scratch buffers on every launch."""
+    return getattr(launch, "det_meta", None) is not None
+
+
+def deterministic(kernel: Any) -> bool:
+    """Whether Warp's deterministic mode applies to ``kernel`` (its own option, else its module's,
+    which Warp takes from ``wp.config.deterministic`` when the module is made)."""
+    mode = (getattr(kernel, "options", None) or {}).get("deterministic")
+    if mode is None:
+        mode = (getattr(getattr(kernel, "module", None), "options", None) or {}).get("deterministic")
+    return mode is not None and mode != wp.DeterministicMode.NOT_GUARANTEED
+
+
+def module_loaded(kernel: Any, device: Any) -> bool:
+    """Whether ``kernel``'s module is already loaded on ``device`` (Warp 1.19: ``Module.execs`` is
+    keyed by ``(device.context, block_dim)``). Unknown layouts answer False."""
+    execs = getattr(kernel.module, "execs", None)
+    if not isinstance(execs, dict):
+        return False
+    return any(isinstance(k, tuple) and k and k[0] == device.context for k in execs)
 
 
 def cuda_memset_async(device, ptr: int, nbytes: int, stream: int) -> None:

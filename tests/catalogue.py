@@ -744,29 +744,43 @@ def to_torch(a: np.ndarray):
     return torch.from_numpy(a.copy())
 
 
-def to_fw(fw: str, a, warp_dtype=None, requires_grad: bool = False):
-    """A copy of NumPy array ``a`` as a ``fw`` array ("numpy", "warp", "torch", "jax", "paddle"), made
-    by the framework itself, not by interop. ``warp_dtype`` packs trailing dims (wp.vec3 ...) for Warp;
-    ``requires_grad`` makes a torch or paddle leaf that records gradients."""
+def to_fw(fw: str, a, warp_dtype=None, requires_grad: bool = False, device: str = "cpu"):
+    """A copy of NumPy array ``a`` as a ``fw`` array ("numpy", "warp", "torch", "jax", "paddle",
+    "cupy") on ``device`` ("cpu" or "cuda"), made by the framework itself, not by interop.
+    ``warp_dtype`` packs trailing dims (wp.vec3 ...) for Warp; ``requires_grad`` makes a torch or
+    paddle leaf that records gradients. On "cuda", skips the test where ``fw`` has no CUDA build."""
+    from _cuda import require_cuda
+
+    require_cuda(fw, device)
+    if fw == "cupy" and device == "cpu":
+        import pytest
+
+        pytest.skip("CuPy arrays live on CUDA devices")
     a = np.array(a, order="C")  # a copy: in-place tests must not write the caller's array
     if fw == "numpy":
         return a
     if fw == "warp":
-        return wp.array(a, dtype=warp_dtype or wp.dtype_from_numpy(a.dtype), device="cpu")
+        return wp.array(a, dtype=warp_dtype or wp.dtype_from_numpy(a.dtype), device=device)
     if fw == "torch":
         import torch
 
-        return torch.tensor(a, requires_grad=requires_grad)
+        return torch.tensor(a, requires_grad=requires_grad, device=device)
     if fw == "jax":
+        import jax
         import jax.numpy as jnp
 
-        return jnp.asarray(a)
+        x = jnp.asarray(a)
+        return x if device == "cpu" else jax.device_put(x, jax.devices("gpu")[0])
     if fw == "paddle":
         import paddle
 
-        t = paddle.to_tensor(a)
+        t = paddle.to_tensor(a, place=paddle.CPUPlace() if device == "cpu" else paddle.CUDAPlace(0))
         t.stop_gradient = not requires_grad
         return t
+    if fw == "cupy":
+        import cupy
+
+        return cupy.asarray(a)
     raise ValueError(f"unknown framework {fw!r}")
 
 
@@ -778,18 +792,21 @@ def to_np(x) -> np.ndarray:
         return x.numpy()
     if hasattr(x, "detach"):
         return x.detach().cpu().numpy()
+    if type(x).__module__.split(".", 1)[0] == "cupy":
+        return x.get()
     return np.asarray(x)
 
 
-def to_paddle(a, stop_gradient: bool = True):
-    """A Paddle tensor of NumPy array ``a`` (bfloat16 too: paddle.to_tensor knows no
+def to_paddle(a, stop_gradient: bool = True, device: str = "cpu"):
+    """A Paddle tensor of NumPy array ``a`` on ``device`` (bfloat16 too: paddle.to_tensor knows no
     ml_dtypes.bfloat16, and float32 holds its values exactly)."""
     import paddle
 
+    place = paddle.CPUPlace() if device == "cpu" else paddle.CUDAPlace(0)
     if is_bf16(a.dtype):
-        t = paddle.to_tensor(np.asarray(a, np.float32)).astype("bfloat16")
+        t = paddle.to_tensor(np.asarray(a, np.float32), place=place).astype("bfloat16")
     else:
-        t = paddle.to_tensor(np.array(a))
+        t = paddle.to_tensor(np.array(a), place=place)
     t.stop_gradient = stop_gradient
     return t
 
@@ -801,13 +818,13 @@ def paddle_to_numpy(t) -> np.ndarray:
     return t.astype("float64").numpy() if t.dtype == paddle.bfloat16 else t.numpy()
 
 
-def to_torch_args(case: Case, args: tuple, grad: bool) -> list:
-    """A case's NumPy call arguments as torch tensors (scalars unchanged); with ``grad``, the float
-    arrays that are not in-out require grad."""
+def to_torch_args(case: Case, args: tuple, grad: bool, device: str = "cpu") -> list:
+    """A case's NumPy call arguments as torch tensors on ``device`` (scalars unchanged); with
+    ``grad``, the float arrays that are not in-out require grad."""
     out = []
     for k, a in enumerate(args):
         if isinstance(a, np.ndarray):
-            t = to_torch(a)
+            t = to_torch(a).to(device)
             if grad and t.is_floating_point() and k not in case.in_out:
                 t.requires_grad_(True)
             out.append(t)

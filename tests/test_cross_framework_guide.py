@@ -22,36 +22,38 @@ from guide_kernels import vecmat_kernel as vecmat
 import interop
 
 FRAMEWORKS = [
-    f for f in ("numpy", "warp", "torch", "jax", "paddle") if f in ("numpy", "warp") or importlib.util.find_spec(f)
+    f
+    for f in ("numpy", "warp", "torch", "jax", "paddle", "cupy")
+    if f in ("numpy", "warp") or importlib.util.find_spec(f)
 ]
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-def test_add_int(fw):
+def test_add_int(fw, device):
     a, b = np.arange(10, dtype=np.int32), np.ones(10, np.int32)
-    out = interop.op(add_int)(to_fw(fw, a), to_fw(fw, b))
+    out = interop.op(add_int)(to_fw(fw, a, device=device), to_fw(fw, b, device=device))
     np.testing.assert_array_equal(to_np(out), a + b)
     assert to_np(out).dtype == np.int32
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-def test_matmul_with_per_call_launch_dims(fw):
+def test_matmul_with_per_call_launch_dims(fw, device):
     op = interop.op(matmul)
     for n, m, k in ((3, 4, 2), (4, 3, 5)):
         a = np.random.default_rng(0).random((n, k), dtype=np.float32)
         b = np.random.default_rng(1).random((k, m), dtype=np.float32)
-        c = op(to_fw(fw, a), to_fw(fw, b), launch_dims=(n, m))
+        c = op(to_fw(fw, a, device=device), to_fw(fw, b, device=device), launch_dims=(n, m))
         np.testing.assert_allclose(to_np(c), a @ b, rtol=1e-5)
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-def test_vecmat_output_dims_both_conventions(fw):
+def test_vecmat_output_dims_both_conventions(fw, device):
     op = interop.op(vecmat, outputs=3)
     n = 5
     a = np.arange(n, dtype=np.float32)
     b = np.ones((n, 3), np.float32)
     c = np.arange(n * 4, dtype=np.float32).reshape(n, 2, 2)  # not symmetric: a transpose shows
-    args = (to_fw(fw, a), to_fw(fw, b, wp.vec3), to_fw(fw, c, wp.mat22))
+    args = (to_fw(fw, a, device=device), to_fw(fw, b, wp.vec3, device=device), to_fw(fw, c, wp.mat22, device=device))
     for od in (None, n, {"d": n, "e": (n, 3), "f": (n, 2, 2)}):
         d, e, f = op(*args, output_dims=od)
         np.testing.assert_allclose(to_np(d), 2 * a)
@@ -60,12 +62,12 @@ def test_vecmat_output_dims_both_conventions(fw):
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-def test_rowsum_in_out(fw):
+def test_rowsum_in_out(fw, device):
     op = interop.op(rowsum, in_out=["sums"])
     m = np.arange(12, dtype=np.float32).reshape(3, 4)
     s0 = np.full(3, 10.0, np.float32)
-    s = to_fw(fw, s0.copy())  # numpy and warp share memory with what they are given
-    out = op(to_fw(fw, m), s)
+    s = to_fw(fw, s0.copy(), device=device)  # numpy and warp share memory with what they are given
+    out = op(to_fw(fw, m, device=device), s)
     np.testing.assert_allclose(to_np(out), s0 + m.sum(axis=1))
     if fw != "jax":
         assert out is s  # updated in place, the same object returned
@@ -73,11 +75,11 @@ def test_rowsum_in_out(fw):
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-def test_lookup_launch_dims_from_indices(fw):
+def test_lookup_launch_dims_from_indices(fw, device):
     op = interop.op(lookup)
     table = np.arange(100, dtype=np.float32) * 0.5
     idx = np.random.default_rng(2).integers(0, 100, 50).astype(np.int32)
-    out = op(to_fw(fw, table), to_fw(fw, idx), launch_dims=50)
+    out = op(to_fw(fw, table, device=device), to_fw(fw, idx, device=device), launch_dims=50)
     np.testing.assert_allclose(to_np(out), table[idx])
 
 

@@ -104,16 +104,76 @@ def test_launches_on_cupys_current_stream(cp):
     assert total == pytest.approx(float(2.0 * np.arange(1 << 20, dtype=np.float64).sum() + (1 << 20)), rel=1e-5)
 
 
+def _slow_fill(cp, n: int, value: float):
+    """A CuPy array of ``value`` written by a slow kernel on CuPy's current stream (a dependent
+    loop of ``spins`` steps per element: milliseconds), so a reader that does not wait reads 0."""
+    kernel = cp.ElementwiseKernel(
+        "int32 spins, float32 v",
+        "float32 y",
+        "float acc = 0; for (int k = 0; k < spins; k++) { acc = acc * 0.5f + 1.0f; } y = v + (acc < 0 ? 1.0f : 0.0f);",
+        "interop_test_slow_fill",
+    )
+    y = cp.zeros(n, dtype=cp.float32)
+    kernel(cp.int32(1 << 21), cp.float32(value), y)
+    return y
+
+
 @pytest.mark.cuda
 def test_other_producer_with_cai_stream(cp):
-    x = cp.arange(16, dtype=cp.float32)
-    y = cp.ones(16, dtype=cp.float32)
+    """A CAI v3 producer whose data is still being written on its stream: the launch (on CuPy's
+    current stream, another non-blocking one) must wait for it."""
+    n = 1 << 16
     producer = cp.cuda.Stream(non_blocking=True)
-    bx = CudaBuffer(data_ptr(x), (16,), "<f4", stream=producer.ptr)
-    by = CudaBuffer(data_ptr(y), (16,), "<f4", stream=1)  # legacy default stream
-    out = SAXPY(bx, by, 3.0)
-    assert isinstance(out, cp.ndarray)
-    np.testing.assert_allclose(cp.asnumpy(out), 3.0 * np.arange(16) + 1.0)
+    with producer:
+        x = _slow_fill(cp, n, 2.0)
+    y = cp.ones(n, dtype=cp.float32)
+    producer_default = cp.cuda.Stream(non_blocking=True)
+    with producer_default:
+        bx = CudaBuffer(data_ptr(x), (n,), "<f4", stream=producer.ptr)
+        by = CudaBuffer(data_ptr(y), (n,), "<f4", stream=1)  # legacy default stream
+        out = SAXPY(bx, by, 3.0)
+        assert isinstance(out, cp.ndarray)
+        got = cp.asnumpy(out)  # on CuPy's current stream, after the launch
+    np.testing.assert_allclose(got, 7.0)
+
+
+@pytest.mark.cuda
+def test_cai_stream_event_on_the_arrays_device_not_the_current_one(cp):
+    """Arrays of device 0 named by a CAI v3 stream of device 0, called while device 1 is CuPy's
+    current device: the event is made and recorded on device 0."""
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    n = 1024
+    with cp.cuda.Device(0):
+        producer = cp.cuda.Stream(non_blocking=True)
+        with producer:
+            x = _slow_fill(cp, n, 2.0)
+        y = cp.ones(n, dtype=cp.float32)
+    with cp.cuda.Device(1):
+        bx = CudaBuffer(data_ptr(x), (n,), "<f4", stream=producer.ptr)
+        by = CudaBuffer(data_ptr(y), (n,), "<f4", stream=1)  # device 0's legacy stream, not device 1's
+        out = SAXPY(bx, by, 3.0)
+    assert out.device.id == 0
+    with cp.cuda.Device(0):
+        np.testing.assert_allclose(cp.asnumpy(out), 7.0)
+
+
+@pytest.mark.cuda
+def test_cupy_streams_are_not_kept_alive(cp):
+    """The package's view of CuPy's current stream keeps nothing of CuPy's alive: a stream the
+    user drops is destroyed."""
+    import gc
+    import weakref
+
+    x = cp.arange(16, dtype=cp.float32)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        SAXPY(x, x, 1.0)
+    s.synchronize()
+    ref = weakref.ref(s)
+    del s
+    gc.collect()
+    assert ref() is None
 
 
 @pytest.mark.cuda

@@ -32,18 +32,22 @@ def _params():
     return out
 
 
-def _to_jax(args):
-    return [jnp.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+def _to_jax(args, device: str = "cpu"):
+    where = jax.devices("gpu")[0] if device != "cpu" else None
+    return [jax.device_put(jnp.asarray(a), where) if isinstance(a, np.ndarray) else a for a in args]
 
 
 @pytest.mark.parametrize("cid,dt", _params())
-def test_values_and_gradients(cid, dt):
+def test_values_and_gradients(cid, dt, device):
+    from _cuda import require_cuda
+
+    require_cuda("jax", device)
     c = case(cid)
     with jax.enable_x64(dt == np.float64):
         rng = np.random.default_rng(0)
         args = c.make(rng, dt)
         ref = reference_of(c, args)
-        jargs = _to_jax(args)
+        jargs = _to_jax(args, device)
         eager = c.op(*jargs, **c.call_kwargs)
         eager = eager if isinstance(eager, tuple) else (eager,)
         jitted = jax.jit(lambda *a: c.op(*a, **c.call_kwargs))(*jargs)

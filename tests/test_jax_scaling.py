@@ -354,11 +354,20 @@ CUDA_GRAPHS = textwrap.dedent(
     import numpy as np
     import jax, jax.numpy as jnp
     import interop
+    from adapters import jax as interop_jax
     from kernels import scale_square, weighted
 
     if not any(d.platform == "gpu" for d in jax.devices()):
         print("RESULTS " + json.dumps({"skip": "JAX has no CUDA backend here"}))
         raise SystemExit(0)
+    # count the Python handler's runs: a call XLA recorded into a CUDA graph is replayed without it
+    runs, run = [0], interop_jax._Handler.run
+
+    def counted(self, frame, platform):
+        runs[0] += 1
+        return run(self, frame, platform)
+
+    interop_jax._Handler.run = counted
     op = interop.op(scale_square)
     wop = interop.op(weighted)
     f = jax.jit(lambda x, w: wop(op(x, 2.0) + 1.0, w))
@@ -373,17 +382,86 @@ CUDA_GRAPHS = textwrap.dedent(
         s = 2 * x * x
         errs.append(float(np.max(np.abs(np.asarray(gx) - (w[0] + 2 * w[1] * s) * 4 * x))))
         errs.append(float(np.max(np.abs(np.asarray(gw) - [s.sum(), (s * s).sum()]) / (1 + np.abs(s * s).sum()))))
-    print("RESULTS " + json.dumps({"errs": errs}))
+    # the same device buffers again: a replayed graph runs the kernels without the handler
+    xd, wd = jax.device_put(x), jax.device_put(w)
+    jax.block_until_ready(f(xd, wd))
+    before = runs[0]
+    for _ in range(3):
+        y = f(xd, wd)
+        errs.append(float(np.max(np.abs(np.asarray(y) - (w[0] * t + w[1] * t * t)))))
+        del y
+    replayed = runs[0] == before
+    hlo = f.lower(xd, wd).compile().as_text()
+    target = interop_jax.targets(op)[0]
+    in_buffer = any("command_buffer" in block and target in block for block in hlo.split("\\n\\n"))
+    print("RESULTS " + json.dumps({"errs": errs, "replayed_without_handler": replayed, "hlo_command_buffer": in_buffer}))
     """
 )
 
 
 @pytest.mark.cuda
 def test_cuda_graphs_capture_the_launches(tmp_path):
+    """Values stay right when XLA replays its CUDA graph with new data, and XLA did put the call in
+    one: the handler did not run on replays with the same buffers (or the optimized HLO shows the
+    call inside a command-buffer computation)."""
     r = _run(tmp_path, CUDA_GRAPHS, platform=None)
     if "skip" in r:
-        pytest.skip(r["skip"])
+        from _cuda import require_cuda
+
+        require_cuda("jax")
     assert max(r["errs"]) < 1e-3, r
+    assert r["replayed_without_handler"] or r["hlo_command_buffer"], r
+
+
+CUDA_DESERIALIZED = textwrap.dedent(
+    """
+    import os, sys, json
+    os.environ["XLA_FLAGS"] = "--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1"
+    import numpy as np
+    import jax, jax.numpy as jnp
+    import warp as wp
+    import interop
+    from adapters import jax as interop_jax
+    from interop._warp_compat import module_loaded
+    from kernels import scale_square
+
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        print("RESULTS " + json.dumps({"skip": "JAX has no CUDA backend here"}))
+        raise SystemExit(0)
+    op = interop.op(scale_square)
+    x = jax.device_put(np.linspace(-1, 1, 4096).astype(np.float32), jax.devices("gpu")[0])
+    mode, path = sys.argv[1], sys.argv[2]
+    if mode == "export":
+        exp = jax.export.export(jax.jit(lambda a: op(a, 2.0)), disabled_checks=interop_jax.disabled_checks(op))(x)
+        open(path, "wb").write(exp.serialize())
+        print("RESULTS " + json.dumps({}))
+        raise SystemExit(0)
+    exp = jax.export.deserialize(bytearray(open(path, "rb").read()))
+    device = wp.get_device("cuda:0")
+    loaded_before = module_loaded(scale_square, device)
+    compiled = jax.jit(exp.call).lower(x).compile()  # XLA instantiates the call here
+    loaded_at_compile = module_loaded(scale_square, device)
+    y = np.asarray(compiled(x))
+    err = float(np.max(np.abs(y - 2.0 * np.asarray(x) ** 2)))
+    print("RESULTS " + json.dumps({"before": loaded_before, "at_compile": loaded_at_compile, "err": err}))
+    """
+)
+
+
+@pytest.mark.cuda
+def test_deserialized_call_loads_the_module_before_its_first_run(tmp_path):
+    """A process that only deserialized an exported function never traced the op: XLA's instantiate
+    stage loads the Warp module, so the first run (which XLA may record into a CUDA graph) loads
+    nothing (loading during a capture needs a CUDA 12.3 driver)."""
+    pytest.importorskip("flatbuffers", reason="jax.export serialization needs flatbuffers")
+    path = str(tmp_path / "f.bin")
+    r = _run(tmp_path, CUDA_DESERIALIZED, "export", path, platform=None)
+    if "skip" in r:
+        from _cuda import require_cuda
+
+        require_cuda("jax")
+    r = _run(tmp_path, CUDA_DESERIALIZED, "load", path, platform=None)
+    assert r == {"before": False, "at_compile": True, "err": r["err"]} and r["err"] < 1e-5, r
 
 
 def test_readme_scaling_example_runs(tmp_path):

@@ -24,12 +24,15 @@ from interop._frameworks import data_ptr  # noqa: E402
 
 
 @pytest.mark.parametrize("cid", CASE_IDS)
-def test_values(cid):
+def test_values(cid, device):
+    from _cuda import require_cuda
+
+    require_cuda("paddle", device)
     c = case(cid)
     for dt in c.dtypes:
         args = c.make(np.random.default_rng(0), dt)
         ref = reference_of(c, args)
-        pargs = [to_paddle(a) if isinstance(a, np.ndarray) else a for a in args]
+        pargs = [to_paddle(a, device=device) if isinstance(a, np.ndarray) else a for a in args]
         ptrs = [data_ptr(a) if isinstance(a, paddle.Tensor) else None for a in pargs]
         out = c.op(*pargs, **c.call_kwargs)
         out = out if isinstance(out, tuple) else (out,)

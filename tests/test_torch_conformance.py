@@ -21,31 +21,34 @@ def _params(dtypes=True):
     return out
 
 
-def _torch_args(args, grad: bool, case):
-    return catalogue.to_torch_args(case, args, grad)
+def _torch_args(args, grad: bool, case, device: str = "cpu"):
+    return catalogue.to_torch_args(case, args, grad, device)
 
 
 @pytest.mark.parametrize("case_id, dtype", _params())
-def test_values_and_gradients(case_id, dtype):
+def test_values_and_gradients(case_id, dtype, device):
+    from _cuda import require_cuda
+
+    require_cuda("torch", device)
     case = catalogue.case(case_id)
     rng = np.random.default_rng(3)
     args = case.make(rng, dtype)
     ref = catalogue.reference_of(case, args)
-    targs = _torch_args(args, case.differentiable, case)
+    targs = _torch_args(args, case.differentiable, case, device)
     out = case.op(*targs, **case.call_kwargs)
     out = out if isinstance(out, tuple) else (out,)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-10)
     if catalogue.is_bf16(dtype):
         tol = catalogue.BF16_VALUE_TOL
     for o, r in zip(out, ref):
-        assert isinstance(o, torch.Tensor) and o.dtype == targs[0].dtype
-        np.testing.assert_allclose(o.detach().double().numpy(), r, **tol)
+        assert isinstance(o, torch.Tensor) and o.dtype == targs[0].dtype and o.device == targs[0].device
+        np.testing.assert_allclose(o.detach().double().cpu().numpy(), r, **tol)
     for k in case.in_out:  # updated in place, returned as the same object
         assert any(o is targs[k] for o in out)
     if not case.differentiable:
         return
     weights = catalogue.loss_weights(case, ref)
-    loss = sum((torch.from_numpy(w).to(o.dtype) * o).sum() for w, o in zip(weights, out))
+    loss = sum((torch.from_numpy(w).to(o.dtype).to(o.device) * o).sum() for w, o in zip(weights, out))
     leaves = [(k, t) for k, t in enumerate(targs) if isinstance(t, torch.Tensor) and t.requires_grad]
     grads = torch.autograd.grad(loss, [t for _, t in leaves])
     fd = catalogue.fd_grad(case, args, weights)
@@ -53,8 +56,10 @@ def test_values_and_gradients(case_id, dtype):
     if catalogue.is_bf16(dtype):
         gtol = catalogue.BF16_GRAD_TOL
     for (k, t), g in zip(leaves, grads):
-        assert g.dtype == t.dtype
-        np.testing.assert_allclose(g.double().numpy(), fd[k], **gtol, err_msg=f"{case_id}: gradient of argument {k}")
+        assert g.dtype == t.dtype and g.device == t.device
+        np.testing.assert_allclose(
+            g.double().cpu().numpy(), fd[k], **gtol, err_msg=f"{case_id}: gradient of argument {k}"
+        )
 
 
 @pytest.mark.parametrize("case_id, dtype", _params(dtypes=False))

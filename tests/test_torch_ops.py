@@ -10,6 +10,7 @@ import warp as wp
 
 torch = pytest.importorskip("torch")
 
+from _cuda import require_cuda, torch_spin_fill  # noqa: E402
 from catalogue import norm3_kernel as vnorm  # noqa: E402
 from guide_kernels import saxpy  # noqa: E402
 
@@ -224,6 +225,7 @@ def test_tensors_on_two_devices():
 
 @pytest.mark.cuda
 def test_tensors_on_cpu_and_cuda():
+    require_cuda("torch")
     with pytest.raises(ValueError, match=r"parameter 'x' is on cpu but parameter 'y' is on cuda:0"):
         SAXPY(torch.rand(4), torch.rand(4, device="cuda"), 1.0)
 
@@ -258,19 +260,25 @@ def test_unexpected_keyword():
 # ---- CUDA -------------------------------------------------------------------------------
 @pytest.mark.cuda
 def test_cuda_launches_on_torchs_current_stream():
+    require_cuda("torch")
     n = 1 << 20
     x = torch.rand(n, device="cuda")
     y = torch.rand(n, device="cuda")
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # x and y were made on the default stream
     with torch.cuda.stream(s):
-        # work queued on s before the op: the op must run after it, on s
-        x.mul_(2.0)
+        # slow work queued on s before the op: the op must run after it, on s (on any other
+        # stream it would read x before the fill)
+        torch_spin_fill(x, 3.0)
         out = SAXPY(x, y, 1.0)
         done = torch.cuda.Event()
         done.record(s)
+        assert atorch._current_stream(x.device).cuda_stream == s.cuda_stream
     done.synchronize()
-    torch.testing.assert_close(out, x + y)
-    assert atorch._current_stream(x.device).cuda_stream == s.cuda_stream
-    acc = torch.zeros(4, device="cuda")
-    assert ROWSUM(torch.ones(4, 8, device="cuda"), acc) is acc
+    torch.testing.assert_close(out, 3.0 + y)
+    with torch.cuda.stream(s):
+        acc = torch.zeros(4, device="cuda")
+        res = ROWSUM(torch.ones(4, 8, device="cuda"), acc)
+    torch.cuda.current_stream().wait_stream(s)
+    assert res is acc
     torch.testing.assert_close(acc.cpu(), torch.full((4,), 8.0))

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import catalogue  # noqa: E402
+from _cuda import require_cuda, torch_spin_fill  # noqa: E402
 from _subprocess import run_script  # noqa: E402
 from _threads import in_threads  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
@@ -393,24 +394,29 @@ def test_profiler_shows_the_op_by_name_on_the_eager_path():
 
 @pytest.mark.cuda
 def test_cuda_fast_path_launches_on_torchs_current_stream():
+    require_cuda("torch")
     n = 1 << 20
     x = torch.rand(n, device="cuda", requires_grad=True)
     y = torch.rand(n, device="cuda")
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # x and y were made on the default stream
     before = _eager_calls(SAXPY)
     # the first call is validated in full; the second runs the signature's generated Function
     for k in range(2):
         with torch.cuda.stream(s):
-            # work queued on s before the op: the op (and its backward) must run after it, on s
-            x2 = x * 2.0
+            # slow work queued on s before the op: the op (and its backward) must run after it, on s
+            x2 = torch.empty_like(y)
+            torch_spin_fill(x2, 2.0 + k)
+            x2 = x2 * x
             out = SAXPY(x2, y, 1.0)
             (gx,) = torch.autograd.grad(out.sum(), x)
             done = torch.cuda.Event()
             done.record(s)
         done.synchronize()
         assert _eager_calls(SAXPY) == before + 1 + k
-        torch.testing.assert_close(out, x2.detach() ** 2 + y)
-        torch.testing.assert_close(gx, 8.0 * x.detach())
+        c = 2.0 + k
+        torch.testing.assert_close(out, (c * x.detach()) ** 2 + y)
+        torch.testing.assert_close(gx, 2 * c * c * x.detach())
 
 
 # ---- the generated code's own launch record (adapters/_torch_eager.py, interop/_launch.py) ----------
