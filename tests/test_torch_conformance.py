@@ -154,8 +154,8 @@ def test_tile_gradient_of_a_strided_input_raises():
     torch.testing.assert_close(out, (x * x).sum(1))  # the forward reads strided arrays
     with pytest.raises(
         ValueError,
-        match=r"op 'tile_kernel', parameter 'x': the tile kernel's adjoint needs the array "
-        r"and its gradient laid out alike, got strides .*; pass a contiguous array",
+        match=r"op 'tile_kernel', parameter 'x': the kernel's adjoint \(tiles, or a struct value built from "
+        r"the array\) needs the array and its gradient laid out alike, got strides .*; pass a contiguous array",
     ):
         out.sum().backward()
     xc = x.detach().contiguous().requires_grad_(True)
