@@ -46,3 +46,33 @@ def test_torch_vmap_in_out_whose_batch_elements_share_memory_is_refused():
     acc = torch.zeros(3, 3)
     torch.func.vmap(op)(acc, torch.arange(9.0).reshape(3, 3))
     assert acc.tolist() == (torch.arange(9.0).reshape(3, 3) ** 2).tolist()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("paddle") is None, reason="paddle not installed")
+def test_paddle_in_out_requiring_grad_with_no_input_requiring_grad():
+    # the in-out tensor is a non-leaf that requires a gradient, no input does: the PyLayer makes no
+    # node and registering the second-backward guard on its output crashed the process (SIGSEGV in
+    # egr::GradNodeBase::RegisterGradientHook). In a child process: a crash fails the test.
+    from _subprocess import run_script
+
+    p = run_script(
+        """
+        import numpy as np, paddle
+        from catalogue import case
+        op = case("in_out_first").op  # acc += x^2, out = 3 x
+        for view in (lambda t: t[0:3], lambda t: t[0:6:2], lambda t: t[0:3].clone()):
+            leaf = paddle.to_tensor(np.arange(6, dtype=np.float32))
+            leaf.stop_gradient = False
+            acc = view(leaf.clone())
+            acc2, out = op(acc, paddle.full([3], 2.0))
+            assert acc2 is acc
+            (acc2.sum() * 2 + out.sum()).backward()
+            print(acc.numpy().tolist(), leaf.grad.numpy().tolist())
+        """
+    )
+    lines = p.stdout.strip().splitlines()[-3:]
+    assert lines == [
+        "[4.0, 5.0, 6.0] [2.0, 2.0, 2.0, 0.0, 0.0, 0.0]",
+        "[4.0, 6.0, 8.0] [2.0, 0.0, 2.0, 0.0, 2.0, 0.0]",
+        "[4.0, 5.0, 6.0] [2.0, 2.0, 2.0, 0.0, 0.0, 0.0]",
+    ], lines
