@@ -279,6 +279,9 @@ class Call:
     seed: int = 0
     notes: list = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        return describe(self)
+
 
 def _dtypes(fw: str, pop: PropertyOp, x64: bool) -> list:
     if fw == "jax" and not x64:
@@ -486,6 +489,16 @@ class Outcome:
     after: list | None = None  # numpy/torch/paddle: each array argument's base after the call
     error: BaseException | None = None
     backward_error: BaseException | None = None
+    aliased: list | None = None  # per array argument: its view shares the base's memory
+
+
+def _aliased(views, srcs, nbytes) -> list:
+    """Whether each view lies in its base's memory (a framework may make a view a copy)."""
+    out = []
+    for v, s, n in zip(views, srcs, nbytes):
+        p, b = v.data_ptr(), s.data_ptr()
+        out.append(b <= p < b + max(n, 1))
+    return out
 
 
 def _tol(dtype):
@@ -560,8 +573,9 @@ def run_call(fw: str, c: Call) -> str:
         for k, (b0, b1) in enumerate(zip(bases, out.after)):
             if k == c.inplace:
                 continue
-            if k in ret_io and c.layouts[k].flip is not None and fw in ("torch", "paddle"):
-                # torch.flip and paddle.flip copy: the in-out is that copy, the base stays as it was
+            if k in ret_io and not out.aliased[k]:
+                # the framework made the view a copy (torch.flip, paddle.flip, paddle.expand): the
+                # in-out is that copy, the base stays as it was
                 np.testing.assert_array_equal(b1, b0, err_msg=f"{fw} in-out #{k} of {describe(c)}")
             elif k in ret_io:
                 expect = b0.copy()
@@ -633,6 +647,7 @@ def _run_numpy(c: Call, bases, shapes, s_arg, weights) -> Outcome:
         if views[k].size and not np.shares_memory(_as_tuple(r)[j], arrs[k]):
             raise AssertionError(f"numpy in-out #{k} returned an array that is not the caller's: {describe(c)}")
     o.after = arrs
+    o.aliased = [True] * len(arrs)
     return o
 
 
@@ -693,6 +708,7 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
             raise AssertionError(f"torch in-out #{k}: the returned tensor is not the caller's ({describe(c)})")
     o.returned = [x.detach().numpy().copy() for x in rs]
     o.after = [s.detach().numpy().copy() for s in srcs]
+    o.aliased = _aliased(views, srcs, [b.nbytes for b in bases])
     if weights is not None and c.path in ("eager", "compile") and any(x.requires_grad for x in rs):
         if c.inplace is not None:
             with torch.no_grad():
@@ -741,6 +757,7 @@ def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
             raise AssertionError(f"paddle in-out #{k}: the returned tensor is not the caller's ({describe(c)})")
     o.returned = [x.numpy().copy() for x in rs]
     o.after = [s.numpy().copy() for s in srcs]
+    o.aliased = _aliased(views, srcs, [b.nbytes for b in bases])
     if weights is not None and c.path == "eager" and any(not x.stop_gradient for x in rs):
         if c.inplace is not None:
             with paddle.no_grad():

@@ -4,7 +4,7 @@ stays alive after ``gc.collect()``, and resident memory over the second half of 
 within a bound. (tests/test_bounds.py checks NumPy's drop loop at its soak size; this is the same
 property in every framework.)
 
-INTEROP_PROPERTY_EXAMPLES // 10 ops per framework (at least 60), in a fresh process each.
+INTEROP_PROPERTY_EXAMPLES // 10 ops per framework (at least 30), in a fresh process each.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from _subprocess import run_for_results
 from property_calls import EXAMPLES, FRAMEWORKS, count
 
 pytestmark = pytest.mark.timeout(3600)
-N = max(60, EXAMPLES // 10)
+N = max(30, EXAMPLES // 10)
 
 CHILD = r"""
 import gc, json, os, sys, weakref

@@ -1,6 +1,7 @@
 """SIGINT (Ctrl-C, a notebook's interrupt) delivered at random moments while forward and backward
 calls run, in every framework: each interrupted call either completes with the right values or
-raises KeyboardInterrupt, the process never crashes, and the calls after the storm are right.
+raises KeyboardInterrupt (Paddle: an interrupt inside a backward reaches the caller as Paddle's
+OSError naming KeyboardInterrupt, as for any PyLayer), the process never crashes, and the calls after the storm are right.
 
 Each run is a child process that sets its own SIGINT disposition (so it works when the parent
 ignores SIGINT, e.g. in a background shell); a thread sends ``os.kill(getpid(), SIGINT)`` every
@@ -129,17 +130,26 @@ def storm():
             os.kill(os.getpid(), signal.SIGINT)
             sent[0] += 1
 
-done = interrupted = 0
+done = interrupted = interrupted_in_paddle_backward = 0
 t = threading.Thread(target=storm, daemon=True)
 end = time.monotonic() + seconds
 t.start()
 k = 0
 while True:
-    try:
-        while time.monotonic() < end:
-            step(k)
+    try:  # an interrupt may land anywhere, the handlers below included
+        try:
+            while time.monotonic() < end:
+                step(k)
+                k += 1
+                done += 1
+        except OSError as e:
+            # Paddle turns any exception raised inside a PyLayer's backward into its OSError, the
+            # original named in the message (any PyLayer, not this package's doing)
+            if fw != "paddle" or "KeyboardInterrupt" not in str(e):
+                raise
+            interrupted_in_paddle_backward += 1
             k += 1
-            done += 1
+            continue
         stop.set()
         t.join()
         break
@@ -153,7 +163,8 @@ except KeyboardInterrupt:
     interrupted += 1
 for k in range(40):  # after the storm: every kind of call is right again
     step(k)
-print("RESULTS " + json.dumps({"sent": sent[0], "completed": done, "interrupted": interrupted}))
+print("RESULTS " + json.dumps({"sent": sent[0], "completed": done, "interrupted": interrupted,
+                              "interrupted (Paddle's OSError)": interrupted_in_paddle_backward}))
 """
 
 
@@ -161,6 +172,6 @@ print("RESULTS " + json.dumps({"sent": sent[0], "completed": done, "interrupted"
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 def test_interrupts_during_forward_and_backward(fw, seed):
     r = run_for_results(CHILD, fw, str(seed), str(SECONDS), timeout=900)
-    for key in ("sent", "completed", "interrupted"):
+    for key in ("sent", "completed", "interrupted", "interrupted (Paddle's OSError)"):
         count(fw, "interrupt storms", key, r[key])
     assert r["interrupted"] > 0 and r["completed"] > 0, r
