@@ -734,6 +734,13 @@ affine2d_op = interop.op(affine2d_kernel, name="catalogue::affine2d")
 rowsum_op = interop.op(rowsum_kernel, in_out=["acc"], name="catalogue::rowsum")
 
 
+@wp.kernel
+def scale64_kernel(a: wp.array(dtype=float), s: wp.float64, out: wp.array(dtype=float)):
+    # a float64 scalar with float32 arrays (JAX: with x64 on and off)
+    i = wp.tid()
+    out[i] = a[i] * wp.float32(s)
+
+
 # ---- ops the generated calls and sequences draw from (tests/property_calls.py) ----------------------
 @dataclass(frozen=True)
 class PropertyOp:
@@ -754,6 +761,7 @@ class PropertyOp:
     dtypes: tuple = (np.float32,)
     launch_override: bool = True  # launch_dims may be passed per call (smaller than the arrays)
     row_independent: bool = True  # thread i touches row i only (JAX vmap_method="fold" is valid)
+    scalar_dtype: Any = None  # the scalar parameter's type (None: the arrays' dtype)
 
     @property
     def kind(self) -> str:
@@ -796,5 +804,7 @@ PROPERTY_OPS = [
                lambda n, m: ((n,), (n,)), lambda n, m: (n,)),
     PropertyOp("function", case("function").op, function_op_fn, ("in", "in", "out"), lambda n, m: ((n,), (n,)),
                lambda n, m: (n,), launch_override=False, row_independent=False),
+    PropertyOp("scale64", interop.op(scale64_kernel), scale64_kernel, ("in", "scalar", "out"), lambda n, m: ((n,),),
+               lambda n, m: (n,), scalar_dtype=np.float64),
 ]  # fmt: skip
 PROPERTY_OP_IDS = [p.id for p in PROPERTY_OPS]

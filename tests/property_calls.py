@@ -367,7 +367,7 @@ def warp_reference(pop: PropertyOp, arrays: list[np.ndarray], dtype, s: float, l
         args, it, returned = [], iter(arrays), []
         for role in pop.roles:
             if role == "scalar":
-                args.append(_wp_scalar(dtype, s_value))
+                args.append(_wp_scalar(pop.scalar_dtype or dtype, s_value))
             elif role == "out":
                 a = wp.zeros(pop.out_shape(launch), dtype=wdt, requires_grad=grad)
                 args.append(a)
@@ -425,7 +425,7 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
             return "read-only in-out"  # np.broadcast_to
     if fw == "jax" and _jax_scalar_is_array(c):
         sdt = _jax_scalar_dtype(c)
-        if sdt is not None and sdt != np.dtype(c.dtype):
+        if sdt is not None and sdt != np.dtype(c.op.scalar_dtype or c.dtype):
             return "scalar dtype"
     return None
 
@@ -443,13 +443,14 @@ def _jax_scalar_dtype(c: Call):
         return np.dtype(np.float32)
     if c.scalar_kind == "np_f64":
         return np.dtype(np.float64 if c.x64 else np.float32)
-    return np.dtype(c.dtype)
+    dt = np.dtype(c.op.scalar_dtype or c.dtype)
+    return np.dtype(np.float32) if dt == np.float64 and not c.x64 else dt  # JAX without x64
 
 
 # ---- running a call in each framework ----------------------------------------------------------------
 def _scalar_value(fw: str, c: Call):
     """The scalar argument as the call passes it, and the value the kernel must see."""
-    dt = np.dtype(c.dtype)
+    dt = np.dtype(c.op.scalar_dtype or c.dtype)
     v = c.scalar
     if c.scalar_kind == "py_int":
         return int(v), dt.type(v)
