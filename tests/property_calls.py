@@ -257,7 +257,12 @@ PATHS = {
     "jax": ("eager", "jit", "grad", "jit_grad", "vmap", "jit_vmap"),
     "paddle": ("eager", "no_grad"),
 }
-SEQUENCE_PATHS = {"numpy": ("eager",), "torch": ("eager", "no_grad"), "jax": ("eager", "jit", "grad"), "paddle": ("eager", "no_grad")}
+SEQUENCE_PATHS = {
+    "numpy": ("eager",),
+    "torch": ("eager", "no_grad"),
+    "jax": ("eager", "jit", "grad"),
+    "paddle": ("eager", "no_grad"),
+}
 
 
 @dataclass
@@ -306,7 +311,7 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     ndims = [nd + (1 if batch else 0) for nd in pop.array_ndims]
     lays, grads = [], []
     differentiable = fw != "numpy" and path not in ("no_grad", "vmap", "jit_vmap", "eager" if fw == "jax" else "")
-    for k, nd in enumerate(ndims):
+    for nd in ndims:
         if pools:
             lay = draw(st.sampled_from(layout_pool(nd)))
         else:
@@ -340,8 +345,11 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
 
 def _avoided(fw: str, c: Call) -> bool:
     """Calls that reproduce an open row of issue 21 named in INTEROP_PROPERTY_AVOID."""
-    if 1 in AVOID and fw == "torch" and any(c.layouts[k].kind() != "contiguous" for k in c.op.in_out) and (
-        any(c.grads) or c.scalar_kind == "0d_grad"
+    if (
+        1 in AVOID
+        and fw == "torch"
+        and any(c.layouts[k].kind() != "contiguous" for k in c.op.in_out)
+        and (any(c.grads) or c.scalar_kind == "0d_grad")
     ):
         return True
     if 4 in AVOID and fw == "paddle" and c.inplace is not None:
@@ -413,7 +421,7 @@ def _strides(fw: str, x) -> tuple:
 def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
     """The documented refusal this call must meet (a phrase of the message), or None."""
     pop = c.op
-    for k, (v, shp) in enumerate(zip(views, shapes)):
+    for v in views:
         if fw == "numpy" and any(s < 0 for s in _strides(fw, v)) and v.size:
             return "negative strides"
     for k in pop.in_out:
@@ -558,7 +566,9 @@ def run_call(fw: str, c: Call) -> str:
     if out.error is not None:
         phrase = out.expected
         if phrase is None or not isinstance(out.error, DOCUMENTED) or pop.op.description.label not in str(out.error):
-            raise AssertionError(f"{fw} call {describe(c)} raised unexpectedly: {type(out.error).__name__}: {out.error}") from out.error
+            raise AssertionError(
+                f"{fw} call {describe(c)} raised unexpectedly: {type(out.error).__name__}: {out.error}"
+            ) from out.error
         return f"refused ({phrase})"
     if out.expected is not None:
         raise AssertionError(f"{fw} call {describe(c)}: expected a refusal ({out.expected}), the call ran")
@@ -581,7 +591,9 @@ def run_call(fw: str, c: Call) -> str:
             elif k in ret_io:
                 expect = b0.copy()
                 # the view's elements hold the new values: written through the same view of the base
-                idx = view("index", np.arange(b0.size).reshape(b0.shape), replace(c.layouts[k], subclass=False), shapes[k])
+                idx = view(
+                    "index", np.arange(b0.size).reshape(b0.shape), replace(c.layouts[k], subclass=False), shapes[k]
+                )
                 expect.reshape(-1)[np.asarray(idx).ravel()] = ret_io[k].ravel()
                 np.testing.assert_allclose(b1, expect, **t, err_msg=f"{fw} in-out #{k} (base) of {describe(c)}")
             else:

@@ -45,7 +45,9 @@ def close(a, b):
     return np.allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), atol=1e-5)
 """
 
-ORDER_CHILD = KERNEL + r"""
+ORDER_CHILD = (
+    KERNEL
+    + r"""
 import interop
 op = None
 for step in sys.argv[1].split(","):
@@ -94,8 +96,11 @@ if "paddle" in sys.modules:
     res["paddle to_static (SOT)"] = close(st(paddle.to_tensor(x), paddle.to_tensor(y)).numpy(), want)
 print("RESULTS " + json.dumps(res))
 """
+)
 
-EXPORT_CHILD = KERNEL + r"""
+EXPORT_CHILD = (
+    KERNEL
+    + r"""
 import base64
 mode, path = sys.argv[1], sys.argv[2]
 if mode == "export":
@@ -126,13 +131,14 @@ else:
             res[what] = f"{type(e).__name__}: {str(e)[:300]}"
     print("RESULTS " + json.dumps(res))
 """
+)
 
 
 @pytest.mark.parametrize("order", ORDERS, ids=["-".join(o) for o in ORDERS])
 def test_import_order(order):
     res = run_for_results(ORDER_CHILD, ",".join(order), timeout=900)
     before = {f for f in STEPS if f != "describe" and order.index(f) > order.index("describe")}
-    for feature, ok in res.items():
+    for feature in res:
         fw = feature.split(" ")[0].split(".")[0]
         count(fw, "import order", "op described before import" if fw in before else "op described after import")
     bad = {k: v for k, v in res.items() if v is not True}

@@ -35,7 +35,9 @@ SIZES = [(3, 2), (4, 2), (3, 3), (1, 4), (0, 2), (5, 1)]
 @given(data=st.data())
 def test_sequence_of_changing_calls_equals_warp(fw, data):
     pop = data.draw(st.sampled_from(PROPERTY_OPS), label="op")
-    seq = data.draw(st.lists(calls(fw, pop, paths=SEQUENCE_PATHS[fw], pools=True, sizes=SIZES), min_size=5, max_size=30))
+    seq = data.draw(
+        st.lists(calls(fw, pop, paths=SEQUENCE_PATHS[fw], pools=True, sizes=SIZES), min_size=5, max_size=30)
+    )
     done = []
     for k, c in enumerate(seq):
         try:

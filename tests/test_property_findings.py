@@ -39,7 +39,9 @@ def test_torch_vmap_in_out_whose_batch_elements_share_memory_is_refused():
 
     op = case("in_out_first").op  # acc += x^2, out = 3 x
     acc0 = torch.zeros(1, 3)
-    with pytest.raises(interop.ArgumentError, match=r"op 'inout_first_kernel', parameter 'acc': torch.vmap .* share memory"):
+    with pytest.raises(
+        interop.ArgumentError, match=r"op 'inout_first_kernel', parameter 'acc': torch.vmap .* share memory"
+    ):
         torch.func.vmap(op)(acc0.expand(3, 3), torch.ones(3, 3))
     assert acc0.tolist() == [[0.0, 0.0, 0.0]]
     # batch elements of their own are updated, each with its own x
