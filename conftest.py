@@ -58,3 +58,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The property suite's counts per framework and dimension (tests/property_calls.py)."""
+    pc = sys.modules.get("property_calls")
+    if pc is None or not pc.COUNTS:
+        return
+    import json
+
+    table = pc.counts_table()
+    terminalreporter.section("property cases per framework and dimension")
+    for fw, dims in table.items():
+        terminalreporter.write_line(f"{fw}:")
+        for dim, vals in dims.items():
+            terminalreporter.write_line(f"  {dim}: " + ", ".join(f"{v} {n}" for v, n in vals.items()))
+    path = os.environ.get("INTEROP_PROPERTY_COUNTS")
+    if path:
+        with open(path, "w") as f:
+            json.dump(table, f, indent=1, sort_keys=True)

@@ -136,16 +136,25 @@ def gpu(session):
 
 @nox.session(python=CI_PYTHON)
 def properties(session):
-    """Property-based tests at full size: INTEROP_PROPERTY_EXAMPLES cases per test and framework.
+    """Property-based tests at full size: INTEROP_PROPERTY_EXAMPLES generated cases per test and framework.
 
-    Default 3,400 per test: NumPy runs 3 property tests (layouts, dtypes, in-out), PyTorch 4 (and
-    gradients), JAX and Paddle 3 (layouts, dtypes, gradients): >= 10,200 cases per framework.
-    Override with ``nox -s properties -- <count>``. Cases are drawn at random (not the CI's fixed set).
+    Default 3,400: the generated single calls (layouts x requires_grad x paths, 3,400 per framework),
+    the sequences (850 per framework, 5-30 calls each: about 14,000 calls), the older layout/dtype/
+    in-out/gradient properties (3,400 each), every import order (24), the interrupt storms (6 seeds
+    per framework) and the describe/drop loops (340 ops per framework): well over 10,000 cases per
+    framework. Counts per framework and dimension are printed at the end (and written to
+    property-counts.json). Override with ``nox -s properties -- <count> [pytest args]``. Cases are
+    drawn at random (not the CI's fixed set).
     """
     _install(session, "torch,jax,paddle,test", "ci.txt")
     count = session.posargs[0] if session.posargs else "3400"
-    env = {"INTEROP_PROPERTY_EXAMPLES": count, "INTEROP_PROPERTY_RANDOM": "1"}
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_properties.py", env=env)
+    env = {
+        "INTEROP_PROPERTY_EXAMPLES": count,
+        "INTEROP_PROPERTY_RANDOM": "1",
+        "INTEROP_PROPERTY_COUNTS": os.path.join(HERE, "property-counts.json"),
+    }
+    files = sorted(glob.glob(os.path.join("tests", "test_properties*.py")))
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *files, *session.posargs[1:], env=env)
 
 
 @nox.session(python=CI_PYTHON)

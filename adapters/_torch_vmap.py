@@ -24,6 +24,15 @@ def _make_vmap(b: _Binding, mask: tuple, kind: str):
                         "is not batched: it would be updated once per batch element; batch it too"
                     )
         inout = set(b.inout_pos) if kind == "mutable" else set()
+        for i in inout:
+            a, d = args[i], in_dims[i]
+            if a.size(d) > 1 and a.stride(d) == 0:
+                # the batch elements are one memory: each would accumulate into the others' values
+                raise ArgumentError(
+                    f"op {b.label!r}, parameter {b.call_params[i].name!r}: torch.vmap over an in-out array whose "
+                    "batch elements share memory (stride 0 along the batched dimension, e.g. an expanded "
+                    "tensor); pass an array that owns its elements (.clone())"
+                )
         per = []
         for j in range(info.batch_size):
             sl = []

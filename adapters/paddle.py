@@ -231,7 +231,11 @@ def second_backward_error(label: str) -> RuntimeError:
 
 def _guarded(res, state, label: str):
     """``res`` (what ``_OpLayer.apply`` returned) with :func:`second_backward_guard` on its first tensor."""
-    (res[0] if isinstance(res, tuple) else res)._register_grad_hook(second_backward_guard(state.context, label))
+    first = res[0] if isinstance(res, tuple) else res
+    if not first.stop_gradient:
+        # no input needs a gradient (only an in-out does): the PyLayer made no node, there is
+        # nothing to guard, and Paddle crashes registering a hook on such a tensor (SIGSEGV)
+        first._register_grad_hook(second_backward_guard(state.context, label))
     return res
 
 

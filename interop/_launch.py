@@ -718,6 +718,9 @@ class Runner:
                 arr.grad = g
             if g is None and p.role == "input" and plan.differentiable[i] and adj is not None:
                 # keep the tape from dropping intermediate gradients: give it a throwaway buffer
+                # (laid out like the array, as Warp requires: a packed copy of a strided input)
+                if not arr.is_contiguous:
+                    arr = wp.clone(arr)
                 arr.grad = wp.zeros_like(arr)
             args.append(arr)
         return args

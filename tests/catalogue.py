@@ -927,3 +927,79 @@ def rowsum_kernel(x: wp.array2d(dtype=float), acc: wp.array(dtype=float)):
 copy_op = interop.op(copy_kernel, name="catalogue::copy")
 affine2d_op = interop.op(affine2d_kernel, name="catalogue::affine2d")
 rowsum_op = interop.op(rowsum_kernel, in_out=["acc"], name="catalogue::rowsum")
+
+
+@wp.kernel
+def scale64_kernel(a: wp.array(dtype=float), s: wp.float64, out: wp.array(dtype=float)):
+    # a float64 scalar with float32 arrays (JAX: with x64 on and off)
+    i = wp.tid()
+    out[i] = a[i] * wp.float32(s)
+
+
+# ---- ops the generated calls and sequences draw from (tests/property_calls.py) ----------------------
+@dataclass(frozen=True)
+class PropertyOp:
+    """An op with what a generator needs to call it at any size and Warp to check it.
+
+    ``roles`` gives each kernel parameter's role ("in", "io", "out", "scalar"); array arguments (the
+    "in" and "io" parameters, in call order) have the shapes ``shapes(n, m)``; the default launch is
+    ``launch(n, m)`` and an output's shape is ``out_shape(launch)``. Scalars enter the kernels linearly
+    (the reference's scalar gradient is F(1) - F(0))."""
+
+    id: str
+    op: interop.Op
+    fn: Any  # the wp.kernel, or the Python function of a function op
+    roles: tuple
+    shapes: Callable
+    launch: Callable
+    out_shape: Callable = lambda launch: tuple(launch)
+    dtypes: tuple = (np.float32,)
+    launch_override: bool = True  # launch_dims may be passed per call (smaller than the arrays)
+    row_independent: bool = True  # thread i touches row i only (JAX vmap_method="fold" is valid)
+    scalar_dtype: Any = None  # the scalar parameter's type (None: the arrays' dtype)
+
+    @property
+    def kind(self) -> str:
+        return "kernel" if isinstance(self.fn, wp.Kernel) else "function"
+
+    @property
+    def array_ndims(self) -> tuple:
+        return tuple(len(s) for s in self.shapes(2, 3))
+
+    def array_shapes(self, n: int, m: int) -> tuple:
+        return self.shapes(n, m)
+
+    @property
+    def in_out(self) -> tuple:
+        """Indices (among the array arguments) of the in-out arrays."""
+        arrays = [r for r in self.roles if r in ("in", "io")]
+        return tuple(k for k, r in enumerate(arrays) if r == "io")
+
+    @property
+    def has_scalar(self) -> bool:
+        return "scalar" in self.roles
+
+    def call_args(self, arrays: list, s: Any) -> list:
+        it = iter(arrays)
+        return [s if r == "scalar" else next(it) for r in self.roles if r != "out"]
+
+
+def _rows(n, m):
+    return (n, m)
+
+
+PROPERTY_OPS = [
+    PropertyOp("affine2d", affine2d_op, affine2d_kernel, ("in", "in", "scalar", "out"), lambda n, m: ((n, m), (n, m)),
+               _rows, dtypes=(np.float32, np.float64)),
+    PropertyOp("in_out", case("in_out").op, inout_kernel, ("in", "io", "out"), lambda n, m: ((n, m), (n,)), _rows),
+    PropertyOp("rowsum", rowsum_op, rowsum_kernel, ("in", "io"), lambda n, m: ((n, m), (n,)), _rows),
+    PropertyOp("scalar", case("scalar").op, scalar_kernel, ("in", "in", "scalar", "out"), lambda n, m: ((n,), (n,)),
+               lambda n, m: (n,)),
+    PropertyOp("in_out_first", case("in_out_first").op, inout_first_kernel, ("io", "in", "out"),
+               lambda n, m: ((n,), (n,)), lambda n, m: (n,)),
+    PropertyOp("function", case("function").op, function_op_fn, ("in", "in", "out"), lambda n, m: ((n,), (n,)),
+               lambda n, m: (n,), launch_override=False, row_independent=False),
+    PropertyOp("scale64", interop.op(scale64_kernel), scale64_kernel, ("in", "scalar", "out"), lambda n, m: ((n,),),
+               lambda n, m: (n,), scalar_dtype=np.float64),
+]  # fmt: skip
+PROPERTY_OP_IDS = [p.id for p in PROPERTY_OPS]

@@ -1,0 +1,857 @@
+"""Generated calls for the property suite (tests/test_properties_*.py): what a call is, how to run it
+in each framework, and the reference it must equal.
+
+A *call* (:class:`Call`) is everything a user chooses for one call of an op: sizes, dtype, the layout of
+each array argument (contiguous, strided, offset, broadcast, transposed, flipped, a user subclass), which
+arrays require a gradient, the scalar's kind (Python float/int, NumPy scalar, 0-d array, 0-d array that
+requires grad), the path (eager, ``torch.no_grad``, ``torch.compile``, ``torch.func``, ``jax.jit``,
+``jax.vmap``, ``jax.grad``, ``paddle.no_grad``), JAX's x64 mode, ``launch_dims``, and an in-place
+modification of an input after the forward. :func:`run_call` runs it and compares the returned arrays
+and the gradients with Warp itself: ``wp.launch`` and ``wp.Tape`` on contiguous copies of the values
+(:func:`warp_reference`). A call that the package documents as refused (:func:`expected_error`) must
+raise that error, naming the op.
+
+Counts of what ran, per framework and dimension, are kept in :data:`COUNTS` and printed at the end of
+the pytest session (conftest.py); ``INTEROP_PROPERTY_COUNTS=<file>`` also writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib.util
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import numpy as np
+import warp as wp
+from catalogue import PROPERTY_OPS, PropertyOp
+from hypothesis import HealthCheck, assume, settings
+from hypothesis import strategies as st
+
+import interop
+
+EXAMPLES = int(os.environ.get("INTEROP_PROPERTY_EXAMPLES", "25"))
+RANDOM = os.environ.get("INTEROP_PROPERTY_RANDOM") == "1"
+# Rows of issue 21 that the generators stay off while they are open (e.g. "1,3"): so that a known bug
+# does not hide the next one. Empty by default: every combination is generated.
+AVOID = {int(r) for r in os.environ.get("INTEROP_PROPERTY_AVOID", "").replace(" ", "").split(",") if r}
+FRAMEWORKS = [f for f in ("numpy", "torch", "jax", "paddle") if f == "numpy" or importlib.util.find_spec(f)]
+DOCUMENTED = (interop.ArgumentError, interop.UnsupportedError)
+
+
+def property_settings(examples: int = EXAMPLES, **kw) -> settings:
+    return settings(
+        max_examples=max(1, examples),
+        deadline=None,
+        derandomize=not RANDOM,  # CI: the same cases every run
+        suppress_health_check=list(HealthCheck),
+        database=None,
+        **kw,
+    )
+
+
+# ---- counts per framework and dimension ------------------------------------------------------------
+COUNTS: collections.Counter = collections.Counter()
+
+
+def count(fw: str, dimension: str, value: Any, n: int = 1) -> None:
+    COUNTS[(fw, dimension, str(value))] += n
+
+
+def counts_table() -> dict:
+    """{framework: {dimension: {value: n}}}"""
+    out: dict = {}
+    for (fw, dim, val), n in sorted(COUNTS.items()):
+        out.setdefault(fw, {}).setdefault(dim, {})[val] = n
+    return out
+
+
+# ---- layouts -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """How a logical array of some shape is made: a view of a larger base (offset, steps), some dims
+    broadcast from length 1 (stride 0), the dims permuted (transposed), one dim flipped, a subclass."""
+
+    perm: tuple = ()
+    steps: tuple = ()
+    offsets: tuple = ()
+    broadcast: tuple = ()
+    flip: int | None = None
+    subclass: bool = False
+
+    def kind(self) -> str:
+        parts = []
+        if any(o for o in self.offsets):
+            parts.append("offset")
+        if any(s > 1 for s in self.steps):
+            parts.append("strided")
+        if any(self.broadcast):
+            parts.append("broadcast")
+        if self.perm and tuple(self.perm) != tuple(range(len(self.perm))):
+            parts.append("transposed")
+        if self.flip is not None:
+            parts.append("flipped")
+        if self.subclass:
+            parts.append("subclass")
+        return "+".join(parts) or "contiguous"
+
+
+CONTIGUOUS = Layout()
+
+
+@st.composite
+def layouts(draw, ndim: int, flip: bool = True, subclass: bool = True) -> Layout:
+    """A layout of an ``ndim``-d array: contiguous about a third of the time."""
+    if draw(st.integers(0, 2)) == 0:
+        return Layout(subclass=subclass and draw(st.integers(0, 5)) == 0)
+    perm = tuple(draw(st.permutations(range(ndim)))) if ndim > 1 and draw(st.booleans()) else tuple(range(ndim))
+    steps = tuple(draw(st.integers(1, 3)) for _ in range(ndim))
+    offsets = tuple(draw(st.integers(0, 2)) for _ in range(ndim))
+    broadcast = tuple(draw(st.integers(0, 4)) == 0 for _ in range(ndim))
+    fl = draw(st.integers(0, ndim * 4)) if flip else ndim * 4
+    return Layout(perm, steps, offsets, broadcast, fl if fl < ndim else None, subclass and draw(st.integers(0, 5)) == 0)
+
+
+def layout_pool(ndim: int) -> list[Layout]:
+    """A few fixed layouts, drawn from in sequences so that calls repeat a signature (the caches' hits)."""
+    ident = tuple(range(ndim))
+    pool = [
+        CONTIGUOUS,
+        Layout(ident, (2,) + (1,) * (ndim - 1), (0,) * ndim, (False,) * ndim),  # every other row
+        Layout(ident, (1,) * ndim, (1,) + (0,) * (ndim - 1), (False,) * ndim),  # offset
+        Layout(ident, (1,) * ndim, (0,) * ndim, (True,) + (False,) * (ndim - 1)),  # broadcast rows
+    ]
+    if ndim > 1:
+        rev = tuple(reversed(ident))
+        pool.append(Layout(rev, (1,) * ndim, (0,) * ndim, (False,) * ndim))  # transposed
+        pool.append(Layout(ident, (1,) * (ndim - 1) + (2,), (0,) * ndim, (False,) * ndim))  # strided columns
+    return pool
+
+
+def _norm(lay: Layout, ndim: int) -> Layout:
+    if lay.perm:
+        return lay
+    return replace(lay, perm=tuple(range(ndim)), steps=(1,) * ndim, offsets=(0,) * ndim, broadcast=(False,) * ndim)
+
+
+def base_shape(lay: Layout, shape: tuple) -> tuple:
+    """The shape of the base array that ``lay`` views as ``shape``."""
+    lay = _norm(lay, len(shape))
+    pre = [0] * len(shape)
+    for k, p in enumerate(lay.perm):
+        pre[p] = shape[k]
+    out = []
+    for j, n in enumerate(pre):
+        if lay.broadcast[j] and n >= 1:
+            out.append(lay.offsets[j] + 1)
+        else:
+            out.append(lay.offsets[j] + max(n - 1, 0) * lay.steps[j] + 1)
+    return tuple(out)
+
+
+class UserArray(np.ndarray):
+    """An ndarray subclass as user code defines them."""
+
+
+_USER_TENSOR = None
+
+
+def _user_tensor():
+    global _USER_TENSOR
+    if _USER_TENSOR is None:
+        import torch
+
+        class UserTensor(torch.Tensor):
+            """A torch.Tensor subclass as user code defines them."""
+
+        _USER_TENSOR = UserTensor
+    return _USER_TENSOR
+
+
+def view(fw: str, base, lay: Layout, shape: tuple):
+    """``lay`` applied to framework array ``base`` with the framework's own operations: the result has
+    ``shape``. NumPy and ``"index"`` (NumPy) give real views; JAX values inside a trace are fine too."""
+    lay = _norm(lay, len(shape))
+    pre = [0] * len(shape)
+    for k, p in enumerate(lay.perm):
+        pre[p] = shape[k]
+    sl = []
+    for j, n in enumerate(pre):
+        o, s = lay.offsets[j], lay.steps[j]
+        sl.append(slice(o, o + 1) if lay.broadcast[j] and n >= 1 else slice(o, o + n * s, s))
+    v = base[tuple(sl)]
+    if any(lay.broadcast[j] and pre[j] >= 1 for j in range(len(pre))):
+        v = _expand(fw, v, tuple(pre))
+    if tuple(lay.perm) != tuple(range(len(shape))):
+        v = _permute(fw, v, lay.perm)
+    if lay.flip is not None:
+        v = _flip(fw, v, lay.flip)
+    if lay.subclass and fw == "numpy":
+        v = v.view(UserArray)
+    if lay.subclass and fw == "torch":
+        v = v.as_subclass(_user_tensor())
+    return v
+
+
+def _expand(fw, v, shape):
+    if fw in ("numpy", "index"):
+        return np.broadcast_to(v, shape)
+    if fw == "torch":
+        return v.expand(*shape)
+    if fw == "jax":
+        import jax.numpy as jnp
+
+        return jnp.broadcast_to(v, shape)
+    import paddle
+
+    return paddle.expand(v, list(shape))
+
+
+def _permute(fw, v, perm):
+    if fw in ("numpy", "index"):
+        return np.transpose(v, perm)
+    if fw == "torch":
+        return v.permute(*perm)
+    if fw == "jax":
+        import jax.numpy as jnp
+
+        return jnp.transpose(v, perm)
+    import paddle
+
+    return paddle.transpose(v, list(perm))
+
+
+def _flip(fw, v, axis):
+    if fw in ("numpy", "index"):
+        return np.flip(v, axis)
+    if fw == "torch":
+        import torch
+
+        return torch.flip(v, [axis])
+    if fw == "jax":
+        import jax.numpy as jnp
+
+        return jnp.flip(v, axis)
+    import paddle
+
+    return paddle.flip(v, [axis])
+
+
+def scatter_grad(lay: Layout, shape: tuple, grad_view: np.ndarray) -> np.ndarray:
+    """The gradient of the base given the gradient of its view: summed through the same view of indices."""
+    bshape = base_shape(lay, shape)
+    size = int(np.prod(bshape))
+    idx = view("index", np.arange(size).reshape(bshape), replace(lay, subclass=False), shape)
+    g = np.zeros(size, np.float64)
+    np.add.at(g, np.asarray(idx).ravel(), np.asarray(grad_view, np.float64).ravel())
+    return g.reshape(bshape)
+
+
+# ---- a call ------------------------------------------------------------------------------------------
+SCALAR_KINDS = ("py_float", "py_int", "np_same", "np_f32", "np_f64", "0d", "0d_grad")
+PATHS = {
+    "numpy": ("eager",),
+    "torch": ("eager", "no_grad", "compile", "vmap", "func_grad"),
+    "jax": ("eager", "jit", "grad", "jit_grad", "vmap", "jit_vmap"),
+    "paddle": ("eager", "no_grad"),
+}
+SEQUENCE_PATHS = {
+    "numpy": ("eager",),
+    "torch": ("eager", "no_grad"),
+    "jax": ("eager", "jit", "grad"),
+    "paddle": ("eager", "no_grad"),
+}
+
+
+@dataclass
+class Call:
+    op: PropertyOp
+    n: int
+    m: int
+    dtype: Any
+    layouts: tuple  # per array argument (inputs and in-out, in call order)
+    grads: tuple  # per array argument: requires grad
+    scalar_kind: str = "py_float"
+    scalar: float = 1.5
+    path: str = "eager"
+    launch: tuple | None = None  # launch_dims passed per call (None: not passed)
+    inplace: int | None = None  # array argument modified in place after the forward
+    x64: bool = False
+    batch: int = 0  # vmap batch size
+    vmap_method: str | None = None
+    seed: int = 0
+    notes: list = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return describe(self)
+
+
+def _dtypes(fw: str, pop: PropertyOp, x64: bool) -> list:
+    if fw == "jax" and not x64:
+        return [d for d in pop.dtypes if np.dtype(d).itemsize < 8] or [None]
+    return list(pop.dtypes)
+
+
+@st.composite
+def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool = False, sizes=None) -> Call:
+    """One generated call of ``pop`` (drawn from the catalogue's property ops when None) in ``fw``."""
+    pop = pop or draw(st.sampled_from(PROPERTY_OPS))
+    path = draw(st.sampled_from(paths or PATHS[fw]))
+    x64 = fw == "jax" and draw(st.booleans())
+    dts = _dtypes(fw, pop, x64)
+    assume(dts != [None])
+    dtype = draw(st.sampled_from(dts))
+    if sizes:
+        n, m = draw(st.sampled_from(sizes))
+    else:
+        n, m = draw(st.integers(0, 5)), draw(st.integers(1, 4))
+    batch = draw(st.integers(1, 3)) if "vmap" in path else 0
+    ndims = [nd + (1 if batch else 0) for nd in pop.array_ndims]
+    lays, grads = [], []
+    differentiable = fw != "numpy" and path not in ("no_grad", "vmap", "jit_vmap", "eager" if fw == "jax" else "")
+    for nd in ndims:
+        if pools:
+            lay = draw(st.sampled_from(layout_pool(nd)))
+        else:
+            lay = draw(layouts(nd, flip=True, subclass=fw in ("numpy", "torch") and path != "compile"))
+        if fw == "jax":
+            lay = replace(lay, subclass=False)
+        lays.append(lay)
+        grads.append(differentiable and draw(st.booleans()))
+    kinds = [k for k in SCALAR_KINDS if k != "0d_grad" or differentiable] if pop.has_scalar else ["py_float"]
+    if fw == "numpy":
+        kinds = [k for k in kinds if k != "0d_grad"]
+    if path in ("vmap", "jit_vmap", "compile", "func_grad"):
+        kinds = ["py_float"]
+    kind = draw(st.sampled_from(kinds))
+    scalar = float(draw(st.integers(-3, 3))) if kind == "py_int" else draw(st.sampled_from([1.5, -0.75, 2.0, 0.0]))
+    launch = None
+    if pop.launch_override and not batch and path != "compile" and draw(st.integers(0, 3)) == 0:
+        full = pop.launch(n, m)
+        launch = draw(st.sampled_from([full, tuple(max(d - 1, 0) for d in full[:1]) + full[1:]]))
+    inplace = None
+    if fw in ("torch", "paddle") and path == "eager" and draw(st.integers(0, 4)) == 0:
+        inplace = draw(st.integers(0, len(ndims) - 1))
+    vm = None
+    if fw == "jax" and batch:
+        vm = draw(st.sampled_from(["loop", "sequential", "fold"] if pop.row_independent else ["loop"]))
+    call = Call(pop, n, m, dtype, tuple(lays), tuple(grads), kind, scalar, path, launch, inplace, x64, batch, vm,
+                draw(st.integers(0, 2**31 - 1)))  # fmt: skip
+    assume(not _avoided(fw, call))
+    return call
+
+
+def _avoided(fw: str, c: Call) -> bool:
+    """Calls that reproduce an open row of issue 21 named in INTEROP_PROPERTY_AVOID."""
+    if (
+        1 in AVOID
+        and fw == "torch"
+        and any(c.layouts[k].kind() != "contiguous" for k in c.op.in_out)
+        and (any(c.grads) or c.scalar_kind == "0d_grad")
+    ):
+        return True
+    if 4 in AVOID and fw == "paddle" and c.inplace is not None:
+        return True
+    if 8 in AVOID and any(lay.subclass for lay in c.layouts):
+        return True
+    return False
+
+
+# ---- the reference: Warp itself on contiguous copies --------------------------------------------------
+def _wp_scalar(dtype, value):
+    return wp.dtype_from_numpy(np.dtype(dtype))(value)
+
+
+def warp_reference(pop: PropertyOp, arrays: list[np.ndarray], dtype, s: float, launch: tuple, weights=None):
+    """(returned arrays, gradients of the array arguments, gradient of the scalar) of one call, by
+    ``wp.launch`` (or the Python function) under a ``wp.Tape`` on contiguous copies; gradients of
+    ``sum_k sum(weights[k] * returned[k])`` when ``weights`` is given (else None)."""
+    wdt = wp.dtype_from_numpy(np.dtype(dtype))
+    grad = weights is not None
+
+    def run(s_value):
+        args, it, returned = [], iter(arrays), []
+        for role in pop.roles:
+            if role == "scalar":
+                args.append(_wp_scalar(pop.scalar_dtype or dtype, s_value))
+            elif role == "out":
+                a = wp.zeros(pop.out_shape(launch), dtype=wdt, requires_grad=grad)
+                args.append(a)
+                returned.append(a)
+            else:
+                a = wp.array(np.array(next(it), dtype=dtype, order="C"), dtype=wdt, requires_grad=grad)
+                args.append(a)
+                if role == "io":
+                    returned.append(a)
+        tape = wp.Tape()
+        with tape:
+            if pop.kind == "kernel":
+                wp.launch(pop.fn, dim=launch, inputs=args, device="cpu")
+            else:
+                pop.fn(*args)
+        return args, returned, tape
+
+    args, returned, tape = run(s)
+    outs = [r.numpy().copy() for r in returned]
+    if not grad:
+        return outs, None, None
+    tape.backward(grads={r: wp.array(np.asarray(w, dtype), dtype=wdt) for r, w in zip(returned, weights)})
+    grads = [a.grad.numpy().copy() for a, role in zip(args, pop.roles) if role in ("in", "io")]
+    gs = None
+    if pop.has_scalar:  # the kernels' scalars enter linearly: d/ds = F(1) - F(0)
+        one = [r.numpy().astype(np.float64) for r in run(1.0)[1]]
+        zero = [r.numpy().astype(np.float64) for r in run(0.0)[1]]
+        gs = float(sum(np.sum(np.asarray(w, np.float64) * (a - b)) for w, a, b in zip(weights, one, zero)))
+    return outs, grads, gs
+
+
+# ---- what the package documents as refused ----------------------------------------------------------
+def _strides(fw: str, x) -> tuple:
+    if fw == "numpy":
+        return tuple(x.strides)
+    if fw == "torch":
+        return tuple(x.stride())
+    if fw == "paddle":
+        return tuple(x.strides)
+    return ()
+
+
+def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
+    """The documented refusal this call must meet (a phrase of the message), or None."""
+    pop = c.op
+    for v in views:
+        if fw == "numpy" and any(s < 0 for s in _strides(fw, v)) and v.size:
+            return "negative strides"
+    for k in pop.in_out:
+        v, shp = views[k], shapes[k]
+        st_ = _strides(fw, v)
+        if any(s == 0 and d > 1 for s, d in zip(st_, shp)):
+            return "in-out with two elements at one address"
+        if fw == "numpy" and not v.flags.writeable:
+            return "read-only in-out"  # np.broadcast_to
+    if fw == "jax" and _jax_scalar_is_array(c):
+        sdt = _jax_scalar_dtype(c)
+        if sdt is not None and sdt != np.dtype(c.op.scalar_dtype or c.dtype):
+            return "scalar dtype"
+    return None
+
+
+def _jax_scalar_is_array(c: Call) -> bool:
+    """JAX hands the op the scalar as an array: a 0-d array, or any scalar passed into a jitted function."""
+    return c.scalar_kind in ("0d", "0d_grad") or (c.path in ("jit", "jit_grad") and c.op.has_scalar)
+
+
+def _jax_scalar_dtype(c: Call):
+    """The dtype of that array (None: weakly typed, converted like jnp arithmetic converts it)."""
+    if c.scalar_kind in ("py_float", "py_int"):
+        return None
+    if c.scalar_kind == "np_f32":
+        return np.dtype(np.float32)
+    if c.scalar_kind == "np_f64":
+        return np.dtype(np.float64 if c.x64 else np.float32)
+    dt = np.dtype(c.op.scalar_dtype or c.dtype)
+    return np.dtype(np.float32) if dt == np.float64 and not c.x64 else dt  # JAX without x64
+
+
+# ---- running a call in each framework ----------------------------------------------------------------
+def _scalar_value(fw: str, c: Call):
+    """The scalar argument as the call passes it, and the value the kernel must see."""
+    dt = np.dtype(c.op.scalar_dtype or c.dtype)
+    v = c.scalar
+    if c.scalar_kind == "py_int":
+        return int(v), dt.type(v)
+    if c.scalar_kind == "py_float":
+        return float(v), dt.type(v)
+    if c.scalar_kind == "np_same":
+        return dt.type(v), dt.type(v)
+    if c.scalar_kind == "np_f32":
+        return np.float32(v), dt.type(np.float32(v))
+    if c.scalar_kind == "np_f64":
+        return np.float64(v), dt.type(v)
+    # 0-d arrays of the kernel's dtype
+    a = np.asarray(v, dt)
+    grad = c.scalar_kind == "0d_grad"
+    if fw == "numpy":
+        return a, dt.type(v)
+    if fw == "torch":
+        import torch
+
+        return torch.tensor(a, requires_grad=grad), dt.type(v)
+    if fw == "paddle":
+        import paddle
+
+        t = paddle.to_tensor(a)
+        t.stop_gradient = not grad
+        return t, dt.type(v)
+    import jax.numpy as jnp
+
+    return jnp.asarray(a), dt.type(v)
+
+
+@dataclass
+class Outcome:
+    returned: list  # numpy arrays
+    grads: list | None = None  # per array argument: gradient w.r.t. its base (None: not asked)
+    gscalar: float | None = None
+    after: list | None = None  # numpy/torch/paddle: each array argument's base after the call
+    error: BaseException | None = None
+    backward_error: BaseException | None = None
+    aliased: list | None = None  # per array argument: its view shares the base's memory
+
+
+def _aliased(views, srcs, nbytes) -> list:
+    """Whether each view lies in its base's memory (a framework may make a view a copy)."""
+    out = []
+    for v, s, n in zip(views, srcs, nbytes):
+        p, b = v.data_ptr(), s.data_ptr()
+        out.append(b <= p < b + max(n, 1))
+    return out
+
+
+def _tol(dtype):
+    return {"rtol": 2e-5, "atol": 2e-5} if np.dtype(dtype).itemsize <= 4 else {"rtol": 1e-10, "atol": 1e-10}
+
+
+def _as_tuple(r):
+    return list(r) if isinstance(r, (tuple, list)) else [r]
+
+
+def _np(x) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return np.asarray(x)
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    if hasattr(x, "numpy") and type(x).__module__.startswith("paddle"):
+        return x.numpy()
+    return np.asarray(x)
+
+
+@contextlib.contextmanager
+def _x64(flag: bool):
+    import jax
+
+    with jax.enable_x64(flag):
+        yield
+
+
+def run_call(fw: str, c: Call) -> str:
+    """Run call ``c`` in ``fw`` and check it against Warp; returns what was checked (for counting)."""
+    pop = c.op
+    rng = np.random.default_rng(c.seed)
+    shapes = [tuple(s) for s in pop.array_shapes(c.n, c.m)]
+    if c.batch:
+        shapes = [(c.batch, *s) for s in shapes]
+    bases = [rng.uniform(-1, 1, base_shape(lay, shp)).astype(c.dtype) for lay, shp in zip(c.layouts, shapes)]
+    values = [np.ascontiguousarray(view("index", b, replace(lay, subclass=False), shp)) for b, lay, shp in zip(bases, c.layouts, shapes)]  # fmt: skip
+    launch = c.launch or pop.launch(c.n, c.m)
+    # the reference (per batch element under vmap)
+    with _x64(c.x64) if fw == "jax" else contextlib.nullcontext():
+        s_arg, s_val = _scalar_value(fw, c)
+    want_grad = fw != "numpy" and (any(c.grads) or c.scalar_kind == "0d_grad")
+    if c.batch:
+        per = [warp_reference(pop, [v[b] for v in values], c.dtype, s_val, launch) for b in range(c.batch)]
+        want = [np.stack([p[0][k] for p in per]) for k in range(len(per[0][0]))]
+        weights, want_g, want_gs = None, None, None
+    else:
+        want, _, _ = warp_reference(pop, values, c.dtype, s_val, launch)
+        weights = [rng.uniform(0.5, 1.5, w.shape).astype(c.dtype) for w in want]
+        want_g, want_gs = None, None
+        if want_grad:
+            _, want_g, want_gs = warp_reference(pop, values, c.dtype, s_val, launch, weights)
+    with _x64(c.x64) if fw == "jax" else contextlib.nullcontext():
+        out = RUNNERS[fw](c, bases, shapes, s_arg, weights if want_grad else None)
+    # a documented refusal
+    if out.error is not None:
+        phrase = out.expected
+        if phrase is None or not isinstance(out.error, DOCUMENTED) or pop.op.description.label not in str(out.error):
+            raise AssertionError(
+                f"{fw} call {describe(c)} raised unexpectedly: {type(out.error).__name__}: {out.error}"
+            ) from out.error
+        return f"refused ({phrase})"
+    if out.expected is not None:
+        raise AssertionError(f"{fw} call {describe(c)}: expected a refusal ({out.expected}), the call ran")
+    t = _tol(c.dtype)
+    assert len(out.returned) == len(want), (len(out.returned), len(want))
+    for k, (g, w) in enumerate(zip(out.returned, want)):
+        assert g.dtype == w.dtype, f"returned #{k}: dtype {g.dtype}, want {w.dtype} ({describe(c)})"
+        assert g.shape == w.shape, f"returned #{k}: shape {g.shape}, want {w.shape} ({describe(c)})"
+        np.testing.assert_allclose(g, w, **t, err_msg=f"{fw} returned #{k} of {describe(c)}")
+    # in-out arguments updated in place, inputs never written (mutable frameworks)
+    if out.after is not None:
+        ret_io = {k: out.returned[j] for j, k in enumerate(pop.in_out)}
+        for k, (b0, b1) in enumerate(zip(bases, out.after)):
+            if k == c.inplace:
+                continue
+            if k in ret_io and not out.aliased[k]:
+                # the framework made the view a copy (torch.flip, paddle.flip, paddle.expand): the
+                # in-out is that copy, the base stays as it was
+                np.testing.assert_array_equal(b1, b0, err_msg=f"{fw} in-out #{k} of {describe(c)}")
+            elif k in ret_io:
+                expect = b0.copy()
+                # the view's elements hold the new values: written through the same view of the base
+                idx = view(
+                    "index", np.arange(b0.size).reshape(b0.shape), replace(c.layouts[k], subclass=False), shapes[k]
+                )
+                expect.reshape(-1)[np.asarray(idx).ravel()] = ret_io[k].ravel()
+                np.testing.assert_allclose(b1, expect, **t, err_msg=f"{fw} in-out #{k} (base) of {describe(c)}")
+            else:
+                np.testing.assert_array_equal(b1, b0, err_msg=f"{fw} input #{k} was written: {describe(c)}")
+    if out.backward_error is not None:
+        assert c.inplace is not None, f"{fw} backward of {describe(c)} raised {out.backward_error!r}"
+        return "backward refused the modified input"
+    if out.grads is not None:
+        gt = t if np.dtype(c.dtype).itemsize > 4 else {"rtol": 1e-4, "atol": 1e-4}
+        for k, g in enumerate(out.grads):
+            if g is None:
+                continue
+            w = scatter_grad(c.layouts[k], shapes[k], want_g[k])
+            np.testing.assert_allclose(g, w, **gt, err_msg=f"{fw} gradient of array argument #{k} of {describe(c)}")
+        if out.gscalar is not None:
+            np.testing.assert_allclose(out.gscalar, want_gs, **gt, err_msg=f"{fw} scalar gradient of {describe(c)}")
+        return "values and gradients"
+    return "values"
+
+
+def describe(c: Call) -> str:
+    lays = ",".join(lay.kind() for lay in c.layouts)
+    return (
+        f"{c.op.id}(n={c.n}, m={c.m}, {np.dtype(c.dtype).name}, layouts=[{lays}], grads={list(map(int, c.grads))}, "
+        f"scalar={c.scalar_kind}:{c.scalar}, path={c.path}, launch={c.launch}, inplace={c.inplace}, x64={c.x64}, "
+        f"batch={c.batch}, vmap_method={c.vmap_method})"
+    )
+
+
+def count_call(fw: str, c: Call, outcome: str, source: str = "single calls") -> None:
+    count(fw, "cases", source)
+    count(fw, "op", c.op.id)
+    count(fw, "path", c.path)
+    count(fw, "dtype", np.dtype(c.dtype).name)
+    for k, lay in enumerate(c.layouts):
+        role = "in-out" if k in c.op.in_out else "input"
+        count(fw, f"{role} layout", lay.kind())
+        count(fw, f"{role} requires grad", c.grads[k])
+    if c.op.has_scalar:
+        count(fw, "scalar kind", c.scalar_kind)
+    count(fw, "launch_dims", "per call" if c.launch else "default")
+    if fw in ("torch", "paddle"):
+        count(fw, "in-place after forward", c.inplace is not None)
+    if fw == "jax":
+        count(fw, "x64", c.x64)
+        if c.vmap_method:
+            count(fw, "vmap_method", c.vmap_method)
+    count(fw, "outcome", outcome)
+
+
+# ---- per framework -----------------------------------------------------------------------------------
+def _run_numpy(c: Call, bases, shapes, s_arg, weights) -> Outcome:
+    arrs = [b.copy() for b in bases]
+    views = [view("numpy", a, lay, shp) for a, lay, shp in zip(arrs, c.layouts, shapes)]
+    o = Outcome([])
+    o.expected = expected_error("numpy", c, views, shapes)
+    try:
+        r = c.op.op(*c.op.call_args(views, s_arg), launch_dims=c.launch)
+    except Exception as e:  # noqa: BLE001 - checked by the caller
+        o.error = e
+        return o
+    o.returned = [np.array(x) for x in _as_tuple(r)]
+    for j, k in enumerate(c.op.in_out):
+        if views[k].size and not np.shares_memory(_as_tuple(r)[j], arrs[k]):
+            raise AssertionError(f"numpy in-out #{k} returned an array that is not the caller's: {describe(c)}")
+    o.after = arrs
+    o.aliased = [True] * len(arrs)
+    return o
+
+
+def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
+    import torch
+
+    pop = c.op
+    leaves = [torch.tensor(b, requires_grad=g) for b, g in zip(bases, c.grads)]
+    # an in-out that requires grad is a non-leaf (a leaf that requires grad cannot be updated in place)
+    srcs = [lf.clone() if (k in pop.in_out and c.grads[k]) else lf for k, lf in enumerate(leaves)]
+    o = Outcome([])
+    views = [view("torch", s, lay, shp) for s, lay, shp in zip(srcs, c.layouts, shapes)]
+    o.expected = expected_error("torch", c, views, shapes)
+    kw = {"launch_dims": c.launch} if c.launch else {}
+    try:
+        if c.path == "no_grad":
+            with torch.no_grad():
+                r = pop.op(*pop.call_args(views, s_arg), **kw)
+        elif c.path == "compile":
+
+            def f(*ss):
+                vs = [view("torch", s, lay, shp) for s, lay, shp in zip(ss, c.layouts, shapes)]
+                return pop.op(*pop.call_args(vs, s_arg), **kw)
+
+            torch.compiler.reset()  # a fresh compile per call: no recompile limit, no cached graph
+            r = torch.compile(f, backend="aot_eager", fullgraph=True)(*srcs)
+        elif c.path == "vmap":
+            r = torch.func.vmap(lambda *vs: pop.op(*pop.call_args(list(vs), s_arg)))(*views)
+        elif c.path == "func_grad":
+            diff = [k for k in range(len(srcs)) if c.grads[k]]
+            if diff:
+
+                def loss(*ds):
+                    ss = list(srcs)
+                    for k, d in zip(diff, ds):
+                        ss[k] = d.clone() if k in pop.in_out else d
+                    vs = [view("torch", s, lay, shp) for s, lay, shp in zip(ss, c.layouts, shapes)]
+                    rr = _as_tuple(pop.op(*pop.call_args(vs, s_arg), **kw))
+                    total = sum((x * torch.tensor(w)).sum() for x, w in zip(rr, weights))
+                    return total, tuple(x.detach() for x in rr)
+
+                detached = [leaves[k].detach() for k in diff]
+                gs, rr = torch.func.grad(loss, argnums=tuple(range(len(diff))), has_aux=True)(*detached)
+                o.returned = [x.numpy() for x in rr]
+                o.grads = [None] * len(srcs)
+                for k, g in zip(diff, gs):
+                    o.grads[k] = g.numpy()
+                return o
+            r = pop.op(*pop.call_args(views, s_arg), **kw)
+        else:
+            r = pop.op(*pop.call_args(views, s_arg), **kw)
+    except Exception as e:  # noqa: BLE001
+        o.error = e
+        return o
+    rs = _as_tuple(r)
+    for j, k in enumerate(pop.in_out):
+        if c.path != "vmap" and rs[j] is not views[k] and c.path != "compile":
+            raise AssertionError(f"torch in-out #{k}: the returned tensor is not the caller's ({describe(c)})")
+    o.returned = [x.detach().numpy().copy() for x in rs]
+    o.after = [s.detach().numpy().copy() for s in srcs]
+    o.aliased = _aliased(views, srcs, [b.nbytes for b in bases])
+    if weights is not None and c.path in ("eager", "compile") and any(x.requires_grad for x in rs):
+        if c.inplace is not None:
+            with torch.no_grad():
+                srcs[c.inplace].mul_(3.0)
+        loss = sum((x * torch.tensor(w)).sum() for x, w in zip(rs, weights))
+        try:
+            loss.backward()
+        except Exception as e:  # noqa: BLE001
+            o.backward_error = e
+            return o
+        o.grads = [
+            (lf.grad.numpy().copy() if lf.grad is not None else np.zeros(lf.shape)) if c.grads[k] else None
+            for k, lf in enumerate(leaves)
+        ]
+        if c.scalar_kind == "0d_grad":
+            o.gscalar = float(s_arg.grad) if s_arg.grad is not None else 0.0
+    return o
+
+
+def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
+    import paddle
+
+    pop = c.op
+    leaves = []
+    for b, g in zip(bases, c.grads):
+        t = paddle.to_tensor(b)
+        t.stop_gradient = not g
+        leaves.append(t)
+    srcs = [lf.clone() if (k in pop.in_out and c.grads[k]) else lf for k, lf in enumerate(leaves)]
+    o = Outcome([])
+    views = [view("paddle", s, lay, shp) for s, lay, shp in zip(srcs, c.layouts, shapes)]
+    o.expected = expected_error("paddle", c, views, shapes)
+    kw = {"launch_dims": c.launch} if c.launch else {}
+    try:
+        if c.path == "no_grad":
+            with paddle.no_grad():
+                r = pop.op(*pop.call_args(views, s_arg), **kw)
+        else:
+            r = pop.op(*pop.call_args(views, s_arg), **kw)
+    except Exception as e:  # noqa: BLE001
+        o.error = e
+        return o
+    rs = _as_tuple(r)
+    for j, k in enumerate(pop.in_out):
+        if rs[j] is not views[k]:
+            raise AssertionError(f"paddle in-out #{k}: the returned tensor is not the caller's ({describe(c)})")
+    o.returned = [x.numpy().copy() for x in rs]
+    o.after = [s.numpy().copy() for s in srcs]
+    o.aliased = _aliased(views, srcs, [b.nbytes for b in bases])
+    if weights is not None and c.path == "eager" and any(not x.stop_gradient for x in rs):
+        if c.inplace is not None:
+            with paddle.no_grad():
+                srcs[c.inplace].scale_(3.0)
+        loss = sum((x * paddle.to_tensor(w)).sum() for x, w in zip(rs, weights))
+        try:
+            loss.backward()
+        except Exception as e:  # noqa: BLE001
+            o.backward_error = e
+            return o
+        o.grads = [
+            (lf.grad.numpy().copy() if lf.grad is not None else np.zeros(lf.shape)) if c.grads[k] else None
+            for k, lf in enumerate(leaves)
+        ]
+        if c.scalar_kind == "0d_grad":
+            o.gscalar = float(s_arg.grad) if s_arg.grad is not None else 0.0
+    return o
+
+
+def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
+    import jax
+    import jax.numpy as jnp
+
+    pop = c.op
+    o = Outcome([])
+    o.expected = None
+    arrs = [jnp.asarray(b) for b in bases]
+    if any(a.dtype != b.dtype for a, b in zip(arrs, bases)):
+        raise AssertionError("jax converted an input's dtype: the generator should not make such a call")
+    kw = {"launch_dims": c.launch} if c.launch else {}
+    if c.vmap_method:
+        kw["vmap_method"] = c.vmap_method
+    traced_s = _jax_scalar_is_array(c)
+    o.expected = expected_error("jax", c, [None] * len(arrs), shapes)
+
+    def f(ss, s):
+        vs = [view("jax", a, lay, shp) for a, lay, shp in zip(ss, c.layouts, shapes)]
+        return tuple(_as_tuple(pop.op(*pop.call_args(vs, s), **kw)))
+
+    def jit(fn):
+        return jax.jit(fn) if traced_s else jax.jit(fn, static_argnums=1)
+
+    try:
+        if c.path == "eager":
+            r = f(arrs, s_arg)
+        elif c.path == "jit":
+            r = jit(f)(arrs, s_arg)
+        elif c.path in ("vmap", "jit_vmap"):
+            vm = jax.vmap(lambda *vs: tuple(_as_tuple(pop.op(*pop.call_args(list(vs), s_arg), **kw))))
+            views = [view("jax", a, lay, shp) for a, lay, shp in zip(arrs, c.layouts, shapes)]
+            r = (jax.jit(vm) if c.path == "jit_vmap" else vm)(*views)
+        else:  # grad, jit_grad: the returned arrays and the gradients from one value_and_grad
+            diff = [k for k in range(len(arrs)) if c.grads[k]]
+            want_s = c.scalar_kind == "0d_grad"
+
+            def loss(dd, s):
+                ss = list(arrs)
+                for k, d in zip(diff, dd):
+                    ss[k] = d
+                rr = f(ss, s)
+                total = sum(jnp.sum(x * jnp.asarray(w)) for x, w in zip(rr, weights)) if weights else jnp.zeros(())
+                return total, rr
+
+            g = jax.value_and_grad(loss, argnums=(0, 1) if want_s else 0, has_aux=True)
+            if c.path == "jit_grad":
+                g = jit(g)
+            (_, r), gr = g([arrs[k] for k in diff], s_arg)
+            o.returned = [np.asarray(x) for x in r]
+            if weights is not None:
+                o.grads = [None] * len(arrs)
+                gd = gr[0] if want_s else gr
+                for k, gk in zip(diff, gd):
+                    o.grads[k] = np.asarray(gk)
+                if want_s:
+                    o.gscalar = float(gr[1])
+            return o
+    except Exception as e:  # noqa: BLE001
+        o.error = e
+        return o
+    o.returned = [np.asarray(x) for x in r]
+    return o
+
+
+RUNNERS: dict[str, Callable] = {"numpy": _run_numpy, "torch": _run_torch, "jax": _run_jax, "paddle": _run_paddle}

@@ -1,0 +1,28 @@
+"""Generated calls: every array argument (inputs *and* in-out arrays) in a generated layout
+(contiguous, strided, offset, broadcast, transposed, flipped, a user subclass), crossed with
+requires_grad / stop_gradient, the scalar's kind and every path of each framework (eager,
+``torch.no_grad``, ``torch.compile`` (backend "aot_eager"), ``torch.func.vmap``/``grad``,
+``jax.jit``/``vmap``/``grad``, ``paddle.no_grad``), each compared with ``wp.launch``/``wp.Tape``
+on contiguous copies (tests/property_calls.py).
+
+INTEROP_PROPERTY_EXAMPLES calls per framework (CI default small; ``nox -s properties`` full size).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
+from property_calls import EXAMPLES, FRAMEWORKS, calls, count_call, property_settings, run_call
+
+pytestmark = pytest.mark.timeout(7200)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@property_settings(EXAMPLES)
+@given(data=st.data())
+def test_generated_call_equals_warp(fw, data):
+    c = data.draw(calls(fw), label="call")
+    outcome = run_call(fw, c)
+    count_call(fw, c, outcome)
+    event(f"{c.path}: {outcome}")

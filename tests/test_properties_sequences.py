@@ -1,0 +1,51 @@
+"""Generated sequences of 5-30 calls of one op in which each call's properties change: sizes,
+layouts, dtype, scalar kind, requires_grad, grad mode (``torch.no_grad``/``paddle.no_grad``), JAX's
+x64 mode, ``jax.jit``/``jax.grad``, per-call ``launch_dims``, an input modified in place between
+the forward and the backward. Layouts and sizes come from small pools so that signatures repeat:
+each call is compared with ``wp.launch``/``wp.Tape`` on contiguous copies, so a fast path's cache
+that serves a call it should not (a stale hit) fails here.
+
+INTEROP_PROPERTY_EXAMPLES // 4 sequences per framework (about 17 calls each).
+"""
+
+from __future__ import annotations
+
+import pytest
+from catalogue import PROPERTY_OPS
+from hypothesis import event, given
+from hypothesis import strategies as st
+from property_calls import (
+    EXAMPLES,
+    FRAMEWORKS,
+    SEQUENCE_PATHS,
+    calls,
+    count,
+    count_call,
+    describe,
+    property_settings,
+    run_call,
+)
+
+pytestmark = pytest.mark.timeout(7200)
+SIZES = [(3, 2), (4, 2), (3, 3), (1, 4), (0, 2), (5, 1)]
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@property_settings(max(1, EXAMPLES // 4))
+@given(data=st.data())
+def test_sequence_of_changing_calls_equals_warp(fw, data):
+    pop = data.draw(st.sampled_from(PROPERTY_OPS), label="op")
+    seq = data.draw(
+        st.lists(calls(fw, pop, paths=SEQUENCE_PATHS[fw], pools=True, sizes=SIZES), min_size=5, max_size=30)
+    )
+    done = []
+    for k, c in enumerate(seq):
+        try:
+            outcome = run_call(fw, c)
+        except AssertionError as e:
+            history = "\n".join(f"  #{j}: {describe(d)}" for j, d in enumerate(done))
+            raise AssertionError(f"call #{k} of a sequence failed after:\n{history}\n{e}") from None
+        done.append(c)
+        count_call(fw, c, outcome, "calls in sequences")
+    count(fw, "sequences", "run")
+    event(f"{len(seq)} calls")
