@@ -361,11 +361,10 @@ def test_cuda_graphs_capture_the_launches(tmp_path):
     assert max(r["errs"]) < 1e-3, r
 
 
-def test_readme_scaling_example_runs(tmp_path):
+def test_docs_scaling_example_runs(tmp_path):
     import re
 
-    text = open(os.path.join(ROOT, "README.md")).read()
-    section = text.split("## Scaling out with JAX", 1)[1]
+    section = open(os.path.join(ROOT, "docs", "scaling.md")).read()
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     code += textwrap.dedent(
         """
