@@ -140,8 +140,8 @@ def _session_python(session) -> str:
     ).strip()
     if version != CI_PYTHON:
         session.warn(
-            f"Python {CI_PYTHON} (the one CI runs) not found: this session runs on Python {version}, "
-            "with what that Python can have."
+            f"This session runs on Python {version}, not {CI_PYTHON} (the one CI runs; not found, or another "
+            "was forced): it installs what that Python can have."
         )
     return version
 
@@ -183,7 +183,9 @@ def _install(session, extras: str, constraints: str, *more: str) -> None:
 
 @nox.session(python=USER_PYTHONS)
 def tests(session):
-    """The test suite on the pinned combination CI runs (Python 3.11, torch, jax, paddle; CPU)."""
+    """The test suite on the pinned combination CI runs (Python 3.11, torch, jax, paddle; CPU).
+
+    Without Python 3.11: on 3.12 or 3.13, torch left out unless a CPU wheel for it is at hand."""
     _install(session, "torch,jax,paddle,test", "ci.txt")
     session.run("pytest", "-q", *session.posargs)
 
@@ -269,7 +271,8 @@ def torch_newest(session):
     """
     _session_python(session)
     session.install(*_constraints("torch-newest.txt"), "-e", ".[torch,test]", silent=False)
-    session.run("python", "-c", "import torch; print('torch', torch.__version__)")
+    check = f"import torch; print('torch', torch.__version__); assert torch.__version__.startswith('{TORCH_NEWEST}')"
+    session.run("python", "-c", check)
     session.run("pytest", "-q", "-k", "torch", *session.posargs)
 
 
