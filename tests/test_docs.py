@@ -127,6 +127,8 @@ def test_readme_is_a_front_page():
     assert cpu < install.index(".[torch]"), install
     assert "<this repository" not in text
     assert "(benchmarks/results.png)" in text and os.path.exists(os.path.join(ROOT, "benchmarks", "results.png"))
+    for target in re.findall(r"\]\(((?!https?:)[^)#]+)(?:#[^)]*)?\)", text):  # the site checks docs/ itself
+        assert os.path.exists(os.path.join(ROOT, target)), target
     code = "\n".join(c for rel in DOC_FILES for _, c in _blocks(rel))
     assert "def scale_then_add(x: wp.array" in code  # a Python-function op
     assert "in_axes=(None, None, 0)" in code  # jax.vmap with a scalar argument
