@@ -10,12 +10,19 @@ pip's ``find-links`` setting (``PIP_FIND_LINKS`` or pip's config), or the index 
 ``TORCH_CPU_INDEX`` (e.g. https://download.pytorch.org/whl/cpu). With neither, torch is left
 out (its tests are skipped, and the session says so); a CUDA torch is never downloaded.
 
+Python: ``tests``, ``demo`` and the other sessions on constraints/ci.txt run on Python 3.11 (the
+torch 2.13.0 CPU wheel is built for it) and, where 3.11 is not found, on the first of 3.12 and 3.13
+that is, with what that Python can have (torch left out, loudly, unless a CPU wheel for it is
+available). With none of them a session fails (exit status 1) saying what to install; a missing
+interpreter is never a "skipped" session with exit status 0.
+
 Matrix (each extra session runs only the tests of the framework it varies):
     tests             Python 3.11, torch 2.13.0 CPU, jax 0.10.2, paddle 3.3.1 (what CI runs)
     jax_newest        Python 3.12, jax/jaxlib 0.12.0.1, newest numpy and Warp
     jax_oldest        Python 3.11, the oldest jax/jaxlib pyproject.toml admits
     paddle_oldest     Python 3.11, the oldest paddlepaddle pyproject.toml admits
     gpu               the whole suite in the current environment (its CUDA builds), CUDA required
+    torch_newest      Python 3.11, torch 2.14.1 (PyPI's CUDA build, about 6 GB; runs on the CPU); not in CI
 """
 
 from __future__ import annotations
@@ -28,8 +35,10 @@ import sys
 
 import nox
 
-nox.options.sessions = ["tests", "lint"]
+nox.options.sessions = ["tests", "lint", "docs"]
 nox.options.reuse_existing_virtualenvs = True
+# a session whose Python is missing fails (exit status 1) instead of being skipped with exit status 0
+nox.options.error_on_missing_interpreters = True
 # uv if installed (fast, cached, hard-linked), else venv + pip; never download a Python
 nox.options.default_venv_backend = "uv|venv"
 os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
@@ -54,9 +63,38 @@ _pyenv_all_versions()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CI_PYTHON = "3.11"  # the torch 2.13.0 CPU wheel is built for CPython 3.11
+SUPPORTED_PYTHONS = ("3.11", "3.12", "3.13")  # in order of preference
 TORCH = "2.13.0+cpu"
+TORCH_NEWEST = "2.14.1"
+
+
+def _python_runs(version: str) -> bool:
+    """Whether ``python<version>`` on PATH runs and is that version (a pyenv shim of a version
+    not selected is on PATH but fails)."""
+    exe = shutil.which(f"python{version}")
+    if exe is None:
+        return False
+    try:
+        r = subprocess.run(
+            [exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0 and r.stdout.strip() == version
+
+
+# the Python of the sessions a user runs (tests, demo, ...): 3.11 if found, else the next supported one.
+# A one-element list: the environment is .nox/<session>-3-12 etc., so a session never reuses an
+# environment made with another Python. Without any, False (no environment): the session fails.
+USER_PYTHON = next((v for v in SUPPORTED_PYTHONS if _python_runs(v)), None)
+USER_PYTHONS: list[str] | bool = [USER_PYTHON] if USER_PYTHON else False
+NO_PYTHON = (
+    f"no supported Python found: none of {', '.join('python' + v for v in SUPPORTED_PYTHONS)} runs from PATH. "
+    "Install one, e.g. Python 3.11 (all frameworks, torch included): `sudo apt install python3.11 python3.11-venv`, "
+    "`uv python install 3.11` or `pyenv install 3.11`, then run this command again"
+)
 JAX_TESTS = ["tests/test_jax_adapter.py", "tests/test_jax_conformance.py", "tests/test_jax_guide.py"]
-JAX_TESTS += ["tests/test_jax_shard_map.py", "tests/test_jax_scaling.py", "tests/test_readme.py"]
+JAX_TESTS += ["tests/test_jax_shard_map.py", "tests/test_jax_scaling.py", "tests/test_docs.py"]
 PADDLE_TESTS = [
     "tests/test_paddle_autograd.py",
     "tests/test_paddle_conformance.py",
@@ -64,7 +102,7 @@ PADDLE_TESTS = [
     "tests/test_paddle_guide.py",
     "tests/test_paddle_paths.py",
     "tests/test_paddle_static.py",
-    "tests/test_readme.py",
+    "tests/test_docs.py",
 ]
 
 
@@ -88,26 +126,54 @@ def _pip_find_links() -> list[str]:
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 
-def _torch_source(session) -> list[str] | None:
-    """pip/uv arguments that make the torch CPU build installable, or None (torch left out)."""
+def _loud(session, *lines: str) -> None:
+    """A warning that stands out in the session's output."""
+    bar = "!" * 78
+    session.warn("\n".join([bar, *lines, bar]))
+
+
+def _session_python(session) -> str:
+    """The session's Python as "3.X"; fails the session when there is none (no supported Python found)."""
+    if not session.python:
+        session.error(NO_PYTHON)
+    version = session.run(
+        "python", "-c", "import sys; print('%d.%d' % sys.version_info[:2])", silent=True, external=True
+    ).strip()
+    if version != CI_PYTHON:
+        session.warn(
+            f"This session runs on Python {version}, not {CI_PYTHON} (the one CI runs; not found, or another "
+            "was forced): it installs what that Python can have."
+        )
+    return version
+
+
+def _torch_source(session, python: str) -> list[str] | None:
+    """pip/uv arguments that make the torch CPU build installable for ``python``, or None (torch left out)."""
     if os.environ.get("TORCH_CPU_INDEX"):
         return ["--extra-index-url", os.environ["TORCH_CPU_INDEX"]]
+    tag = "cp" + python.replace(".", "")
     for d in _pip_find_links():
-        if glob.glob(os.path.join(d, f"torch-{TORCH}-*.whl")):
+        if glob.glob(os.path.join(d, f"torch-{TORCH}-{tag}-*.whl")):
             return ["--find-links", d]
-    session.warn(
-        f"torch left out: no torch-{TORCH} wheel in pip's find-links folders and TORCH_CPU_INDEX is not set "
-        f"(PyPI's Linux torch is a several-GB CUDA build; this session never downloads it)."
+    _loud(
+        session,
+        f"PyTorch LEFT OUT: no torch {TORCH} wheel for Python {python} ({tag}) in pip's find-links folders, and "
+        "TORCH_CPU_INDEX is not set.",
+        "PyPI's Linux torch is a CUDA build of several GB; this session never downloads it. The PyTorch",
+        "parts are skipped. To include them: set TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu,",
+        f"or put a torch {TORCH} wheel for Python {python} in a find-links folder, or run on Python {CI_PYTHON}",
+        "with such a wheel.",
     )
     return None
 
 
 def _install(session, extras: str, constraints: str, *more: str) -> None:
     """Install the project (editable) with ``extras``, exact versions from ``constraints``."""
+    python = _session_python(session)
     args = []
     extras_list = [e for e in extras.split(",") if e]
     if "torch" in extras_list:
-        src = _torch_source(session)
+        src = _torch_source(session, python)
         if src is None:
             extras_list.remove("torch")
         else:
@@ -116,9 +182,11 @@ def _install(session, extras: str, constraints: str, *more: str) -> None:
     session.install(*args, *_constraints(constraints), "-e", f".[{','.join(extras_list)}]", *more, silent=False)
 
 
-@nox.session(python=CI_PYTHON)
+@nox.session(python=USER_PYTHONS)
 def tests(session):
-    """The test suite on the pinned combination CI runs (Python 3.11, torch, jax, paddle; CPU)."""
+    """The test suite on the pinned combination CI runs (Python 3.11, torch, jax, paddle; CPU).
+
+    Without Python 3.11: on 3.12 or 3.13, torch left out unless a CPU wheel for it is at hand."""
     _install(session, "torch,jax,paddle,test", "ci.txt")
     session.run("pytest", "-q", *session.posargs)
 
@@ -134,7 +202,7 @@ def gpu(session):
     session.run("python", "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider", *session.posargs, env=env)
 
 
-@nox.session(python=CI_PYTHON)
+@nox.session(python=USER_PYTHONS)
 def properties(session):
     """Property-based tests at full size: INTEROP_PROPERTY_EXAMPLES generated cases per test and framework.
 
@@ -157,7 +225,7 @@ def properties(session):
     session.run("pytest", "-q", "-p", "no:cacheprovider", *files, *session.posargs[1:], env=env)
 
 
-@nox.session(python=CI_PYTHON)
+@nox.session(python=USER_PYTHONS)
 def soak(session):
     """Long runs at the issue's full size: 5,000 distinct shapes and 500 dropped ops (tests/test_bounds.py),
     then 100,000 forward+backward calls per framework with changing shapes (resident MiB printed)."""
@@ -166,14 +234,14 @@ def soak(session):
     session.run("python", "tests/soak.py", *(session.posargs or ["100000"]))
 
 
-@nox.session(python=CI_PYTHON)
+@nox.session(python=USER_PYTHONS)
 def demo(session):
     """Wrap one kernel and run it through every installed framework (same pins as ``tests``)."""
     _install(session, "torch,jax,paddle", "ci.txt")
     session.run("python", "examples/demo.py", *session.posargs)
 
 
-@nox.session(python=CI_PYTHON)
+@nox.session(python=USER_PYTHONS)
 def bench(session):
     """Per-call overhead against the alternatives: ratios printed, chart written to benchmarks/results.png."""
     _install(session, "torch,jax,paddle", "ci.txt", "matplotlib")
@@ -182,9 +250,10 @@ def bench(session):
     session.run("python", "-m", "benchmarks", *session.posargs)
 
 
-@nox.session(python=CI_PYTHON)
+@nox.session(python=USER_PYTHONS)
 def lint(session):
     """ruff lint, ruff format check (every Python folder), mypy on interop/ and adapters/."""
+    _session_python(session)
     session.install(*_constraints("lint.txt"), "ruff", "mypy", "numpy", "warp-lang", silent=False)
     folders = ["interop", "adapters", "tests", "benchmarks", "examples", "noxfile.py", "conftest.py"]
     session.run("ruff", "check", *folders)
@@ -211,3 +280,34 @@ def paddle_oldest(session):
     """Paddle tests on the oldest paddlepaddle that pyproject.toml admits."""
     _install(session, "paddle,test", "paddle-oldest.txt")
     session.run("pytest", "-q", *PADDLE_TESTS, *session.posargs)
+
+
+@nox.session(python=CI_PYTHON, venv_backend="venv")
+def torch_newest(session):
+    """The PyTorch tests (``pytest -k torch``) on torch 2.14.1, the newest torch ``pip install torch``
+    gives on Linux: PyPI's CUDA build with its nvidia-* packages, about 6 GB (it runs on the CPU).
+
+    Not in CI (the size). Installed with pip (venv backend), so pip's own configuration (index,
+    find-links, a local mirror) applies.
+    """
+    _session_python(session)
+    session.install(*_constraints("torch-newest.txt"), "-e", ".[torch,test]", silent=False)
+    check = f"import torch; print('torch', torch.__version__); assert torch.__version__.startswith('{TORCH_NEWEST}')"
+    session.run("python", "-c", check)
+    session.run("pytest", "-q", "-k", "torch", *session.posargs)
+
+
+@nox.session(python=USER_PYTHONS)
+def docs(session):
+    """Build the documentation site from docs/ (MkDocs, ``--strict``: a warning fails the build) into site/.
+
+    The API reference is read from the source by mkdocstrings (griffe): the package itself is not installed.
+    ``nox -s docs -- serve`` serves it at http://127.0.0.1:8000 instead.
+    """
+    _session_python(session)
+    session.install(*_constraints("docs.txt"), "mkdocs", "mkdocs-material", "mkdocstrings[python]", silent=False)
+    env = {"NO_MKDOCS_2_WARNING": "1"}  # mkdocs-material's banner about MkDocs 2.0, printed on every build
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", "--strict", *session.posargs[1:], env=env)
+    else:
+        session.run("mkdocs", "build", "--strict", "--site-dir", "site", *session.posargs, env=env)

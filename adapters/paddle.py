@@ -22,7 +22,7 @@ Gradients flow through one ``paddle.autograd.PyLayer`` per call:
 ``paddle.jit.to_static``: with ``full_graph=False`` (SOT, the default) Paddle runs the op
 eagerly between compiled segments (a graph break), gradients included. Under
 ``full_graph=True`` Paddle hands over symbolic values with no memory; the call raises a
-``TypeError`` naming the op (see the README).
+``TypeError`` naming the op (see docs/guide/paddle.md).
 """
 
 from __future__ import annotations

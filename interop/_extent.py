@@ -1,6 +1,6 @@
 """Extent checks at plan time: what the kernel's code says about its arrays, and Warp's limits.
 
-Rule (documented in the README, "Bounds checks"): where a kernel indexes an array
+Rule (documented in docs/bounds.md): where a kernel indexes an array
 parameter *directly* with a thread index, unconditionally, that array dimension must be
 at least the launch extent of that thread index. "Directly" means:
 

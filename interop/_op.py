@@ -300,7 +300,7 @@ def op(
         vmap_method: JAX batching rule: ``"loop"`` (default: one XLA call, one launch per
             batch element, correct for every kernel), ``"sequential"`` (``lax.map``) or
             ``"fold"`` (one launch, batch folded into the first launch dim; valid only for
-            row-independent kernels, see the README).
+            row-independent kernels, see docs/guide/jax.md).
         block_dim: threads per block of every launch, as ``wp.launch(..., block_dim=...)``
             (tile kernels need it); an int from 1 to 1024, overridable per call. Launch dims
             are not changed: for a tile kernel launched like ``wp.launch_tiled(k, dim=(m,),

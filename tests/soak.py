@@ -3,7 +3,7 @@
 Run by ``nox -s soak`` (N = 100,000) or ``python tests/soak.py N [framework ...]``. Lengths cycle
 through more distinct values than the plan cache holds (interop._cache.PLANS_PER_OP), so plans are
 evicted and rebuilt throughout; JAX cycles through fewer (each new shape is an XLA compile, kept by
-JAX's own cache and by one registered FFI target: see the README's Guarantees). Every 1,000th call is
+JAX's own cache and by one registered FFI target: see docs/guarantees.md). Every 1,000th call is
 checked against the NumPy reference. Exit status 1 when memory keeps growing over the second half.
 """
 
@@ -30,7 +30,7 @@ def run(fw: str, n: int) -> tuple[float, float, float]:
     c = case("scalar")  # out = sin(x) * s + y * y; d/dx = s cos(x)
     op = c.op
     # JAX: within its bounds (an eager forward and an eager grad of one shape are two traced
-    # entries of the 512 an op keeps); past them each call is an XLA compile (README, Guarantees)
+    # entries of the 512 an op keeps); past them each call is an XLA compile (docs/guarantees.md)
     distinct = 200 if fw == "jax" else 2 * _cache.PLANS_PER_OP + 1
     if fw == "torch":
         import torch

@@ -90,7 +90,7 @@ print("PLANS", len(op._plans), "GROWTH_MIB", marks[N] - marks[N // 2])
 
 def test_dropped_ops_are_freed():
     """Ops described from closures, called and dropped (NumPy only: torch keeps its registered
-    operators, see the README's Guarantees): none stays alive, memory flat."""
+    operators, see docs/guarantees.md): none stays alive, memory flat."""
     n = 500 if FULL else 120
     p = run_script(
         RSS

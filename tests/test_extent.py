@@ -179,14 +179,14 @@ def test_reassigned_thread_index_is_silent():
     assert out.shape == (8,) and out[0] in (1.0, 2.0, 3.0)
 
 
-def test_readme_bounds_checks_example_runs(tmp_path):
+def test_docs_bounds_checks_example_runs(tmp_path):
     import os
     import re
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    section = open(os.path.join(root, "README.md")).read().split("### Bounds checks", 1)[1]
+    section = open(os.path.join(root, "docs", "bounds.md")).read()
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     path = tmp_path / "readme_bounds.py"
     path.write_text(code)

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 
 # module="unique": Warp records a build failure against the whole module, so a kernel that does not
-# compile breaks every kernel of its module (Warp's rule, documented in the README's Guarantees)
+# compile breaks every kernel of its module (Warp's rule, documented in docs/guarantees.md)
 @wp.kernel(module="unique")
 def does_not_compile(a: wp.array(dtype=float), out: wp.array(dtype=float)):
     out[wp.tid()] = a[wp.tid()] + wp.vec3(1.0, 2.0, 3.0)

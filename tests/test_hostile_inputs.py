@@ -113,10 +113,13 @@ def test_ndarray_subclass_in_out_then_smaller():
 # ---- Ctrl-C while a JAX FFI handler runs ---------------------------------------------------------
 @JAX
 def test_ctrl_c_during_jax_handler_surfaces_as_keyboard_interrupt():
-    # in a child process: before the fix the interrupt escaped the ctypes callback and the process died
+    # in a child process: before the fix the interrupt escaped the ctypes callback and the process died.
+    # The child sets Python's own SIGINT handler first: a process started in the background by a
+    # non-interactive shell (a CI runner, `nox ... &`) inherits SIGINT ignored, and then Ctrl-C does nothing.
     code = textwrap.dedent(
         """
         import signal, numpy as np, warp as wp, jax, jax.numpy as jnp, interop
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever disposition the parent had
         from tests import catalogue as cat
         state = {"n": 0}
         def interrupted(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):

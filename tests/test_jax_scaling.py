@@ -464,11 +464,10 @@ def test_deserialized_call_loads_the_module_before_its_first_run(tmp_path):
     assert r == {"before": False, "at_compile": True, "err": r["err"]} and r["err"] < 1e-5, r
 
 
-def test_readme_scaling_example_runs(tmp_path):
+def test_docs_scaling_example_runs(tmp_path):
     import re
 
-    text = open(os.path.join(ROOT, "README.md")).read()
-    section = text.split("## Scaling out with JAX", 1)[1]
+    section = open(os.path.join(ROOT, "docs", "scaling.md")).read()
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     code += textwrap.dedent(
         """

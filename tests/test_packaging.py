@@ -46,7 +46,9 @@ def test_sdist_contains_what_its_tests_need(tmp_path):
     with tarfile.open(tmp_path / name) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         pkg_info = tar.extractfile(f"{name[: -len('.tar.gz')]}/PKG-INFO").read().decode()
-    for needed in ("conftest.py", "tests/catalogue.py", "tests/test_errors.py", "LICENSE", "interop/_warp_compat.py"):
+    needed_files = ("conftest.py", "tests/catalogue.py", "tests/test_errors.py", "LICENSE", "interop/_warp_compat.py")
+    needed_files += ("mkdocs.yml", "docs/index.md", "docs/guide/torch.md", "docs/results.png", "benchmarks/results.png")
+    for needed in needed_files + (".ci/run",):
         assert needed in names, needed
     assert "License-Expression: Apache-2.0" in pkg_info
 
@@ -69,3 +71,80 @@ def test_lint_session_covers_every_python_folder():
     assert tops <= set(folders), sorted(tops - set(folders))
     source = ast.get_source_segment(open(os.path.join(ROOT, "noxfile.py")).read(), lint)
     assert '"format", "--check", *folders' in source and '"mypy", "interop", "adapters"' in source
+
+
+def _readme_numpy_quick_start() -> str:
+    import re
+
+    text = open(os.path.join(ROOT, "README.md")).read()
+    section = text.split("## Quick start", 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.mark.slow
+def test_wheel_installs_into_a_fresh_venv_and_runs_the_quick_start(tmp_path):
+    """Build the sdist, build the wheel from it (as ``python -m build`` does), pip-install the wheel
+    into a new virtual environment and run the README's NumPy quick start there, from outside the
+    source tree: a module or data file left out of the wheel fails here. No downloads: the wheel is
+    installed with ``--no-deps --no-index``, and the new environment sees this environment's
+    packages (warp, numpy) through a path file, after its own."""
+    pytest.importorskip("setuptools", reason="setuptools (the build backend) is not installed")
+    import sysconfig
+    import zipfile
+
+    build = "import sys\nfrom setuptools import build_meta\nprint(build_meta.build_sdist(sys.argv[1]))\n"
+    r = subprocess.run(
+        [sys.executable, "-c", build, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    sdist = r.stdout.strip().splitlines()[-1]
+    with tarfile.open(tmp_path / sdist) as tar:
+        tar.extractall(tmp_path / "src", filter="data")
+    src = tmp_path / "src" / sdist[: -len(".tar.gz")]
+    wheel_code = "import sys\nfrom setuptools import build_meta\nprint(build_meta.build_wheel(sys.argv[1]))\n"
+    r = subprocess.run(
+        [sys.executable, "-c", wheel_code, str(tmp_path / "dist")], cwd=src, capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    wheel = tmp_path / "dist" / r.stdout.strip().splitlines()[-1]
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    for needed in ("interop/__init__.py", "interop/_warp_compat.py", "interop/py.typed", "adapters/numpy.py"):
+        assert needed in names, needed
+    assert not any(n.startswith("tests/") for n in names), "tests are not part of the wheel"
+
+    venv = tmp_path / "venv"
+    r = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    r = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    # this environment's packages (warp, numpy, ml_dtypes), after the venv's own site-packages
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout.strip()
+    here = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    with open(os.path.join(site, "_test_env_packages.pth"), "w") as f:
+        f.write("\n".join(here) + "\n")
+
+    script = tmp_path / "run" / "quick_start.py"
+    script.parent.mkdir()
+    script.write_text(
+        _readme_numpy_quick_start()
+        + "\nimport adapters.numpy\nprint('FROM', interop.__file__, adapters.numpy.__file__)\n"
+    )
+    r = subprocess.run([python, str(script)], cwd=script.parent, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[1. 3. 5. 7.]" in r.stdout, r.stdout
+    where = r.stdout.split("FROM", 1)[1].split()
+    assert all(p.startswith(site) for p in where), (where, site)  # the installed wheel, not the source tree

@@ -60,7 +60,7 @@ def test_to_static_full_graph_is_refused_with_the_op_named():
 
 def test_to_static_full_graph_lambda():
     # Paddle's AST converter (full_graph=True) fails on any lambda before the op is reached:
-    # an IndexError inside paddle/jit/dy2static, with or without an op. The README says to use
+    # an IndexError inside paddle/jit/dy2static, with or without an op. docs/guide/paddle.md says to use
     # a def; this test notices when Paddle fixes that, and then requires the documented TypeError.
     x, _ = _inputs()
     try:

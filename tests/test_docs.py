@@ -1,0 +1,183 @@
+"""Every Python block of README.md and docs/**/*.md runs as written (each in a fresh process, from a
+file: Warp needs kernel source), and what a block's comments say it prints is what it prints.
+
+Markers (a block's first line): ``# needs a CUDA GPU`` runs only where one is present;
+``# not run by the tests: <reason>`` is skipped with that reason. A block that imports a framework
+that is not installed is skipped. Identical blocks (the README repeats the quick start) run once.
+"""
+
+import glob
+import importlib.util
+import os
+import re
+
+import pytest
+from _subprocess import run_script
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOC_FILES = ["README.md"] + sorted(
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
+)
+FRAMEWORK_MODULES = ("torch", "jax", "paddle", "cupy")
+NOT_RUN = "# not run by the tests:"
+NEEDS_GPU = "# needs a CUDA GPU"
+
+
+def _text(rel: str) -> str:
+    with open(os.path.join(ROOT, rel)) as f:
+        return f.read()
+
+
+def _blocks(rel: str) -> list[tuple[str, str]]:
+    """Every ```python block of one file: (id, code); ids name the file and the heading above."""
+    stem = re.sub(r"[^a-z0-9]+", "-", rel.lower().removesuffix(".md")).strip("-")
+    out: list[tuple[str, str]] = []
+    heading = "top"
+    for m in re.finditer(r"^(#{1,3} [^\n]*)$|^```python\n(.*?)^```", _text(rel), re.S | re.M):
+        if m.group(1):
+            heading = re.sub(r"[^a-z0-9]+", "-", m.group(1).lstrip("# ").lower()).strip("-")
+            continue
+        n = sum(1 for i, _ in out if i.startswith(f"{stem}:{heading}-"))
+        out.append((f"{stem}:{heading}-{n}", m.group(2)))
+    return out
+
+
+def block_after(rel: str, marker: str) -> str:
+    """The first Python block of ``rel`` after the text ``marker`` (for tests that add assertions to it)."""
+    section = _text(rel).split(marker, 1)[1]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def _unique_blocks() -> list[tuple[str, str]]:
+    seen: dict[str, str] = {}
+    for rel in DOC_FILES:
+        for ident, code in _blocks(rel):
+            seen.setdefault(code, ident)
+    return [(ident, code) for code, ident in seen.items()]
+
+
+BLOCKS = _unique_blocks()
+
+
+def _normalized(s: str) -> str:
+    s = " ".join(s.split())
+    return re.sub(r"([\[(]) ", r"\1", s)  # NumPy pads "[ 0. 10.]"; a comment may write "[0. 10.]"
+
+
+def promised_outputs(code: str) -> list[str]:
+    """What the block's ``print(...)  # <output>[: explanation]`` comments say it prints."""
+    return [c.split(": ")[0].strip() for c in re.findall(r"^\s*print\(.*\)\s+# (.+)$", code, re.M)]
+
+
+def _run_block(code: str, cwd, timeout: float, expect_last: str | None = None):
+    """Run a block in a fresh process from ``cwd``, the project importable (not ``tests``: blocks run as
+    written); fail with its output if it fails; ``expect_last``: what its output must end with."""
+    r = run_script(code, timeout=timeout, cwd=cwd, tests_importable=False)
+    if expect_last is not None:
+        assert r.stdout.strip().endswith(expect_last), r.stdout[-2000:]
+    return r
+
+
+@pytest.mark.parametrize("code", [c for _, c in BLOCKS], ids=[i for i, _ in BLOCKS])
+def test_python_block_runs_as_written(code, tmp_path):
+    """Each Python block runs on its own, as written, and prints what its comments promise."""
+    if code.startswith(NOT_RUN):
+        pytest.skip(code.splitlines()[0].lstrip("# "))
+    if code.startswith(NEEDS_GPU):
+        import warp as wp
+
+        if wp.get_cuda_device_count() == 0:
+            pytest.skip("block marked '# needs a CUDA GPU'; none found")
+    imported = set(re.findall(r"^(?:import|from) ([\w, .]+)", code, re.M))
+    names = {n.strip().split(".")[0].split(" ")[0] for line in imported for n in line.split(",")}
+    missing = [m for m in FRAMEWORK_MODULES if m in names and importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"block needs {', '.join(missing)} (not installed)")
+    r = _run_block(code, tmp_path, timeout=600)
+    printed = _normalized(r.stdout)
+    for promised in promised_outputs(code):
+        assert _normalized(promised) in printed, (promised, r.stdout[-3000:])
+
+
+def test_every_print_in_the_docs_says_what_it_prints():
+    """A print's comment is its output: the checker above finds one for every print of every block."""
+    for ident, code in BLOCKS:
+        prints = re.findall(r"^\s*print\(.*$", code, re.M)
+        assert len(promised_outputs(code)) == len(prints), (ident, prints)
+
+
+def test_every_block_prints_what_it_shows():
+    # a snippet run as a script shows its results on the screen, not only in comments
+    for ident, code in BLOCKS:
+        if not code.startswith(NOT_RUN):
+            assert "print(" in code, ident
+
+
+def test_readme_is_a_front_page():
+    text = _text("README.md")
+    lines = text.splitlines()
+    assert len(lines) < 300, len(lines)
+    first_screen = "\n".join(lines[:30])
+    assert "## Status" in first_screen and "CUDA" in first_screen and "not yet run" in first_screen
+    assert text.index("## Status") < text.index("## Features") < text.index("## Installation")
+    assert text.index("## Installation") < text.index("## Quick start") < text.index("## Try it")
+    # the CPU torch line sits inside the installation block, before any `.[torch]`
+    install = re.search(r"## Installation\n.*?```bash\n(.*?)```", text, re.S).group(1)
+    cpu = install.index("--index-url https://download.pytorch.org/whl/cpu")
+    assert cpu < install.index(".[torch]"), install
+    assert "<this repository" not in text
+    assert "(benchmarks/results.png)" in text and os.path.exists(os.path.join(ROOT, "benchmarks", "results.png"))
+    for target in re.findall(r"\]\(((?!https?:)[^)#]+)(?:#[^)]*)?\)", text):  # the site checks docs/ itself
+        assert os.path.exists(os.path.join(ROOT, target)), target
+    code = "\n".join(c for rel in DOC_FILES for _, c in _blocks(rel))
+    assert "def scale_then_add(x: wp.array" in code  # a Python-function op
+    assert "in_axes=(None, None, 0)" in code  # jax.vmap with a scalar argument
+    assert 'interop.convert(x, to="torch")' in code
+
+
+def test_readme_commands_are_what_ci_runs():
+    text = _text("README.md")
+    tests_cmd = next(line for line in text.splitlines() if line.endswith("nox -s tests"))
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        assert tests_cmd in f.read()
+
+
+def test_docs_site_lists_every_page_and_the_chart():
+    """mkdocs.yml's nav names every page of docs/ (mkdocs --strict builds them; this catches a page
+    left out of the nav before a docs build does), and the chart the site shows is the benchmark's."""
+    with open(os.path.join(ROOT, "mkdocs.yml")) as f:
+        nav = f.read()
+    pages = {os.path.relpath(p, "docs") for p in DOC_FILES if p.startswith("docs")}
+    listed = set(re.findall(r":\s+([\w/.-]+\.md)\s*$", nav, re.M))
+    assert pages == listed, (pages - listed, listed - pages)
+    import filecmp
+
+    # a link in the repository (a copy in an sdist): the site shows the chart `nox -s bench` writes
+    chart = os.path.join(ROOT, "docs", "results.png")
+    assert filecmp.cmp(chart, os.path.join(ROOT, "benchmarks", "results.png"), shallow=False)
+    for page in ("guide/numpy.md", "guide/warp.md", "guide/torch.md", "guide/jax.md", "guide/paddle.md"):
+        assert page in pages
+    assert {"contract.md", "bounds.md", "scaling.md", "guarantees.md", "limitations.md", "api.md"} <= pages
+
+
+def test_contract_vecmat_example_runs(tmp_path):
+    code = block_after("docs/contract.md", "## Example: vectors, matrices, several outputs")
+    code += (
+        "\nassert d.shape == (n,) and e.shape == (n, 3) and f.shape == (n, 2, 2)"
+        "\nassert w.shape == (n,) and w.ptr == b.ctypes.data\n"
+        "print('ok')\n"
+    )
+    _run_block(code, tmp_path, timeout=300, expect_last="ok")
+
+
+def test_contract_parameter_order_and_tile_example_runs(tmp_path):
+    """The contract's example: an output before a scalar, a tile kernel with block_dim (described and per call)."""
+    code = block_after("docs/contract.md", "- `block_dim` (tile kernels)")
+    code += (
+        "\nimport numpy as np"
+        "\nnp.testing.assert_array_equal(sums, [1.0, 3.0])"
+        "\nnp.testing.assert_array_equal(wide, [8.0, 8.0, 8.0])"
+        "\nassert norms.with_block_dim(128).description.block_dim == 128\n"
+        "print('ok')\n"
+    )
+    _run_block(code, tmp_path, timeout=300, expect_last="ok")
