@@ -1264,6 +1264,17 @@ def on_describe(op) -> None:
     op.bound("jax")
 
 
+def _register_described() -> None:
+    """Register the FFI targets of the ops described before this module was imported (``jax``
+    imported after them: the core's import hook imports this module right after ``jax``)."""
+    from interop import _op as core
+
+    with core._ops_lock:
+        ops = list(core._ops.values())
+    for o in ops:
+        on_describe(o)
+
+
 def targets(*ops) -> list[str]:
     """The FFI target names of ``ops`` (forward, adjoint, and those of a hand-written backward).
 
@@ -1439,3 +1450,6 @@ def batch_shape(levels: tuple, binding: _Binding, k: int) -> tuple:
     """The shape of operand ``k`` of a launch at batch ``levels`` (batched dims outermost first)."""
     dims = tuple(size for size, flags in reversed(levels) if flags[k])
     return dims + tuple(binding.spec.shape)
+
+
+_register_described()
