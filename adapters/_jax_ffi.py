@@ -199,6 +199,7 @@ def zero_fill(ptr: int, nbytes: int) -> None:
     else:
         BYTES[ptr : ptr + nbytes] = z
 
+
 EXTENSION = CallFrame.extension_start.offset
 ARGS_SIZE = CallFrame.args.offset + _List.size.offset
 ARGS_ITEMS = CallFrame.args.offset + _List.items.offset

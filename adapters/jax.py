@@ -46,11 +46,11 @@ from jax.custom_batching import custom_vmap
 from jax.errors import JaxRuntimeError as _JaxRuntimeError
 
 from interop import _cache, _dtypes
+from interop._codegen import compile_functions
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
 from interop._errors import ArgumentError, UnsupportedError
-from interop._op import NOT_EAGER
-from interop._codegen import compile_functions
 from interop._launch import direct_lines, external_stream, get_device
+from interop._op import NOT_EAGER
 from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, number_type, vector_components
 
 from . import _jax_compat, _jax_ffi
@@ -111,8 +111,8 @@ class JaxOp:
     def _eager_call(self, args):
         """An eager call with concrete arrays and Python numbers whose signature was seen before: one
         dict lookup to the jitted call. NOT_EAGER for any other call (also ``Op.eager_paths``'s hook)."""
-        fast = self._eager.get(
-            tuple((x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x) for x in args)
+        fast = self._eager.get(  # (through the aval: each of an array's shape, dtype, weak_type reads it)
+            tuple(((a := x.aval).shape, a.dtype, a.weak_type) if type(x) is _ArrayImpl else type(x) for x in args)
         )
         if fast is None:
             return NOT_EAGER
@@ -976,7 +976,12 @@ class _Handler:
         # one record per thread (XLA may run a handler on several threads at once); static
         # scalars are set once in each
         static = self.launch.entry.static
-        env: dict[str, Any] = {"M": _jax_ffi.MEM, "B": _jax_ffi.BYTES, "memset": ctypes.memset, "slow": lambda p: self._run(p, "cpu")}
+        env: dict[str, Any] = {
+            "M": _jax_ffi.MEM,
+            "B": _jax_ffi.BYTES,
+            "memset": ctypes.memset,
+            "slow": lambda p: self._run(p, "cpu"),
+        }
         d_name = "DA" if self.adjoint else "DF"
         local = threading.local()
 

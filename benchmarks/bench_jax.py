@@ -61,7 +61,10 @@ def run(quick: bool = False) -> dict:
             return lambda: jax.block_until_ready(f())
 
         rows = [
-            ("raw wp.launch, prebuilt Warp arrays", lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu")),
+            (
+                "raw wp.launch, prebuilt Warp arrays",
+                lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"),
+            ),
             ("wp.jax_kernel inside jit", block(lambda: theirs(x, y))),
             (JIT, block(lambda: ours(x, y))),
             (EAGER, block(lambda: op(x, y, 2.0))),
