@@ -232,16 +232,6 @@ def frame(p: int) -> CallFrame:
     return CallFrame.from_address(p)
 
 
-def buffers(lst: _List) -> list[tuple[int, tuple[int, ...]]]:
-    """(data pointer, dims) of each buffer of an args/rets list."""
-    out = []
-    items = lst.items
-    for k in range(lst.size):
-        b = items[k].contents
-        out.append((b.data or 0, tuple(b.dims[: b.rank])))
-    return out
-
-
 def pointers(p: int, items: int, size: int) -> list[int]:
     """The data pointers of the frame's argument (``ARGS_ITEMS``, ``ARGS_SIZE``) or result buffers."""
     base = MEM[(p + items) >> 3] >> 3
