@@ -11,6 +11,17 @@ import jax
 from interop import _warp_compat
 
 
+def array_impl_type() -> type:
+    """The class of concrete JAX arrays (``jax.Array`` is abstract), found without creating an array:
+    creating one would start JAX's backends when the adapter is imported (as it is right after
+    ``import jax`` once ops exist), before the user could configure them."""
+    from jax._src.array import ArrayImpl
+
+    if not issubclass(ArrayImpl, jax.Array):  # pragma: no cover - a JAX release that moved it
+        raise ImportError("jax._src.array.ArrayImpl is not a jax.Array: this JAX release is not supported")
+    return ArrayImpl
+
+
 def is_tracer(x) -> bool:
     """A value being traced by jit/vmap/grad (public: ``jax.core.Tracer``)."""
     return isinstance(x, jax.core.Tracer)

@@ -3,21 +3,26 @@
 XLA calls a registered handler with a pointer to an ``XLA_FFI_CallFrame``; the
 handler reads its argument and result buffers (device pointers and dims), asks the
 API for the CUDA stream, and returns NULL on success or an ``XLA_FFI_Error*``.
-Layouts follow ``xla/ffi/api/c_api.h`` (API version 0.1, checked with jaxlib 0.10.2).
+Layouts follow ``xla/ffi/api/c_api.h`` (API version 0.1, checked with jaxlib 0.9.0, 0.10.2
+and 0.12.0.1).
 
-:func:`register` turns a Python function ``handler(frame, platform)`` into a ctypes
-callback, wraps its address in a PyCapsule and registers it with
+:func:`register` turns a Python function ``handler(frame_address, platform)`` into a
+ctypes callback, wraps its address in a PyCapsule and registers it with
 ``jax.ffi.register_ffi_target`` for the ``cpu`` and ``CUDA`` platforms. The callback
 objects are kept alive here for the life of the process (XLA holds raw pointers).
+
+The hot path reads the frame with :data:`MEM` (8-byte words of this process's memory,
+indexed by ``address >> 3``) at offsets taken from the ctypes layouts below: a subscript
+instead of a ctypes object per field.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dis
 import itertools
 import re
-import signal
-import threading
+import sys
 import traceback
 from typing import Callable
 
@@ -163,19 +168,74 @@ class CallFrame(ctypes.Structure):
     ]
 
 
-_Handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.POINTER(CallFrame))
+_Handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)  # the frame's address as an int
 _ERROR_UNKNOWN = 2
 _EMPTY_EXT = ctypes.POINTER(_ExtensionBase)()
 
+# -- raw reads of a call frame (the per-call path) ---------------------------------------------
+#: 8-byte words of this process's memory: ``MEM[address >> 3]`` reads the aligned word at
+#: ``address`` (what ``ctypes.c_uint64.from_address(address).value`` reads, without building a
+#: ctypes object per read). Only addresses XLA hands over are read; every field read is 8 bytes.
+MEM = memoryview((ctypes.c_char * (1 << 62)).from_address(0)).cast("B").cast("Q")
+#: 4-byte words, for the ``int`` fields (attribute and data types)
+MEM32 = memoryview((ctypes.c_char * (1 << 62)).from_address(0)).cast("B").cast("I")
+#: bytes: ``BYTES[p : p + n] = zeros`` zero-fills host memory with one memcpy, several times
+#: cheaper than a ``ctypes.memset`` foreign call for the small buffers where it shows
+BYTES = memoryview((ctypes.c_char * (1 << 62)).from_address(0)).cast("B")
+_ZEROS = memoryview(bytes(1 << 16))
 
-def buffers(lst: _List) -> list[tuple[int, tuple[int, ...]]]:
-    """(data pointer, dims) of each buffer of an args/rets list."""
-    out = []
-    items = lst.items
-    for k in range(lst.size):
-        b = items[k].contents
-        out.append((b.data or 0, tuple(b.dims[: b.rank])))
-    return out
+
+def zeros(nbytes: int) -> memoryview | None:
+    """A read-only view of ``nbytes`` zero bytes to assign into :data:`BYTES`, or None when
+    ``nbytes`` is larger than the shared zero block (then use ``ctypes.memset``)."""
+    return _ZEROS[:nbytes] if nbytes <= len(_ZEROS) else None
+
+
+def zero_fill(ptr: int, nbytes: int) -> None:
+    """Zero ``nbytes`` of host memory at ``ptr``."""
+    z = zeros(nbytes)
+    if z is None:
+        ctypes.memset(ptr, 0, nbytes)
+    else:
+        BYTES[ptr : ptr + nbytes] = z
+
+
+EXTENSION = CallFrame.extension_start.offset
+ARGS_SIZE = CallFrame.args.offset + _List.size.offset
+ARGS_ITEMS = CallFrame.args.offset + _List.items.offset
+RETS_SIZE = CallFrame.rets.offset + _List.size.offset
+RETS_ITEMS = CallFrame.rets.offset + _List.items.offset
+ATTRS_SIZE = CallFrame.attrs.offset + _Attrs.size.offset
+ATTRS_TYPES = CallFrame.attrs.offset + _Attrs.types.offset
+ATTRS_VALUES = CallFrame.attrs.offset + _Attrs.attrs.offset
+DATA = Buffer.data.offset  # of an XLA_FFI_Buffer
+
+_ATTR_SCALAR = 3
+_DTYPE_S64 = 5  # XLA_FFI_DataType of an int64 scalar
+# XLA_FFI_Scalar {XLA_FFI_DataType dtype; void* value;}: the value pointer sits after the padded int
+_SCALAR_VALUE = ctypes.sizeof(ctypes.c_void_p)
+
+
+def int64_attr(p: int, k: int) -> int | None:
+    """The call's attribute number ``k`` (attributes are sorted by name) when it is an int64 scalar,
+    as an unsigned 64-bit int; None when it is anything else."""
+    if MEM[(p + ATTRS_SIZE) >> 3] <= k or MEM32[(MEM[(p + ATTRS_TYPES) >> 3] >> 2) + k] != _ATTR_SCALAR:
+        return None
+    scalar = MEM[(MEM[(p + ATTRS_VALUES) >> 3] >> 3) + k]
+    if MEM32[scalar >> 2] != _DTYPE_S64:
+        return None
+    return MEM[MEM[(scalar + _SCALAR_VALUE) >> 3] >> 3]
+
+
+def frame(p: int) -> CallFrame:
+    """The call frame at address ``p`` as a ctypes structure (for the slower, rarer paths)."""
+    return CallFrame.from_address(p)
+
+
+def pointers(p: int, items: int, size: int) -> list[int]:
+    """The data pointers of the frame's argument (``ARGS_ITEMS``, ``ARGS_SIZE``) or result buffers."""
+    base = MEM[(p + items) >> 3] >> 3
+    return [MEM[(MEM[base + k] + DATA) >> 3] for k in range(MEM[(p + size) >> 3])]
 
 
 _c_int = ctypes.c_int
@@ -255,11 +315,6 @@ def device_ordinal(frame: CallFrame) -> int:
     return int(args.device_ordinal)
 
 
-def _error(frame: CallFrame, message: str) -> int:
-    args = _ErrorCreateArgs(ctypes.sizeof(_ErrorCreateArgs), _EMPTY_EXT, message.encode("utf-8"), _ERROR_UNKNOWN)
-    return frame.api.contents.error_create(args)
-
-
 _keep_alive: dict[tuple[str, str], object] = {}
 
 _INTERRUPTED = (
@@ -296,121 +351,138 @@ class _Interrupt:
 _interrupt = _Interrupt()
 
 
-def _defer_sigint():
-    """On the main thread, swap Python's SIGINT handler for one that only records the signal."""
-    if threading.current_thread() is not threading.main_thread():
-        return None  # Python runs signal handlers on the main thread only: nothing to defer here
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-        if previous is not signal.default_int_handler:
-            return None  # the user installed their own handler: leave it alone
-        signal.signal(signal.SIGINT, _record_sigint)
-    except (ValueError, TypeError):
-        return None
-    return previous
-
-
-def _record_sigint(signum, frame):
-    _interrupt.count += 1
-
-
-def _restore_sigint(previous) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)
-
-
 def interrupts() -> int:
     """How many Ctrl-C arrived while handlers ran: an adapter compares it before and after a call
     that failed, and raises ``KeyboardInterrupt`` when it grew."""
     return _interrupt.count
 
 
-def _instantiate_callback(instantiate: Callable[[CallFrame, str], None], platform: str, traits: int):
-    """The ctypes callback of an instantiate-stage handler: XLA calls it once per call site when it
-    instantiates an executable (attributes only: no buffers, no stream), never inside a capture."""
+# -- the callback: nothing may unwind into XLA ---------------------------------------------------
+#
+# A Python exception that escapes a ctypes callback is printed ("Exception ignored on calling
+# ctypes callback function") and the C caller gets the return slot as it was: uninitialised
+# stack, which XLA takes for an ``XLA_FFI_Error*`` and frees (SIGSEGV, "double free or
+# corruption"). The exception that escapes is a KeyboardInterrupt: Python runs signal handlers
+# between bytecodes of the main thread, and a Ctrl-C that arrived while XLA ran C code is
+# handled at the first check of the callback, its entry (the RESUME instruction), before any
+# ``try`` can be entered. So the callback's code enters without that check (see
+# :func:`_enter_without_signal_check`), everything after the entry sits in a ``try``, and what
+# runs once an exception is caught reports it again if a further Ctrl-C interrupts the report.
+# The failed XLA call says KeyboardInterrupt; an eager call raises KeyboardInterrupt once JAX
+# returns (the adapter compares :func:`interrupts`).
+#
+# No handler swap per call: replacing Python's SIGINT handler costs two sigaction system calls
+# (1.5-12 us) on every call.
 
-    def callback(frame_p):
-        try:
-            frame = frame_p.contents
-            ext = frame.extension_start
-            if ext and ext.contents.type == _METADATA_EXTENSION:
-                md = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
-                md.api_version.major_version = 0
-                md.api_version.minor_version = 1
-                md.traits = traits
-                return None
-            instantiate(frame, platform)
-            return None
-        except BaseException as e:
-            return _error(frame_p.contents, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+_spare_error = [0]  # an XLA error made in advance, for a report interrupted twice
 
-    return _Handler(callback)
+
+def _api(p: int) -> _Api:
+    return frame(p).api.contents
+
+
+def _error(p: int, message: str) -> int:
+    args = _ErrorCreateArgs(ctypes.sizeof(_ErrorCreateArgs), _EMPTY_EXT, message.encode("utf-8"), _ERROR_UNKNOWN)
+    return _api(p).error_create(args) or 0
+
+
+def _failed(p: int, e: BaseException) -> int:
+    """The XLA error reporting exception ``e`` of a handler (counts a KeyboardInterrupt)."""
+    if not _spare_error[0]:
+        _spare_error[0] = _error(p, _INTERRUPTED)
+    if isinstance(e, KeyboardInterrupt):
+        _interrupt.count += 1
+        return _error(p, _INTERRUPTED)
+    token = _remember(e)
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    return _error(p, f"{type(e).__name__}: {e} [{token}]\n{tb}")
+
+
+def _metadata(p: int, traits: int) -> None:
+    """XLA's first call of a handler asks for the API version and traits."""
+    ext = frame(p).extension_start
+    md = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
+    md.api_version.major_version = 0
+    md.api_version.minor_version = 1
+    md.traits = traits
+
+
+def _enter_without_signal_check(fn):
+    """``fn`` whose code enters without running pending signal handlers (CPython 3.11-3.13).
+
+    CPython checks for pending signals at a function's entry (``RESUME`` with argument 0) and where
+    a coroutine resumes after ``await`` it does not (argument 3, in 3.11, 3.12 and 3.13 alike).
+    Marking the callback's entry so moves a pending Ctrl-C to the next check, inside its ``try``.
+    Other versions keep the function as it is (a Ctrl-C at the entry escapes, as before).
+    """
+    if sys.version_info[:2] not in ((3, 11), (3, 12), (3, 13)):
+        return fn
+    code = bytearray(fn.__code__.co_code)
+    resume = dis.opmap["RESUME"]
+    for k in range(0, len(code), 2):
+        if code[k] == resume:
+            if code[k + 1] == 0:
+                code[k + 1] = 3
+                fn.__code__ = fn.__code__.replace(co_code=bytes(code))
+            break
+    return fn
 
 
 def register(
     name: str,
-    handler: Callable[[CallFrame, str], None],
+    handler: Callable[[int, str], None],
     command_buffer: bool = False,
-    instantiate: Callable[[CallFrame, str], None] | None = None,
+    instantiate: Callable[[int, str], None] | None = None,
 ) -> None:
-    """Register ``handler(frame, platform)`` as XLA FFI target ``name`` on ``cpu`` and ``CUDA``.
+    """Register ``handler(frame_address, platform)`` as XLA FFI target ``name`` on ``cpu`` and ``CUDA``.
 
     ``platform`` is ``"cpu"`` or ``"CUDA"``. An exception in the handler becomes an XLA
     error (raised by JAX as an ``XlaRuntimeError`` with the message and traceback).
     ``command_buffer``: on CUDA, declare the target command-buffer compatible (XLA may
     capture it into a CUDA graph: the handler then runs only while XLA records, so it must
     only enqueue work on XLA's stream).
-    ``instantiate(frame, platform)``: also run at XLA's instantiate stage (once per call site,
-    when an executable is compiled or deserialized; the frame has attributes only).
+    ``instantiate(frame_address, platform)``: also run at XLA's instantiate stage (once per call
+    site, when an executable is compiled or deserialized, never inside a capture; the frame has
+    attributes only, no buffers or stream). Its callback is as interrupt-safe as the handler's.
     """
     import jax
 
     for platform in ("cpu", "CUDA"):
         if (name, platform) in _keep_alive:
             continue
-
         traits = _COMMAND_BUFFER_COMPATIBLE if command_buffer and platform == "CUDA" else 0
-
-        def callback(frame_p, platform=platform, traits=traits):
-            # Nothing may unwind through XLA: an exception escaping a ctypes callback is printed
-            # and the call reported as a success. On the main thread, Ctrl-C is deferred while
-            # the handler runs (a KeyboardInterrupt could otherwise land between any two
-            # bytecodes, outside every try); it fails this XLA call and is raised to the user
-            # by the adapter once JAX returns (see take_interrupt).
-            deferred = _defer_sigint()
-            seen = _interrupt.count
-            try:
-                frame = frame_p.contents
-                ext = frame.extension_start
-                if ext and ext.contents.type == _METADATA_EXTENSION:
-                    # XLA's first call asks for the API version and traits
-                    md = ctypes.cast(ext, ctypes.POINTER(_MetadataExtension)).contents.metadata.contents
-                    md.api_version.major_version = 0
-                    md.api_version.minor_version = 1
-                    md.traits = traits
-                    return None
-                try:
-                    handler(frame, platform)
-                except KeyboardInterrupt:
-                    _interrupt.count += 1
-                except BaseException as e:
-                    token = _remember(e)
-                    return _error(frame, f"{type(e).__name__}: {e} [{token}]\n{traceback.format_exc()}")
-                if _interrupt.count != seen:
-                    return _error(frame, _INTERRUPTED)
-                return None
-            except BaseException:
-                _interrupt.count += 1
-                return _error(frame_p.contents, _INTERRUPTED)
-            finally:
-                _restore_sigint(deferred)
-
-        cb = _Handler(callback)
+        cb = _Handler(_callback(handler, platform, traits))
         capsule = jax.ffi.pycapsule(ctypes.cast(cb, ctypes.c_void_p).value)
         fn: object = capsule
         if instantiate is not None:
-            icb = _instantiate_callback(instantiate, platform, traits)
+            icb = _Handler(_callback(instantiate, platform, traits))
             fn = {"instantiate": jax.ffi.pycapsule(ctypes.cast(icb, ctypes.c_void_p).value), "execute": capsule}
             cb = (cb, icb)  # type: ignore[assignment]
         jax.ffi.register_ffi_target(name, fn, platform=platform)
         _keep_alive[(name, platform)] = cb
+
+
+def _callback(handler, platform: str, traits: int):
+    mem, extension = MEM, EXTENSION
+
+    @_enter_without_signal_check
+    def callback(p):
+        # (no call may sit before the try: each call is followed by a check for pending signals)
+        try:
+            if mem[(p + extension) >> 3]:
+                return _metadata(p, traits)
+            return handler(p, platform)
+        except BaseException as e:
+            failure = e
+        try:
+            return _failed(p, failure)
+        except BaseException as e:  # a further Ctrl-C while reporting
+            failure = e
+        try:
+            return _failed(p, failure)
+        except BaseException:
+            spare = _spare_error[0]  # (subscripts and stores only: no check for signals here)
+            _spare_error[0] = 0
+            return spare
+
+    return callback

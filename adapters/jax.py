@@ -34,6 +34,7 @@ How one call becomes XLA work:
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 import json
 import math
@@ -47,9 +48,11 @@ from jax.custom_batching import custom_vmap
 from jax.errors import JaxRuntimeError as _JaxRuntimeError
 
 from interop import _cache, _dtypes
+from interop._codegen import compile_functions
 from interop._description import IN_OUT, INPUT, OUTPUT, VMAP_METHODS
 from interop._errors import ArgumentError, UnsupportedError
-from interop._launch import external_stream, get_device
+from interop._launch import direct_lines, external_stream, get_device
+from interop._op import NOT_EAGER
 from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, number_type, vector_components
 
 from . import _jax_compat, _jax_ffi
@@ -58,7 +61,7 @@ from ._jax_ffi import _interrupt
 
 DEFAULT_VMAP_METHOD = "loop"
 
-_ArrayImpl = type(jnp.zeros(()))  # concrete (not traced) arrays
+_ArrayImpl = _jax_compat.array_impl_type()  # concrete (not traced) arrays
 
 _SCALAR_NP = {t: d for t, d in _dtypes._WP_TO_NP.items() if d.itemsize <= 4 or d.kind == "f"}
 
@@ -94,38 +97,49 @@ class JaxOp:
         self._eager: tuple[dict[tuple, tuple], dict[tuple, tuple]] = ({}, {})
         self._lock = threading.Lock()
         self._by_config: dict[str, _Entry] = {}  # an entry's configuration (JSON) -> the entry
+        self._consts: dict[tuple, Any] = {}  # (dtype, Python number) -> its 0-d JAX array (eager calls)
         _register_targets(self)
+        # an eager call whose first argument is a JAX array comes here straight from Op.__call__
+        op.eager_paths[_ArrayImpl] = lambda op, args, call=self._eager_call: call(args)
 
     def __repr__(self) -> str:
         return f"<interop JAX op {self.desc.name}>"
 
     def __call__(self, *args, launch_dims=None, output_dims=None, vmap_method=None, **kwargs):
         if launch_dims is None and output_dims is None and vmap_method is None and not kwargs:
-            # eager calls with concrete arrays and Python numbers: one dict lookup to the jitted call
-            fast = self._eager[jax.config.jax_enable_x64].get(
-                tuple((x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x) for x in args)
-            )
-            if fast is not None:
-                entry, scalar_dtypes, float_limits = fast
-                for i, top in float_limits:
-                    if args[i] > top or args[i] < -top:  # it would become inf: the full path names it
-                        return self._call(args, launch_dims, output_dims, vmap_method, kwargs)
-                try:
-                    operands = [x if dt is None else np.asarray(x, dt) for x, dt in zip(args, scalar_dtypes)]
-                except OverflowError:  # a number its parameter cannot hold: the full path names it
-                    return self._call(args, launch_dims, output_dims, vmap_method, kwargs)
-                seen = _interrupt.count
-                try:
-                    outs = entry.jitted(*operands)
-                except Exception as e:
-                    if _interrupt.count != seen:
-                        raise KeyboardInterrupt from None  # Ctrl-C during the launch failed the XLA call
-                    original_exc = _jax_ffi.original_error(e) if isinstance(e, _JaxRuntimeError) else None
-                    if original_exc is not None and not isinstance(original_exc, KeyboardInterrupt):
-                        raise original_exc from original_exc.__cause__  # the handler's exception
-                    raise
-                return outs[0] if len(outs) == 1 else tuple(outs)
+            res = self._eager_call(args)
+            if res is not NOT_EAGER:
+                return res
         return self._call(args, launch_dims, output_dims, vmap_method, kwargs)
+
+    def _eager_call(self, args):
+        """An eager call with concrete arrays and Python numbers whose signature was seen before: one
+        dict lookup to the jitted call. NOT_EAGER for any other call (also ``Op.eager_paths``'s hook)."""
+        fast = self._eager[jax.config.jax_enable_x64].get(  # (the aval: each of shape, dtype, weak_type reads it)
+            tuple(((a := x.aval).shape, a.dtype, a.weak_type) if type(x) is _ArrayImpl else type(x) for x in args)
+        )
+        if fast is None:
+            return NOT_EAGER
+        entry, scalar_dtypes, float_limits = fast
+        for i, top in float_limits:
+            if args[i] > top or args[i] < -top:  # it would become inf: the full path names it
+                return NOT_EAGER
+        try:
+            consts = self._consts
+            operands = [x if dt is None else _scalar_operand(consts, x, dt) for x, dt in zip(args, scalar_dtypes)]
+        except OverflowError:  # a number its parameter cannot hold: the full path names it
+            return NOT_EAGER
+        seen = _interrupt.count
+        try:
+            outs = entry.jitted(*operands)
+        except Exception as e:
+            if _interrupt.count != seen:
+                raise KeyboardInterrupt from None  # Ctrl-C during the launch failed the XLA call
+            original_exc = _jax_ffi.original_error(e) if isinstance(e, _JaxRuntimeError) else None
+            if original_exc is not None and not isinstance(original_exc, KeyboardInterrupt):
+                raise original_exc from original_exc.__cause__  # the handler's exception
+            raise
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _call(self, args, launch_dims, output_dims, vmap_method, kwargs):
         desc = self.desc
@@ -226,6 +240,21 @@ class JaxOp:
                 ) from None
             raise
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _scalar_operand(consts: dict, x, dt):
+    """The 0-d operand of Python number ``x`` for a parameter of NumPy dtype ``dt``: a JAX array kept
+    for the number (passing a NumPy scalar copies it to the device on every call), or a NumPy
+    scalar for zeros (0.0 and -0.0 are one key) and 8-byte types (what JAX makes of them depends
+    on the x64 mode)."""
+    if dt.itemsize > 4 or not x:
+        return np.asarray(x, dt)
+    key = (dt, x)
+    c = consts.get(key)
+    if c is None:
+        c = jax.device_put(np.asarray(x, dt))
+        _cache.put(consts, key, c, _cache.FAST_PATHS_PER_OP)
+    return c
 
 
 def _eager_scalar(p, x):
@@ -865,10 +894,13 @@ class _Launch:
         """The bare FFI call of this launch at batch ``levels``; the configuration travels as attribute."""
         batch = tuple(size for size, _ in reversed(levels))
         config = self.config(levels)
-        handler = _targets[self.name].handlers.setdefault(config.encode(), _Handler(self, levels))
-        if jax.default_backend() == "gpu":
+        handler, cid = _targets[self.name].handler(self, levels, config)
+        backend = jax.default_backend()
+        if backend == "gpu":
             # load the Warp module now: XLA may run the handler first while recording a CUDA graph
             handler.prepare(_gpu_ordinals())
+        elif backend == "cpu":
+            handler.prepare_cpu()  # the module loads here, not inside XLA's call
         out_types = [jax.ShapeDtypeStruct(batch + tuple(b.spec.shape), b.spec.dtype) for b in self.results]
         ffi = jax.ffi.ffi_call(
             self.name,
@@ -877,7 +909,8 @@ class _Launch:
             input_output_aliases=self.aliases or None,
             vmap_method="sequential",  # never used: custom_vmap batches the call
         )
-        return lambda *xs: tuple(ffi(*xs, config=config))
+        config_id = np.int64(cid)
+        return lambda *xs: tuple(ffi(*xs, config=config, config_id=config_id))
 
     def _build(self, levels: tuple):
         ffi = _partitioned(self, levels) or self._ffi(levels)
@@ -998,12 +1031,20 @@ _first_run_lock = threading.Lock()
 
 
 class _Handler:
-    """The Python side of one FFI target: XLA buffers -> launch values -> Warp launch."""
+    """The Python side of one launch configuration: XLA buffers -> launch values -> Warp launch.
 
-    def __init__(self, launch: _Launch, levels: tuple):
+    Everything that depends only on the configuration is resolved here, once; per call the handler
+    reads the buffers' pointers from the call frame and replays a recorded launch. On the CPU a
+    kernel without batch levels runs through generated straight-line code (:meth:`_make_cpu`):
+    pointers read with ``_jax_ffi.MEM``, outputs zeroed with one ``memset`` each, the recorded
+    launch's argument struct updated field by field and the kernel's entry point called.
+    """
+
+    def __init__(self, launch: _Launch, levels: tuple, config: str):
         import warp as wp  # noqa: F401  (Warp is initialised by the core on first use)
 
         self.launch = launch
+        self.config = config
         plan = launch.plan
         self.runner = plan.runner
         self.adjoint = launch.direction == "bwd"
@@ -1014,6 +1055,7 @@ class _Handler:
         self.ops = [(b.index, b.slot) for b in launch.operands]
         self.res = [(b.index, b.slot) for b in launch.results]
         self.zero = [(k, _nbytes(b.spec)) for k, b in enumerate(launch.results) if b.zero]
+        self.levels = levels
         self.batch = int(math.prod(size for size, _ in levels)) if levels else 1
         if levels:
             self.op_offsets = _offsets(levels, launch.operands, lambda lvl, k: lvl[1][k])
@@ -1023,6 +1065,7 @@ class _Handler:
             self.res_offsets = [(0,) * len(self.res)]
         self._warm: set = set()
         self._go: dict[str, Any] = {}
+        self.cpu = self._first_cpu  # replaced by the per-call function once built
 
     def prepare(self, ordinals) -> None:
         """Build the launch records of CUDA devices ``ordinals`` (loads the module) ahead of any call."""
@@ -1033,45 +1076,132 @@ class _Handler:
                     fast = self.runner.fast_adjoint if self.adjoint else self.runner.fast_forward
                     self._go[device.alias] = fast(device) if self.adjoint else _as_fwd(fast(device))
 
-    def run(self, frame, platform: str) -> None:
-        key = (platform, _jax_ffi.device_ordinal(frame) if platform != "cpu" else 0)
-        if key in self._warm:
-            self._run(frame, platform)
-            return
-        with _first_run_lock:
-            self._run(frame, platform)
-            self._warm.add(key)
+    def prepare_cpu(self) -> None:
+        """Build the CPU call path (loads the module) ahead of any call."""
+        if self.cpu == self._first_cpu:
+            with _first_run_lock:
+                if self.cpu == self._first_cpu:
+                    self.cpu = self._make_cpu()
 
-    def _run(self, frame, platform: str) -> None:
-        ins = _jax_ffi.buffers(frame.args)
-        outs = _jax_ffi.buffers(frame.rets)
-        if platform == "cpu":
-            device = get_device("cpu")
-            stream = None
-            for k, nbytes in self.zero:
-                if nbytes:
-                    ctypes.memset(outs[k][0], 0, nbytes * self.batch)
-        else:
-            device = get_device(f"cuda:{_jax_ffi.device_ordinal(frame)}")
-            ptr = _jax_ffi.cuda_stream(frame)
-            stream = external_stream(device, ptr)
-            for k, nbytes in self.zero:
-                if nbytes:
-                    _jax_compat.cuda_memset_async(device, outs[k][0], nbytes * self.batch, ptr)
+    def _first_cpu(self, p: int) -> None:
+        self.prepare_cpu()
+        self.cpu(p)
+
+    def _make_cpu(self):
+        """The per-call function of the CPU: generated straight-line code where the launch allows
+        it (a kernel, no batch levels, a direct CPU record), else the general path."""
+        device = get_device("cpu")
+        runner = self.runner
+        if self.levels or not runner.can_direct(device):
+            self._generic(device)  # builds the launch record now, outside any call
+
+            def run(p: int) -> None:
+                self._run(p, "cpu")
+
+            return run
+        # one record per thread (XLA may run a handler on several threads at once); static
+        # scalars are set once in each
+        static = self.launch.entry.static
+        env: dict[str, Any] = {
+            "M": _jax_ffi.MEM,
+            "B": _jax_ffi.BYTES,
+            "memset": ctypes.memset,
+            "slow": lambda p: self._run(p, "cpu"),
+        }
+        d_name = "DA" if self.adjoint else "DF"
+        local = threading.local()
+
+        def make():
+            d = local.d = runner.direct(device, self.adjoint, {})
+            for i, v in static.items():
+                d.set(i, v)
+            return d
+
+        env[d_name], env[f"make_{d_name}"] = local, make
+        d = make()  # this thread's record now (loads the module): its fields decide the code below
+        lines = ["def run(p):"]
+        if self.ops:
+            lines.append(f"    a = M[(p + {_jax_ffi.ARGS_ITEMS}) >> 3] >> 3")
+        if self.res:
+            lines.append(f"    r = M[(p + {_jax_ffi.RETS_ITEMS}) >> 3] >> 3")
+        values: dict[int, str] = {}
+        adj: dict[int, str] = {}
+        for k, (i, slot) in enumerate(self.ops):
+            lines.append(f"    o{k} = M[(M[a + {k}] + {_jax_ffi.DATA}) >> 3]")
+            if slot == "values":
+                values[i] = f"o{k}"
+            elif slot == "adj":
+                adj[i] = f"o{k}"
+        for k, (i, slot) in enumerate(self.res):
+            lines.append(f"    r{k} = M[(M[r + {k}] + {_jax_ffi.DATA}) >> 3]")
+            if slot == "values":
+                values[i] = f"r{k}"
+            else:
+                adj[i] = f"r{k}"
+        for k, nbytes in self.zero:
+            if not nbytes:
+                continue
+            z = _jax_ffi.zeros(nbytes)
+            if z is None:
+                lines.append(f"    memset(r{k}, 0, {nbytes})")
+            else:
+                env[f"Z{k}"] = z
+                lines.append(f"    B[r{k} : r{k} + {nbytes}] = Z{k}")
+        # every descriptor is set on every call: one a configuration leaves out points nowhere
+        for i in range(len(self.template_values)):
+            if hasattr(d, f"v{i}"):
+                values.setdefault(i, "0")
+            if self.adjoint and hasattr(d, f"w{i}"):
+                adj.setdefault(i, "0")
+        lines += direct_lines(runner, device, d_name, values, adj if self.adjoint else None, "slow(p)")
+        (run,) = compile_functions("\n".join(lines) + "\n", env, ("run",), "<interop jax handler>")
+        return run
+
+    def _generic(self, device):
         go = self._go.get(device.alias)
         if go is None:
             # a cached launch record per device, replayed with this call's pointers
             go = self.runner.fast_adjoint(device) if self.adjoint else _as_fwd(self.runner.fast_forward(device))
             self._go[device.alias] = go
+        return go
+
+    def cuda(self, p: int) -> None:
+        frame = _jax_ffi.frame(p)
+        key = _jax_ffi.device_ordinal(frame)
+        if key in self._warm:
+            self._run(p, "CUDA")
+            return
+        with _first_run_lock:
+            self._run(p, "CUDA")
+            self._warm.add(key)
+
+    def _run(self, p: int, platform: str) -> None:
+        ins = _jax_ffi.pointers(p, _jax_ffi.ARGS_ITEMS, _jax_ffi.ARGS_SIZE)
+        outs = _jax_ffi.pointers(p, _jax_ffi.RETS_ITEMS, _jax_ffi.RETS_SIZE)
+        if platform == "cpu":
+            device = get_device("cpu")
+            stream = None
+            for k, nbytes in self.zero:
+                if nbytes:
+                    _jax_ffi.zero_fill(outs[k], nbytes * self.batch)
+        else:
+            frame = _jax_ffi.frame(p)
+            device = get_device(f"cuda:{_jax_ffi.device_ordinal(frame)}")
+            ptr = _jax_ffi.cuda_stream(frame)
+            stream = external_stream(device, ptr)
+            for k, nbytes in self.zero:
+                if nbytes:
+                    _jax_compat.cuda_memset_async(device, outs[k], nbytes * self.batch, ptr)
+        go = self._generic(device)
         for op_off, res_off in zip(self.op_offsets, self.res_offsets):
             values = list(self.template_values)
             adj = [None] * len(values) if self.adjoint else None
-            for (i, slot), (ptr, _), off in zip(self.ops, ins, op_off):
+            for (i, slot), ptr, off in zip(self.ops, ins, op_off):
                 if slot == "values":
                     values[i] = (ptr + off, None)
                 elif slot == "adj":
                     adj[i] = (ptr + off, None)
-            for (i, slot), (ptr, _), off in zip(self.res, outs, res_off):
+            for (i, slot), ptr, off in zip(self.res, outs, res_off):
                 if slot == "values":
                     values[i] = (ptr + off, None)
                 else:
@@ -1163,41 +1293,76 @@ def _entry_from_config(jop: JaxOp, config: str) -> _Entry:
     return entry
 
 
+def _config_id(config: str) -> int:
+    """The configuration's id: 63 bits of its BLAKE2b hash (an int64 attribute of each call, the
+    same in every process). Handlers are found by it; a module deserialized in a process that has
+    not seen the configuration finds none and builds the handler from the ``config`` string."""
+    return int.from_bytes(hashlib.blake2b(config.encode(), digest_size=8).digest(), "little") >> 1
+
+
+# the attributes of each call, sorted by name as XLA passes them: "config" (JSON), "config_id"
+_CONFIG_ID_ATTR = 1
+
+
 class _Target:
-    """One registered FFI target (an op's forward or adjoint): finds the handler of each call's
-    configuration attribute, building it from the description the first time it is seen."""
+    """One registered FFI target (an op's forward or adjoint): finds the handler of each call by
+    its configuration id (one dictionary lookup), building it from the description the first
+    time an id is seen (a module deserialized with ``jax.export``)."""
 
     def __init__(self, jop: JaxOp, direction: str):
         self.jop = jop
         self.direction = direction
-        self.handlers: dict[bytes, _Handler] = {}
+        self.handlers: dict[int, _Handler] = {}  # by configuration id
         self._lock = threading.Lock()
+        mem, k = _jax_ffi.MEM, _CONFIG_ID_ATTR
+        mem32, handlers = _jax_ffi.MEM32, self.handlers
+        size, types, values = _jax_ffi.ATTRS_SIZE, _jax_ffi.ATTRS_TYPES, _jax_ffi.ATTRS_VALUES
+        scalar_kind, s64, value_at = _jax_ffi._ATTR_SCALAR, _jax_ffi._DTYPE_S64, _jax_ffi._SCALAR_VALUE
+        rebuild = self._rebuild
 
-    def run(self, frame, platform: str) -> None:
-        config = _jax_ffi.string_attr(frame, b"config")
-        handler = self.handlers.get(config)
-        if handler is None:
-            handler = self._rebuild(config)
-        handler.run(frame, platform)
+        def run(p: int, platform: str) -> None:
+            # _jax_ffi.int64_attr(p, k), written out: this runs on every call
+            handler = None
+            if mem[(p + size) >> 3] > k and mem32[(mem[(p + types) >> 3] >> 2) + k] == scalar_kind:
+                scalar = mem[(mem[(p + values) >> 3] >> 3) + k]
+                if mem32[scalar >> 2] == s64:
+                    handler = handlers.get(mem[mem[(scalar + value_at) >> 3] >> 3])
+            if handler is None:
+                handler = rebuild(p)
+            if platform == "cpu":
+                handler.cpu(p)
+            else:
+                handler.cuda(p)
 
-    def instantiate(self, frame, platform: str) -> None:
+        self.run = run
+
+    def instantiate(self, p: int, platform: str) -> None:
         """XLA's instantiate stage (an executable compiled or deserialized, before any run): build
         the handler of the call's configuration and, on CUDA, load the Warp module on every GPU.
         The first run may be recorded into a CUDA graph (command buffers), and loading a module
         during a capture needs a CUDA 12.3 driver; a process that only deserialized an exported
         function never traced the op, so nothing else has loaded it."""
-        config = _jax_ffi.string_attr(frame, b"config")
-        handler = self.handlers.get(config) if config is not None else None
+        cid = _jax_ffi.int64_attr(p, _CONFIG_ID_ATTR)
+        handler = self.handlers.get(cid) if cid is not None else None
         if handler is None:
-            handler = self._rebuild(config)
+            handler = self._rebuild(p)
         if platform != "cpu":
             handler.prepare(_gpu_ordinals())
 
-    def _rebuild(self, config: bytes | None) -> _Handler:
-        if config is None:
+    def _rebuild(self, p: int) -> _Handler:
+        config_bytes = _jax_ffi.string_attr(_jax_ffi.frame(p), b"config")
+        if config_bytes is None:
             raise RuntimeError(f"FFI target of op {self.jop.desc.label!r} called without its 'config' attribute")
+        config = config_bytes.decode()
+        cid = _config_id(config)
+        given = _jax_ffi.int64_attr(p, _CONFIG_ID_ATTR)
+        if given is not None and given != cid:
+            raise RuntimeError(
+                f"FFI target of op {self.jop.desc.label!r}: the call's config_id {given} is not its configuration's "
+                f"({cid}); the module was not made by this package's version"
+            )
         with self._lock:
-            handler = self.handlers.get(config)
+            handler = self.handlers.get(cid)
             if handler is None:
                 cfg = json.loads(config)
                 entry = _entry_from_config(self.jop, json.dumps(cfg["e"], sort_keys=True, separators=(",", ":")))
@@ -1205,8 +1370,21 @@ class _Target:
                 if cfg["f"]:
                     launch = launch.folded(cfg["f"])
                 levels = tuple((size, tuple(flags)) for size, flags in cfg["l"])
-                handler = self.handlers[config] = _Handler(launch, levels)
+                handler = self.handlers[cid] = _Handler(launch, levels, config)
         return handler
+
+    def handler(self, launch: _Launch, levels: tuple, config: str) -> tuple[_Handler, int]:
+        """The handler of ``launch`` at ``levels`` and its configuration id (made at lowering)."""
+        cid = _config_id(config)
+        handler = self.handlers.get(cid)
+        if handler is None:
+            with self._lock:
+                handler = self.handlers.get(cid)
+                if handler is None:
+                    handler = self.handlers[cid] = _Handler(launch, levels, config)
+        if handler.config != config:  # two configurations with one 63-bit id: never seen, but never served
+            raise RuntimeError(f"op {self.jop.desc.label!r}: configuration id {cid} collides; please report this")
+        return handler, cid
 
 
 _targets: dict[str, _Target] = {}
@@ -1234,6 +1412,17 @@ def on_describe(op) -> None:
     """Register the op's FFI targets as soon as it is described (a deserialized ``jax.export``
     module finds them by name)."""
     op.bound("jax")
+
+
+def _register_described() -> None:
+    """Register the FFI targets of the ops described before this module was imported (``jax``
+    imported after them: the core's import hook imports this module right after ``jax``)."""
+    from interop import _op as core
+
+    with core._ops_lock:
+        ops = list(core._ops.values())
+    for o in ops:
+        on_describe(o)
 
 
 def targets(*ops) -> list[str]:
@@ -1421,3 +1610,6 @@ def batch_shape(levels: tuple, binding: _Binding, k: int) -> tuple:
     """The shape of operand ``k`` of a launch at batch ``levels`` (batched dims outermost first)."""
     dims = tuple(size for size, flags in reversed(levels) if flags[k])
     return dims + tuple(binding.spec.shape)
+
+
+_register_described()

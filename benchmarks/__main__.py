@@ -2,27 +2,47 @@
 
 The chart (matplotlib) is written to benchmarks/results.png unless ``--chart PATH`` or
 ``--no-chart`` says otherwise.
+
+The gate: ``python -m benchmarks --check [--tolerance 0.3]`` measures only n=1024 (full
+interleaved rounds, no chart) and compares each framework's ratios (two rows of one interleaved run, never
+absolute times) with ``benchmarks/baseline.json``; it exits 1, naming every ratio that is worse
+than its baseline by more than the tolerance (default: the file's). ``--write-baseline``
+measures the same way and writes that file (naming the machine).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import os
+import platform
 import sys
 
 ALL = ("numpy", "torch", "jax", "paddle")
+BASELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline.json")
+
+
+def _option(argv: list[str], name: str) -> tuple[list[str], str | None]:
+    if name not in argv:
+        return argv, None
+    i = argv.index(name)
+    return argv[:i] + argv[i + 2 :], argv[i + 1]
 
 
 def main(argv: list[str]) -> int:
-    quick = "--quick" in argv
+    from . import harness
+
+    check = "--check" in argv
+    write = "--write-baseline" in argv
+    quick = "--quick" in argv and not (check or write)  # the gate: full rounds, n=1024 only
     chart = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.png")
-    if "--chart" in argv:
-        i = argv.index("--chart")
-        chart = argv[i + 1]
-        argv = argv[:i] + argv[i + 2 :]
-    if "--no-chart" in argv:
+    argv, chart_arg = _option(argv, "--chart")
+    chart = chart_arg or chart
+    argv, tolerance = _option(argv, "--tolerance")
+    if "--no-chart" in argv or check or write:
         chart = None
+    harness.SMALL_ONLY = check or write
     names = [a for a in argv if not a.startswith("--")] or list(ALL)
     import warp as wp
 
@@ -37,9 +57,69 @@ def main(argv: list[str]) -> int:
         mod.run(quick=quick)
     if chart:
         from .chart import write_chart
-        from .harness import RECORDED
 
-        write_chart(RECORDED, chart)
+        write_chart(harness.RECORDED, chart)
+    if write:
+        _write_baseline(harness.GATED)
+    if check:
+        return _check(harness.GATED, None if tolerance is None else float(tolerance))
+    return 0
+
+
+def _machine() -> str:
+    return f"{platform.node()}: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}"
+
+
+def _write_baseline(gated: dict) -> None:
+    old = {}
+    if os.path.exists(BASELINE):
+        with open(BASELINE) as f:
+            old = json.load(f)
+    ratios = dict(old.get("ratios", {}))
+    ratios.update({fw: {k: round(v, 3) for k, v in r.items()} for fw, r in gated.items()})
+    data = {
+        "machine": _machine(),
+        "how": "python -m benchmarks --write-baseline (n=1024, interleaved rounds, wall time unless BENCH_CLOCK=cpu)",
+        "tolerance": old.get("tolerance", 0.3),
+        "ratios": ratios,
+    }
+    with open(BASELINE, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+    print(f"\nbaseline written to {BASELINE}")
+
+
+def _check(gated: dict, tolerance: float | None) -> int:
+    with open(BASELINE) as f:
+        base = json.load(f)
+    tol = base.get("tolerance", 0.3) if tolerance is None else tolerance
+    print(f"\nbenchmark gate: each ratio against {os.path.basename(BASELINE)} (measured on {base['machine']}),")
+    print(f"worse when above baseline x {1 + tol:.2f}")
+    worse = []
+    for fw, ratios in base["ratios"].items():
+        got = gated.get(fw)
+        if got is None:
+            print(f"  [{fw}] not measured (not installed or not selected)")
+            continue
+        for name, ref in ratios.items():
+            now = got.get(name)
+            if now is None:
+                worse.append(f"{fw}: {name}: not measured any more")
+                print(f"  WORSE {fw}: {name}: not measured any more")
+                continue
+            bad = now > ref * (1 + tol)
+            mark = "WORSE" if bad else "ok   "
+            print(f"  {mark} {fw}: {name}: {now:.2f}x (baseline {ref:.2f}x, limit {ref * (1 + tol):.2f}x)")
+            if bad:
+                worse.append(f"{fw}: {name}: {now:.2f}x > {ref * (1 + tol):.2f}x (baseline {ref:.2f}x)")
+        for name in sorted(set(got) - set(ratios)):
+            print(f"  new   {fw}: {name}: {got[name]:.2f}x (no baseline)")
+    if worse:
+        print(f"\nbenchmark gate FAILED: {len(worse)} ratio(s) worse than the baseline by more than {tol:.0%}:")
+        for w in worse:
+            print(f"  {w}")
+        return 1
+    print("\nbenchmark gate passed")
     return 0
 
 

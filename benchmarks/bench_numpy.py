@@ -7,7 +7,7 @@ import warp as wp
 
 import interop
 
-from .harness import SIZES, per_call, report
+from .harness import clock, gate, interleaved, report, sizes
 
 
 @wp.kernel
@@ -19,25 +19,28 @@ def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.
 def run(quick: bool = False) -> dict:
     results = {}
     op = interop.op(saxpy)
-    for n in SIZES:
+    for n in sizes():
         x = np.random.default_rng(0).random(n, dtype=np.float32)
         y = np.ones(n, np.float32)
         wx, wy, wout = (wp.array(a, device="cpu") for a in (x, y, np.zeros(n, np.float32)))
         out_np = np.zeros(n, np.float32)
         rec = wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu", record_cmd=True)
-        kw = {"min_time": 0.05, "repeat": 3} if quick else {}
+        kw = {"rounds": 5, "batch_time": 0.01} if quick else {}
+        base = "raw wp.launch, prebuilt Warp arrays"
+        op_row = "interop op(x, y, 2.0), NumPy in/out (allocates output)"
         rows = [
-            (
-                "raw wp.launch, prebuilt Warp arrays",
-                per_call(lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu"), **kw),
-            ),
-            ("wp.launch replay (record_cmd=True)", per_call(rec.launch, **kw)),
+            (base, lambda: wp.launch(saxpy, dim=n, inputs=[wx, wy, 2.0, wout], device="cpu")),
+            ("wp.launch replay (record_cmd=True)", rec.launch),
             (
                 "wp.launch, NumPy arrays passed directly",
-                per_call(lambda: wp.launch(saxpy, dim=n, inputs=[x, y, 2.0, out_np], device="cpu"), **kw),
+                lambda: wp.launch(saxpy, dim=n, inputs=[x, y, 2.0, out_np], device="cpu"),
             ),
-            ("interop op(x, y, 2.0), NumPy in/out (allocates output)", per_call(lambda: op(x, y, 2.0), **kw)),
+            (op_row, lambda: op(x, y, 2.0)),
         ]
         np.testing.assert_allclose(op(x, y, 2.0), 2.0 * x + y, rtol=1e-6)
-        results[n] = report(f"NumPy, saxpy, n={n}", rows, "raw wp.launch, prebuilt Warp arrays")
+        table = report(f"NumPy, saxpy, n={n}, {clock()[0]}", interleaved(rows, **kw), base)
+        if n == 1024:
+            us = {label: u for label, u, _ in table}
+            gate("numpy", f"{op_row} / {base}", us[op_row] / us[base])
+        results[n] = table
     return results

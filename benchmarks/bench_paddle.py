@@ -23,14 +23,15 @@ from paddle.autograd import PyLayer
 import interop
 
 from .harness import (
-    SIZES,
     by_hand_saxpy_forward_backward,
     clock,
     faults_per_call,
+    gate,
     interleaved,
     ratios,
     raw_saxpy_forward_adjoint,
     report,
+    sizes,
 )
 
 
@@ -56,7 +57,7 @@ def run(quick: bool = False) -> dict:
     results = {}
     op = interop.op(saxpy, name="bench_paddle::saxpy")
     kw = {"rounds": 5, "batch_time": 0.01} if quick else {}
-    for n in SIZES:
+    for n in sizes():
         xn = np.random.default_rng(0).random(n, dtype=np.float32)
         x = paddle.to_tensor(xn)
         y = paddle.ones([n], dtype="float32")
@@ -134,7 +135,7 @@ def run(quick: bool = False) -> dict:
         yg.clear_gradient(False)
         base = "raw wp.launch, prebuilt Warp arrays"
         table = report(f"Paddle (CPU), saxpy, n={n}, {clock()[0]}", interleaved(rows, **kw), base)
-        ratios(
+        found = ratios(
             "targets",
             table,
             [
@@ -148,6 +149,9 @@ def run(quick: bool = False) -> dict:
                 ),
             ],
         )
+        if n == 1024:
+            for name, r in found.items():
+                gate("paddle", name, r)
         faults_per_call(
             rows,
             [

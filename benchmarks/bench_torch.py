@@ -15,14 +15,15 @@ import warp as wp
 import interop
 
 from .harness import (
-    SIZES,
     by_hand_saxpy_forward_backward,
     clock,
     faults_per_call,
+    gate,
     interleaved,
     ratios,
     raw_saxpy_forward_adjoint,
     report,
+    sizes,
 )
 
 
@@ -166,7 +167,7 @@ def _run(quick: bool) -> dict:
     compiled = torch.compile(lambda x, y: op(x, y, 2.0), fullgraph=True)
     nv, nv_reason = _nvidia_saxpy()
     kw = {"rounds": 5, "batch_time": 0.01} if quick else {}
-    for n in SIZES:
+    for n in sizes():
         x = torch.rand(n)
         y = torch.rand(n)
         xr = x.clone().requires_grad_(True)
@@ -248,7 +249,7 @@ def _run(quick: bool) -> dict:
             ]
         base = "raw wp.launch, prebuilt Warp arrays"
         table = report(f"PyTorch (CPU), saxpy, n={n}, {clock()[0]}", interleaved(rows, **kw), base)
-        ratios(
+        found = ratios(
             "targets",
             table,
             [
@@ -266,6 +267,9 @@ def _run(quick: bool) -> dict:
                 ),
             ],
         )
+        if n == 1024:
+            for name, r in found.items():
+                gate("torch", name, r)
         faults_per_call(
             rows,
             [

@@ -16,6 +16,22 @@ SIZES = (1024, 1_000_000)
 #: every block printed by :func:`report` in this process: (title, [(label, us, ratio)], baseline)
 RECORDED: list[tuple[str, list[tuple[str, float, float]], str]] = []
 
+#: the ratios the benchmark gate compares with benchmarks/baseline.json, by framework then name
+GATED: dict[str, dict[str, float]] = {}
+
+#: set by ``python -m benchmarks --check``: only the per-call size (n=1024), where the gate looks
+SMALL_ONLY = False
+
+
+def sizes() -> tuple[int, ...]:
+    """The array sizes to measure: both, or only n=1024 for the gate."""
+    return SIZES[:1] if SMALL_ONLY else SIZES
+
+
+def gate(framework: str, name: str, ratio: float) -> None:
+    """Record ``ratio`` (two rows of one interleaved run) for the benchmark gate."""
+    GATED.setdefault(framework, {})[name] = ratio
+
 
 def _batch_size(fn: Callable[[], object], target: float, sync=None) -> int:
     """Calls of ``fn`` that take about ``target`` seconds (found by doubling from one call)."""

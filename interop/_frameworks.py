@@ -133,12 +133,13 @@ def data_ptr(x: Any) -> int:
 # Registering ops with a framework imported *after* they were described.
 #
 # PyTorch must see an op's custom operator before tracing reaches it (importing the adapter
-# inside torch.compile breaks the graph), and Paddle's SOT must know the op is a graph
-# break. When ops exist and such a framework is not imported yet, a one-shot import hook
-# loads the adapter right after the framework module finishes importing. The core still
-# never imports a framework itself.
+# inside torch.compile breaks the graph), Paddle's SOT must know the op is a graph break, and
+# XLA must find an op's FFI targets when a deserialized ``jax.export`` module is compiled
+# (before any call of the op). When ops exist and such a framework is not imported yet, a
+# one-shot import hook loads the adapter right after the framework module finishes
+# importing. The core still never imports a framework itself.
 # ---------------------------------------------------------------------------------------
-_EAGER_ADAPTERS = ("torch", "paddle")
+_EAGER_ADAPTERS = ("torch", "paddle", "jax")
 _watching: set[str] = set()
 
 
@@ -174,7 +175,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 def watch_framework_imports() -> None:
-    """Load the torch/paddle adapter as soon as that framework is imported (see above)."""
+    """Load the torch/paddle/jax adapter as soon as that framework is imported (see above)."""
     for name in _EAGER_ADAPTERS:
         if name in sys.modules or name in _watching:
             continue
