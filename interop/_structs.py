@@ -21,7 +21,7 @@ import threading
 import types as _pytypes
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import warp as wp
@@ -51,7 +51,7 @@ class Node:
     path: str
     struct_key: str
     children: tuple  # of Leaf | Node
-    struct: Any = field(compare=False, hash=False, repr=False)
+    struct: Any = dataclasses.field(compare=False, hash=False, repr=False)
 
     def leaves(self) -> list[Leaf]:
         out: list[Leaf] = []
@@ -76,7 +76,7 @@ def has_struct_params(fn: Any) -> bool:
 
 
 def _node(struct: Any, fieldname: str, path: tuple[str, ...], opname: str) -> Node:
-    children = []
+    children: list[Leaf | Node] = []
     for fname, ftype in _warp_compat.struct_fields(struct):
         sub = (*path, fname)
         if _is_struct(ftype):
@@ -462,11 +462,11 @@ def _replace(value: Any, node: Node, new: dict[str, Any]) -> Any:
         d = dict(value)
         d.update(new)
         try:
-            return type(value)(d)
+            return type(value)(d)  # type: ignore[call-arg]
         except Exception:
             return d
     if hasattr(value, "_replace") and isinstance(value, tuple):
-        return value._replace(**new)
+        return value._replace(**new)  # type: ignore[attr-defined]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         try:
             return dataclasses.replace(value, **new)
