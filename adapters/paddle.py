@@ -44,6 +44,7 @@ from interop._op import NOT_EAGER, Op
 from interop._plan import ArraySpec, check_layout
 
 from ._common import EagerFramework, pack_result, unexpected_keywords
+from ._paddle_compat import CONTEXT_DIRECT
 from ._paddle_compat import allocation as _allocation
 from ._paddle_compat import allocation_like as _allocation_like
 from ._paddle_compat import cpu_only as _cpu_only
@@ -51,7 +52,7 @@ from ._paddle_compat import empty as _empty
 from ._paddle_compat import grad_enabled_c as _grad_enabled_c
 from ._paddle_compat import place_key as _place_key
 from ._paddle_compat import zeros as _zeros
-from ._paddle_eager import Remembered, fast_entry, hook_code, signature_code
+from ._paddle_eager import Remembered, fast_entry, hook_code, modified_in_place_error, signature_code
 
 # ---- dtypes and places ------------------------------------------------------------------
 _NP_OF_PADDLE: dict[Any, np.dtype] = {
@@ -273,12 +274,12 @@ class _OpLayer(PyLayer):
             if sig.single:  # the node's backward runs only when its one output is used: no None gradient
                 out = outs[0]
                 # the outputs the backward reads (sig.kept; none for a hand-written backward), see below
-                ctx.save_for_backward(*tensors, *[out.detach() for _ in sig.kept])
+                _save(ctx, state, tensors, [out.detach() for _ in sig.kept], [sig.outs[j][0] for j in sig.kept])
                 if sig.nondiff:
                     ctx.mark_non_differentiable(out)
                 return out
             ctx.set_materialize_grads(False)
-            ctx.save_for_backward(*tensors, *[outs[j].detach() for j in sig.kept])
+            _save(ctx, state, tensors, [outs[j].detach() for j in sig.kept], [sig.outs[j][0] for j in sig.kept])
             if sig.nondiff:
                 ctx.mark_non_differentiable(*[outs[j] for j in sig.nondiff])
             return tuple(outs)
@@ -287,13 +288,14 @@ class _OpLayer(PyLayer):
         returned, plan, device = FRAMEWORK.call_with_plan(state.op, state.args, state.launch_dims, state.output_dims)
         desc = plan.desc
         state.plan, state.device = plan, device
-        outs, links, nondiff, kept = [], [], [], []
+        outs, links, nondiff, kept, kept_idx = [], [], [], [], []
         unread = plan.runner.unread_outputs
         for p, r in zip(desc.returned_params, returned):
             if p.role == OUTPUT:
                 outs.append(r)
                 if p.index not in unread:
                     kept.append(r.detach())
+                    kept_idx.append(p.index)
                 if not plan.differentiable[p.index]:
                     nondiff.append(r)
             else:
@@ -310,7 +312,7 @@ class _OpLayer(PyLayer):
         # reference cycle through C++: about the output's size per call, paddle 3.3.1), and saving
         # it costs 10-30 us. A hand-written backward is called with the inputs and upstream
         # gradients, not the outputs.
-        ctx.save_for_backward(*tensors, *kept)
+        _save(ctx, state, tensors, kept, kept_idx)
         ctx.state = state
         return tuple(outs + links)
 
@@ -318,9 +320,37 @@ class _OpLayer(PyLayer):
     def backward(ctx, *grads):
         state: _State = ctx.state
         saved = ctx.saved_tensor()
+        if saved and type(saved[0]) is tuple:  # the in-place versions the call saw (see _save)
+            (versions, kept_idx), saved = saved[0], saved[1:]
+            if any(t._inplace_version() != v for t, v in zip(saved, versions)):
+                params = state.op.description.params
+                names = [f"parameter {params[i].name!r}" for i in state.visible]
+                names += [f"output {params[i].name!r}" for i in kept_idx]
+                raise modified_in_place_error(state.op.description.label, tuple(names), saved, versions)
         if paddle.is_grad_enabled() and state.op.description.backward is None:
             return _adjoint_recorded(state, saved, grads)
         return _backward(state, saved, grads)
+
+
+def _save(ctx, state, tensors: Sequence[Any], kept: Sequence[Any], kept_idx: Sequence[int]) -> None:
+    """Save the tensor arguments and the outputs the adjoint reads (``kept``, of parameters
+    ``kept_idx``) for the node's backward, with their in-place versions first where the context's
+    fields are set directly (``_paddle_compat.CONTEXT_DIRECT``): Paddle checks no version of what a
+    PyLayer saves, the backward does (plain Paddle's rule, see ``modified_in_place_error``). With
+    saved-tensor hooks active the saved tuple takes tensors only (ValueError at its first item,
+    before any hook ran): the backward may get copies then, with counters of their own, and
+    checks nothing."""
+    if CONTEXT_DIRECT:
+        try:
+            ctx.container = (
+                (tuple(t._inplace_version() for t in (*tensors, *kept)), tuple(kept_idx)),
+                *tensors,
+                *kept,
+            )
+            return
+        except ValueError:
+            pass
+    ctx.save_for_backward(*tensors, *kept)
 
 
 def _adjoint_recorded(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
