@@ -42,8 +42,10 @@ first-class operator:
 
 from __future__ import annotations
 
+import collections
 import numbers
 import threading
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -67,6 +69,7 @@ from ._torch_compat import (
     plain_eager,
     profiler_enabled,
     profiler_enabled_c,
+    unregister,
 )
 from ._torch_eager import entry_functions, signature_function
 
@@ -242,7 +245,9 @@ class _Binding:
 
     def __init__(self, op):
         desc: OpDescription = op.description
-        self.op = op
+        # weakly: the registered operators' implementations hold this binding, and an op the user
+        # drops must be freed, its operators with it (see _release_dropped)
+        self._op = weakref.ref(op)
         self.desc = desc
         self.label = desc.label
         ns, name = desc.name.split("::")
@@ -270,6 +275,17 @@ class _Binding:
         if desc.backward is not None:
             self.backward_op = _op_for(desc.backward)
 
+    @property
+    def op(self):
+        """The op (it lives while its registered operators are used: they run only with it)."""
+        op = self._op()
+        if op is None:
+            raise RuntimeError(
+                f"op {self.label!r} was dropped (no reference to it is left), and with it its PyTorch "
+                "operators; keep the op alive while its operators are used"
+            )
+        return op
+
     def helpers(self) -> dict[str, Any]:
         """What the generated autograd.Function of a remembered signature calls besides its entry."""
         h = self.__dict__.get("_helpers")
@@ -280,6 +296,12 @@ class _Binding:
 
             def slow(args, results, grads, need):
                 # the backward operator, as the operator's own autograd rule calls it
+                if qual not in _OVERLOADS:
+                    raise RuntimeError(
+                        f"op {self.label!r}: this backward (create_graph=True, or a traced backward) needs "
+                        "the op's backward operator, which was unregistered when the op was dropped; keep "
+                        "the op alive until the backward"
+                    )
                 if functorch_transforms_active() and torch.is_grad_enabled():
                     return _backward_function_class(self, mask, qual).apply(*args, *results, *grads, *dims, need)
                 return _OVERLOADS[qual](*args, *results, *grads, *dims, need)
@@ -524,21 +546,56 @@ _bind_lock = threading.Lock()
 
 def _binding(op) -> _Binding:
     b = _BINDINGS.get(op.description.name)
-    if b is None or b.op is not op:
+    if b is None or b._op() is not op:
+        _release_dropped()
         with _bind_lock:
             b = _BINDINGS.get(op.description.name)
-            if b is None or b.op is not op:
+            if b is None or b._op() is not op:
                 old = _BINDINGS.get(op.description.name)
-                if old is not None:
+                old_op = None if old is None else old._op()
+                if old_op is not None:
                     # an equal-named op described again replaced the old one's operators
                     for t in PLAIN_TENSOR_TYPES:
-                        old.op.eager_paths.pop(t, None)
+                        old_op.eager_paths.pop(t, None)
                 b = _Binding(op)
                 _BINDINGS[op.description.name] = b
                 hook = _eager_hook(b)
                 for t in PLAIN_TENSOR_TYPES:
                     op.eager_paths[t] = hook
+                weakref.finalize(op, _dropped.append, b)
     return b
+
+
+# bindings whose op was dropped: their operators are unregistered at the next registration
+# (never inside the garbage collector's callback, which may run anywhere, a trace included)
+_dropped: collections.deque = collections.deque()
+
+
+def _release_dropped() -> None:
+    """Unregister the operators of the ops that were dropped (describe/drop loops stay bounded)."""
+    if not _dropped or torch.compiler.is_compiling():
+        return
+    while True:
+        try:
+            b = _dropped.popleft()
+        except IndexError:
+            return
+        with _bind_lock:
+            if _BINDINGS.get(b.desc.name) is b:
+                del _BINDINGS[b.desc.name]
+            with b.lock:
+                variants = list(b.variants.values())
+                b.variants.clear()
+            for ops in variants:
+                for cdef in ops.values():
+                    qual = getattr(cdef, "_qualname", None)
+                    if qual is not None and _OVERLOADS.get(qual) is getattr(cdef, "_opoverload", None):
+                        del _OVERLOADS[qual]
+                    unregister(cdef)
+        # what the binding caches goes now (an autograd node still alive keeps what it uses)
+        b.entries.clear()
+        b.eager_runs.clear()
+        b.quals.clear()
 
 
 def _op_for(desc: OpDescription):
@@ -753,6 +810,9 @@ def _make_setup_context(b: _Binding, mask: tuple):
             else:
                 layout.append(("value", a))
         ctx.save_for_backward(*tensors, *[o for o, keep in zip(outs, kept) if keep])
+        # the node keeps the op alive (its operators are unregistered once it is dropped, see
+        # _release_dropped): ``interop.op(k)(x).sum().backward()`` needs them after the call
+        ctx.op = b.op
         ctx.layout = tuple(layout)
         dims = tuple(inputs[n : n + 1 + nout])
         ctx.dims = dims + (None,) * (1 + nout - len(dims))
