@@ -167,7 +167,23 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     names: tuple[str, ...] = ("forward",)
     if recorded is not None:
         saved = tensors + [f"{r}.detach()" for r in kept]
+        # Paddle checks no version of what a PyLayer saves: the node records the in-place version
+        # of each tensor it keeps (a detached alias shares its tensor's counter), and its backward
+        # refuses one modified in place since (plain Paddle's and torch's rule: the gradient would
+        # silently use the new values). Only where the context's fields are set directly
+        # (CONTEXT_DIRECT) and no saved-tensor hooks are active: there the backward gets the
+        # very tensors the forward saved (a hook may hand back copies, with counters of their own)
+        vers = [f"v{k}" for k in range(len(saved))] if CONTEXT_DIRECT else []
+        env["modified"] = modified_in_place_error
+        params = plan.desc.params
+        env["LABEL"] = plan.desc.label
+        env["SAVED_NAMES"] = tuple(
+            [f"parameter {params[idx].name!r}" for _, idx, _ in sig.arrays]
+            + [f"output {params[sig.outs[j][0]].name!r}" for j in sig.kept]
+        )
+        numbers = vers + scalars
         lines += [f"def layer_forward(ctx, {', '.join(args)}):", *fwd]
+        lines += [f"    {v} = {t}._inplace_version()" for v, t in zip(vers, tensors + kept)]
         if not CONTEXT_DIRECT:  # the context's methods, the numbers its attributes
             if len(rs) > 1:  # an unused output's upstream gradient stays None (no pointer passed)
                 lines.append("    ctx.set_materialize_grads(False)")
@@ -178,10 +194,10 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         else:  # the fields those methods set (_paddle_compat.CONTEXT_DIRECT)
             if len(rs) > 1:
                 lines.append("    ctx.materialize_grads = False")
-            if scalars:  # the numbers first in the saved tuple, or (saved-tensor hooks) attributes
+            if numbers:  # the numbers first in the saved tuple, or (saved-tensor hooks) attributes
                 lines += [
                     "    try:",
-                    f"        ctx.container = {tuple_text(scalars + saved)}",
+                    f"        ctx.container = {tuple_text(numbers + saved)}",
                     "    except ValueError:",
                 ]
                 lines += [f"        ctx.container = {tuple_text(saved)}", *(f"        ctx.{a} = {a}" for a in scalars)]
@@ -197,10 +213,16 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         if not CONTEXT_DIRECT:
             lines.append(f"    {unpack}= ctx.saved_tensor()")
             lines += [f"    {a} = ctx.{a}" for a in scalars]
-        elif scalars:
-            lines += ["    s = ctx.container", f"    if len(s) == {len(scalars) + len(saved)}:"]
-            lines += [f"        {''.join(a + ', ' for a in scalars)}{unpack}= s", "    else:"]
-            lines += [f"        {unpack}= s", *(f"        {a} = ctx.{a}" for a in scalars)]
+        elif numbers:
+            lines += ["    s = ctx.container", f"    if len(s) == {len(numbers) + len(saved)}:"]
+            lines += [f"        {''.join(a + ', ' for a in numbers)}{unpack}= s"]
+            if vers:
+                now = [f"{t}._inplace_version() != {v}" for v, t in zip(vers, tensors + kept)]
+                lines += [f"        if {' or '.join(now)}:"]
+                lines += [
+                    f"            raise modified(LABEL, SAVED_NAMES, {tuple_text(tensors + kept)}, {tuple_text(vers)})"
+                ]
+            lines += ["    else:", f"        {unpack}= s", *(f"        {a} = ctx.{a}" for a in scalars)]
         else:
             lines.append(f"    {unpack}= ctx.container")
         lines.append("    if grad_enabled():")
@@ -213,6 +235,21 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         return funcs[0], None
     cls: Any = type(name, (PyLayer,), {"forward": staticmethod(funcs[1]), "backward": staticmethod(funcs[2])})
     return funcs[0], cls.apply
+
+
+def modified_in_place_error(label: str, names: tuple, tensors: tuple, versions: tuple) -> RuntimeError:
+    """The error of a node's backward whose saved tensor (``names``: ``"parameter 'x'"`` or
+    ``"output 'y'"``, in the order of ``tensors``) was modified in place after the call: its
+    in-place version is no longer the one the call saw (``versions``)."""
+    for name, t, v in zip(names, tensors, versions):
+        now = t._inplace_version()
+        if now != v:
+            return RuntimeError(
+                f"op {label!r}, {name}: the tensor was modified in place after the call (its "
+                f"in-place version is {now}, the call saw {v}) and the gradient needs the values the call "
+                "read; modify a copy (x.clone()) or do the in-place update before the call"
+            )
+    return RuntimeError(f"op {label!r}: a tensor the gradient needs was modified in place after the call")
 
 
 def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callable]:

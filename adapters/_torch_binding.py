@@ -9,6 +9,7 @@ validated call signatures, the forward and adjoint they run); registering the op
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -176,7 +177,9 @@ class _Binding:
 
     def __init__(self, op):
         desc: OpDescription = op.description
-        self.op = op
+        # weakly: the registered operators' implementations hold this binding, and an op the user
+        # drops must be freed, its operators with it (see _torch_registration._release_dropped)
+        self._op = weakref.ref(op)
         self.desc = desc
         self.label = desc.label
         ns, name = desc.name.split("::")
@@ -205,6 +208,17 @@ class _Binding:
             self.backward_op = _op_for(desc.backward)
 
     # ---- names and schemas --------------------------------------------------------
+
+    @property
+    def op(self):
+        """The op (it lives while its registered operators are used: they run only with it)."""
+        op = self._op()
+        if op is None:
+            raise RuntimeError(
+                f"op {self.label!r} was dropped (no reference to it is left), and with it its PyTorch "
+                "operators; keep the op alive while its operators are used"
+            )
+        return op
     def qualname(self, mask: tuple, kind: str) -> str:
         name = self.base
         if any(mask):

@@ -26,6 +26,12 @@ Checked against torch 2.13.0 (CPU build).
   (``torch._C._FunctionBase.apply``), which ``torch.autograd.Function.apply`` calls after
   work that only torch.func needs (unwrapping dead functorch wrappers); the fast path
   never runs under torch.func.
+- :func:`unregister` removes a ``torch.library.custom_op``'s registrations when its op was
+  dropped: ``torch._library.custom_ops.OPDEF_TO_LIB`` (qualified name -> the
+  ``torch.library.Library`` holding them; ``custom_op`` itself destroys the previous one when a
+  name is defined again) and ``Library._destroy`` (what that overwrite calls: the dispatcher
+  registrations, fake implementation and ``torch.ops`` cache entry go). ``CustomOpDef._lib`` and
+  ``_qualname`` name the library and the operator.
 """
 
 from __future__ import annotations
@@ -97,6 +103,36 @@ def profiler_enabled_c():
     """:func:`profiler_enabled` as the C function itself where torch has it (no Python frame for
     generated code to enter), else :func:`profiler_enabled`."""
     return _profiler_enabled if _profiler_enabled is not None else profiler_enabled
+
+
+try:
+    from torch._library.custom_ops import OPDEF_TO_LIB as _OPDEF_TO_LIB
+except ImportError:  # pragma: no cover - another torch version: operators stay registered
+    _OPDEF_TO_LIB = None
+
+
+def unregister(cdef) -> bool:
+    """Remove the registrations of ``cdef`` (a ``CustomOpDef``) from PyTorch, if they are still the
+    ones its name points to (an op described again under the same name replaced them). Returns
+    whether it did; False where this torch version has no known way (they then stay)."""
+    lib, qual = getattr(cdef, "_lib", None), getattr(cdef, "_qualname", None)
+    if _OPDEF_TO_LIB is None or lib is None or qual is None or not hasattr(lib, "_destroy"):
+        return False
+    if _OPDEF_TO_LIB.get(qual) is not lib:
+        return False
+    del _OPDEF_TO_LIB[qual]
+    lib._destroy()
+    # torch 2.13 keeps the autograd kernel it generated for the operator after that (a C++
+    # reference: about 17 KiB per operator, torch's own), and through it the CustomOpDef: drop what
+    # the definition holds of ours (implementation, fake, autograd and vmap rules), so that only
+    # torch's part stays
+    for field in ("_init_fn", "_abstract_fn", "_setup_context_fn", "_backward_fn", "_vmap_fn"):
+        if hasattr(cdef, field):
+            setattr(cdef, field, None)
+    for field in ("_backend_fns", "_torch_dispatch_fns"):
+        if isinstance(getattr(cdef, field, None), dict):
+            getattr(cdef, field).clear()
+    return True
 
 
 def function_apply(cls):

@@ -89,6 +89,12 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
     arrays = {idx: (pos, strides) for idx, pos, strides in e.arrays}
     scalars = {idx: (pos, conv) for idx, pos, conv in e.scalars}
     strided = {idx: strides for idx, (pos, strides) in arrays.items() if strides is not None}
+    # a launch reads a returned parameter from its result tensor, which is contiguous, never from
+    # the caller's (perhaps strided) in-out: the functional forward writes a fresh copy (the
+    # mutable forward alone writes the caller's tensor), and the adjoint reads the results
+    returned = {p.index for p in b.returned}
+    fwd_strided = strided if kind == "mutable" else {i: s for i, s in strided.items() if i not in returned}
+    adj_strided = {i: s for i, s in strided.items() if i not in returned}
     env.update(
         {
             "zeros": torch.zeros,
@@ -110,7 +116,7 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
         return g(values, adj, stream)
 
     env["go_adj"] = go_adj
-    direct_env(runner, wdev, strided, env)
+    direct_env(runner, wdev, fwd_strided, env, adj_strided)
 
     def ptr(idx: int) -> str:
         """Expression of parameter ``idx``'s data pointer (arrays) or value (scalars)."""

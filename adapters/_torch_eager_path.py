@@ -200,6 +200,12 @@ def helpers(b: _Binding) -> dict[str, Any]:
 
         def slow(args, results, grads, need):
             # the backward operator, as the operator's own autograd rule calls it
+            if qual not in _OVERLOADS:
+                raise RuntimeError(
+                    f"op {b.label!r}: this backward (create_graph=True, or a traced backward) needs "
+                    "the op's backward operator, which was unregistered when the op was dropped; keep "
+                    "the op alive until the backward"
+                )
             if functorch_transforms_active() and torch.is_grad_enabled():
                 return _backward_function_class(b, mask, qual).apply(*args, *results, *grads, *dims, need)
             return _OVERLOADS[qual](*args, *results, *grads, *dims, need)

@@ -5,6 +5,8 @@ DTensor sharding rules, and the binding of an op found again by name.
 
 from __future__ import annotations
 
+import collections
+import weakref
 from typing import Any
 
 import torch
@@ -14,6 +16,7 @@ from ._torch_autograd import _make_backward, _make_second_order_error, _make_set
 from ._torch_binding import _BINDINGS, _OVERLOADS, _bind_lock, _Binding, _make_fake, _make_impl
 from ._torch_compat import (
     PLAIN_TENSOR_TYPES,
+    unregister,
 )
 from ._torch_eager_path import _eager_hook
 from ._torch_vmap import _make_vmap
@@ -21,21 +24,56 @@ from ._torch_vmap import _make_vmap
 
 def _binding(op) -> _Binding:
     b = _BINDINGS.get(op.description.name)
-    if b is None or b.op is not op:
+    if b is None or b._op() is not op:
+        _release_dropped()
         with _bind_lock:
             b = _BINDINGS.get(op.description.name)
-            if b is None or b.op is not op:
+            if b is None or b._op() is not op:
                 old = _BINDINGS.get(op.description.name)
-                if old is not None:
+                old_op = None if old is None else old._op()
+                if old_op is not None:
                     # an equal-named op described again replaced the old one's operators
                     for t in PLAIN_TENSOR_TYPES:
-                        old.op.eager_paths.pop(t, None)
+                        old_op.eager_paths.pop(t, None)
                 b = _Binding(op)
                 _BINDINGS[op.description.name] = b
                 hook = _eager_hook(b)
                 for t in PLAIN_TENSOR_TYPES:
                     op.eager_paths[t] = hook
+                weakref.finalize(op, _dropped.append, b)
     return b
+
+
+# bindings whose op was dropped: their operators are unregistered at the next registration
+# (never inside the garbage collector's callback, which may run anywhere, a trace included)
+_dropped: collections.deque = collections.deque()
+
+
+def _release_dropped() -> None:
+    """Unregister the operators of the ops that were dropped (describe/drop loops stay bounded)."""
+    if not _dropped or torch.compiler.is_compiling():
+        return
+    while True:
+        try:
+            b = _dropped.popleft()
+        except IndexError:
+            return
+        with _bind_lock:
+            if _BINDINGS.get(b.desc.name) is b:
+                del _BINDINGS[b.desc.name]
+            with b.lock:
+                variants = list(b.variants.values())
+                b.variants.clear()
+            for ops in variants:
+                for cdef in ops.values():
+                    qual = getattr(cdef, "_qualname", None)
+                    if qual is not None and _OVERLOADS.get(qual) is getattr(cdef, "_opoverload", None):
+                        del _OVERLOADS[qual]
+                    unregister(cdef)
+        # what the binding caches goes now (an autograd node still alive keeps what it uses)
+        b.entries.clear()
+        b.eager_runs.clear()
+        b.quals.clear()
 
 
 def variant(b: _Binding, mask: tuple) -> dict[str, Any]:

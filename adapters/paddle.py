@@ -28,6 +28,7 @@ eagerly between compiled segments (a graph break), gradients included. Under
 from __future__ import annotations
 
 import operator
+import weakref
 from types import MappingProxyType
 from typing import Any, Sequence
 from weakref import ref as _weakref
@@ -44,6 +45,7 @@ from interop._op import NOT_EAGER, Op
 from interop._plan import ArraySpec, check_layout
 
 from ._common import EagerFramework, pack_result, unexpected_keywords
+from ._paddle_compat import CONTEXT_DIRECT
 from ._paddle_compat import allocation as _allocation
 from ._paddle_compat import allocation_like as _allocation_like
 from ._paddle_compat import cpu_only as _cpu_only
@@ -51,7 +53,7 @@ from ._paddle_compat import empty as _empty
 from ._paddle_compat import grad_enabled_c as _grad_enabled_c
 from ._paddle_compat import place_key as _place_key
 from ._paddle_compat import zeros as _zeros
-from ._paddle_eager import Remembered, fast_entry, hook_code, signature_code
+from ._paddle_eager import Remembered, fast_entry, hook_code, modified_in_place_error, signature_code
 
 # ---- dtypes and places ------------------------------------------------------------------
 _NP_OF_PADDLE: dict[Any, np.dtype] = {
@@ -277,12 +279,12 @@ class _OpLayer(PyLayer):
             if sig.single:  # the node's backward runs only when its one output is used: no None gradient
                 out = outs[0]
                 # the outputs the backward reads (sig.kept; none for a hand-written backward), see below
-                ctx.save_for_backward(*tensors, *[out.detach() for _ in sig.kept])
+                _save(ctx, state, tensors, [out.detach() for _ in sig.kept], [sig.outs[j][0] for j in sig.kept])
                 if sig.nondiff:
                     ctx.mark_non_differentiable(out)
                 return out
             ctx.set_materialize_grads(False)
-            ctx.save_for_backward(*tensors, *[outs[j].detach() for j in sig.kept])
+            _save(ctx, state, tensors, [outs[j].detach() for j in sig.kept], [sig.outs[j][0] for j in sig.kept])
             if sig.nondiff:
                 ctx.mark_non_differentiable(*[outs[j] for j in sig.nondiff])
             return tuple(outs)
@@ -291,13 +293,14 @@ class _OpLayer(PyLayer):
         returned, plan, device = FRAMEWORK.call_with_plan(state.op, state.args, state.launch_dims, state.output_dims)
         desc = plan.desc
         state.plan, state.device = plan, device
-        outs, links, nondiff, kept = [], [], [], []
+        outs, links, nondiff, kept, kept_idx = [], [], [], [], []
         unread = plan.runner.unread_outputs
         for p, r in zip(desc.returned_params, returned):
             if p.role == OUTPUT:
                 outs.append(r)
                 if p.index not in unread:
                     kept.append(r.detach())
+                    kept_idx.append(p.index)
                 if not plan.differentiable[p.index]:
                     nondiff.append(r)
             else:
@@ -314,7 +317,7 @@ class _OpLayer(PyLayer):
         # reference cycle through C++: about the output's size per call, paddle 3.3.1), and saving
         # it costs 10-30 us. A hand-written backward is called with the inputs and upstream
         # gradients, not the outputs.
-        ctx.save_for_backward(*tensors, *kept)
+        _save(ctx, state, tensors, kept, kept_idx)
         ctx.state = state
         return tuple(outs + links)
 
@@ -322,9 +325,37 @@ class _OpLayer(PyLayer):
     def backward(ctx, *grads):
         state: _State = ctx.state
         saved = ctx.saved_tensor()
-        if paddle.is_grad_enabled() and state.op.description.backward is None:
+        if saved and type(saved[0]) is tuple:  # the in-place versions the call saw (see _save)
+            (versions, kept_idx), saved = saved[0], saved[1:]
+            if any(t._inplace_version() != v for t, v in zip(saved, versions)):
+                params = state.plan.desc.params
+                names = [f"parameter {params[i].name!r}" for i in state.visible]
+                names += [f"output {params[i].name!r}" for i in kept_idx]
+                raise modified_in_place_error(state.plan.desc.label, tuple(names), saved, versions)
+        if paddle.is_grad_enabled() and state.plan.desc.backward is None:
             return _adjoint_recorded(state, saved, grads)
         return _backward(state, saved, grads)
+
+
+def _save(ctx, state, tensors: Sequence[Any], kept: Sequence[Any], kept_idx: Sequence[int]) -> None:
+    """Save the tensor arguments and the outputs the adjoint reads (``kept``, of parameters
+    ``kept_idx``) for the node's backward, with their in-place versions first where the context's
+    fields are set directly (``_paddle_compat.CONTEXT_DIRECT``): Paddle checks no version of what a
+    PyLayer saves, the backward does (plain Paddle's rule, see ``modified_in_place_error``). With
+    saved-tensor hooks active the saved tuple takes tensors only (ValueError at its first item,
+    before any hook ran): the backward may get copies then, with counters of their own, and
+    checks nothing."""
+    if CONTEXT_DIRECT:
+        try:
+            ctx.container = (
+                (tuple(t._inplace_version() for t in (*tensors, *kept)), tuple(kept_idx)),
+                *tensors,
+                *kept,
+            )
+            return
+        except ValueError:
+            pass
+    ctx.save_for_backward(*tensors, *kept)
 
 
 def _adjoint_recorded(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
@@ -353,7 +384,7 @@ class _NoSecondDerivative(PyLayer):
     @staticmethod
     def backward(ctx, *grads):
         raise NotImplementedError(
-            f"op {ctx.state.op.description.label!r}: second derivatives through Warp's adjoint are not "
+            f"op {ctx.state.plan.desc.label!r}: second derivatives through Warp's adjoint are not "
             "supported; give the op a hand-written backward (interop.op(..., backward=...)), whose own "
             "adjoint is then used"
         )
@@ -446,13 +477,16 @@ def _adjoint_launcher(plan, device: str):
     return plan.runner.launcher(device, True)
 
 
-_backward_ops: dict[Any, Op] = {}
+# weakly (an op described in a loop and dropped frees its backward op): the forward op's hook
+# keeps its backward op alive (_make_hook)
+_backward_ops: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _backward_op(bdesc) -> Op:
     o = _backward_ops.get(bdesc)
     if o is None:
-        o = _backward_ops.setdefault(bdesc, Op(bdesc))
+        o = Op(bdesc)
+        o = _backward_ops.setdefault(bdesc, o)
     return o
 
 
@@ -547,7 +581,7 @@ class _Signature:
     """One validated call signature of an op: its plan, recorded launch, and what its calls need."""
 
     __slots__ = (
-        "op",
+        "_op",
         "plan",
         "device",
         "cuda",
@@ -574,7 +608,10 @@ class _Signature:
 
     def __init__(self, op, args: Sequence[Any], plan, device: str):
         desc = op.description
-        self.op, self.plan, self.device = op, plan, device
+        # the op weakly: Paddle (3.3.1) never frees a PyLayer class once applied, and this
+        # signature's class reaches the signature (its backward's code): the op, dropped, is freed
+        self._op = weakref.ref(op)
+        self.plan, self.device = plan, device
         self.cuda = device != "cpu"
         arrays, scalars, need = [], [], {}
         for pos, (p, x) in enumerate(zip(desc.call_params, args)):
@@ -639,6 +676,11 @@ class _Signature:
         )
 
     @property
+    def op(self):
+        """The op (alive while it is called: the hook reaching this signature is the op's own)."""
+        return self._op()
+
+    @property
     def go_adj(self):
         """The recorded adjoint launch (made on the first backward)."""
         g = self._go_adj
@@ -680,7 +722,7 @@ def _apply(sig: _Signature, args: Sequence[Any]):
     take = sig.take
     state = _SigCall(sig, args)
     tensors = [args[i] for i in sig.tensor_pos] if take is None else take(args)
-    return _guarded(_OpLayer.apply(state, *tensors), state, sig.op.description.label)
+    return _guarded(_OpLayer.apply(state, *tensors), state, sig.plan.desc.label)
 
 
 def _recorded(sig: _Signature):
@@ -719,6 +761,8 @@ def _make_hook(op):
     # a Paddle built for the CPU only has every tensor there: its keys need not read places
     hook, key_of = hook_code(op.description, env, places=not _CPU_ONLY)
     hook.signatures, hook.calls, hook.key_of = signatures, calls, key_of
+    # the hand-written backward's op lives as long as the op (_backward_ops holds it weakly)
+    hook.backward_op = None if op.description.backward is None else _backward_op(op.description.backward)
     return hook
 
 
@@ -797,15 +841,41 @@ def on_describe(op) -> None:
 # SOT (to_static with full_graph=False) would otherwise simulate the op's Python code and
 # fail inside it; a "break graph function" is called eagerly between compiled segments.
 # Checked against Paddle 3.3.1 (paddle.jit.sot.utils.paddle_api_config).
+# That registry is a set which would keep every op alive (and an op described in a loop is
+# dropped): it holds a weak stand-in of the op instead (_WeakEntry), removed when the op goes.
 try:
     from paddle.jit.sot.utils.paddle_api_config import add_break_graph_function as _add_break_graph_function
+    from paddle.jit.sot.utils.paddle_api_config import break_graph_functions as _break_graph_functions
 except ImportError:  # pragma: no cover - other Paddle versions: full_graph=False may not run the op
-    _add_break_graph_function = None
+    _add_break_graph_function = _break_graph_functions = None
+
+
+class _WeakEntry:
+    """Stands for ``fn`` in SOT's set of break-graph functions without keeping it alive: the same
+    hash as ``fn`` and equal to it (SOT asks ``fn in the_set``), equal to nothing else."""
+
+    __slots__ = ("_ref", "_hash")
+
+    def __init__(self, fn):
+        self._ref = weakref.ref(fn)
+        self._hash = hash(fn)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return other is self or (other is not None and self._ref() is other)
 
 
 def _run_eagerly_under_sot(fn) -> None:
-    if _add_break_graph_function is not None:
+    if _add_break_graph_function is None:
+        return
+    if not isinstance(_break_graph_functions, set):  # pragma: no cover - another Paddle: held strongly
         _add_break_graph_function(fn)
+        return
+    entry = _WeakEntry(fn)
+    _add_break_graph_function(entry)
+    weakref.finalize(fn, _break_graph_functions.discard, entry)
 
 
 # AST mode (full_graph=True) would rewrite the op's Python code for symbolic values; left as

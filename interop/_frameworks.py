@@ -1,7 +1,9 @@
 """Which framework an object belongs to, found without importing any framework.
 
 Like array-api-compat, we look at the type's module name (and at ``sys.modules``)
-instead of importing torch/jax/paddle/cupy to run ``isinstance``.
+instead of importing torch/jax/paddle/cupy to run ``isinstance``; a class defined elsewhere
+(a user's ``torch.Tensor`` or ``np.ndarray`` subclass) belongs to the framework of the array
+type in its MRO.
 """
 
 from __future__ import annotations
@@ -28,8 +30,32 @@ _ROOTS = {
     "cupy_backends": "cupy",
 }
 
+#: the array types a user's class may derive from, by (module root, class name): a subclass is
+#: its base's framework's array (found by walking the MRO: no framework import, no isinstance)
+_ARRAY_BASES = {
+    ("numpy", "ndarray"): "numpy",
+    ("torch", "Tensor"): "torch",
+    ("paddle", "Tensor"): "paddle",
+    ("cupy", "ndarray"): "cupy",
+    ("warp", "array"): "warp",
+}
+
 _type_cache: dict[type, str | None] = {}
 _PY_NUMBERS = (bool, int, float, complex)
+
+
+def _module_root(t: type) -> str:
+    return (getattr(t, "__module__", None) or "").split(".", 1)[0]
+
+
+def _array_base_root(t: type) -> str | None:
+    """The module root of the framework array type ``t`` derives from (``class MyTensor(torch.Tensor)``
+    defined in user code), or None."""
+    for base in t.__mro__[1:]:
+        root = _module_root(base)
+        if (root, base.__name__) in _ARRAY_BASES:
+            return root
+    return None
 
 
 def framework_of(x: Any) -> str | None:
@@ -41,7 +67,9 @@ def framework_of(x: Any) -> str | None:
         return _type_cache[t]
     except KeyError:
         pass
-    root = t.__module__.split(".", 1)[0]
+    root = _module_root(t)
+    if root not in _ROOTS:
+        root = _array_base_root(t) or root
     fw = _ROOTS.get(root)
     if fw == "numpy" and (
         isinstance(x, np.generic) or not (t.__name__ == "ndarray" or hasattr(x, "__array_interface__"))

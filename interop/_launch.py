@@ -826,17 +826,30 @@ class DirectLaunch:
         setattr(self, f"z{i}", zero)
 
 
-def direct_env(runner: Runner, device, strides: dict[int, tuple], env: dict[str, Any]) -> None:
+def direct_env(
+    runner: Runner,
+    device,
+    strides: dict[int, tuple],
+    env: dict[str, Any],
+    adj_strides: dict[int, tuple] | None = None,
+) -> None:
     """Bind in ``env`` (the globals of generated code) what :func:`direct_lines` reads for the
     names ``"DF"`` (forward) and ``"DA"`` (adjoint): a ``threading.local`` whose ``d`` is the
     calling thread's :class:`DirectLaunch` of that direction, made on its first use by
     ``make_DF()``/``make_DA()``. One record per thread: no lock on the way to the kernel, and
-    threads never share the fields they fill."""
+    threads never share the fields they fill.
+
+    ``strides`` (bytes, by parameter index) are the strided arrays of the forward's launch,
+    ``adj_strides`` those of the adjoint's (default: the same). They differ where generated code
+    hands a launch another tensor than the caller's for a parameter (a contiguous copy of a strided
+    in-out): that parameter must not keep the caller's strides, or the kernel writes the copy with
+    them, past its end."""
     for name, adjoint in (("DF", False), ("DA", True)):
         local = threading.local()
+        st = adj_strides if adjoint and adj_strides is not None else strides
 
-        def make(local=local, adjoint=adjoint) -> DirectLaunch:
-            d = local.d = runner.direct(device, adjoint, strides)
+        def make(local=local, adjoint=adjoint, st=st) -> DirectLaunch:
+            d = local.d = runner.direct(device, adjoint, st)
             return d
 
         env[name], env[f"make_{name}"] = local, make

@@ -88,28 +88,73 @@ print("PLANS", len(op._plans), "GROWTH_MIB", marks[N] - marks[N // 2])
     assert growth < 8.0, line
 
 
-def test_dropped_ops_are_freed():
-    """Ops described from closures, called and dropped (NumPy only: torch keeps its registered
-    operators, see docs/guarantees.md): none stays alive, memory flat."""
-    n = 500 if FULL else 120
+@pytest.mark.parametrize("kind", ["kernel", "function"])
+@pytest.mark.parametrize("framework", ["numpy", "torch", "paddle", "jax"])
+def test_dropped_ops_are_freed(framework, kind):
+    """Ops described from closures in a loop (per-config kernels, Python-function ops), called
+    (forward and gradient; under JAX also jit) and dropped: none stays alive, and neither does
+    what the framework registered for it (torch operators, Paddle's SOT break list, JAX FFI
+    targets' handlers), so resident memory over the second half of the loop stays flat."""
+    if framework != "numpy":
+        pytest.importorskip(framework)
+    if framework == "jax":
+        pytest.xfail(
+            "JAX keeps each dropped op (its FFI targets' handlers and jit caches: about 4 MiB per op "
+            "with jit + grad, README Guarantees); not fixed yet"
+        )
+    n = 500 if FULL else 60
     p = run_script(
         RSS
         + f"""
 import gc, weakref
-import numpy as np, warp as wp, interop
+import numpy as np, warp as wp
+fw, kind = {framework!r}, {kind!r}
+if fw == "torch":
+    import torch
+if fw == "paddle":
+    import paddle
+if fw == "jax":
+    import jax, jax.numpy as jnp
+import interop
+
+@wp.kernel
+def scale(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+    out[wp.tid()] = a[wp.tid()] * s
 
 def make(k):
-    @wp.kernel(module="unique")
-    def scaled(a: wp.array(dtype=float), out: wp.array(dtype=float)):
-        out[wp.tid()] = a[wp.tid()] * 2.0
-    return interop.op(scaled, name=f"dropped::scaled{{k}}")
+    if kind == "function":
+        def scaled(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+            wp.launch(scale, dim=a.shape, inputs=[a, 2.0], outputs=[out])
+    else:
+        @wp.kernel(module="unique")
+        def scaled(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+            out[wp.tid()] = a[wp.tid()] * 2.0
+    return interop.op(scaled, name=f"dropped::{{kind}}{{k}}")
 
-x = np.arange(8, dtype=np.float32)
+xn = np.arange(8, dtype=np.float32)
+
+def use(o):
+    if fw == "numpy":
+        assert np.array_equal(o(xn), 2 * xn)
+    elif fw == "torch":
+        x = torch.tensor(xn, requires_grad=True)
+        o(x).sum().backward()
+        assert np.array_equal(x.grad.numpy(), np.full(8, 2.0, np.float32))
+    elif fw == "paddle":
+        x = paddle.to_tensor(xn, stop_gradient=False)
+        o(x).sum().backward()
+        assert np.array_equal(x.grad.numpy(), np.full(8, 2.0, np.float32))
+    else:
+        x = jnp.asarray(xn)
+        assert np.array_equal(np.asarray(jax.jit(o)(x)), 2 * xn)
+        assert np.array_equal(np.asarray(jax.grad(lambda v: o(v).sum())(x)), np.full(8, 2.0, np.float32))
+
 refs, marks = [], {{}}
 N = {n}
 for k in range(N):
     o = make(k)
-    assert np.array_equal(o(x), 2 * x)
+    use(o)
+    use(o)  # the second call of a signature: the eager fast paths
     refs.append(weakref.ref(o))
     del o
     if k + 1 in (N // 2, N):
@@ -121,9 +166,14 @@ print("ALIVE", alive, "GROWTH_MIB", marks[N] - marks[N // 2])
 """
     )
     line = p.stdout.strip().splitlines()[-1]
-    print(line)
+    print(framework, kind, line)
     assert line.startswith("ALIVE 0 "), line
-    assert float(line.split()[-1]) < 4.0, line
+    # before: torch kept every op (+61.6 MiB over 500 Python-function ops, 0.12 MiB each). What
+    # stays now is the frameworks' own: torch 2.13 keeps the autograd kernel it generated for
+    # each operator it unregistered (about 17 KiB, two operators per op), Paddle 3.3.1 every
+    # PyLayer class once applied (one per remembered signature)
+    per_op = float(line.split()[-1]) / (n - n // 2)
+    assert per_op < 0.064, line
 
 
 @pytest.mark.parametrize("framework", ["torch", "paddle"])

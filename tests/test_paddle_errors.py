@@ -6,6 +6,8 @@ import pytest
 
 paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed")
 
+import catalogue  # noqa: E402
+import warp as wp  # noqa: E402
 from catalogue import norm3_kernel as norm3  # noqa: E402
 from guide_kernels import saxpy  # noqa: E402
 
@@ -116,3 +118,36 @@ def test_cpu_and_gpu_tensors_in_one_call():
         ValueError, match=r"op 'paddle_errors::saxpy': parameter 'x' is on cpu but parameter 'y' is on cuda:0"
     ):
         SAXPY(f32(4), f32(4).cuda(), 2.0)
+
+
+# ---- errors raised inside a backward ----------------------------------------------------------
+def _failing_backward(a: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_a: wp.array(dtype=float)):
+    raise ZeroDivisionError("the user's backward failed")
+
+
+FAILING = interop.op(catalogue.square_kernel, backward=interop.op(_failing_backward), name="paddle_errors::failing")
+CUBE = interop.op(catalogue.cube64, name="paddle_errors::cube")
+
+
+@pytest.mark.parametrize("where", ["user_backward", "second_derivative", "modified_in_place"])
+def test_error_in_a_backward_reaches_the_user_as_oserror_with_its_type_and_text(where):
+    """Paddle turns every exception raised in a PyLayer's backward into its own OSError (any
+    PyLayer, not only this package's): the message keeps the original type and text (README,
+    Limitations)."""
+    x = paddle.to_tensor(np.arange(1.0, 4.0))
+    x.stop_gradient = False
+    if where == "user_backward":
+        loss = FAILING(x.astype("float32")).sum()
+        want = "ZeroDivisionError: op '_failing_backward': the user's backward failed"  # its op named
+    elif where == "second_derivative":
+        (g,) = paddle.grad([CUBE(x).sum()], [x], create_graph=True)
+        loss = g.sum()
+        want = "NotImplementedError: op 'paddle_errors::cube': second derivatives through Warp's adjoint"
+    else:
+        y = x * 1.0
+        loss = CUBE(y).sum()
+        y.add_(paddle.ones_like(y))
+        want = "RuntimeError: op 'paddle_errors::cube', parameter 'x': the tensor was modified in place"
+    with pytest.raises(OSError) as e:
+        loss.backward()
+    assert want in str(e.value)

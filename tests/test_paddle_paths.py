@@ -569,3 +569,68 @@ def test_a_second_tensor_backward_through_a_call_raises_instead_of_crashing():
     )
     checked = int(out.stdout.split("checked")[-1])
     assert checked >= 2 * 10, out.stdout
+
+
+# ---- a tensor the backward reads, modified in place between the forward and the backward ---------
+@wp.kernel
+def _mul(a: wp.array(dtype=float), b: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] * b[i]
+
+
+MUL = interop.op(_mul, name="tp_paths::mul")
+MUL_HW = interop.op(catalogue.reads_output_kernel, outputs=2, backward=catalogue.reads_output_backward_kernel)
+
+
+def _modified_setup(which: str):
+    """(op, args, the leaf a, the tensor to modify (from the outputs), how the message names it,
+    d loss / d a when unmodified)."""
+    a = paddle.to_tensor([1.0, 2.0, 3.0])
+    a.stop_gradient = False
+    b = paddle.to_tensor([4.0, 5.0, 6.0])
+    if which == "input_without_gradient":  # plain Paddle's own case: d(a*b)/da reads b
+        return MUL, (a, b), a, lambda out, args: args[1], "parameter 'b'", b.numpy()
+    if which == "input_with_gradient":  # a non-leaf that requires grad, read by d/db
+        b.stop_gradient = False
+        a2 = a * 1.0
+        return MUL, (a2, b), a, lambda out, args: args[0], "parameter 'a'", b.numpy()
+    if which == "output_read_back":  # sq = a*a is read back by twice = 2 sq + a: Warp's adjoint reads sq
+        return READS_OUTPUT, (a,), a, lambda out, args: out[0], "output 'sq'", 10.0 * a.numpy() + 2.0
+    # the hand-written backward reads the call's input a (the general node on both paths)
+    return MUL_HW, (a * 1.0,), a, lambda out, args: args[0], "parameter 'x'", 10.0 * a.numpy() + 2.0
+
+
+def _loss(out):
+    outs = out if isinstance(out, tuple) else (out,)
+    return sum((k + 1.0) * o.sum() for k, o in enumerate(outs))
+
+
+@pytest.mark.parametrize("path", ["full", "hook"])
+@pytest.mark.parametrize("which", ["input_without_gradient", "input_with_gradient", "output_read_back", "hand_written"])
+def test_tensor_modified_in_place_before_backward_raises(which, path):
+    """Plain Paddle refuses a backward whose saved tensor was modified in place after the forward
+    (its gradient would silently use the new values); so does the op's node, on both paths, for
+    the arguments and the outputs it keeps. The same modification made before the call is fine."""
+    op, args, leaf, target, name, want = _modified_setup(which)
+    hook = _hook(op)
+    if path == "full":
+        hook.signatures.clear()
+    else:
+        op(*args)  # remembered: the next call takes the hook
+    before = hook.calls[0]
+    out = op(*args)
+    assert (hook.calls[0] > before) == (path == "hook")
+    t = target(out, args)
+    t.add_(paddle.ones_like(t))  # what `x += 1` does
+    # Paddle hands an error raised in a PyLayer's backward on as OSError, with the original text
+    with pytest.raises((RuntimeError, OSError), match=rf"op '[^']*', {name}: the tensor was modified in place"):
+        _loss(out).backward()
+
+    # modified before the call: the call reads the new values, and its gradient is right
+    op, args, leaf, target, name, want = _modified_setup(which)
+    if which == "input_without_gradient":
+        args[1].add_(paddle.ones_like(args[1]))
+        want = args[1].numpy()
+    out = op(*args)
+    _loss(out).backward()
+    np.testing.assert_allclose(leaf.grad.numpy(), want, rtol=1e-6)

@@ -282,3 +282,33 @@ def test_cuda_launches_on_torchs_current_stream():
     torch.cuda.current_stream().wait_stream(s)
     assert res is acc
     torch.testing.assert_close(acc.cpu(), torch.full((4,), 8.0))
+
+
+# ---- an op dropped right after its call -----------------------------------------------------------
+@wp.kernel
+def _square_dropped(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    out[wp.tid()] = a[wp.tid()] * a[wp.tid()]
+
+
+@wp.kernel
+def _cube_other(a: wp.array(dtype=float), out: wp.array(dtype=float)):
+    out[wp.tid()] = a[wp.tid()] * a[wp.tid()] * a[wp.tid()]
+
+
+@pytest.mark.parametrize("path", ["eager", "eager_remembered", "operator"])
+def test_op_dropped_before_its_backward_still_differentiates(path):
+    """``interop.op(k)(x).sum().backward()``: a dropped op's operators are unregistered when the next
+    op registers (tests/test_bounds.py), but an autograd graph still alive keeps its op."""
+    import gc
+
+    x = torch.arange(4.0, requires_grad=True)
+    op = interop.op(_square_dropped, name=f"tt_ops_dropped::square_{path}")
+    if path == "eager_remembered":
+        op(x)
+    y = getattr(torch.ops.tt_ops_dropped, f"square_{path}")(x) if path == "operator" else op(x)
+    del op
+    gc.collect()
+    interop.op(_cube_other, name=f"tt_ops_dropped::cube_{path}")(x)  # registers: releases dropped ops
+    gc.collect()
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.arange(4.0))
