@@ -219,6 +219,7 @@ class _Binding:
                 "operators; keep the op alive while its operators are used"
             )
         return op
+
     def qualname(self, mask: tuple, kind: str) -> str:
         name = self.base
         if any(mask):

@@ -46,7 +46,7 @@ def _binding(op) -> _Binding:
 
 # bindings whose op was dropped: their operators are unregistered at the next registration
 # (never inside the garbage collector's callback, which may run anywhere, a trace included)
-_dropped: collections.deque = collections.deque()
+_dropped: collections.deque[_Binding] = collections.deque()
 
 
 def _release_dropped() -> None:
