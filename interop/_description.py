@@ -22,7 +22,7 @@ import warp as wp
 
 from . import _dtypes, _structs, _warp_compat
 from ._errors import ArgumentError, UnsupportedError
-from ._extent import arrays_written, direct_indexing, uses_tiles, written_outputs
+from ._extent import arrays_written, direct_indexing, thread_domain, uses_tiles, written_outputs
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -117,6 +117,11 @@ class OpDescription:
     adjoint_unread: tuple[str, ...] = field(default=(), compare=False, hash=False)
     # (array parameter, its dim, launch dim) the kernel indexes directly with wp.tid() (see _extent)
     direct_index: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, hash=False)
+    # the launch domain the kernel is written for (see _extent.thread_domain): per launch dimension,
+    # the (array parameter, its dim) pairs it indexes with that bare thread index anywhere in its body,
+    # and whether it hands a bare thread index to a function of its own
+    domain: tuple[tuple[tuple[str, int], ...], ...] = field(default=(), compare=False, hash=False)
+    tid_escapes: bool = field(default=False, compare=False, hash=False)
     # (output, launch dim per output dim) the kernel writes element by element (see _extent)
     written: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
     # a kernel with @wp.struct parameters (see _structs): its original parameters in order, each a
@@ -563,6 +568,7 @@ def describe(
             "place, returned) or as an output"
         )
     reads = _returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT])
+    domain, tid_escapes = thread_domain(fn, kind, [(p.name, p.ndim) for p in params if p.is_array])
     return OpDescription(
         fn=fn,
         kind=kind,
@@ -585,6 +591,8 @@ def describe(
             else _adjoint_unread(fn, kind, params, reads)
         ),
         direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),
+        domain=domain,
+        tid_escapes=tid_escapes,
         written=written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
     )
 

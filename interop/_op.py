@@ -286,8 +286,9 @@ def op(
             them stay in-out). Default 1: the last array parameter.
         in_out: names of array parameters read and updated in place (e.g. accumulators),
             anywhere in the signature. The call returns in-out arrays and outputs in kernel order.
-        launch_dims: default launch dimensions (int or tuple); default: the Warp shape of
-            the first array argument. Not for Python-function ops.
+        launch_dims: default launch dimensions (int or tuple); default: the domain the kernel
+            is written for, from the arrays it indexes with its thread index (README, "Launch
+            dimensions"). Not for Python-function ops.
         output_dims: default output shapes: int, tuple, or dict by output name; Warp or
             framework convention (trailing vec/mat dims optional). Default: launch dims.
         name: ``"namespace::name"`` (the PyTorch operator is ``torch.ops.namespace.name``).
