@@ -89,6 +89,27 @@ class Param:
 
 
 @dataclass(frozen=True)
+class DtypeOf:
+    """The dtype of a generic output, taken from a call parameter's resolved type (see
+    :func:`interop.dtype_of` and :func:`interop.scalar_of`).
+
+    Attributes:
+        param: the input (or in-out) parameter whose type is read.
+        scalar: take only its scalar type (``float32`` of a ``vec3f``), composed with ``inner``.
+        inner: with ``scalar``, the vec/mat shape of the output's elements (``()``: scalars).
+    """
+
+    param: str
+    scalar: bool = False
+    inner: tuple[int, ...] = ()
+
+    def __repr__(self) -> str:
+        if not self.scalar:
+            return f"dtype_of({self.param!r})"
+        return f"scalar_of({self.param!r}" + (f", inner={self.inner}" if self.inner else "") + ")"
+
+
+@dataclass(frozen=True)
 class OpDescription:
     """Immutable description of one op: its parameters and every behaviour option."""
 
@@ -124,6 +145,8 @@ class OpDescription:
     tid_escapes: bool = field(default=False, compare=False, hash=False)
     # (output, launch dim per output dim) the kernel writes element by element (see _extent)
     written: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
+    # per generic output given one, the rule for its dtype: ((name, DtypeOf or a Warp type), ...), sorted
+    output_dtypes: tuple = ()
     # a kernel with @wp.struct parameters (see _structs): its original parameters in order, each a
     # plain parameter's name or the tree (_structs.Node) of a struct whose leaves are ``params``;
     # ``fn`` is then the flat kernel that takes the leaves. Empty for every other op.
@@ -355,11 +378,13 @@ def describe(
     vmap_method: str | None = None,
     block_dim: int | None = None,
     partition: str | None = None,
+    output_dtypes: Any = None,
 ) -> OpDescription:
     """Build (and validate) the description of ``fn``. See :func:`interop.op`."""
     if _structs.has_struct_params(fn):
         return _describe_structs(
             fn,
+            output_dtypes=output_dtypes,
             outputs=outputs,
             in_out=in_out,
             launch_dims=launch_dims,
@@ -536,6 +561,7 @@ def describe(
             "kernels of its own choosing)"
         )
 
+    odt = _check_output_dtypes(output_dtypes, params, opname)
     bwd = None
     if backward is not None:
         bwd = _describe_backward(backward, params, opname)
@@ -552,6 +578,7 @@ def describe(
             )
             + (() if bd is None else (("block_dim", bd),))
             + (() if partition is None else (partition,))
+            + (() if not odt else (("output_dtypes", tuple((n, _rule_text(r)) for n, r in odt)),))
         )
         desc_name = _default_name(key, fn, kind, hashlib.sha1(ident.encode()).hexdigest()[:8])
     else:
@@ -583,6 +610,7 @@ def describe(
         vmap_method=vm,
         block_dim=bd,
         partition=partition,
+        output_dtypes=odt,
         label=name or key.rsplit(".", 1)[-1],
         reads_returned=reads,
         adjoint_unread=(
@@ -595,6 +623,61 @@ def describe(
         tid_escapes=tid_escapes,
         written=written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
     )
+
+
+def _rule_text(rule: Any) -> str:
+    """A stable text of an output dtype rule (part of the op's derived name)."""
+    return repr(rule) if isinstance(rule, DtypeOf) else _dtypes.type_name(rule)
+
+
+def _check_output_dtypes(value: Any, params: Sequence[Param], opname: str) -> tuple:
+    """``output_dtypes`` as sorted ``(output name, rule)`` pairs, each rule checked, or an error."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ArgumentError(
+            f"op {opname!r}: output_dtypes must be a dict from output names to interop.scalar_of(...), "
+            f"interop.dtype_of(...) or a Warp type, got {type(value).__name__}"
+        )
+    by_name = {p.name: p for p in params}
+    out = []
+    for name, rule in value.items():
+        p = by_name.get(name)
+        if p is None or p.role != OUTPUT:
+            outs = [q.name for q in params if q.role == OUTPUT]
+            raise ArgumentError(
+                f"op {opname!r}: output_dtypes names {name!r}, which is not an output; outputs are {outs} "
+                "(an in-out array has the dtype of the array passed)"
+            )
+        if not p.generic:
+            raise ArgumentError(
+                f"op {opname!r}: output_dtypes[{name!r}]: the output is annotated {p.expected_text()}, a "
+                "concrete dtype; output_dtypes applies to generic outputs (dtype=typing.Any, wp.Float...)"
+            )
+        if isinstance(rule, DtypeOf):
+            src = by_name.get(rule.param)
+            if src is None or src.role == OUTPUT:
+                ins = [q.name for q in params if q.role != OUTPUT]
+                raise ArgumentError(
+                    f"op {opname!r}: output_dtypes[{name!r}] = {rule!r} names {rule.param!r}, which is not an "
+                    f"input or in-out parameter; those are {ins}"
+                )
+            if p.inner and rule.inner and rule.inner != p.inner:
+                raise ArgumentError(
+                    f"op {opname!r}: output_dtypes[{name!r}] = {rule!r} has inner shape {rule.inner}, but the "
+                    f"output is annotated {p.expected_text()}"
+                )
+        else:
+            t = _dtypes.normalize(rule)
+            scalar, inner = _dtypes.split(t) if isinstance(t, type) else (None, ())
+            if _dtypes.is_generic(t) or (not inner and scalar not in _dtypes._WP_TO_NP):
+                raise ArgumentError(
+                    f"op {opname!r}: output_dtypes[{name!r}] must be interop.scalar_of(<parameter>), "
+                    f"interop.dtype_of(<parameter>) or a concrete Warp scalar, vector or matrix type, got {rule!r}"
+                )
+            rule = t
+        out.append((name, rule))
+    return tuple(sorted(out, key=lambda nr: nr[0]))
 
 
 def _describe_structs(
@@ -652,6 +735,15 @@ def _describe_structs(
     flat_in_out = _structs.expand_names(in_out, entries, "in_out", label, True)
     flat_outputs = [n for n in flat_outputs if n not in flat_in_out]
     flat_nondiff = _structs.expand_names(tuple(nondifferentiable), entries, "nondifferentiable", label, False)
+    odt = options.pop("output_dtypes", None)
+    if isinstance(odt, Mapping):  # fields by their dotted path ("state.e"), as the flat kernel names them
+        odt = {
+            k.replace(".", _structs.SEP): (
+                dataclasses.replace(r, param=r.param.replace(".", _structs.SEP)) if isinstance(r, DtypeOf) else r
+            )
+            for k, r in odt.items()
+        }
+    options["output_dtypes"] = odt
     try:
         desc = describe(
             flat.kernel,

@@ -16,7 +16,7 @@ import warp as wp
 
 from . import _dtypes, _extent
 from . import _warp_compat as _wpt
-from ._description import OpDescription, Param, normalize_dims, normalize_output_dims
+from ._description import DtypeOf, OpDescription, Param, normalize_dims, normalize_output_dims
 from ._errors import ArgumentError
 from ._warp_compat import type_size_in_bytes
 
@@ -217,6 +217,36 @@ def _scalar_type(desc: OpDescription, p: Param, spec: ScalarSpec, generic_scalar
     return target
 
 
+def _output_dtype(desc: OpDescription, p: Param, rule: Any, types: list) -> Any:
+    """The element type ``output_dtypes`` gives generic output ``p`` for a call whose call
+    parameters resolved to ``types``; an error when it does not fit the output's annotation."""
+    if isinstance(rule, DtypeOf):
+        src = types[desc.param(rule.param).index]
+        scalar, inner = _dtypes.split(src)
+        if rule.scalar:
+            inner = rule.inner or p.inner
+        elif p.inner and inner != p.inner:
+            raise ArgumentError(
+                f"op {desc.label!r}, output {p.name!r}: output_dtypes gives it {rule!r}, "
+                f"{_dtypes.type_name(src)} in this call, but it is annotated {p.expected_text()}"
+            )
+    else:
+        scalar, inner = _dtypes.split(rule)
+        inner = inner or p.inner
+    if p.inner and tuple(inner) != tuple(p.inner):
+        raise ArgumentError(
+            f"op {desc.label!r}, output {p.name!r}: output_dtypes gives it {_dtypes.type_name(rule)}, but it is "
+            f"annotated {p.expected_text()}"
+        )
+    gscalar = p.scalar
+    if (gscalar is _wpt.Float and not _dtypes.is_float(scalar)) or (gscalar is _wpt.Int and _dtypes.is_float(scalar)):
+        raise ArgumentError(
+            f"op {desc.label!r}, output {p.name!r}: output_dtypes gives it {_dtypes.type_name(scalar)} in this "
+            f"call, but it is annotated {p.expected_text()}"
+        )
+    return _dtypes.compose(scalar, tuple(inner))
+
+
 def number_type(desc: OpDescription, p: Param, number: type, generic_scalar: Any = None) -> Any:
     """Warp type a Python ``number`` (``float``, ``int`` or ``bool``) takes for scalar parameter ``p``.
 
@@ -359,9 +389,12 @@ def make_plan(
     if output_dims is not None:
         od = normalize_output_dims(output_dims, desc.output_params, desc.label)
     by_name = dict(od[1]) if od is not None and od[0] == "by_name" else {}
+    rules = dict(desc.output_dtypes)
     for p in desc.output_params:
         elem = p.dtype
-        if p.generic:
+        if p.name in rules:
+            elem = _output_dtype(desc, p, rules[p.name], types)
+        elif p.generic:
             if generic_elem is None:
                 raise ArgumentError(
                     f"op {desc.label!r}, output {p.name!r}: its dtype is generic and no generic array input "
@@ -426,7 +459,7 @@ def make_plan(
                     arg_types.append(wp.array(dtype=types[p.index], ndim=p.ndim))
                 else:
                     arg_types.append(types[p.index])
-            kernel = kernel.add_overload(arg_types)
+            kernel = _overload(desc, kernel, arg_types, types)
     else:
         launch = None
         kernel = desc.fn
@@ -455,6 +488,29 @@ def make_plan(
         tuple(scalar_refs),
         zero,
     )
+
+
+def _overload(desc: OpDescription, kernel: Any, arg_types: list, types: list) -> Any:
+    """The overload of generic ``kernel`` for ``arg_types``, checked by Warp's front end when new, so
+    a body that does not fit the types fails here, while planning (at trace time under ``jax.jit``
+    and ``torch.compile``, as a plain call), with an :class:`ArgumentError` naming every argument's
+    type, and never leaves a broken overload in the module for later calls."""
+    before = len(kernel.overloads)
+    ovl = kernel.add_overload(arg_types)
+    if len(kernel.overloads) == before:
+        return ovl  # made (and checked) before
+    try:
+        _wpt.check_kernel_types(ovl)
+    except Exception as e:
+        for sig, o in list(kernel.overloads.items()):
+            if o is ovl:
+                del kernel.overloads[sig]
+        kernel.module.mark_modified()
+        text = ", ".join(f"{p.name}: {_dtypes.type_name(types[p.index])}" for p in desc.params)
+        raise ArgumentError(
+            f"op {desc.label!r}: Warp could not build the generic kernel for the argument types ({text}): {e}"
+        ) from e
+    return ovl
 
 
 def check_layout(

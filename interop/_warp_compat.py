@@ -272,3 +272,15 @@ def struct_numpy_dtype(t: Any) -> Any:
     import numpy as np
 
     return np.dtype(t.numpy_dtype())
+
+
+def check_kernel_types(kernel: Any) -> None:
+    """Run Warp's code generation front end (parsing, type inference) on ``kernel`` alone, without
+    compiling anything, raising Warp's own error where it cannot be built (e.g. a generic overload
+    whose argument types do not fit its body). Warp does the same with a throw-away builder to learn
+    a function's return type (``context.py``, ``match_function``); checked on ``CHECKED``."""
+    options = dict(kernel.module.options) | {"output_arch": None}
+    options.setdefault("block_dim", 256)
+    builder = _context.ModuleBuilder(_context.Module("interop_type_check", None), options)
+    with getattr(_context, "_codegen_lock", threading.RLock()):
+        builder.build_kernel(kernel)

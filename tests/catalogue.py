@@ -641,6 +641,25 @@ _add(
 )
 
 
+# ---- a generic output of another dtype than the first generic input's (issue 23, item 2): generic
+# positions holding vec3, generic scalar energies, as nvalchemiops declares them
+@wp.kernel
+def generic_energies_kernel(positions: wp.array(dtype=typing.Any), k: typing.Any, energies: wp.array(dtype=typing.Any)):
+    i = wp.tid()
+    r = positions[i]
+    energies[i] = k * wp.dot(r, r)
+
+
+_add(
+    Case(
+        "generic_energies",
+        interop.op(generic_energies_kernel, output_dtypes={"energies": interop.scalar_of("positions")}),
+        lambda rng, dt: (_f(rng, (N, 3), dt), 1.5),
+        lambda x, k: (k * np.sum(x * x, axis=-1),),
+    )
+)
+
+
 # ---- struct parameters (issue 23): the cases' arguments are the structs' leaves, in the op's
 # call order; StructCall packs them into each kind of structure a caller passes and takes the
 # returned structures apart again, so every framework test runs them unchanged
