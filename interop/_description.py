@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import warp as wp
 
-from . import _dtypes, _structs, _warp_compat
+from . import _backward, _dtypes, _structs, _warp_compat
 from ._errors import ArgumentError, UnsupportedError
 from ._extent import arrays_written, direct_indexing, thread_domain, uses_tiles, written_outputs
 
@@ -90,22 +90,19 @@ class Param:
 
 @dataclass(frozen=True)
 class DtypeOf:
-    """The dtype of a generic output, taken from a call parameter's resolved type (see
-    :func:`interop.dtype_of` and :func:`interop.scalar_of`).
+    """The dtype of a generic output: the scalar type a call parameter resolves to in each call
+    (``float32`` of a ``vec3f``), with the vec/mat shape ``inner`` (see :func:`interop.scalar_of`).
 
     Attributes:
         param: the input (or in-out) parameter whose type is read.
-        scalar: take only its scalar type (``float32`` of a ``vec3f``), composed with ``inner``.
-        inner: with ``scalar``, the vec/mat shape of the output's elements (``()``: scalars).
+        inner: the vec/mat shape of the output's elements (``()``: scalars, or the output's own
+            annotation where it is a generic vec/mat).
     """
 
     param: str
-    scalar: bool = False
     inner: tuple[int, ...] = ()
 
     def __repr__(self) -> str:
-        if not self.scalar:
-            return f"dtype_of({self.param!r})"
         return f"scalar_of({self.param!r}" + (f", inner={self.inner}" if self.inner else "") + ")"
 
 
@@ -637,7 +634,7 @@ def _check_output_dtypes(value: Any, params: Sequence[Param], opname: str) -> tu
     if not isinstance(value, Mapping):
         raise ArgumentError(
             f"op {opname!r}: output_dtypes must be a dict from output names to interop.scalar_of(...), "
-            f"interop.dtype_of(...) or a Warp type, got {type(value).__name__}"
+            f"or a Warp type, got {type(value).__name__}"
         )
     by_name = {p.name: p for p in params}
     out = []
@@ -673,7 +670,7 @@ def _check_output_dtypes(value: Any, params: Sequence[Param], opname: str) -> tu
             if _dtypes.is_generic(t) or (not inner and scalar not in _dtypes._WP_TO_NP):
                 raise ArgumentError(
                     f"op {opname!r}: output_dtypes[{name!r}] must be interop.scalar_of(<parameter>), "
-                    f"interop.dtype_of(<parameter>) or a concrete Warp scalar, vector or matrix type, got {rule!r}"
+                    f"or a concrete Warp scalar, vector or matrix type, got {rule!r}"
                 )
             rule = t
         out.append((name, rule))
@@ -824,7 +821,14 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
     diff = [p for p in params if p.role == INPUT and p.is_array and p.differentiable]
     if not diff:
         raise ArgumentError(f"op {opname!r}: backward= given, but the op has no differentiable array input")
-    if isinstance(getattr(backward, "description", None), OpDescription):  # an interop op (the layer above)
+    if isinstance(backward, _backward.Backward):  # the author's parameter order, mapped to the slots
+        slots = (
+            [(p.name, p.annotation) for p in call]
+            + [(_backward.ADJ + p.name, p.annotation) for p in returned]
+            + [(_backward.GRAD + p.name, p.annotation) for p in diff]
+        )
+        bdesc = describe(_backward.conventional_kernel(backward, slots, opname), outputs=len(diff))
+    elif isinstance(getattr(backward, "description", None), OpDescription):  # an interop op (the layer above)
         bdesc = backward.description
     elif isinstance(backward, OpDescription):
         bdesc = backward
@@ -832,7 +836,8 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
         bdesc = describe(backward, outputs=len(diff))
     else:
         raise ArgumentError(
-            f"op {opname!r}: backward must be a wp.kernel or an interop op, got {type(backward).__name__}"
+            f"op {opname!r}: backward must be a wp.kernel, an interop op or interop.backward(kernel, ...), "
+            f"got {type(backward).__name__}"
         )
     expected = len(call) + len(returned) + len(diff)
     if len(bdesc.params) != expected:
@@ -840,7 +845,8 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
             f"op {opname!r}: backward {bdesc.key!r} has {len(bdesc.params)} parameters, expected {expected}: "
             f"the forward's inputs {[p.name for p in call]}, one adjoint per returned array "
             f"{['adj_' + p.name for p in returned]}, then one gradient output per differentiable input "
-            f"{['grad_' + p.name for p in diff]}"
+            f"{['grad_' + p.name for p in diff]}; a kernel with its own parameter order is given as "
+            "interop.backward(kernel, <its parameter>=<slot>, ...)"
         )
     if len(bdesc.output_params) != len(diff) or any(p.role == IN_OUT for p in bdesc.params):
         raise ArgumentError(

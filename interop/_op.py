@@ -296,7 +296,9 @@ def op(
         backward: a hand-written backward, a ``wp.kernel`` or another op. Its parameters:
             the forward's call parameters (inputs, in-out) in order, then one adjoint array per
             returned array (in-out, outputs) in order, then one gradient output per
-            differentiable array input in order. Its own adjoint gives second derivatives.
+            differentiable array input in order. A kernel with its own parameter order is given
+            as :func:`interop.backward` ``(kernel, <parameter>=<slot>, ...)``. Its own adjoint
+            gives second derivatives.
         zero_outputs: zero-fill outputs before the launch (default True).
         nondifferentiable: parameter names that never receive a gradient.
         vmap_method: JAX batching rule: ``"loop"`` (default: one XLA call, one launch per
@@ -318,7 +320,7 @@ def op(
         output_dtypes: for generic outputs (``dtype=typing.Any``, ``wp.Float``...) whose dtype is
             not the first generic input's: a dict from output name to :func:`scalar_of` (the scalar
             type of a parameter: float64 energies of float64 ``vec3`` positions),
-            :func:`dtype_of` (a parameter's element type) or a concrete Warp type. Part of the
+            or a concrete Warp type. Part of the
             op's identity. Default: every generic output takes the first generic input's dtype.
 
     Returns:
@@ -395,22 +397,7 @@ def scalar_of(param: str, inner: Sequence[int] = ()) -> DtypeOf:
         >>> op(np.ones((2, 3), np.float64))
         array([3., 3.])
     """
-    return DtypeOf(str(param), True, tuple(int(n) for n in inner))
-
-
-def dtype_of(param: str) -> DtypeOf:
-    """A generic output's dtype: the element type of parameter ``param`` in each call (its vec/mat
-    type included), for an output whose dtype follows another input than the first generic one.
-
-    Returns:
-        A hashable rule for ``interop.op(..., output_dtypes={name: rule})``.
-
-    Example:
-        >>> import interop
-        >>> interop.dtype_of("velocities")
-        dtype_of('velocities')
-    """
-    return DtypeOf(str(param))
+    return DtypeOf(str(param), tuple(int(n) for n in inner))
 
 
 def _notify_adapters(o: Op) -> None:

@@ -222,14 +222,8 @@ def _output_dtype(desc: OpDescription, p: Param, rule: Any, types: list) -> Any:
     parameters resolved to ``types``; an error when it does not fit the output's annotation."""
     if isinstance(rule, DtypeOf):
         src = types[desc.param(rule.param).index]
-        scalar, inner = _dtypes.split(src)
-        if rule.scalar:
-            inner = rule.inner or p.inner
-        elif p.inner and inner != p.inner:
-            raise ArgumentError(
-                f"op {desc.label!r}, output {p.name!r}: output_dtypes gives it {rule!r}, "
-                f"{_dtypes.type_name(src)} in this call, but it is annotated {p.expected_text()}"
-            )
+        scalar = _dtypes.split(src)[0]
+        inner = rule.inner or p.inner
     else:
         scalar, inner = _dtypes.split(rule)
         inner = inner or p.inner

@@ -660,6 +660,63 @@ _add(
 )
 
 
+# ---- a hand-written backward shipped with its own parameter order (issue 23, item 3), shaped like
+# physicsnemo's grid derivatives: the forward computes 3 derivative grids of a periodic field; the
+# backward takes (grad0, grad1, grad2, inv_dx0, inv_dx1, inv_dx2, grad_field)
+@wp.kernel
+def central_diff_3d_fwd(
+    field: wp.array3d(dtype=float),
+    inv_dx0: float,
+    inv_dx1: float,
+    inv_dx2: float,
+    grad0: wp.array3d(dtype=float),
+    grad1: wp.array3d(dtype=float),
+    grad2: wp.array3d(dtype=float),
+):
+    i, j, k = wp.tid()
+    n0, n1, n2 = field.shape[0], field.shape[1], field.shape[2]
+    grad0[i, j, k] = (field[(i + 1) % n0, j, k] - field[(i - 1 + n0) % n0, j, k]) * (0.5 * inv_dx0)
+    grad1[i, j, k] = (field[i, (j + 1) % n1, k] - field[i, (j - 1 + n1) % n1, k]) * (0.5 * inv_dx1)
+    grad2[i, j, k] = (field[i, j, (k + 1) % n2] - field[i, j, (k - 1 + n2) % n2]) * (0.5 * inv_dx2)
+
+
+@wp.kernel
+def central_diff_3d_bwd(
+    grad0: wp.array3d(dtype=float),
+    grad1: wp.array3d(dtype=float),
+    grad2: wp.array3d(dtype=float),
+    inv_dx0: float,
+    inv_dx1: float,
+    inv_dx2: float,
+    grad_field: wp.array3d(dtype=float),
+):
+    i, j, k = wp.tid()
+    n0, n1, n2 = grad_field.shape[0], grad_field.shape[1], grad_field.shape[2]
+    grad_field[i, j, k] = (
+        (grad0[(i - 1 + n0) % n0, j, k] - grad0[(i + 1) % n0, j, k]) * (0.5 * inv_dx0)
+        + (grad1[i, (j - 1 + n1) % n1, k] - grad1[i, (j + 1) % n1, k]) * (0.5 * inv_dx1)
+        + (grad2[i, j, (k - 1 + n2) % n2] - grad2[i, j, (k + 1) % n2]) * (0.5 * inv_dx2)
+    )
+
+
+SHIPPED_BACKWARD = interop.backward(central_diff_3d_bwd, grad0="adj_grad0", grad1="adj_grad1", grad2="adj_grad2")
+
+
+def _central_diff_reference(f, a, b, c):
+    return tuple((np.roll(f, -1, axis=d) - np.roll(f, 1, axis=d)) * (0.5 * s) for d, s in enumerate((a, b, c)))
+
+
+_add(
+    Case(
+        "shipped_backward",
+        interop.op(central_diff_3d_fwd, outputs=3, backward=SHIPPED_BACKWARD),
+        lambda rng, dt: (_f(rng, (3, 4, 5), dt), 2.0, 0.5, 4.0),
+        _central_diff_reference,
+        dtypes=(np.float32,),
+    )
+)
+
+
 # ---- struct parameters (issue 23): the cases' arguments are the structs' leaves, in the op's
 # call order; StructCall packs them into each kind of structure a caller passes and takes the
 # returned structures apart again, so every framework test runs them unchanged

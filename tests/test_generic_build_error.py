@@ -112,8 +112,8 @@ def scaled_copy(a: wp.array(dtype=typing.Any), b: wp.array(dtype=typing.Any), ou
     out[i] = b[i] * wp.length(a[i])
 
 
-def test_dtype_of_takes_another_input_element_type():
-    op = interop.op(scaled_copy, output_dtypes={"out": interop.dtype_of("b")})
+def test_scalar_of_another_input_with_a_vec_shape():
+    op = interop.op(scaled_copy, output_dtypes={"out": interop.scalar_of("b", inner=(3,))})
     a = np.full((3, 2), 3.0 / np.sqrt(2), np.float32)  # vec2f of length 3
     b = np.arange(9, dtype=np.float32).reshape(3, 3)  # vec3f
     np.testing.assert_allclose(op(a, b), 3 * b, rtol=1e-6)
