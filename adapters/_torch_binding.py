@@ -19,7 +19,7 @@ from interop import _cache, _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import contiguous_strides, external_stream, get_device
-from interop._plan import ArraySpec, ScalarSpec, check_layout
+from interop._plan import ArraySpec, ScalarSpec, check_layout, default_launch
 from interop._warp_compat import type_size_in_bytes
 
 from ._common import EagerFramework
@@ -504,8 +504,17 @@ def _launch_dims(b: _Binding, args: Sequence[Any], ld) -> tuple | None:
         return b.desc.launch_dims
     if b.first_array is None:
         return None
+    if b.desc.kind == "kernel":
+        # the real call checks that the indexed arrays agree
+        return default_launch(b.desc, lambda name: _arg_shape(b, args, name), check=False)
     p = b.call_params[b.first_array]
     return tuple(args[b.first_array].shape[: p.ndim])
+
+
+def _arg_shape(b: _Binding, args: Sequence[Any], name: str) -> tuple:
+    """The (symbolic) Warp outer shape of array call parameter ``name``."""
+    i = next(i for i, p in enumerate(b.call_params) if p.name == name)
+    return tuple(args[i].shape[: b.call_params[i].ndim])
 
 
 def _output_shape(b: _Binding, plan, p: Param, args, ld, od) -> tuple:

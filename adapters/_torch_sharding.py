@@ -37,7 +37,8 @@ import sys
 import threading
 from typing import Any
 
-from interop._errors import UnsupportedError
+from interop._errors import ArgumentError, UnsupportedError
+from interop._plan import default_launch
 
 from . import _torch_compat
 
@@ -172,8 +173,14 @@ class _Call:
             return tuple(self.ld)
         if b.desc.launch_dims is not None:
             return tuple(b.desc.launch_dims)
-        if b.first_array is None or not self.tensor[b.first_array]:
+        if b.first_array is None or not all(self.tensor[i] for i in b.array_pos):
             return None
+        if b.desc.kind == "kernel":
+            pos = {b.call_params[i].name: i for i in b.array_pos}
+            try:
+                return default_launch(b.desc, lambda name: self.shape(pos[name])[: b.call_params[pos[name]].ndim])
+            except ArgumentError:
+                return None  # the call itself raises it
         return self.shape(b.first_array)[: b.call_params[b.first_array].ndim]
 
     def explicit_output_dims(self, j: int):

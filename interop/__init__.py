@@ -4,16 +4,30 @@ Public names:
 
 - :func:`op` describes a ``wp.kernel`` (or an annotated Python function) as an :class:`Op`;
 - :class:`Op` is called with any framework's arrays and returns that framework's arrays;
-- :func:`convert` exchanges an array between frameworks without copying.
+- :func:`convert` exchanges an array between frameworks without copying;
+- :func:`scalar_of` says which dtype a generic output takes;
+- :func:`backward` hands over a hand-written backward kernel in its author's parameter order.
 
 Importing this package imports Warp and NumPy only; each framework adapter is loaded
 the first time one of its arrays is seen.
 """
 
+from ._backward import backward
 from ._convert import convert
 from ._description import OpDescription, Param
 from ._errors import ArgumentError, InteropError, UnsupportedError
-from ._op import Op, op
+from ._op import Op, op, scalar_of
 
-__all__ = ["op", "Op", "convert", "OpDescription", "Param", "InteropError", "ArgumentError", "UnsupportedError"]
+__all__ = [
+    "op",
+    "Op",
+    "convert",
+    "backward",
+    "scalar_of",
+    "OpDescription",
+    "Param",
+    "InteropError",
+    "ArgumentError",
+    "UnsupportedError",
+]
 __version__ = "0.1.0"

@@ -20,9 +20,9 @@ from typing import Any, Mapping, Sequence
 
 import warp as wp
 
-from . import _dtypes, _structs, _warp_compat
+from . import _backward, _dtypes, _structs, _warp_compat
 from ._errors import ArgumentError, UnsupportedError
-from ._extent import arrays_written, direct_indexing, uses_tiles, written_outputs
+from ._extent import arrays_written, direct_indexing, thread_domain, uses_tiles, written_outputs
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -89,6 +89,24 @@ class Param:
 
 
 @dataclass(frozen=True)
+class DtypeOf:
+    """The dtype of a generic output: the scalar type a call parameter resolves to in each call
+    (``float32`` of a ``vec3f``), with the vec/mat shape ``inner`` (see :func:`interop.scalar_of`).
+
+    Attributes:
+        param: the input (or in-out) parameter whose type is read.
+        inner: the vec/mat shape of the output's elements (``()``: scalars, or the output's own
+            annotation where it is a generic vec/mat).
+    """
+
+    param: str
+    inner: tuple[int, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"scalar_of({self.param!r}" + (f", inner={self.inner}" if self.inner else "") + ")"
+
+
+@dataclass(frozen=True)
 class OpDescription:
     """Immutable description of one op: its parameters and every behaviour option."""
 
@@ -117,8 +135,15 @@ class OpDescription:
     adjoint_unread: tuple[str, ...] = field(default=(), compare=False, hash=False)
     # (array parameter, its dim, launch dim) the kernel indexes directly with wp.tid() (see _extent)
     direct_index: tuple[tuple[str, int, int], ...] = field(default=(), compare=False, hash=False)
+    # the launch domain the kernel is written for (see _extent.thread_domain): per launch dimension,
+    # the (array parameter, its dim) pairs it indexes with that bare thread index anywhere in its body,
+    # and whether it hands a bare thread index to a function of its own
+    domain: tuple[tuple[tuple[str, int], ...], ...] = field(default=(), compare=False, hash=False)
+    tid_escapes: bool = field(default=False, compare=False, hash=False)
     # (output, launch dim per output dim) the kernel writes element by element (see _extent)
     written: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
+    # per generic output given one, the rule for its dtype: ((name, DtypeOf or a Warp type), ...), sorted
+    output_dtypes: tuple = ()
     # a kernel with @wp.struct parameters (see _structs): its original parameters in order, each a
     # plain parameter's name or the tree (_structs.Node) of a struct whose leaves are ``params``;
     # ``fn`` is then the flat kernel that takes the leaves. Empty for every other op.
@@ -350,11 +375,13 @@ def describe(
     vmap_method: str | None = None,
     block_dim: int | None = None,
     partition: str | None = None,
+    output_dtypes: Any = None,
 ) -> OpDescription:
     """Build (and validate) the description of ``fn``. See :func:`interop.op`."""
     if _structs.has_struct_params(fn):
         return _describe_structs(
             fn,
+            output_dtypes=output_dtypes,
             outputs=outputs,
             in_out=in_out,
             launch_dims=launch_dims,
@@ -531,6 +558,7 @@ def describe(
             "kernels of its own choosing)"
         )
 
+    odt = _check_output_dtypes(output_dtypes, params, opname)
     bwd = None
     if backward is not None:
         bwd = _describe_backward(backward, params, opname)
@@ -547,6 +575,7 @@ def describe(
             )
             + (() if bd is None else (("block_dim", bd),))
             + (() if partition is None else (partition,))
+            + (() if not odt else (("output_dtypes", tuple((n, _rule_text(r)) for n, r in odt)),))
         )
         desc_name = _default_name(key, fn, kind, hashlib.sha1(ident.encode()).hexdigest()[:8])
     else:
@@ -563,6 +592,7 @@ def describe(
             "place, returned) or as an output"
         )
     reads = _returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT])
+    domain, tid_escapes = thread_domain(fn, kind, [(p.name, p.ndim) for p in params if p.is_array])
     return OpDescription(
         fn=fn,
         kind=kind,
@@ -577,6 +607,7 @@ def describe(
         vmap_method=vm,
         block_dim=bd,
         partition=partition,
+        output_dtypes=odt,
         label=name or key.rsplit(".", 1)[-1],
         reads_returned=reads,
         adjoint_unread=(
@@ -585,8 +616,65 @@ def describe(
             else _adjoint_unread(fn, kind, params, reads)
         ),
         direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),
+        domain=domain,
+        tid_escapes=tid_escapes,
         written=written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
     )
+
+
+def _rule_text(rule: Any) -> str:
+    """A stable text of an output dtype rule (part of the op's derived name)."""
+    return repr(rule) if isinstance(rule, DtypeOf) else _dtypes.type_name(rule)
+
+
+def _check_output_dtypes(value: Any, params: Sequence[Param], opname: str) -> tuple:
+    """``output_dtypes`` as sorted ``(output name, rule)`` pairs, each rule checked, or an error."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ArgumentError(
+            f"op {opname!r}: output_dtypes must be a dict from output names to interop.scalar_of(...), "
+            f"or a Warp type, got {type(value).__name__}"
+        )
+    by_name = {p.name: p for p in params}
+    out = []
+    for name, rule in value.items():
+        p = by_name.get(name)
+        if p is None or p.role != OUTPUT:
+            outs = [q.name for q in params if q.role == OUTPUT]
+            raise ArgumentError(
+                f"op {opname!r}: output_dtypes names {name!r}, which is not an output; outputs are {outs} "
+                "(an in-out array has the dtype of the array passed)"
+            )
+        if not p.generic:
+            raise ArgumentError(
+                f"op {opname!r}: output_dtypes[{name!r}]: the output is annotated {p.expected_text()}, a "
+                "concrete dtype; output_dtypes applies to generic outputs (dtype=typing.Any, wp.Float...)"
+            )
+        if isinstance(rule, DtypeOf):
+            src = by_name.get(rule.param)
+            if src is None or src.role == OUTPUT:
+                ins = [q.name for q in params if q.role != OUTPUT]
+                raise ArgumentError(
+                    f"op {opname!r}: output_dtypes[{name!r}] = {rule!r} names {rule.param!r}, which is not an "
+                    f"input or in-out parameter; those are {ins}"
+                )
+            if p.inner and rule.inner and rule.inner != p.inner:
+                raise ArgumentError(
+                    f"op {opname!r}: output_dtypes[{name!r}] = {rule!r} has inner shape {rule.inner}, but the "
+                    f"output is annotated {p.expected_text()}"
+                )
+        else:
+            t = _dtypes.normalize(rule)
+            scalar, inner = _dtypes.split(t) if isinstance(t, type) else (None, ())
+            if _dtypes.is_generic(t) or (not inner and scalar not in _dtypes._WP_TO_NP):
+                raise ArgumentError(
+                    f"op {opname!r}: output_dtypes[{name!r}] must be interop.scalar_of(<parameter>), "
+                    f"or a concrete Warp scalar, vector or matrix type, got {rule!r}"
+                )
+            rule = t
+        out.append((name, rule))
+    return tuple(sorted(out, key=lambda nr: nr[0]))
 
 
 def _describe_structs(
@@ -644,6 +732,15 @@ def _describe_structs(
     flat_in_out = _structs.expand_names(in_out, entries, "in_out", label, True)
     flat_outputs = [n for n in flat_outputs if n not in flat_in_out]
     flat_nondiff = _structs.expand_names(tuple(nondifferentiable), entries, "nondifferentiable", label, False)
+    odt = options.pop("output_dtypes", None)
+    if isinstance(odt, Mapping):  # fields by their dotted path ("state.e"), as the flat kernel names them
+        odt = {
+            k.replace(".", _structs.SEP): (
+                dataclasses.replace(r, param=r.param.replace(".", _structs.SEP)) if isinstance(r, DtypeOf) else r
+            )
+            for k, r in odt.items()
+        }
+    options["output_dtypes"] = odt
     try:
         desc = describe(
             flat.kernel,
@@ -724,7 +821,14 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
     diff = [p for p in params if p.role == INPUT and p.is_array and p.differentiable]
     if not diff:
         raise ArgumentError(f"op {opname!r}: backward= given, but the op has no differentiable array input")
-    if isinstance(getattr(backward, "description", None), OpDescription):  # an interop op (the layer above)
+    if isinstance(backward, _backward.Backward):  # the author's parameter order, mapped to the slots
+        slots = (
+            [(p.name, p.annotation) for p in call]
+            + [(_backward.ADJ + p.name, p.annotation) for p in returned]
+            + [(_backward.GRAD + p.name, p.annotation) for p in diff]
+        )
+        bdesc = describe(_backward.conventional_kernel(backward, slots, opname), outputs=len(diff))
+    elif isinstance(getattr(backward, "description", None), OpDescription):  # an interop op (the layer above)
         bdesc = backward.description
     elif isinstance(backward, OpDescription):
         bdesc = backward
@@ -732,7 +836,8 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
         bdesc = describe(backward, outputs=len(diff))
     else:
         raise ArgumentError(
-            f"op {opname!r}: backward must be a wp.kernel or an interop op, got {type(backward).__name__}"
+            f"op {opname!r}: backward must be a wp.kernel, an interop op or interop.backward(kernel, ...), "
+            f"got {type(backward).__name__}"
         )
     expected = len(call) + len(returned) + len(diff)
     if len(bdesc.params) != expected:
@@ -740,7 +845,8 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
             f"op {opname!r}: backward {bdesc.key!r} has {len(bdesc.params)} parameters, expected {expected}: "
             f"the forward's inputs {[p.name for p in call]}, one adjoint per returned array "
             f"{['adj_' + p.name for p in returned]}, then one gradient output per differentiable input "
-            f"{['grad_' + p.name for p in diff]}"
+            f"{['grad_' + p.name for p in diff]}; a kernel with its own parameter order is given as "
+            "interop.backward(kernel, <its parameter>=<slot>, ...)"
         )
     if len(bdesc.output_params) != len(diff) or any(p.role == IN_OUT for p in bdesc.params):
         raise ArgumentError(

@@ -98,9 +98,18 @@ def type_name(t: Any) -> str:
         return "Any"
     t = normalize(t)
     scalar, inner = split(t)
-    if inner:
-        return getattr(t, "__name__", repr(t))
-    return getattr(t, "__name__", repr(t))
+    name = getattr(t, "__name__", repr(t))
+    if inner and name in ("vec_t", "mat_t"):
+        # a type made by wp.types.vector/matrix (a generic overload's) is named vec_t/mat_t: say
+        # which, as Warp's own aliases do (vec3f, mat22d), or with its scalar type in full
+        kind = "vec" if len(inner) == 1 else "mat"
+        suffix = _SUFFIX.get(scalar)
+        sname = getattr(scalar, "__name__", repr(scalar))
+        return f"{kind}{''.join(map(str, inner))}{suffix}" if suffix else f"{kind}{''.join(map(str, inner))}({sname})"
+    return name
+
+
+_SUFFIX = {wp.float16: "h", wp.float32: "f", wp.float64: "d"}
 
 
 def describe_element(scalar: Any, inner: tuple[int, ...], dtype: Any) -> str:

@@ -209,6 +209,119 @@ def direct_indexing(fn: Any, kind: str, arrays: Sequence[tuple[str, int]]) -> tu
     return tuple(sorted(found))
 
 
+def thread_domain(
+    fn: Any, kind: str, arrays: Sequence[tuple[str, int]]
+) -> tuple[tuple[tuple[tuple[str, int, bool], ...], ...], bool]:
+    """The launch domain a kernel is written for: per launch dimension, the ``(parameter, array dim,
+    exact)`` triples it indexes with that dimension's thread index, anywhere in its body.
+
+    Unlike :func:`direct_indexing`, accesses under ``if``, in loops and after an early ``return``
+    count: the question is not what every thread reads but which arrays the thread index walks
+    (newton's ``eval_springs`` reads ``spring_stiffness[tid]`` after a ``return`` guard: it is
+    written for one thread per spring). The thread index comes from ``i = wp.tid()`` (launch
+    dimension 0 of a 1-d launch) or ``i, j = wp.tid()``, bound once, or is ``wp.tid()`` itself
+    (``a[wp.tid()]``); the array is a parameter (or a local bound once to one, ``y = x``). The
+    index is the thread index itself (``exact``) or the thread index plus or minus a constant
+    (``a[i + 1]``: the array is walked by the thread index, shifted).
+
+    Returns:
+        ``(domain, escapes)``: ``domain`` has one entry per thread index (none when the kernel has no
+        ``wp.tid()``), each the triples indexed by it (maybe none); ``escapes`` says the kernel passes
+        a bare thread index to a function of its own (a ``wp.func``, which may index arrays with it
+        where this analysis does not look).
+    """
+    if kind != "kernel":
+        return (), False
+    tree = getattr(getattr(fn, "adj", None), "tree", None)
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        return (), False
+    kernel = tree.body[0]
+    ndims = dict(arrays)
+    stores = _stored_names(kernel)
+    tid: dict[str, int] = {}
+    nd = 0
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Assign) and _thread_indices(node, stores, tid):
+            t = node.targets[0]
+            nd = max(nd, len(t.elts) if isinstance(t, ast.Tuple) else 1)
+        elif _is_tid_call(node):
+            nd = max(nd, 1)
+    escapes = any(
+        isinstance(node, ast.Call)
+        and not _is_builtin_call(node)
+        and any(_tid_dim(a, tid) is not None for a in [*node.args, *(k.value for k in node.keywords)])
+        for node in ast.walk(kernel)
+    )
+    # a local bound once to an array parameter (``y = x``) indexes that parameter
+    alias = {
+        node.targets[0].id: node.value.id
+        for node in ast.walk(kernel)
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and stores.get(node.targets[0].id) == 1
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ndims
+        and not stores.get(node.value.id)
+    }
+    found: set[tuple[str, int, int, bool]] = set()
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            name = alias.get(node.value.id, node.value.id)
+            idx = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name):
+            f = node.func
+            fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if fname not in _ATOMICS:
+                continue
+            name = alias.get(node.args[0].id, node.args[0].id)
+            idx = node.args[1 : 1 + ndims.get(name, 0)]
+        else:
+            continue
+        if name not in ndims or stores.get(name):
+            continue
+        for k, e in enumerate(idx[: ndims[name]]):
+            d = _tid_dim(e, tid)
+            if d is not None:
+                found.add((name, k, d, True))
+            elif (
+                isinstance(e, ast.BinOp)
+                and isinstance(e.op, (ast.Add, ast.Sub))
+                and any(isinstance(x, ast.Constant) and type(x.value) is int for x in (e.left, e.right))
+            ):
+                d = _tid_dim(e.left, tid) if isinstance(e.right, ast.Constant) else None
+                if d is None and isinstance(e.op, ast.Add) and isinstance(e.left, ast.Constant):
+                    d = _tid_dim(e.right, tid)
+                if d is not None:
+                    found.add((name, k, d, False))
+    order = {name: n for n, (name, _) in enumerate(arrays)}
+    domain = tuple(
+        tuple(
+            (name, k, exact)
+            for name, k, _, exact in sorted(
+                (t for t in found if t[2] == d), key=lambda t: (not t[3], order[t[0]], t[1])
+            )
+        )
+        for d in range(nd)
+    )
+    return domain, escapes
+
+
+def _tid_dim(e: ast.AST, tid: dict[str, int]) -> int | None:
+    """The launch dimension of thread index ``e`` (a thread-index name or ``wp.tid()``), else None."""
+    if isinstance(e, ast.Name) and e.id in tid:
+        return max(tid[e.id], 0)
+    return 0 if _is_tid_call(e) else None
+
+
+def _is_builtin_call(node: ast.Call) -> bool:
+    """A call of a Warp builtin (``wp.sin``, ``wp.vec3``...) or a Python type (``float(i)``)."""
+    f = node.func
+    if isinstance(f, ast.Attribute):
+        return isinstance(f.value, ast.Name) and f.value.id in ("wp", "warp")
+    return isinstance(f, ast.Name) and f.id in ("int", "float", "bool", "range", "min", "max", "abs", "len")
+
+
 def written_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Outputs the kernel's code writes element by element, all of them: ``(name, launch dims)``.
 

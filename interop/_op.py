@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from . import _cache, _structs
-from ._description import OpDescription, check_block_dim, describe
+from ._description import DtypeOf, OpDescription, check_block_dim, describe
 from ._errors import ArgumentError, UnsupportedError
 from ._frameworks import adapter, framework_of, watch_framework_imports
 from ._launch import Runner
@@ -275,6 +275,7 @@ def op(
     vmap_method: str | None = None,
     block_dim: int | None = None,
     partition: str | None = None,
+    output_dtypes: Mapping[str, Any] | None = None,
 ) -> Op:
     """Describe a Warp kernel (or annotated Python function) once, as an op every framework can call.
 
@@ -286,15 +287,18 @@ def op(
             them stay in-out). Default 1: the last array parameter.
         in_out: names of array parameters read and updated in place (e.g. accumulators),
             anywhere in the signature. The call returns in-out arrays and outputs in kernel order.
-        launch_dims: default launch dimensions (int or tuple); default: the Warp shape of
-            the first array argument. Not for Python-function ops.
+        launch_dims: default launch dimensions (int or tuple); default: the domain the kernel
+            is written for, from the arrays it indexes with its thread index (README, "Launch
+            dimensions"). Not for Python-function ops.
         output_dims: default output shapes: int, tuple, or dict by output name; Warp or
             framework convention (trailing vec/mat dims optional). Default: launch dims.
         name: ``"namespace::name"`` (the PyTorch operator is ``torch.ops.namespace.name``).
         backward: a hand-written backward, a ``wp.kernel`` or another op. Its parameters:
             the forward's call parameters (inputs, in-out) in order, then one adjoint array per
             returned array (in-out, outputs) in order, then one gradient output per
-            differentiable array input in order. Its own adjoint gives second derivatives.
+            differentiable array input in order. A kernel with its own parameter order is given
+            as :func:`interop.backward` ``(kernel, <parameter>=<slot>, ...)``. Its own adjoint
+            gives second derivatives.
         zero_outputs: zero-fill outputs before the launch (default True).
         nondifferentiable: parameter names that never receive a gradient.
         vmap_method: JAX batching rule: ``"loop"`` (default: one XLA call, one launch per
@@ -313,6 +317,11 @@ def op(
             dimension. Under ``jax.jit`` with inputs sharded along such a dimension, XLA then
             runs each shard where it lives (no all-gather), and so does PyTorch's DTensor with
             ``Shard(d)`` inputs. Default ``None``: no such promise (sharded inputs are gathered).
+        output_dtypes: for generic outputs (``dtype=typing.Any``, ``wp.Float``...) whose dtype is
+            not the first generic input's: a dict from output name to :func:`scalar_of` (the scalar
+            type of a parameter: float64 energies of float64 ``vec3`` positions),
+            or a concrete Warp type. Part of the
+            op's identity. Default: every generic output takes the first generic input's dtype.
 
     Returns:
         An :class:`Op`. Describing the same kernel with the same options again returns
@@ -348,6 +357,7 @@ def op(
         vmap_method=vmap_method,
         block_dim=block_dim,
         partition=partition,
+        output_dtypes=output_dtypes,
     )
     with _ops_lock:
         existing = _ops.get(desc)
@@ -364,6 +374,30 @@ def op(
     _notify_adapters(o)
     watch_framework_imports()
     return o
+
+
+def scalar_of(param: str, inner: Sequence[int] = ()) -> DtypeOf:
+    """A generic output's dtype: the scalar type of parameter ``param`` in each call.
+
+    Args:
+        param: an input or in-out parameter (an array or a scalar) of the op.
+        inner: the vec/mat shape of the output's elements, ``(3,)`` for a ``vec3`` of that scalar;
+            default ``()``, or the output's own annotation where it is a generic vec/mat.
+
+    Returns:
+        A hashable rule for ``interop.op(..., output_dtypes={name: rule})``.
+
+    Example:
+        >>> import typing, numpy as np, warp as wp, interop
+        >>> @wp.kernel(module="unique")
+        ... def norms2(positions: wp.array(dtype=typing.Any), energies: wp.array(dtype=typing.Any)):
+        ...     i = wp.tid()
+        ...     energies[i] = wp.dot(positions[i], positions[i])
+        >>> op = interop.op(norms2, output_dtypes={"energies": interop.scalar_of("positions")})
+        >>> op(np.ones((2, 3), np.float64))
+        array([3., 3.])
+    """
+    return DtypeOf(str(param), tuple(int(n) for n in inner))
 
 
 def _notify_adapters(o: Op) -> None:

@@ -16,7 +16,7 @@ import warp as wp
 
 from . import _dtypes, _extent
 from . import _warp_compat as _wpt
-from ._description import OpDescription, Param, normalize_dims, normalize_output_dims
+from ._description import DtypeOf, OpDescription, Param, normalize_dims, normalize_output_dims
 from ._errors import ArgumentError
 from ._warp_compat import type_size_in_bytes
 
@@ -217,6 +217,30 @@ def _scalar_type(desc: OpDescription, p: Param, spec: ScalarSpec, generic_scalar
     return target
 
 
+def _output_dtype(desc: OpDescription, p: Param, rule: Any, types: list) -> Any:
+    """The element type ``output_dtypes`` gives generic output ``p`` for a call whose call
+    parameters resolved to ``types``; an error when it does not fit the output's annotation."""
+    if isinstance(rule, DtypeOf):
+        src = types[desc.param(rule.param).index]
+        scalar = _dtypes.split(src)[0]
+        inner = rule.inner or p.inner
+    else:
+        scalar, inner = _dtypes.split(rule)
+        inner = inner or p.inner
+    if p.inner and tuple(inner) != tuple(p.inner):
+        raise ArgumentError(
+            f"op {desc.label!r}, output {p.name!r}: output_dtypes gives it {_dtypes.type_name(rule)}, but it is "
+            f"annotated {p.expected_text()}"
+        )
+    gscalar = p.scalar
+    if (gscalar is _wpt.Float and not _dtypes.is_float(scalar)) or (gscalar is _wpt.Int and _dtypes.is_float(scalar)):
+        raise ArgumentError(
+            f"op {desc.label!r}, output {p.name!r}: output_dtypes gives it {_dtypes.type_name(scalar)} in this "
+            f"call, but it is annotated {p.expected_text()}"
+        )
+    return _dtypes.compose(scalar, tuple(inner))
+
+
 def number_type(desc: OpDescription, p: Param, number: type, generic_scalar: Any = None) -> Any:
     """Warp type a Python ``number`` (``float``, ``int`` or ``bool``) takes for scalar parameter ``p``.
 
@@ -224,6 +248,74 @@ def number_type(desc: OpDescription, p: Param, number: type, generic_scalar: Any
     Raises the error a Python number of that kind would meet (e.g. a float for an int parameter).
     """
     return _scalar_type(desc, p, ScalarSpec("py", number), generic_scalar)
+
+
+def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) -> tuple[int, ...]:
+    """The launch dims of a kernel call that gives no ``launch_dims``: the domain the kernel is
+    written for (README, "Launch dimensions").
+
+    - When the first array input is indexed by the thread index, one dimension per index, in order
+      (``i = wp.tid()`` then ``a[i]`` or ``a[i + 1]``; ``i, j = wp.tid()`` then ``a[i, j]``), its shape.
+    - Otherwise each launch dimension takes the extent of the array inputs the kernel indexes with
+      that bare thread index anywhere in its body (newton's ``eval_springs`` reads particles through
+      spring indices and springs by ``tid``: one thread per spring); they must agree. With none, the
+      first array input indexed by that thread index shifted by a constant (``a[i + 1]``); with
+      none either, the first array input's extent when it is indexed by another thread index and
+      has one dimension per thread index (``i, lane = wp.tid()`` then ``x[i]`` in a tile kernel).
+    - When no array input is indexed so, the first array input's shape if the kernel hands its thread
+      index to a ``wp.func`` of its own (which may index it there), else an error.
+
+    Args:
+        desc: a kernel op's description.
+        shape_of: ``name -> Warp (outer) shape`` of an array input or in-out (ints, or a tracer's
+            symbolic sizes, returned as they are).
+        check: raise when indexed arrays disagree (False: the first one decides; for placeholder
+            shapes, whose real call checks).
+
+    Raises:
+        ArgumentError naming the op, the arrays and their extents, asking for ``launch_dims=``.
+    """
+    arrays = [p for p in desc.call_params if p.is_array]
+    if not arrays:
+        raise ArgumentError(
+            f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
+        )
+    first = arrays[0]
+    domain = desc.domain
+    if first.ndim == len(domain) and all(any(t[:2] == (first.name, d) for t in ts) for d, ts in enumerate(domain)):
+        return tuple(shape_of(first.name))
+    names = {p.name for p in arrays}
+    launch = []
+    for d, triples in enumerate(domain):
+        seen = [(n, k, shape_of(n)[k]) for n, k, exact in triples if n in names and exact]
+        seen = seen or [(n, k, shape_of(n)[k]) for n, k, exact in triples if n in names][:1]
+        if not seen:
+            if first.ndim == len(domain) and any(t[0] == first.name for ts in domain for t in ts):
+                launch.append(shape_of(first.name)[d])  # the first array is one of them: its extent
+                continue
+            break
+        if check and any(e != seen[0][2] for _, _, e in seen):
+            text = ", ".join(f"{n!r} dim {k} has extent {e}" for n, k, e in seen)
+            raise ArgumentError(
+                f"op {desc.label!r}: cannot infer the launch dimensions: the kernel indexes several arrays with "
+                f"wp.tid() dimension {d} and they disagree ({text}); pass arrays of one extent, or launch_dims= "
+                "to say how many threads to run"
+            )
+        launch.append(seen[0][2])
+    if domain and len(launch) == len(domain):
+        return tuple(launch)
+    indexed = {t[0] for ts in domain for t in ts if t[0] in names}
+    if not indexed and desc.tid_escapes:
+        return tuple(shape_of(first.name))
+    what = (
+        f"no array input it indexes with wp.tid() dimension {len(launch)} tells its extent"
+        if indexed
+        else "the kernel indexes none of its array inputs with its bare thread index (i = wp.tid() then a[i])"
+    )
+    raise ArgumentError(
+        f"op {desc.label!r}: cannot infer the launch dimensions: {what}; pass launch_dims= (to interop.op or "
+        "to the call) with the number of threads to run"
+    )
 
 
 def make_plan(
@@ -287,16 +379,16 @@ def make_plan(
             f"op {desc.label!r}: launch_dims does not apply to a Python-function op (it launches its own "
             "kernels); use output_dims to size its outputs"
         )
-    first = next((p for p in call_params if p.is_array), None)
-    default_dims = ld if ld is not None else (tuple(shapes[first.index]) if first is not None else None)
-
     od = desc.output_dims
     if output_dims is not None:
         od = normalize_output_dims(output_dims, desc.output_params, desc.label)
     by_name = dict(od[1]) if od is not None and od[0] == "by_name" else {}
+    rules = dict(desc.output_dtypes)
     for p in desc.output_params:
         elem = p.dtype
-        if p.generic:
+        if p.name in rules:
+            elem = _output_dtype(desc, p, rules[p.name], types)
+        elif p.generic:
             if generic_elem is None:
                 raise ArgumentError(
                     f"op {desc.label!r}, output {p.name!r}: its dtype is generic and no generic array input "
@@ -309,26 +401,40 @@ def make_plan(
                 elem = generic_elem
         types[p.index] = elem
         if od is not None and od[0] == "all":
-            dims, source = od[1], "output_dims"
+            shapes[p.index] = _as_output_shape(desc, p, elem, tuple(od[1]), "output_dims")
         elif p.name in by_name:
-            dims, source = by_name[p.name], f"output_dims[{p.name!r}]"
-        elif default_dims is not None:
-            dims = default_dims
-            source = "launch_dims" if ld is not None else f"the shape of the first array input {first.name!r}"
-        else:
+            shapes[p.index] = _as_output_shape(desc, p, elem, tuple(by_name[p.name]), f"output_dims[{p.name!r}]")
+
+    first = next((p for p in call_params if p.is_array), None)
+    if ld is not None:
+        default_dims, source = ld, "launch_dims"
+    elif desc.kind == "kernel":
+        unsized = next((p for p in desc.output_params if shapes[p.index] is None), None)
+        if first is None and unsized is not None:
+            raise ArgumentError(
+                f"op {desc.label!r}: cannot size output {unsized.name!r}: the op has no array input; "
+                "pass launch_dims= (or output_dims=)"
+            )
+        by_param = {p.name: shapes[p.index] for p in call_params if p.is_array}
+        default_dims = default_launch(desc, by_param.__getitem__, check=extents)
+        source = "the launch dims inferred from the arrays the kernel indexes with wp.tid()"
+    elif first is not None:
+        default_dims, source = tuple(shapes[first.index]), f"the shape of the first array input {first.name!r}"
+    else:
+        default_dims = source = None
+    for p in desc.output_params:
+        if shapes[p.index] is not None:
+            continue
+        if default_dims is None:
             raise ArgumentError(
                 f"op {desc.label!r}: cannot size output {p.name!r}: the op has no array input; "
                 "pass launch_dims= (or output_dims=)"
             )
-        shapes[p.index] = _as_output_shape(desc, p, elem, tuple(dims), source)
+        shapes[p.index] = _as_output_shape(desc, p, types[p.index], tuple(default_dims), source)
 
     for p in desc.output_params if extents else ():
         _extent.check_output(desc.label, p.name, shapes[p.index], type_size_in_bytes(types[p.index]))
     if desc.kind == "kernel":
-        if default_dims is None:
-            raise ArgumentError(
-                f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
-            )
         launch = tuple(default_dims)
         _extent.check_launch(desc.label, launch)
         if extents:
@@ -347,7 +453,7 @@ def make_plan(
                     arg_types.append(wp.array(dtype=types[p.index], ndim=p.ndim))
                 else:
                     arg_types.append(types[p.index])
-            kernel = kernel.add_overload(arg_types)
+            kernel = _overload(desc, kernel, arg_types, types)
     else:
         launch = None
         kernel = desc.fn
@@ -376,6 +482,29 @@ def make_plan(
         tuple(scalar_refs),
         zero,
     )
+
+
+def _overload(desc: OpDescription, kernel: Any, arg_types: list, types: list) -> Any:
+    """The overload of generic ``kernel`` for ``arg_types``, checked by Warp's front end when new, so
+    a body that does not fit the types fails here, while planning (at trace time under ``jax.jit``
+    and ``torch.compile``, as a plain call), with an :class:`ArgumentError` naming every argument's
+    type, and never leaves a broken overload in the module for later calls."""
+    before = len(kernel.overloads)
+    ovl = kernel.add_overload(arg_types)
+    if len(kernel.overloads) == before:
+        return ovl  # made (and checked) before
+    try:
+        _wpt.check_kernel_types(ovl)
+    except Exception as e:
+        for sig, o in list(kernel.overloads.items()):
+            if o is ovl:
+                del kernel.overloads[sig]
+        kernel.module.mark_modified()
+        text = ", ".join(f"{p.name}: {_dtypes.type_name(types[p.index])}" for p in desc.params)
+        raise ArgumentError(
+            f"op {desc.label!r}: Warp could not build the generic kernel for the argument types ({text}): {e}"
+        ) from e
+    return ovl
 
 
 def check_layout(

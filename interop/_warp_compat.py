@@ -32,6 +32,9 @@ Also the description's array and struct tests:
   array class an annotation stands for, so plain arrays are told from indexed/fabric ones
   whatever the spelling.
 - ``warp._src.codegen.Struct``: the type of a ``@wp.struct`` (refused with a clear error).
+- ``context.ModuleBuilder`` / ``context.Module``: Warp's code generation front end run on one
+  generic overload while planning (:func:`check_kernel_types`), so a body its argument types do
+  not fit fails before any tracing or launch; skipped on Warp versions not in ``CHECKED``.
 """
 
 from __future__ import annotations
@@ -339,3 +342,18 @@ def struct_numpy_dtype(t: Any) -> Any:
     import numpy as np
 
     return np.dtype(t.numpy_dtype())
+
+
+def check_kernel_types(kernel: Any) -> None:
+    """Run Warp's code generation front end (parsing, type inference) on ``kernel`` alone, without
+    compiling anything, raising Warp's own error where it cannot be built (e.g. a generic overload
+    whose argument types do not fit its body). Warp does the same with a throw-away builder to learn
+    a function's return type (``context.py``, ``match_function``); checked on ``CHECKED``. On
+    any other Warp it does nothing: the launch reports such a kernel (``_launch.Runner``)."""
+    if not VERIFIED:
+        return
+    options = dict(kernel.module.options) | {"output_arch": None}
+    options.setdefault("block_dim", 256)
+    builder = _context.ModuleBuilder(_context.Module("interop_type_check", None), options)
+    with getattr(_context, "_codegen_lock", threading.RLock()):
+        builder.build_kernel(kernel)

@@ -544,6 +544,179 @@ _add(
 )
 
 
+# ---- the launch domain a kernel is written for (issue 23, item 4): newton's eval_springs, verbatim.
+# One thread per spring: the first array holds particles, read through the spring indices; the
+# springs are indexed by the thread index only after the `return` guard. No launch_dims is given.
+@wp.kernel
+def eval_springs(
+    x: wp.array(dtype=wp.vec3),
+    v: wp.array(dtype=wp.vec3),
+    spring_indices: wp.array(dtype=int),
+    spring_rest_lengths: wp.array(dtype=float),
+    spring_stiffness: wp.array(dtype=float),
+    spring_damping: wp.array(dtype=float),
+    f: wp.array(dtype=wp.vec3),
+):
+    tid = wp.tid()
+
+    i = spring_indices[tid * 2 + 0]
+    j = spring_indices[tid * 2 + 1]
+
+    if i == -1 or j == -1:
+        return
+
+    ke = spring_stiffness[tid]
+    kd = spring_damping[tid]
+    rest = spring_rest_lengths[tid]
+
+    xi = x[i]
+    xj = x[j]
+
+    vi = v[i]
+    vj = v[j]
+
+    xij = xi - xj
+    vij = vi - vj
+
+    l = wp.length(xij)  # noqa: E741  (newton's code, verbatim)
+    l_inv = 1.0 / l
+
+    # normalized spring direction
+    dir = xij * l_inv
+
+    c = l - rest
+    dcdt = wp.dot(dir, vij)
+
+    # damping based on relative velocity
+    fs = dir * (ke * c + kd * dcdt)
+
+    wp.atomic_sub(f, i, fs)
+    wp.atomic_add(f, j, fs)
+
+
+SPRING_PARTICLES, SPRINGS = 5, 9  # more springs than particles: the first array's shape is the wrong launch
+
+
+def spring_args(rng, dt):
+    """Particles on a jittered line (no two coincide), springs between distinct particles, one disabled."""
+    x = np.arange(SPRING_PARTICLES)[:, None] * np.array([1.0, 0.5, 0.25]) + _f(rng, (SPRING_PARTICLES, 3), dt) * 0.1
+    pairs = [rng.choice(SPRING_PARTICLES, 2, replace=False) for _ in range(SPRINGS)]
+    idx = np.array(pairs, np.int32).reshape(-1)
+    idx[2 * 3] = -1  # spring 3 is disabled: its thread returns early
+    return (
+        x.astype(dt),
+        _f(rng, (SPRING_PARTICLES, 3), dt),
+        idx,
+        rng.uniform(0.5, 1.0, SPRINGS).astype(dt),
+        rng.uniform(1.0, 2.0, SPRINGS).astype(dt),
+        rng.uniform(0.1, 0.2, SPRINGS).astype(dt),
+        _f(rng, (SPRING_PARTICLES, 3), dt),
+    )
+
+
+def springs_reference(x, v, idx, rest, ke, kd, f):
+    f = np.array(f, copy=True)
+    for t in range(len(rest)):
+        i, j = idx[2 * t], idx[2 * t + 1]
+        if i == -1 or j == -1:
+            continue
+        xij, vij = x[i] - x[j], v[i] - v[j]
+        length = np.sqrt(np.sum(xij * xij))
+        d = xij / length
+        fs = d * (ke[t] * (length - rest[t]) + kd[t] * np.dot(d, vij))
+        f[i] -= fs
+        f[j] += fs
+    return (f,)
+
+
+_add(
+    Case(
+        "springs",
+        interop.op(eval_springs, in_out=["f"], outputs=0),
+        spring_args,
+        springs_reference,
+        dtypes=(np.float32,),
+        in_out=(6,),
+    )
+)
+
+
+# ---- a generic output of another dtype than the first generic input's (issue 23, item 2): generic
+# positions holding vec3, generic scalar energies, as nvalchemiops declares them
+@wp.kernel
+def generic_energies_kernel(positions: wp.array(dtype=typing.Any), k: typing.Any, energies: wp.array(dtype=typing.Any)):
+    i = wp.tid()
+    r = positions[i]
+    energies[i] = k * wp.dot(r, r)
+
+
+_add(
+    Case(
+        "generic_energies",
+        interop.op(generic_energies_kernel, output_dtypes={"energies": interop.scalar_of("positions")}),
+        lambda rng, dt: (_f(rng, (N, 3), dt), 1.5),
+        lambda x, k: (k * np.sum(x * x, axis=-1),),
+    )
+)
+
+
+# ---- a hand-written backward shipped with its own parameter order (issue 23, item 3), shaped like
+# physicsnemo's grid derivatives: the forward computes 3 derivative grids of a periodic field; the
+# backward takes (grad0, grad1, grad2, inv_dx0, inv_dx1, inv_dx2, grad_field)
+@wp.kernel
+def central_diff_3d_fwd(
+    field: wp.array3d(dtype=float),
+    inv_dx0: float,
+    inv_dx1: float,
+    inv_dx2: float,
+    grad0: wp.array3d(dtype=float),
+    grad1: wp.array3d(dtype=float),
+    grad2: wp.array3d(dtype=float),
+):
+    i, j, k = wp.tid()
+    n0, n1, n2 = field.shape[0], field.shape[1], field.shape[2]
+    grad0[i, j, k] = (field[(i + 1) % n0, j, k] - field[(i - 1 + n0) % n0, j, k]) * (0.5 * inv_dx0)
+    grad1[i, j, k] = (field[i, (j + 1) % n1, k] - field[i, (j - 1 + n1) % n1, k]) * (0.5 * inv_dx1)
+    grad2[i, j, k] = (field[i, j, (k + 1) % n2] - field[i, j, (k - 1 + n2) % n2]) * (0.5 * inv_dx2)
+
+
+@wp.kernel
+def central_diff_3d_bwd(
+    grad0: wp.array3d(dtype=float),
+    grad1: wp.array3d(dtype=float),
+    grad2: wp.array3d(dtype=float),
+    inv_dx0: float,
+    inv_dx1: float,
+    inv_dx2: float,
+    grad_field: wp.array3d(dtype=float),
+):
+    i, j, k = wp.tid()
+    n0, n1, n2 = grad_field.shape[0], grad_field.shape[1], grad_field.shape[2]
+    grad_field[i, j, k] = (
+        (grad0[(i - 1 + n0) % n0, j, k] - grad0[(i + 1) % n0, j, k]) * (0.5 * inv_dx0)
+        + (grad1[i, (j - 1 + n1) % n1, k] - grad1[i, (j + 1) % n1, k]) * (0.5 * inv_dx1)
+        + (grad2[i, j, (k - 1 + n2) % n2] - grad2[i, j, (k + 1) % n2]) * (0.5 * inv_dx2)
+    )
+
+
+SHIPPED_BACKWARD = interop.backward(central_diff_3d_bwd, grad0="adj_grad0", grad1="adj_grad1", grad2="adj_grad2")
+
+
+def _central_diff_reference(f, a, b, c):
+    return tuple((np.roll(f, -1, axis=d) - np.roll(f, 1, axis=d)) * (0.5 * s) for d, s in enumerate((a, b, c)))
+
+
+_add(
+    Case(
+        "shipped_backward",
+        interop.op(central_diff_3d_fwd, outputs=3, backward=SHIPPED_BACKWARD),
+        lambda rng, dt: (_f(rng, (3, 4, 5), dt), 2.0, 0.5, 4.0),
+        _central_diff_reference,
+        dtypes=(np.float32,),
+    )
+)
+
+
 # ---- struct parameters (issue 23): the cases' arguments are the structs' leaves, in the op's
 # call order; StructCall packs them into each kind of structure a caller passes and takes the
 # returned structures apart again, so every framework test runs them unchanged

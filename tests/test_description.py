@@ -468,7 +468,9 @@ def test_backward_wrong_parameter_type():
 
 
 def test_backward_not_a_kernel():
-    with pytest.raises(TypeError, match=r"backward must be a wp.kernel or an interop op, got function"):
+    with pytest.raises(
+        TypeError, match=r"backward must be a wp.kernel, an interop op or interop.backward\(kernel, ...\), got function"
+    ):
         interop.op(square, backward=lambda *a: None)
 
 
