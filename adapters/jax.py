@@ -522,12 +522,12 @@ class _Entry:
             plan = op.plan(self.specs, self.launch_dims, output_dims)
         except TypeError as e:
             if not _x64() and ("float64" in str(e) or "int64" in str(e)):
-                raise TypeError(str(e) + _X64_HINT) from None
+                raise type(e)(str(e) + _X64_HINT) from None  # (an ArgumentError stays one)
             raise
         if not _x64():
             for p, spec in zip(desc.returned_params, plan.out_specs):
                 if spec.dtype.itemsize == 8:
-                    raise TypeError(
+                    raise ArgumentError(
                         f"op {desc.label!r}, output {p.name!r}: the kernel writes {spec.dtype.name}, which JAX "
                         f"would silently make a 32-bit array" + _X64_HINT
                     )

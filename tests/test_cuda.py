@@ -166,6 +166,8 @@ def test_plain_launch_gives_the_recorded_launchs_values_and_gradients(monkeypatc
 
     ref_val, ref_grad, _ = run("cuda_test::recorded_sum")
     monkeypatch.setattr(_launch, "is_deterministic_launch", lambda launch: True)
+    # as on CUDA, where deterministic launches exist: no straight-line CPU record (the CPU's own path)
+    monkeypatch.setattr(_launch.Runner, "can_direct", lambda self, device: False)
     plain, launch = [], _launch._PlainLaunch.launch
 
     def counted(self, stream=None):
@@ -311,7 +313,8 @@ def test_stream_get_error_is_raised_not_dropped():
 
     ordinals = []
 
-    def handler(frame, platform):
+    def handler(p, platform):
+        frame = _jax_ffi.frame(p)  # handlers get the call frame's address
         ordinals.append(_jax_ffi.device_ordinal(frame))  # defined on every platform
         _jax_ffi.cuda_stream(frame)
 

@@ -175,7 +175,7 @@ EAGER_SCRIPT = textwrap.dedent(
     only = interop.op(mul, name="seams::mul_only_a")
     jax.grad(loss(smap(lambda a, b: only(a, b, 2.0), 2)))(a, b)
     bwd = interop_jax._targets[interop_jax._target(only.description, "bwd")]
-    results["wanted"] = sorted({tuple(json.loads(k)["w"]) for k in bwd.handlers})
+    results["wanted"] = sorted({tuple(json.loads(h.config)["w"]) for h in bwd.handlers.values()})
     print("RESULTS " + json.dumps(results))
     """
 )
