@@ -181,7 +181,12 @@ print("RESULTS " + json.dumps({"sent": sent[0], "completed": done, "interrupted"
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 def test_interrupts_during_forward_and_backward(fw, seed):
     r = run_for_results(CHILD, fw, str(seed), str(SECONDS), timeout=900)
-    for key in ("sent", "completed", "interrupted", "interrupted (Paddle's OSError)",
-                "interrupted (JAX runtime error under jit)"):
+    for key in (
+        "sent",
+        "completed",
+        "interrupted",
+        "interrupted (Paddle's OSError)",
+        "interrupted (JAX runtime error under jit)",
+    ):
         count(fw, "interrupt storms", key, r[key])
     assert r["interrupted"] > 0 and r["completed"] > 0, r
