@@ -320,10 +320,11 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
             lay = replace(lay, subclass=False)
         lays.append(lay)
         grads.append(differentiable and draw(st.booleans()))
-    if path == "func_grad":
-        # a tensor subclass takes the registered operator, whose in-place update of an in-out that
-        # torch.func.grad captured (not differentiated) torch refuses itself (docs/limitations.md)
-        lays = [replace(lay, subclass=False) if k in pop.in_out and not grads[k] else lay for k, lay in enumerate(lays)]
+    if path == "func_grad" and any(not grads[k] for k in pop.in_out):
+        # a call with a tensor subclass takes the registered operator, whose in-place update of an
+        # in-out that torch.func.grad captured (not differentiated) torch refuses itself
+        # (docs/limitations.md)
+        lays = [replace(lay, subclass=False) for lay in lays]
     kinds = [k for k in SCALAR_KINDS if k != "0d_grad" or differentiable] if pop.has_scalar else ["py_float"]
     if fw == "numpy":
         kinds = [k for k in kinds if k != "0d_grad"]
