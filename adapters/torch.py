@@ -63,7 +63,7 @@ import torch
 
 from interop import _dtypes
 from interop._description import IN_OUT, Param
-from interop._errors import ArgumentError
+from interop._errors import ArgumentError, UnsupportedError
 from interop._plan import vector_components
 
 from . import _torch_sharding
@@ -226,7 +226,16 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     for p, r in zip(b.returned, res):  # kernel order
         if p.role == IN_OUT:
             t = args[b._pos_of_index(p.index)]
-            t.copy_(r)
+            try:
+                t.copy_(r)
+            except RuntimeError as e:
+                if not functorch_transforms_active():
+                    raise
+                raise UnsupportedError(  # torch refuses to mutate a tensor a transform captured
+                    f"op {b.label!r}, in-out parameter {p.name!r}: inside a torch.func transform the in-out "
+                    "tensor must be an input of the transformed function (torch refuses to update a captured "
+                    f"tensor in place); pass it as one ({e})"
+                ) from e
             returned.append(t)
         else:
             returned.append(r)
