@@ -432,8 +432,9 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
         if fw == "numpy" and not v.flags.writeable:
             return "read-only in-out"  # np.broadcast_to
     if fw == "torch" and c.path == "func_grad" and any(c.grads) and any(not c.grads[k] for k in pop.in_out):
-        # the in-out is not an input of the transformed function: torch refuses to update it
-        return "captured"
+        # the in-out is not an input of the transformed function: torch refuses to update it (a
+        # subclass's own __torch_function__ may let the update through: then the values must be right)
+        return "captured?"
     if fw == "jax" and _jax_scalar_is_array(c):
         if not c.x64 and np.dtype(c.op.scalar_dtype or c.dtype).itemsize == 8:
             # JAX made the traced or 0-d scalar 32-bit already: refused with the x64 hint
@@ -576,7 +577,7 @@ def run_call(fw: str, c: Call) -> str:
                 f"{fw} call {describe(c)} raised unexpectedly: {type(out.error).__name__}: {out.error}"
             ) from out.error
         return f"refused ({phrase})"
-    if out.expected is not None:
+    if out.expected is not None and not out.expected.endswith("?"):  # "?": a refusal or the right values
         raise AssertionError(f"{fw} call {describe(c)}: expected a refusal ({out.expected}), the call ran")
     t = _tol(c.dtype)
     assert len(out.returned) == len(want), (len(out.returned), len(want))
