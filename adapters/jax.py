@@ -783,10 +783,12 @@ _backward_ops: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _dropped(label: str) -> RuntimeError:
-    """The error of a cached jaxpr used after its op was dropped (its launches are freed with it)."""
+    """The error of a binding, jaxpr or compiled call used after its op was dropped (its entries and
+    launches are freed with it)."""
     return RuntimeError(
-        f"op {label!r} was dropped (no reference to it was left, so its launches were freed) while a jaxpr "
-        "calling it was still in use; keep the op alive as long as functions that call it are traced or run"
+        f"op {label!r} was dropped (no reference to it was left, so its JAX launches were freed with it) "
+        "while something still called it (its JAX binding, a traced or compiled function); keep the op "
+        "alive as long as anything calls it"
     )
 
 
@@ -1517,6 +1519,11 @@ def _register_targets(jop: JaxOp) -> None:
             alive = target is not None and any(r() is not None for r in target._jops)
             if alive and target.jop.desc == desc:
                 target.share(jop)
+            elif alive:  # (interop.op refuses this; an Op made otherwise must not take over the name)
+                raise ArgumentError(
+                    f"op name {desc.name!r} is already used by a live op with other options "
+                    f"({target.jop.desc.key!r}); pick another name="
+                )
             else:
                 target = _targets[name] = _Target(jop, direction)
                 # CUDA graphs: a kernel's handler only zero-fills and launches on XLA's stream (capturable);
