@@ -9,7 +9,9 @@ and 0.12.0.1).
 :func:`register` turns a Python function ``handler(frame_address, platform)`` into a
 ctypes callback, wraps its address in a PyCapsule and registers it with
 ``jax.ffi.register_ffi_target`` for the ``cpu`` and ``CUDA`` platforms. The callback
-objects are kept alive here for the life of the process (XLA holds raw pointers).
+objects are kept alive here for the life of the process (XLA holds raw pointers, and a
+registration cannot be undone); each reaches its handler through a :class:`Slot` that
+holds it weakly, so a dropped op is freed, and registering the name again re-fills the slot.
 
 The hot path reads the frame with :data:`MEM` (8-byte words of this process's memory,
 indexed by ``address >> 3``) at offsets taken from the ctypes layouts below: a subscript
@@ -24,6 +26,7 @@ import itertools
 import re
 import sys
 import traceback
+import weakref
 from typing import Callable
 
 _c_int64_p = ctypes.POINTER(ctypes.c_int64)
@@ -315,7 +318,38 @@ def device_ordinal(frame: CallFrame) -> int:
     return int(args.device_ordinal)
 
 
+class Slot:
+    """What one registered callback calls: a weak reference to its handler (the callbacks outlive
+    every op, the handler lives as long as its op). An op described again under the same target
+    name re-fills the slot; a call while it is empty raises an error naming the op."""
+
+    __slots__ = ("ref", "name", "label")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.label = name
+        self.ref: Callable[[], Callable[[int, str], None] | None] = _empty
+
+    def fill(self, handler: Callable[[int, str], None], label: str) -> None:
+        self.label = label
+        self.ref = weakref.ref(handler)
+
+    def dropped(self) -> RuntimeError:
+        return RuntimeError(
+            f"op {self.label!r}: its XLA FFI target {self.name!r} was called after the op was dropped (no "
+            "reference to it was left, so its handlers were freed; XLA keeps only the name). Keep the op "
+            "alive while compiled or deserialized functions call it, or describe it again"
+        )
+
+
+def _empty() -> None:
+    return None
+
+
+#: (target name, platform) -> the ctypes callbacks XLA holds raw pointers to, and their slots
 _keep_alive: dict[tuple[str, str], object] = {}
+#: target name -> (the execute stage's slot, the instantiate stage's slot or None, command_buffer)
+_slots: dict[str, tuple[Slot, Slot | None, bool]] = {}
 
 _INTERRUPTED = (
     "KeyboardInterrupt: Ctrl-C while the op ran; this call was abandoned (called eagerly, the op raises "
@@ -417,15 +451,25 @@ def _enter_without_signal_check(fn):
     """
     if sys.version_info[:2] not in ((3, 11), (3, 12), (3, 13)):
         return fn
-    code = bytearray(fn.__code__.co_code)
-    resume = dis.opmap["RESUME"]
-    for k in range(0, len(code), 2):
-        if code[k] == resume:
-            if code[k + 1] == 0:
-                code[k + 1] = 3
-                fn.__code__ = fn.__code__.replace(co_code=bytes(code))
-            break
+    original = fn.__code__
+    patched = _patched_code.get(original)
+    if patched is None:
+        patched = original
+        code = bytearray(original.co_code)
+        resume = dis.opmap["RESUME"]
+        for k in range(0, len(code), 2):
+            if code[k] == resume:
+                if code[k + 1] == 0:
+                    code[k + 1] = 3
+                    patched = original.replace(co_code=bytes(code))
+                break
+        _patched_code[original] = patched
+    fn.__code__ = patched
     return fn
+
+
+# one patched code object per function body: every target's callbacks share it (3 KiB each)
+_patched_code: dict = {}
 
 
 def register(
@@ -433,6 +477,7 @@ def register(
     handler: Callable[[int, str], None],
     command_buffer: bool = False,
     instantiate: Callable[[int, str], None] | None = None,
+    label: str | None = None,
 ) -> None:
     """Register ``handler(frame_address, platform)`` as XLA FFI target ``name`` on ``cpu`` and ``CUDA``.
 
@@ -444,25 +489,46 @@ def register(
     ``instantiate(frame_address, platform)``: also run at XLA's instantiate stage (once per call
     site, when an executable is compiled or deserialized, never inside a capture; the frame has
     attributes only, no buffers or stream). Its callback is as interrupt-safe as the handler's.
+    ``label``: the op's name in the error of a call made after the handler was freed.
+
+    ``handler`` and ``instantiate`` are held weakly (the caller keeps them alive as long as the
+    op): a name registered before gets its slots re-filled, nothing is registered again (XLA
+    cannot undo a registration, and its traits stay those of the first registration).
     """
     import jax
 
+    label = label if label is not None else name
+    slots = _slots.get(name)
+    if slots is None:
+        slots = (Slot(name), Slot(name) if instantiate is not None else None, command_buffer)
+    execute, at_instantiate, capturable = slots
+    if capturable and not command_buffer:
+        raise ValueError(
+            f"op {label!r}: its XLA FFI target {name!r} was registered in this process by an op described "
+            "earlier under the same name whose launches XLA may capture into CUDA graphs; this op's may not "
+            "be captured (a Python-function op, or Warp's deterministic mode), and XLA keeps a target's "
+            "traits for good: describe it under another name="
+        )
+    execute.fill(handler, label)
+    if at_instantiate is not None and instantiate is not None:
+        at_instantiate.fill(instantiate, label)
+    if name in _slots:
+        return
     for platform in ("cpu", "CUDA"):
-        if (name, platform) in _keep_alive:
-            continue
         traits = _COMMAND_BUFFER_COMPATIBLE if command_buffer and platform == "CUDA" else 0
-        cb = _Handler(_callback(handler, platform, traits))
+        cb = _Handler(_callback(execute, platform, traits))
         capsule = jax.ffi.pycapsule(ctypes.cast(cb, ctypes.c_void_p).value)
         fn: object = capsule
-        if instantiate is not None:
-            icb = _Handler(_callback(instantiate, platform, traits))
+        if at_instantiate is not None:
+            icb = _Handler(_callback(at_instantiate, platform, traits))
             fn = {"instantiate": jax.ffi.pycapsule(ctypes.cast(icb, ctypes.c_void_p).value), "execute": capsule}
             cb = (cb, icb)  # type: ignore[assignment]
         jax.ffi.register_ffi_target(name, fn, platform=platform)
         _keep_alive[(name, platform)] = cb
+    _slots[name] = slots
 
 
-def _callback(handler, platform: str, traits: int):
+def _callback(slot: Slot, platform: str, traits: int):
     mem, extension = MEM, EXTENSION
 
     @_enter_without_signal_check
@@ -471,6 +537,9 @@ def _callback(handler, platform: str, traits: int):
         try:
             if mem[(p + extension) >> 3]:
                 return _metadata(p, traits)
+            handler = slot.ref()  # the one weak dereference per call (the op may have been dropped)
+            if handler is None:
+                raise slot.dropped()
             return handler(p, platform)
         except BaseException as e:
             failure = e

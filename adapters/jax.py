@@ -39,6 +39,7 @@ import itertools
 import json
 import math
 import threading
+import weakref
 from typing import Any
 
 import jax
@@ -89,7 +90,9 @@ class JaxOp:
     """
 
     def __init__(self, op):
-        self.op = op
+        # weakly (the op holds this binding): nothing of an op is in a reference cycle with it, so
+        # a dropped op is freed at once with its entries, their jitted calls and XLA programs
+        self._op = weakref.ref(op)
         self.desc = op.description
         self._entries: dict[tuple, _Entry] = {}
         # eager signature -> (entry, scalar operand dtypes, float limits), one dict per x64 mode
@@ -98,12 +101,24 @@ class JaxOp:
         self._lock = threading.Lock()
         self._by_config: dict[str, _Entry] = {}  # an entry's configuration (JSON) -> the entry
         self._consts: dict[tuple, Any] = {}  # (dtype, Python number) -> its 0-d JAX array (eager calls)
+        # the op's FFI targets by direction, and its hand-written backward's op: held here, so they
+        # live as long as the op (the registered callbacks and _targets hold them weakly)
+        self.targets: dict[str, _Target] = {}
+        self.backward_op = None
         _register_targets(self)
         # an eager call whose first argument is a JAX array comes here straight from Op.__call__
         op.eager_paths[_ArrayImpl] = lambda op, args, call=self._eager_call: call(args)
 
     def __repr__(self) -> str:
         return f"<interop JAX op {self.desc.name}>"
+
+    @property
+    def op(self):
+        """The op (a binding kept without its op cannot trace new calls)."""
+        op = self._op()
+        if op is None:
+            raise _dropped(self.desc.label)
+        return op
 
     def __call__(self, *args, launch_dims=None, output_dims=None, vmap_method=None, **kwargs):
         if launch_dims is None and output_dims is None and vmap_method is None and not kwargs:
@@ -490,7 +505,7 @@ class _Entry:
     """Plan, launches and the differentiable function for one static call configuration."""
 
     def __init__(self, jop: JaxOp, args, launch_dims, output_dims, vmap_method):
-        self.jop = jop
+        self._jop = weakref.ref(jop)  # weakly: the op's binding holds its entries
         op = jop.op
         desc = self.desc = op.description
         vm = vmap_method if vmap_method is not None else (desc.vmap_method or DEFAULT_VMAP_METHOD)
@@ -545,6 +560,29 @@ class _Entry:
         self._folded: dict[int, Any] = {}
         self.fn = self._make_vjp()
         self.jitted = jax.jit(self.fn)
+        self._eager_jits: dict[tuple, Any] = {}
+
+    def eager_jit(self, key: tuple, make):
+        """The jit of ``make()`` (a launch's function), for launches called with concrete operands.
+
+        An eager ``jax.grad`` or ``jax.vmap`` runs the launches' FFI calls with concrete values, and
+        JAX dispatches such a primitive through a process-wide cache holding it strongly (4096
+        entries, each with its compiled program and the op's target name). Called through a jit
+        held here instead, they are compiled once per entry and freed with it. ``make()`` returns a
+        function made for this jit: JAX caches its traces by that function (weakly), so it must
+        be owned by this entry alone.
+        """
+        fn = self._eager_jits.get(key)
+        if fn is None:
+            fn = self._eager_jits.setdefault(key, jax.jit(make()))
+        return fn
+
+    @property
+    def jop(self) -> JaxOp:
+        jop = self._jop()
+        if jop is None:
+            raise _dropped(self.desc.label)
+        return jop
 
     # -- folded plans (vmap_method="fold") ------------------------------------------
     def folded_plan(self, batch: int):
@@ -576,6 +614,15 @@ class _Entry:
         # outputs the backward never reads (OpDescription.adjoint_unread) are not residuals: the
         # adjoint launch gets their cotangent in their place (same shape and dtype, never read)
         unread = self._unread_outputs()
+        # the rules reach this entry weakly: they sit in jaxprs that JAX caches by weak keys, among
+        # them fn (jax.jit(fn)) and the op; a strong path from a cached value to its key never frees
+        label, ref = desc.label, weakref.ref(self)
+
+        def me() -> _Entry:
+            entry = ref()
+            if entry is None:
+                raise _dropped(label)
+            return entry
 
         @jax.custom_vjp
         def fn(*xs):
@@ -584,10 +631,11 @@ class _Entry:
         def fn_fwd(*pxs):
             xs = [p.value for p in pxs]
             want = tuple(i for i, p in enumerate(pxs) if p.perturbed)
-            self._check_differentiable(want)
+            entry = me()
+            entry._check_differentiable(want)
             # through fn itself, not the raw launch: when this rule is differentiated again (grad of
             # grad), the forward call meets fn's own rule instead of an FFI call JAX cannot differentiate
-            outs = tuple(fn(*xs))
+            outs = tuple(entry.fn(*xs))
             # which operands need a gradient is static: carry it in the residuals' tree structure
             # the adjoint launch takes the pure outputs (in kernel order, wherever in-out ones sit)
             pure = tuple(None if k in unread else o for k, (o, is_out) in enumerate(zip(outs, out_mask)) if is_out)
@@ -596,7 +644,7 @@ class _Entry:
         def fn_bwd(res, cts):
             xs, outs, want = res
             want = tuple(sorted(int(k) for k in want))
-            return self._backward(xs, outs, want, cts)
+            return me()._backward(xs, outs, want, cts)
 
         fn.defvjp(fn_fwd, fn_bwd, symbolic_zeros=True)
         return fn
@@ -678,7 +726,10 @@ class _Entry:
                 return tuple(launch(*operands))
 
             def fn_fwd(*operands):
-                return fn(*operands), None
+                f = me()  # (fn holds this rule: fn itself weakly, no cycle)
+                if f is None:
+                    raise _dropped(label)
+                return f(*operands), None
 
             def fn_bwd(_res, _cts):
                 raise UnsupportedError(
@@ -688,6 +739,7 @@ class _Entry:
                 )
 
             fn.defvjp(fn_fwd, fn_bwd)
+            me = weakref.ref(fn)
             fn = self._bwd_fns.setdefault(launch, fn)
         return fn
 
@@ -726,7 +778,18 @@ class _Entry:
         return _like_inputs(grads, xs)
 
 
-_backward_ops: dict[Any, Any] = {}
+# a hand-written backward's op, when the user did not describe it (its op holds it: JaxOp.backward_op)
+_backward_ops: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _dropped(label: str) -> RuntimeError:
+    """The error of a binding, jaxpr or compiled call used after its op was dropped (its entries and
+    launches are freed with it)."""
+    return RuntimeError(
+        f"op {label!r} was dropped (no reference to it was left, so its JAX launches were freed with it) "
+        "while something still called it (its JAX binding, a traced or compiled function); keep the op "
+        "alive as long as anything calls it"
+    )
 
 
 def _op_for(bdesc):
@@ -734,7 +797,7 @@ def _op_for(bdesc):
 
     o = _ops.get(bdesc) or _backward_ops.get(bdesc)
     if o is None:
-        o = _backward_ops[bdesc] = Op(bdesc)
+        o = _backward_ops.setdefault(bdesc, Op(bdesc))
     return o
 
 
@@ -835,7 +898,11 @@ class _Launch:
     """A forward or adjoint launch of one plan as an FFI call; batched by a ``custom_vmap`` rule."""
 
     def __init__(self, entry: _Entry, plan, direction: str, operands, results, aliases, side_effect: bool):
-        self.entry = entry
+        # weakly: the launch's custom_vmap rule and partitioning callbacks sit in jaxprs that JAX's
+        # caches keep as long as their keys live, and the keys include the entry's own functions
+        # (a strong path would keep the entry, its op, and so those jaxprs, for good)
+        self._entry = weakref.ref(entry)
+        self.label = entry.desc.label
         self.plan = plan
         self.direction = direction
         self.operands = operands
@@ -852,11 +919,30 @@ class _Launch:
         self._folded: dict[int, _Launch] = {}
         # vmap_method="fold": the unbatched launch this one folds, and how many batch elements
         # each of its rows holds (nested vmaps fold again, multiplying the factor)
-        self.base: _Launch = self
+        self._base: Any = None  # a weak reference to the unfolded launch, for a folded one
         self.factor = 1
 
+    @property
+    def base(self) -> _Launch:
+        """The unbatched launch this one folds (itself when not folded)."""
+        base = self._base() if self._base is not None else self
+        if base is None:
+            raise _dropped(self.label)
+        return base
+
+    @property
+    def entry(self) -> _Entry:
+        entry = self._entry()
+        if entry is None:
+            raise _dropped(self.label)
+        return entry
+
     def __call__(self, *xs):
-        outs = self._fn(())(*xs)
+        if any(map(_jax_compat.is_tracer, xs)):
+            outs = self._fn(())(*xs)
+        else:  # concrete operands (an eager jax.grad's forward and backward): see _Entry.eager_jit
+            fn = self._fn(())
+            outs = self.entry.eager_jit((self, ()), lambda: lambda *ys: fn(*ys))(*xs)
         vary = frozenset().union(*map(_jax_compat.varying_axes, xs)) if xs else frozenset()
         if vary:  # inside shard_map: results vary over the mesh axes their operands vary over
             outs = tuple(_jax_compat.cast_varying(o, vary) for o in outs)
@@ -894,7 +980,7 @@ class _Launch:
         """The bare FFI call of this launch at batch ``levels``; the configuration travels as attribute."""
         batch = tuple(size for size, _ in reversed(levels))
         config = self.config(levels)
-        handler, cid = _targets[self.name].handler(self, levels, config)
+        handler, cid = self.entry.jop.targets[self.direction].handler(self, levels, config)
         backend = jax.default_backend()
         if backend == "gpu":
             # load the Warp module now: XLA may run the handler first while recording a CUDA graph
@@ -914,6 +1000,7 @@ class _Launch:
 
     def _build(self, levels: tuple):
         ffi = _partitioned(self, levels) or self._ffi(levels)
+        me, label = weakref.ref(self), self.label  # (the rule is held by this launch: no cycle)
 
         @custom_vmap
         def launch(*xs):
@@ -921,7 +1008,18 @@ class _Launch:
 
         @launch.def_vmap
         def rule(axis_size, in_batched, *xs):
-            return self._batch(levels, axis_size, in_batched, xs)
+            launch = me()
+            if launch is None:
+                raise _dropped(label)
+            if any(map(_jax_compat.is_tracer, xs)):
+                return launch._batch(levels, axis_size, in_batched, xs)
+            # concrete operands (an eager jax.vmap): the batched launch through a jit (_Entry.eager_jit)
+            flags = tuple(in_batched)
+            fn = launch.entry.eager_jit(
+                (launch, levels, axis_size, flags),
+                lambda: lambda *ys: launch._batch(levels, axis_size, flags, ys)[0],
+            )
+            return fn(*xs), (any(flags),) * len(launch.results)
 
         return launch
 
@@ -995,7 +1093,7 @@ class _Launch:
         launch.want, launch.fold = self.want, batch
         launch.grad_for, launch.result_for = self.grad_for, self.result_for
         launch.ct_passthrough = getattr(self, "ct_passthrough", [])
-        launch.base, launch.factor = self, batch
+        launch._base, launch.factor = weakref.ref(self), batch
         return launch
 
 
@@ -1310,7 +1408,10 @@ class _Target:
     time an id is seen (a module deserialized with ``jax.export``)."""
 
     def __init__(self, jop: JaxOp, direction: str):
-        self.jop = jop
+        # weakly: the ops holding this target (JaxOp.targets; several Op objects of one description
+        # share it), the first one alive builds handlers
+        self.label = jop.desc.label
+        self._jops = [weakref.ref(jop)]
         self.direction = direction
         self.handlers: dict[int, _Handler] = {}  # by configuration id
         self._lock = threading.Lock()
@@ -1318,8 +1419,9 @@ class _Target:
         mem32, handlers = _jax_ffi.MEM32, self.handlers
         size, types, values = _jax_ffi.ATTRS_SIZE, _jax_ffi.ATTRS_TYPES, _jax_ffi.ATTRS_VALUES
         scalar_kind, s64, value_at = _jax_ffi._ATTR_SCALAR, _jax_ffi._DTYPE_S64, _jax_ffi._SCALAR_VALUE
-        rebuild = self._rebuild
+        me = weakref.ref(self)  # (run is held by this target: a strong self would make a cycle)
 
+        # (the registered callbacks hold run and at_instantiate weakly: the target keeps them)
         def run(p: int, platform: str) -> None:
             # _jax_ffi.int64_attr(p, k), written out: this runs on every call
             handler = None
@@ -1328,13 +1430,26 @@ class _Target:
                 if mem32[scalar >> 2] == s64:
                     handler = handlers.get(mem[mem[(scalar + value_at) >> 3] >> 3])
             if handler is None:
-                handler = rebuild(p)
+                handler = me()._rebuild(p)
             if platform == "cpu":
                 handler.cpu(p)
             else:
                 handler.cuda(p)
 
         self.run = run
+        self.at_instantiate = lambda p, platform: me().instantiate(p, platform)
+
+    @property
+    def jop(self) -> JaxOp:
+        for ref in self._jops:
+            jop = ref()
+            if jop is not None:
+                return jop
+        raise _dropped(self.label)
+
+    def share(self, jop: JaxOp) -> None:
+        """``jop`` (another Op object of this target's description) uses this target too."""
+        self._jops = [r for r in self._jops if r() is not None] + [weakref.ref(jop)]
 
     def instantiate(self, p: int, platform: str) -> None:
         """XLA's instantiate stage (an executable compiled or deserialized, before any run): build
@@ -1352,13 +1467,13 @@ class _Target:
     def _rebuild(self, p: int) -> _Handler:
         config_bytes = _jax_ffi.string_attr(_jax_ffi.frame(p), b"config")
         if config_bytes is None:
-            raise RuntimeError(f"FFI target of op {self.jop.desc.label!r} called without its 'config' attribute")
+            raise RuntimeError(f"FFI target of op {self.label!r} called without its 'config' attribute")
         config = config_bytes.decode()
         cid = _config_id(config)
         given = _jax_ffi.int64_attr(p, _CONFIG_ID_ATTR)
         if given is not None and given != cid:
             raise RuntimeError(
-                f"FFI target of op {self.jop.desc.label!r}: the call's config_id {given} is not its configuration's "
+                f"FFI target of op {self.label!r}: the call's config_id {given} is not its configuration's "
                 f"({cid}); the module was not made by this package's version"
             )
         with self._lock:
@@ -1383,29 +1498,48 @@ class _Target:
                 if handler is None:
                     handler = self.handlers[cid] = _Handler(launch, levels, config)
         if handler.config != config:  # two configurations with one 63-bit id: never seen, but never served
-            raise RuntimeError(f"op {self.jop.desc.label!r}: configuration id {cid} collides; please report this")
+            raise RuntimeError(f"op {self.label!r}: configuration id {cid} collides; please report this")
         return handler, cid
 
 
-_targets: dict[str, _Target] = {}
+#: target name -> the live op's target (JaxOp.targets holds it): a dropped op's is freed
+_targets: weakref.WeakValueDictionary[str, _Target] = weakref.WeakValueDictionary()
+_targets_lock = threading.Lock()
 
 
 def _register_targets(jop: JaxOp) -> None:
+    """Give ``jop`` its FFI targets: those of a live op of the same description (two Op objects of
+    one description: a hand-written backward's op and the same kernel described by the user), else
+    new ones, which the registered callbacks then call (XLA keeps a name's callbacks for good)."""
+    desc = jop.desc
     for direction in ("fwd", "bwd"):
-        name = _target(jop.desc, direction)
-        if name not in _targets:
-            _targets[name] = _Target(jop, direction)
-            # CUDA graphs: a kernel's handler only zero-fills and launches on XLA's stream (capturable);
-            # a Python-function op may allocate or synchronize, and so does Warp's deterministic mode
-            # (scratch buffers per launch): neither is declared compatible
-            _jax_ffi.register(
-                name,
-                _targets[name].run,
-                command_buffer=jop.desc.kind == "kernel" and not _jax_compat.deterministic(jop.desc.fn),
-                instantiate=_targets[name].instantiate,
-            )
-    if jop.desc.backward is not None:
-        _op_for(jop.desc.backward).bound("jax")
+        name = _target(desc, direction)
+        with _targets_lock:
+            target = _targets.get(name)
+            alive = target is not None and any(r() is not None for r in target._jops)
+            if alive and target.jop.desc == desc:
+                target.share(jop)
+            elif alive:  # (interop.op refuses this; an Op made otherwise must not take over the name)
+                raise ArgumentError(
+                    f"op name {desc.name!r} is already used by a live op with other options "
+                    f"({target.jop.desc.key!r}); pick another name="
+                )
+            else:
+                target = _targets[name] = _Target(jop, direction)
+                # CUDA graphs: a kernel's handler only zero-fills and launches on XLA's stream (capturable);
+                # a Python-function op may allocate or synchronize, and so does Warp's deterministic mode
+                # (scratch buffers per launch): neither is declared compatible
+                _jax_ffi.register(
+                    name,
+                    target.run,
+                    command_buffer=desc.kind == "kernel" and not _jax_compat.deterministic(desc.fn),
+                    instantiate=target.at_instantiate,
+                    label=desc.label,
+                )
+        jop.targets[direction] = target
+    if desc.backward is not None:
+        jop.backward_op = _op_for(desc.backward)
+        jop.backward_op.bound("jax")
 
 
 def on_describe(op) -> None:

@@ -97,11 +97,6 @@ def test_dropped_ops_are_freed(framework, kind):
     targets' handlers), so resident memory over the second half of the loop stays flat."""
     if framework != "numpy":
         pytest.importorskip(framework)
-    if framework == "jax":
-        pytest.xfail(
-            "JAX keeps each dropped op (its FFI targets' handlers and jit caches: about 4 MiB per op "
-            "with jit + grad, README Guarantees); not fixed yet"
-        )
     n = 500 if FULL else 60
     p = run_script(
         RSS

@@ -194,9 +194,9 @@ def test_deterministic_kernels_are_not_declared_command_buffer_compatible(monkey
     declared = {}
     register = _jax_ffi.register
 
-    def spy(name, handler, command_buffer=False, instantiate=None):
+    def spy(name, handler, command_buffer=False, **kwargs):
         declared[name] = command_buffer
-        register(name, handler, command_buffer=command_buffer, instantiate=instantiate)
+        register(name, handler, command_buffer=command_buffer, **kwargs)
 
     monkeypatch.setattr(_jax_ffi, "register", spy)
     det = interop.op(_deterministic_kernel(), name="cuda_test::det_sum_jax")

@@ -164,7 +164,8 @@ def test_float64_array_made_with_x64_then_called_with_x64_off_matches_a_fresh_ca
 def test_numpy_float64_operand_when_x64_is_off_is_refused_not_read_as_8_bytes():
     """The JAX-bound op given a 0-d NumPy float64 for a float64 scalar: with x64 off, XLA hands the
     launch a float32 buffer; before the fix the kernel read 8 bytes of it ([0, 0, 0])."""
-    op = interop.op(scale_by_64bit).bound("jax")
+    described = interop.op(scale_by_64bit)  # (a binding lives as long as its op: keep the op)
+    op = described.bound("jax")
     x = jnp.ones(3, jnp.float32)
     with jax.enable_x64(True):
         np.testing.assert_array_equal(np.asarray(op(x, np.asarray(3.0), 1)), [4.0, 4.0, 4.0])
@@ -333,3 +334,56 @@ def test_traced_vec3_scalar_with_x64_weak_float64_components(form):
         np.testing.assert_allclose(float(ga), np.sum(W3[:, 0] * X3[:, 0]), rtol=1e-6)
         with pytest.raises(interop.ArgumentError, match=r"op 'vec_affine', parameter 'v'.*dtype float64"):
             op(x, jnp.asarray(v, jnp.float64), 2.0)
+
+
+# ---- row 7: a dropped op is freed; XLA keeps only its targets' names -----------------------
+def _dropped_op(name: str):
+    @wp.kernel(module="unique")
+    def halve(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+        out[wp.tid()] = x[wp.tid()] * 0.5
+
+    return interop.op(halve, name=name)
+
+
+def test_exported_call_after_its_op_was_dropped_names_the_op_and_describing_it_again_serves_it():
+    """XLA cannot unregister an FFI target: its callback stays, and reaches the op weakly. A
+    deserialized module run after the op was freed gets an error naming the op (before: the op
+    was never freed); describing it again fills the target in, as in a new process."""
+    import gc
+    import weakref
+
+    from adapters import jax as interop_jax
+
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    op = _dropped_op("seams::halve_dropped")
+    exported = jax.export.export(jax.jit(lambda a: op(a)), disabled_checks=interop_jax.disabled_checks(op))(x)
+    exp = jax.export.deserialize(exported.serialize())
+    np.testing.assert_array_equal(np.asarray(exp.call(x)), np.asarray(x) * 0.5)
+    ref = weakref.ref(op)
+    del op, exported
+    gc.collect()
+    assert ref() is None
+    with pytest.raises(
+        Exception, match=r"op 'seams::halve_dropped': its XLA FFI target .* was called after the op was dropped"
+    ):
+        exp.call(x)
+    op = _dropped_op("seams::halve_dropped")
+    np.testing.assert_array_equal(np.asarray(exp.call(x)), np.asarray(x) * 0.5)
+    np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: op(a).sum())(x)), np.full(4, 0.5, np.float32))
+
+
+def test_op_described_again_under_a_dropped_kernels_name_must_be_as_capturable():
+    """A kernel's targets are registered as capturable into CUDA graphs, and XLA keeps a target's
+    traits for good: a Python-function op described later under the same name (after the kernel
+    was dropped) is refused, naming it, instead of being captured into a graph it must not be in."""
+    import gc
+
+    op = _dropped_op("seams::kernel_then_function")
+    del op
+    gc.collect()
+
+    def halve(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+        out.assign(x)
+
+    with pytest.raises(ValueError, match=r"op 'seams::kernel_then_function': its XLA FFI target .* another name="):
+        interop.op(halve, name="seams::kernel_then_function")
