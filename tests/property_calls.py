@@ -572,6 +572,14 @@ def run_call(fw: str, c: Call) -> str:
     # a documented refusal
     if out.error is not None:
         phrase = out.expected
+        if (
+            fw == "torch"
+            and c.path == "compile"
+            and phrase == "in-out with two elements at one address"
+            and "more than one element of the written-to tensor refers to a single memory location" in str(out.error)
+        ):
+            # under torch.compile torch's fake copy_ refuses it first, in its own words (docs/limitations.md)
+            return f"refused ({phrase}, by torch.compile)"
         if phrase is None or not isinstance(out.error, DOCUMENTED) or pop.op.description.label not in str(out.error):
             raise AssertionError(
                 f"{fw} call {describe(c)} raised unexpectedly: {type(out.error).__name__}: {out.error}"
