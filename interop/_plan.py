@@ -262,8 +262,8 @@ def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) ->
       first array input indexed by that thread index shifted by a constant (``a[i + 1]``); with
       none either, the first array input's extent when it is indexed by another thread index and
       has one dimension per thread index (``i, lane = wp.tid()`` then ``x[i]`` in a tile kernel).
-    - When no array input is indexed so, the first array input's shape if the kernel hands its thread
-      index to a ``wp.func`` of its own (which may index it there), else an error.
+    - When no array input is indexed so, the first array input's shape (Warp's own default).
+    - When some are, but a launch dimension is indexed by none of them, an error.
 
     Args:
         desc: a kernel op's description.
@@ -305,7 +305,9 @@ def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) ->
     if domain and len(launch) == len(domain):
         return tuple(launch)
     indexed = {t[0] for ts in domain for t in ts if t[0] in names}
-    if not indexed and desc.tid_escapes:
+    if not indexed:
+        # nothing says otherwise: the first array input's shape, as Warp's own jax_kernel does (its
+        # guide's funky_kernel reads a[i % a.shape[0]] and relies on it)
         return tuple(shape_of(first.name))
     what = (
         f"no array input it indexes with wp.tid() dimension {len(launch)} tells its extent"

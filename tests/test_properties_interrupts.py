@@ -123,12 +123,19 @@ for k in range(8):  # warm: every module loaded, every signature seen once
 
 stop = threading.Event()
 sent = [0]
+seen = [0]  # interrupts the loop below has caught (a storm never lands one inside its handlers)
 def storm():
     while not stop.is_set():
         time.sleep(rng.uniform(0.001, 0.004))
         if not stop.is_set():
             os.kill(os.getpid(), signal.SIGINT)
             sent[0] += 1
+            # the next one only once this one was caught (or swallowed somewhere, e.g. by a gc
+            # callback: then after 50 ms): a second Ctrl-C inside the harness's own except clause
+            # would end the child by signal, which is not what is tested
+            wait_until = time.monotonic() + 0.05
+            while seen[0] < sent[0] and time.monotonic() < wait_until and not stop.is_set():
+                time.sleep(0.0005)
 
 done = interrupted = interrupted_in_paddle_backward = interrupted_in_jax_jit = 0
 t = threading.Thread(target=storm, daemon=True)
@@ -148,6 +155,7 @@ while True:
             if fw != "paddle" or "KeyboardInterrupt" not in str(e):
                 raise
             interrupted_in_paddle_backward += 1
+            seen[0] += 1
             k += 1
             continue
         except Exception as e:
@@ -156,6 +164,7 @@ while True:
             if fw != "jax" or "KeyboardInterrupt: Ctrl-C while the op ran" not in str(e):
                 raise
             interrupted_in_jax_jit += 1
+            seen[0] += 1
             k += 1
             continue
         stop.set()
@@ -163,6 +172,7 @@ while True:
         break
     except KeyboardInterrupt:
         interrupted += 1
+        seen[0] += 1
         k += 1
 # a KeyboardInterrupt still in flight after the storm (sent before the thread stopped)
 try:

@@ -7,7 +7,10 @@ import warp as wp
 from catalogue import BF16_GRAD_TOL, BF16_VALUE_TOL, CASES, fd_grad, is_bf16, loss_weights, reference_of
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.differentiable], ids=lambda c: c.id)
+# a hand-written backward= is not run by wp.Tape (documented; tests/test_no_backward.py checks the error)
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.differentiable and c.op.description.backward is None], ids=lambda c: c.id
+)
 def test_tape_gradients_match_finite_differences(case):
     rng = np.random.default_rng(3)
     dt = np.float32 if np.float32 in case.dtypes else case.dtypes[0]  # the bfloat16 case: bfloat16
