@@ -15,12 +15,12 @@ import ast
 import hashlib
 import textwrap
 import threading
-import types as _pytypes
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import warp as wp
 
+from ._codegen import kernel_with_signature
 from ._errors import ArgumentError
 
 ADJ, GRAD = "adj_", "grad_"
@@ -138,44 +138,14 @@ def _reorder(kernel: Any, slots: Sequence[tuple[str, Any]], by_slot: dict[str, s
         order.append(p)
     tree = ast.parse(textwrap.dedent(kernel.adj.source))
     fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
-    fdef.decorator_list = []
-    fdef.args = ast.arguments(
-        posonlyargs=[],
-        args=[ast.arg(arg=n) for n in order],
-        vararg=None,
-        kwonlyargs=[],
-        kw_defaults=[],
-        kwarg=None,
-        defaults=[],
-    )
-    fdef.returns = None
-    ast.fix_missing_locations(tree)
-    source = ast.unparse(fdef)
-    f = kernel.func
-    freevars = list(f.__code__.co_freevars)
-    # a factory whose inner function has the new signature and the kernel's own closure variables
-    # (Warp resolves names through the function's globals and closure)
-    factory_src = (
-        f"def __interop_factory({', '.join(freevars)}):\n"
-        f"    def {f.__name__}({', '.join(order)}):\n"
-        f"        return ({', '.join(freevars)}{',' if freevars else ''})\n"
-        f"    return {f.__name__}\n"
-    )
-    ns: dict[str, Any] = {}
-    exec(compile(factory_src, f"<interop backward of {kernel.key}>", "exec"), f.__globals__, ns)  # noqa: S102
-    values = []
-    for c in f.__closure__ or ():
-        try:
-            values.append(c.cell_contents)
-        except ValueError:
-            values.append(None)
-    fn = ns["__interop_factory"](*values)
-    fn = _pytypes.FunctionType(fn.__code__, f.__globals__, f.__name__, None, fn.__closure__)
-    fn.__annotations__ = annotations
-    fn.__qualname__ = f.__qualname__
-    fn.__module__ = f.__module__
-    options = dict(getattr(kernel.module, "options", {}) or {})
-    options.update(kernel.options or {})
     digest = hashlib.sha1(repr(order).encode()).hexdigest()[:6]
-    module = wp.get_module(f"interop_backward.{kernel.key}")
-    return wp.Kernel(fn, key=f"{kernel.key}__interop_bwd_{digest}", module=module, options=options, source=source)
+    return kernel_with_signature(
+        kernel,
+        tree,
+        fdef,
+        order,
+        annotations,
+        module=f"interop_backward.{kernel.key}",
+        key=f"{kernel.key}__interop_bwd_{digest}",
+        label="backward",
+    )

@@ -41,3 +41,68 @@ def adj_tuple_text(ptr: str, strides: str = "None") -> str:
     if ptr == "0":
         return "None"
     return f"(({ptr}, {strides}) if {ptr} else None)"
+
+
+def kernel_with_signature(
+    kernel: Any,
+    tree: Any,
+    fdef: Any,
+    params: list[str],
+    annotations: dict[str, Any],
+    *,
+    extra: dict[str, Any] | None = None,
+    module: str,
+    key: str,
+    label: str,
+) -> Any:
+    """A ``wp.Kernel`` made from ``fdef`` (an edited copy of ``kernel``'s parsed source ``tree``),
+    with parameters ``params`` annotated by ``annotations``. Its function closes over ``extra``
+    (name -> value) and the kernel's own closure variables, and sees the kernel's globals (Warp
+    resolves names through them); the kernel's module options carry over.
+    Used for struct kernels made flat and for backward kernels taken in their author's order."""
+    import ast
+    import types as pytypes
+
+    import warp as wp
+
+    fdef.decorator_list = []
+    fdef.args = ast.arguments(
+        posonlyargs=[],
+        args=[ast.arg(arg=n) for n in params],
+        vararg=None,
+        kwonlyargs=[],
+        kw_defaults=[],
+        kwarg=None,
+        defaults=[],
+    )
+    fdef.returns = None
+    ast.fix_missing_locations(tree)
+    source = ast.unparse(fdef)
+    f = kernel.func
+    extra = dict(extra or {})
+    freevars = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
+    held = list(extra) + list(freevars)
+    factory_src = (
+        f"def __interop_factory({', '.join(held)}):\n"
+        f"    def {f.__name__}({', '.join(params)}):\n"
+        f"        return ({', '.join(held)}{',' if held else ''})\n"
+        f"    return {f.__name__}\n"
+    )
+    ns: dict[str, Any] = {}
+    exec(compile(factory_src, f"<interop {label} of {kernel.key}>", "exec"), f.__globals__, ns)  # noqa: S102
+    values = list(extra.values()) + [_cell_value(c) for c in freevars.values()]
+    fn = ns["__interop_factory"](*values)
+    fn = pytypes.FunctionType(fn.__code__, f.__globals__, f.__name__, None, fn.__closure__)
+    fn.__annotations__ = annotations
+    fn.__qualname__ = f.__qualname__
+    fn.__module__ = f.__module__
+    options = dict(getattr(kernel.module, "options", {}) or {})
+    options.update(kernel.options or {})
+    return wp.Kernel(fn, key=key, module=wp.get_module(module), options=options, source=source)
+
+
+def _cell_value(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # a closure variable not bound yet
+        return None

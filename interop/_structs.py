@@ -18,7 +18,6 @@ import copy
 import dataclasses
 import textwrap
 import threading
-import types as _pytypes
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 import warp as wp
 
 from . import _warp_compat
+from ._codegen import kernel_with_signature
 from ._errors import ArgumentError
 
 SEP = "__"
@@ -260,43 +260,18 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
         collect(all_nodes[path])
         prologue += _build_stmts(all_nodes[path], path, ctor, built)
     fdef.body = prologue + fdef.body
-    fdef.decorator_list = []
-    fdef.args = ast.arguments(
-        posonlyargs=[],
-        args=[ast.arg(arg=n) for n in annotations],
-        vararg=None,
-        kwonlyargs=[],
-        kw_defaults=[],
-        kwarg=None,
-        defaults=[],
+    # the flat signature, closing over the struct types the rebuilt values are made of
+    flat_kernel = kernel_with_signature(
+        kernel,
+        tree,
+        fdef,
+        list(annotations),
+        annotations,
+        extra=structs,
+        module=f"interop_struct.{kernel.key}",
+        key=f"{kernel.key}{FLAT_SUFFIX}",
+        label="flat kernel",
     )
-    fdef.returns = None
-    ast.fix_missing_locations(tree)
-    source = ast.unparse(fdef)
-
-    f = kernel.func
-    freevars = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
-    held = list(structs) + list(freevars)
-    # a factory whose inner function has the flat signature and closes over the struct types and
-    # the kernel's own closure variables (Warp resolves names through the function's closure)
-    factory_src = (
-        f"def __interop_factory({', '.join(held)}):\n"
-        f"    def {f.__name__}({', '.join(annotations)}):\n"
-        f"        return ({', '.join(held)}{',' if held else ''})\n"
-        f"    return {f.__name__}\n"
-    )
-    ns: dict[str, Any] = {}
-    exec(compile(factory_src, f"<interop flat kernel of {kernel.key}>", "exec"), f.__globals__, ns)  # noqa: S102
-    values = [structs[n] for n in structs] + [_cell_value(c) for c in freevars.values()]
-    fn = ns["__interop_factory"](*values)
-    fn = _pytypes.FunctionType(fn.__code__, f.__globals__, f.__name__, None, fn.__closure__)
-    fn.__annotations__ = annotations
-    fn.__qualname__ = f.__qualname__
-    fn.__module__ = f.__module__
-    options = dict(getattr(kernel.module, "options", {}) or {})
-    options.update(kernel.options or {})
-    module = wp.get_module(f"interop_struct.{kernel.key}")
-    flat_kernel = wp.Kernel(fn, key=f"{kernel.key}{FLAT_SUFFIX}", module=module, options=options, source=source)
     if prologue:
         _grad_pointers[flat_kernel] = frozenset(
             leaf.param for path in built for leaf in all_nodes[path].leaves() if leaf.is_array
@@ -317,13 +292,6 @@ def grad_pointer_params(kernel: Any) -> frozenset:
         return _grad_pointers.get(kernel, frozenset())
     except TypeError:
         return frozenset()
-
-
-def _cell_value(cell: Any) -> Any:
-    try:
-        return cell.cell_contents
-    except ValueError:
-        return None
 
 
 # ---- describing: names given for structs, as leaves -------------------------------------------
