@@ -17,6 +17,7 @@ from ._torch_compat import (
     functorch_transforms_active,
     plain_eager,
     profiler_enabled,
+    unwrap_dead,
 )
 
 
@@ -142,7 +143,9 @@ def _hand_written_backward(b: _Binding, args, grads, ld, ods) -> dict[int, torch
     for bp, p in zip(b.backward_op.description.output_params, diff):
         x = args[b._pos_of_index(p.index)]
         out_dims[bp.name] = tuple(x.shape[: p.ndim])
-    call_args = list(args) + [g.contiguous() for g in grads]
+    # the backward op's own call: saved tensors of a forward that ran under torch.func are dead
+    # wrappers once its level has exited (torch.func.vjp's returned function); the tensors inside
+    call_args = unwrap_dead([*args, *(g.contiguous() for g in grads)])
     res = b.backward_op(*call_args, launch_dims=launch, output_dims=out_dims)
     if not isinstance(res, tuple):
         res = (res,)

@@ -26,6 +26,11 @@ Checked against torch 2.13.0 (CPU build).
   (``torch._C._FunctionBase.apply``), which ``torch.autograd.Function.apply`` calls after
   work that only torch.func needs (unwrapping dead functorch wrappers); the fast path
   never runs under torch.func.
+- :func:`unwrap_dead` is ``torch._functorch.utils.unwrap_dead_wrappers``: a tensor a
+  ``torch.func`` transform saved for backward is still its wrapper (with no storage) once the
+  transform's level has exited, as in the function ``torch.func.vjp`` returns; the dispatcher
+  unwraps such "dead" wrappers itself, the fast path (which reads data pointers) must be handed
+  the tensors inside.
 - :func:`unregister` removes a ``torch.library.custom_op``'s registrations when its op was
   dropped: ``torch._library.custom_ops.OPDEF_TO_LIB`` (qualified name -> the
   ``torch.library.Library`` holding them; ``custom_op`` itself destroys the previous one when a
@@ -133,6 +138,29 @@ def unregister(cdef) -> bool:
         if isinstance(getattr(cdef, field, None), dict):
             getattr(cdef, field).clear()
     return True
+
+
+try:
+    from torch._functorch.utils import unwrap_dead_wrappers as _unwrap_dead_wrappers
+except ImportError:  # pragma: no cover - an older torch: its saved tensors are never dead wrappers here
+    _unwrap_dead_wrappers = None
+
+
+_is_wrapped = getattr(getattr(_C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+
+
+def any_wrapped(args) -> bool:
+    """Whether a tensor among ``args`` is a torch.func wrapper (outside every transform: a dead one)."""
+    if _is_wrapped is None:
+        return False
+    return any(isinstance(a, torch.Tensor) and _is_wrapped(a) for a in args)
+
+
+def unwrap_dead(args) -> list:
+    """``args`` with every dead torch.func wrapper replaced by the tensor inside it."""
+    if _unwrap_dead_wrappers is None:
+        return list(args)
+    return list(_unwrap_dead_wrappers(tuple(args)))
 
 
 def function_apply(cls):

@@ -19,6 +19,7 @@ from ._torch_autograd import _backward_function_class, _make_backward, _make_set
 from ._torch_binding import _OVERLOADS, _Binding, _current_stream, _Entry, _pointer
 from ._torch_compat import (
     PLAIN_TENSOR_TYPES,
+    any_wrapped,
     eager_context,
     function_apply,
     functorch_transforms_active,
@@ -136,16 +137,23 @@ def _eager_hook(b: _Binding):
         sig = runs.get(_signature(args))
         if sig is None:
             return NOT_EAGER
-        if sig.grad and grad_enabled():
-            apply = sig.apply
-            if apply is None:
-                return _eager_apply(b, mask, args, sig.e)
-            b.eager_calls += 1
-            if profiling():
-                with torch.autograd.profiler.record_function(label):
-                    return apply(*args)
-            return apply(*args)
-        return _eager_forward(b, mask, "functional", args, args, sig.e)
+        try:
+            if sig.grad and grad_enabled():
+                apply = sig.apply
+                if apply is None:
+                    return _eager_apply(b, mask, args, sig.e)
+                b.eager_calls += 1
+                if profiling():
+                    with torch.autograd.profiler.record_function(label):
+                        return apply(*args)
+                return apply(*args)
+            return _eager_forward(b, mask, "functional", args, args, sig.e)
+        except RuntimeError:
+            if not any_wrapped(args):
+                raise
+            # a dead torch.func wrapper (no storage: reading its data pointer raised, before any
+            # launch): the full path takes the tensor inside it
+            return NOT_EAGER
 
     return hook
 

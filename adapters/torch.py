@@ -70,7 +70,7 @@ from . import _torch_sharding
 from ._common import pack_result, unexpected_keywords
 from ._torch_autograd import _check_grad_supported, _function_class
 from ._torch_binding import _BINDINGS, _OVERLOADS, _Binding, _current_stream  # noqa: F401  (_current_stream: tests)
-from ._torch_compat import forward_ad_active, functorch_transforms_active, plain_eager
+from ._torch_compat import any_wrapped, forward_ad_active, functorch_transforms_active, plain_eager, unwrap_dead
 from ._torch_eager_path import _EAGER_DEVICES, _eager_apply, _eager_forward, _remember_signature, _signature  # noqa: F401
 from ._torch_registration import _binding, _resolve, variant
 
@@ -194,6 +194,10 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     # plain eager work on real memory skips the dispatcher (see _eager_forward); meta tensors
     # and other devices reach the operator (its fake implementation, or its error)
     eager = (device is None or device.type in _EAGER_DEVICES) and plain_eager(args)
+    if eager and any_wrapped(args):
+        # a tensor kept from inside a torch.func transform that has exited (a "dead" wrapper, no
+        # storage of its own): torch's operators read the tensor inside it, so does the fast path
+        args, sargs = unwrap_dead(args), unwrap_dead(sargs)
     if eager and any(isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj()) for x in args):
         # a lazily negated/conjugated view (z.conj().imag): its memory holds other values than the
         # tensor's; the operator's dispatcher resolves it before the kernel runs

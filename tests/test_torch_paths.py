@@ -115,12 +115,6 @@ def _catalogue_result(case, dtype, path):
 @pytest.mark.parametrize("case_id", catalogue.CASE_IDS)
 @pytest.mark.parametrize("path", ["operator", "compile", "func"])
 def test_catalogue_same_values_and_gradients_as_the_eager_path(case_id, path):
-    if case_id == "shipped_backward" and path == "func":
-        pytest.xfail(
-            "known bug, open: under torch.func.grad the reordered hand-written backward (interop.backward) "
-            "is called on the eager path with a functorch wrapper ('Cannot access data pointer of Tensor "
-            "that doesn't have storage'); plain hand-written backwards work there"
-        )
     case = catalogue.case(case_id)
     dtype = case.dtypes[0]
     ref_outs, ref_grads = _catalogue_result(case, dtype, "eager")
@@ -170,6 +164,28 @@ def test_scalar_as_a_0d_tensor_gets_its_gradient(path):
     gx, gs = torch.autograd.grad(out.sum(), (x, s))
     torch.testing.assert_close(gs, (x.detach() ** 2).sum())
     torch.testing.assert_close(gx, 3.0 * x.detach())
+
+
+def test_tensor_kept_from_an_exited_torch_func_transform():
+    """A tensor kept from inside ``torch.func.grad`` is, afterwards, a "dead" functorch wrapper with
+    no storage of its own; torch's operators read the tensor inside it, and so does the op: the first
+    call (full path) and the next ones (the remembered signature). (Gradients through such a tensor
+    are torch's own refusal: ``requires_grad_()`` on it does not reach the tensor inside.)"""
+    kept = []
+
+    def f(x):
+        kept.append(x * 2.0)
+        return SAXPY(x, x, 1.5).sum()
+
+    torch.func.grad(f)(torch.arange(1.0, 6.0))
+    dead, y = kept[0], torch.rand(5)
+    assert torch._C._functorch.is_functorch_wrapped_tensor(dead)  # what this test is about
+    inside = torch.arange(2.0, 12.0, 2.0)
+    before = _eager_calls(SAXPY)
+    for _ in range(3):
+        torch.testing.assert_close(SAXPY(dead, y, 1.5), 1.5 * inside**2 + y)
+        torch.testing.assert_close(SAXPY(y, dead, 1.5), 1.5 * y**2 + inside)
+    assert _eager_calls(SAXPY) > before
 
 
 @pytest.mark.parametrize("path", ["eager", "operator"])
