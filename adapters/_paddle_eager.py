@@ -262,7 +262,7 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     dtypes slowly), place (on a
     Paddle built with devices), ``stop_gradient`` and layout (contiguous, or its strides; False
     for a sparse tensor, whose shape and dtype may be those of a dense one), and each number's
-    type. ``hook(op, args)``: the op's eager hook (``Op.eager_paths``) with that key inlined (no
+    type. ``hook(args)``: the op's eager hook (``Op.eager_paths``) with that key inlined (no
     loop: each Paddle attribute read costs several times more inside autograd than alone).
 
     ``env`` holds what the code reads: ``TT`` (tensor types), ``PN`` (number types), ``PK``
@@ -330,7 +330,7 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     body += [f"    {first}._register_grad_hook(g)"]
     body += ["    return out", "return sig.forward(*args)"]
     body = [b for b in body if b]
-    lines += ["def hook(op, args):", *("    " + b for b in body)]
+    lines += ["def hook(args):", *("    " + b for b in body)]
     hook, key_of = _compile_fn("\n".join(lines) + "\n", env, ("hook", "key_of"))
     return hook, key_of
 

@@ -122,7 +122,7 @@ def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
 
 
 def _eager_hook(b: _Binding):
-    """The op's eager hook for torch tensors (interop.Op.eager_paths): ``hook(op, args)`` runs a
+    """The op's eager hook for torch tensors (interop.Op.eager_paths): ``hook(args)`` runs a
     plain eager call whose signature was validated before (no in-out parameter, no scalar tensor,
     no launch_dims or output_dims), or returns NOT_EAGER."""
     runs = b.eager_runs
@@ -131,7 +131,7 @@ def _eager_hook(b: _Binding):
     grad_enabled = torch.is_grad_enabled
     profiling = profiler_enabled_c()
 
-    def hook(op, args: Sequence[Any]) -> Any:
+    def hook(args: Sequence[Any]) -> Any:
         if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
             return NOT_EAGER
         sig = runs.get(_signature(args))

@@ -107,7 +107,7 @@ class JaxOp:
         self.backward_op = None
         _register_targets(self)
         # an eager call whose first argument is a JAX array comes here straight from Op.__call__
-        op.eager_paths[_ArrayImpl] = lambda op, args, call=self._eager_call: call(args)
+        op.eager_paths[_ArrayImpl] = self._eager_call
 
     def __repr__(self) -> str:
         return f"<interop JAX op {self.desc.name}>"
@@ -131,19 +131,27 @@ class JaxOp:
         """An eager call with concrete arrays and Python numbers whose signature was seen before: one
         dict lookup to the jitted call. NOT_EAGER for any other call (also ``Op.eager_paths``'s hook)."""
         fast = self._eager[jax.config.jax_enable_x64].get(  # (the aval: each of shape, dtype, weak_type reads it)
-            tuple(((a := x.aval).shape, a.dtype, a.weak_type) if type(x) is _ArrayImpl else type(x) for x in args)
+            tuple([((a := x.aval).shape, a.dtype, a.weak_type) if type(x) is _ArrayImpl else type(x) for x in args])
         )
         if fast is None:
             return NOT_EAGER
-        entry, scalar_dtypes, float_limits = fast
-        for i, top in float_limits:
-            if args[i] > top or args[i] < -top:  # it would become inf: the full path names it
-                return NOT_EAGER
-        try:
+        entry, numbers = fast
+        if numbers:  # the Python numbers: their 0-d operands, kept per value
+            operands = list(args)
             consts = self._consts
-            operands = [x if dt is None else _scalar_operand(consts, x, dt) for x, dt in zip(args, scalar_dtypes)]
-        except OverflowError:  # a number its parameter cannot hold: the full path names it
-            return NOT_EAGER
+            for i, dt, top in numbers:
+                x = args[i]
+                if top is not None and (x > top or x < -top):
+                    return NOT_EAGER  # it would become inf: the full path names it
+                c = consts.get((dt, x))
+                if c is None:
+                    try:
+                        c = _scalar_operand(consts, x, dt)
+                    except OverflowError:  # a number its parameter cannot hold: the full path names it
+                        return NOT_EAGER
+                operands[i] = c
+        else:
+            operands = args
         seen = _interrupt.count
         try:
             outs = entry.jitted(*operands)
@@ -226,10 +234,13 @@ class JaxOp:
             fast_key = tuple(
                 (x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original)
             )
-            dts = tuple(None if type(x) is _ArrayImpl else x.dtype for x in args)
-            # Python numbers for float parameters: the largest finite value each may have
-            limits = tuple((i, _dtypes.finfo_max(_dtypes.wp_scalar(dt))) for i, dt in enumerate(dts) if _float_np(dt))
-            fast = (entry, dts, limits)
+            # each Python number: (position, its operand's dtype, the largest finite value a float may have)
+            numbers = tuple(
+                (i, x.dtype, _dtypes.finfo_max(_dtypes.wp_scalar(x.dtype)) if _float_np(x.dtype) else None)
+                for i, x in enumerate(args)
+                if type(x) is not _ArrayImpl
+            )
+            fast = (entry, numbers)
             _cache.put(self._eager[_x64()], fast_key, fast, _cache.FAST_PATHS_PER_OP)
         interrupts = _jax_ffi.interrupts()
         try:

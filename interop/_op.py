@@ -19,7 +19,7 @@ from ._plan import CallPlan, make_plan
 _ops: weakref.WeakValueDictionary[OpDescription, Op] = weakref.WeakValueDictionary()
 _MISSING = object()
 _ops_lock = threading.Lock()
-# returned by an adapter's eager hook (Op.eager_paths) when a call is not its plain eager work
+# returned by an adapter's eager hook (Op.eager_paths: ``hook(args)``) when a call is not its plain eager work
 NOT_EAGER = object()
 
 
@@ -49,7 +49,7 @@ class Op:
         self._plans: dict[tuple, CallPlan] = {}
         self._bound: dict[str, Any] = {}
         self._fast: dict[tuple, Any] = {}  # adapters' per-signature fast paths
-        # adapters' eager hooks by the exact type of the first argument: ``hook(op, args)`` runs a
+        # adapters' eager hooks by the exact type of the first argument: ``hook(args)`` runs a
         # plain eager call whose signature it validated before, or returns NOT_EAGER. Set when the
         # adapter binds the op (never on a call), so a tracer reading it sees one fixed dict.
         self.eager_paths: dict[type, Any] = {}
@@ -136,7 +136,7 @@ class Op:
         if args and launch_dims is None and output_dims is None and block_dim is None and not kwargs:
             hook = self.eager_paths.get(type(args[0]))
             if hook is not None:
-                res = hook(self, args)
+                res = hook(args)
                 if res is not NOT_EAGER:
                     return res
         return self._call(args, launch_dims, output_dims, block_dim, kwargs)
@@ -195,7 +195,7 @@ class Op:
             if flat and launch_dims is None and output_dims is None and block_dim is None and not kwargs:
                 hook = self.eager_paths.get(type(flat[0]))
                 if hook is not None:
-                    res = hook(self, flat)
+                    res = hook(flat)
             if res is NOT_EAGER:
                 res = self._call(flat, launch_dims, output_dims, block_dim, kwargs)
         except (ArgumentError, UnsupportedError) as e:

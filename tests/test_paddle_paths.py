@@ -432,8 +432,8 @@ def test_signature_key_with_places_tells_places_apart():
     plain_fast = sig.fast
     sig.fast = fast_entry(placed, sig, True, (x, y, 1.5))  # what the placed hook compares a call with
     try:
-        out = placed_hook(SAXPY, (x, y, 1.5))  # by the key
-        again = placed_hook(SAXPY, (x, y, 1.5))  # by the comparison with the last signature
+        out = placed_hook((x, y, 1.5))  # by the key
+        again = placed_hook((x, y, 1.5))  # by the comparison with the last signature
     finally:
         sig.fast = plain_fast
     assert env["calls"][0] == 2 and env["signatures"].last[0] is sig
