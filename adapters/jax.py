@@ -98,6 +98,8 @@ class JaxOp:
         # eager signature -> (entry, scalar operand dtypes, float limits), one dict per x64 mode
         # (index: jax_enable_x64): the mode decides the dtype a Python number's operand gets
         self._eager: tuple[dict[tuple, tuple], dict[tuple, tuple]] = ({}, {})
+        # per x64 mode: (each argument's aval or number type, its fast entry) of the last eager call
+        self._last: list[tuple | None] = [None, None]
         self._lock = threading.Lock()
         self._by_config: dict[str, _Entry] = {}  # an entry's configuration (JSON) -> the entry
         self._consts: dict[tuple, Any] = {}  # (dtype, Python number) -> its 0-d JAX array (eager calls)
@@ -130,11 +132,25 @@ class JaxOp:
     def _eager_call(self, args):
         """An eager call with concrete arrays and Python numbers whose signature was seen before: one
         dict lookup to the jitted call. NOT_EAGER for any other call (also ``Op.eager_paths``'s hook)."""
-        fast = self._eager[jax.config.jax_enable_x64].get(  # (the aval: each of shape, dtype, weak_type reads it)
-            tuple([((a := x.aval).shape, a.dtype, a.weak_type) if type(x) is _ArrayImpl else type(x) for x in args])
-        )
+        x64 = jax.config.jax_enable_x64
+        # the signature used last, compared by identity: JAX shares one aval object among the arrays
+        # of a shape, dtype and weak type (those a jitted call returns, jnp's constructors), and an
+        # aval holds all that the key below reads; else the key's lookup
+        fast = None
+        last = self._last[x64]
+        if last is not None and len(args) == len(last[0]):
+            for x, m in zip(args, last[0]):
+                if (x.aval if type(x) is _ArrayImpl else type(x)) is not m:
+                    break
+            else:
+                fast = last[1]
         if fast is None:
-            return NOT_EAGER
+            fast = self._eager[x64].get(
+                tuple([((a := x.aval).shape, a.dtype, a.weak_type) if type(x) is _ArrayImpl else type(x) for x in args])
+            )
+            if fast is None:
+                return NOT_EAGER
+            self._last[x64] = (tuple([x.aval if type(x) is _ArrayImpl else type(x) for x in args]), fast)
         entry, numbers = fast
         if numbers:  # the Python numbers: their 0-d operands, kept per value
             operands = list(args)
