@@ -36,7 +36,9 @@ Checked against torch 2.13.0 (CPU build).
   ``torch.library.Library`` holding them; ``custom_op`` itself destroys the previous one when a
   name is defined again) and ``Library._destroy`` (what that overwrite calls: the dispatcher
   registrations, fake implementation and ``torch.ops`` cache entry go). ``CustomOpDef._lib`` and
-  ``_qualname`` name the library and the operator.
+  ``_qualname`` name the library and the operator. ``torch._library.simple_registry.singleton``
+  (its ``_data``: qualified name -> the entry holding the fake implementation) keeps an entry per
+  name that ``_destroy`` leaves: the adapter removes it too.
 """
 
 from __future__ import annotations
@@ -114,6 +116,10 @@ try:
     from torch._library.custom_ops import OPDEF_TO_LIB as _OPDEF_TO_LIB
 except ImportError:  # pragma: no cover - another torch version: operators stay registered
     _OPDEF_TO_LIB = None
+try:
+    from torch._library.simple_registry import singleton as _SIMPLE_REGISTRY
+except ImportError:  # pragma: no cover - another torch version: its per-name entries stay
+    _SIMPLE_REGISTRY = None
 
 
 def unregister(cdef) -> bool:
@@ -127,6 +133,11 @@ def unregister(cdef) -> bool:
         return False
     del _OPDEF_TO_LIB[qual]
     lib._destroy()
+    # the per-name entry (fake implementation, torch_dispatch rules) that custom_op made in
+    # torch._library.simple_registry: _destroy leaves it (a few KiB per dropped operator)
+    data = getattr(_SIMPLE_REGISTRY, "_data", None)
+    if isinstance(data, dict):
+        data.pop(qual, None)
     # torch 2.13 keeps the autograd kernel it generated for the operator after that (a C++
     # reference: about 17 KiB per operator, torch's own), and through it the CustomOpDef: drop what
     # the definition holds of ours (implementation, fake, autograd and vmap rules), so that only

@@ -70,10 +70,15 @@ def _release_dropped() -> None:
                     if qual is not None and _OVERLOADS.get(qual) is getattr(cdef, "_opoverload", None):
                         del _OVERLOADS[qual]
                     unregister(cdef)
-        # what the binding caches goes now (an autograd node still alive keeps what it uses)
+        # what the binding caches goes now (an autograd node still alive keeps what it uses: its
+        # Function class and that class's launch records). torch keeps the kernels it generated
+        # for the unregistered operators, and through their closures this binding: it must hold
+        # nothing big after this
         b.entries.clear()
         b.eager_runs.clear()
         b.quals.clear()
+        b.functions.clear()
+        b.__dict__.pop("_helpers", None)
 
 
 def variant(b: _Binding, mask: tuple) -> dict[str, Any]:

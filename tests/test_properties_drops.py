@@ -1,7 +1,8 @@
 """Describe/drop loops in every framework: ops described in a loop (closures, per-configuration
 ops; kernels and Python functions alternately), called forward and backward, then dropped. None
 stays alive after ``gc.collect()``, and resident memory over the second half of the loop stays
-within a bound. (tests/test_bounds.py checks NumPy's drop loop at its soak size; this is the same
+within a bound: 4 MiB above what the framework keeps of the same registrations by itself (torch
+keeps about 17 KiB of each custom op it destroyed, measured in the same process). (tests/test_bounds.py checks NumPy's drop loop at its soak size; this is the same
 property in every framework.)
 
 INTEROP_PROPERTY_EXAMPLES // 10 ops per framework (at least 30), in a fresh process each.
@@ -79,7 +80,36 @@ for k in range(n):
         marks[k + 1] = rss_mib()
 gc.collect()
 alive = sum(r() is not None for r in refs)
-print("RESULTS " + json.dumps({"alive": alive, "growth_mib": marks[n] - marks[n // 2], "n": n}))
+floor = 0.0
+if fw == "torch":
+    # torch's own retention: torch 2.13 keeps the autograd kernel it generated for a custom op
+    # after the op's library is destroyed (about 17 KiB each). The same loop in plain torch, with
+    # the two operators an op registers (its own and its backward's), is the floor
+    from torch._library import custom_ops, simple_registry
+
+    def plain_op(name):
+        @torch.library.custom_op(name, mutates_args=())
+        def f(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        f.register_fake(lambda x: torch.empty_like(x))
+        f.register_autograd(lambda ctx, g: g * 2)
+        return f
+
+    floor_marks = {}
+    for k in range(n):
+        for name in (f"plain::f{k}", f"plain::f{k}_backward"):
+            f = plain_op(name)
+            t = torch.tensor(x, requires_grad=True)
+            f(t).sum().backward()
+            custom_ops.OPDEF_TO_LIB.pop(name)._destroy()
+            simple_registry.singleton._data.pop(name, None)
+            del f
+        if k + 1 in (n // 2, n):
+            gc.collect()
+            floor_marks[k + 1] = rss_mib()
+    floor = floor_marks[n] - floor_marks[n // 2]
+print("RESULTS " + json.dumps({"alive": alive, "growth_mib": marks[n] - marks[n // 2], "n": n, "floor_mib": floor}))
 """
 
 
@@ -87,5 +117,7 @@ print("RESULTS " + json.dumps({"alive": alive, "growth_mib": marks[n] - marks[n 
 def test_described_and_dropped_ops_are_freed(fw):
     r = run_for_results(CHILD, fw, str(N), timeout=1800)
     count(fw, "described and dropped ops", "total", r["n"])
-    # the bound: 4 MiB over the second half (a kept op costs ~100 KiB here: 500 torch ops kept +61.6 MiB)
-    assert r["alive"] == 0 and r["growth_mib"] < 4.0, r
+    # the bound over the second half: 4 MiB above what the framework itself keeps of the same
+    # registrations (torch: see the child, about 9 MiB for 340 ops; the others keep nothing). A kept
+    # op costs ~100 KiB here (500 torch ops kept: +61.6 MiB)
+    assert r["alive"] == 0 and r["growth_mib"] < 4.0 + r["floor_mib"], r
