@@ -381,3 +381,17 @@ def test_gradient_of_a_strided_field_of_a_struct_value_is_refused_naming_the_fie
     # Paddle hands an error raised in a backward on as its OSError, with the text (docs/limitations.md)
     with pytest.raises(interop.ArgumentError if fw == "torch" else OSError, match=r"parameter 'sys\.spring\.k': "):
         e.sum().backward()
+
+
+def test_torch_compile_is_a_struct_ops_first_call():
+    """A struct op's first call inside ``torch.compile(fullgraph=True)``: the description's derived
+    views are computed when it is made, so no ``functools.cached_property`` lock (an RLock on
+    Python 3.11, which Dynamo cannot trace) is entered in the trace (found by the property
+    generators: 'Unsupported context manager' at ``entry_returned``)."""
+    torch = pytest.importorskip("torch")
+    op = interop.op(system_energy)  # a new description: nothing computed by an earlier call
+    x, k = np.linspace(-1, 1, N, dtype=np.float32), np.linspace(1, 2, N, dtype=np.float32)
+    f = torch.compile(
+        lambda tk, tx: op({"spring": {"rest": 0.25, "k": tk}, "x": tx}), backend="aot_eager", fullgraph=True
+    )
+    _close(f(torch.tensor(k), torch.tensor(x)), 0.5 * k * (x - 0.25) ** 2)
