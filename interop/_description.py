@@ -149,6 +149,14 @@ class OpDescription:
     # ``fn`` is then the flat kernel that takes the leaves. Empty for every other op.
     entries: tuple = ()
 
+    def __post_init__(self) -> None:
+        # the derived views below are computed now, once: a first access inside a torch.compile
+        # trace (a struct op's entry_returned, at its first call) would enter cached_property's
+        # lock (an RLock on Python 3.11), which Dynamo cannot trace (fullgraph=True fails)
+        for name, attr in type(self).__dict__.items():
+            if isinstance(attr, cached_property):
+                getattr(self, name)
+
     @cached_property
     def entry_called(self) -> tuple[bool, ...]:
         """Per entry: the caller passes it (some leaf is an input or in-out)."""

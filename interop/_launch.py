@@ -22,7 +22,7 @@ from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._plan import check_scalar_value, value_range, vector_components
 from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
-from ._structs import grad_pointer_params
+from ._structs import grad_pointer_params, readable
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
@@ -415,11 +415,15 @@ class Runner:
             strides = slot.contiguous[i] if strides is None else strides
             if strides != slot.strides[i]:
                 p = self.plan.desc.params[i]
-                raise ArgumentError(
-                    f"op {self.plan.desc.label!r}, parameter {p.name!r}: the kernel's adjoint (tiles, or a struct "
-                    "value built from the array) needs the array "
-                    f"and its gradient laid out alike, got strides {slot.strides[i]} and {strides} (bytes); "
-                    "pass a contiguous array"
+                # a struct's field is named by its path ('o.inner.a'), as at the call
+                raise readable(
+                    ArgumentError(
+                        f"op {self.plan.desc.label!r}, parameter {p.name!r}: the kernel's adjoint (tiles, or a "
+                        "struct value built from the array) needs the array "
+                        f"and its gradient laid out alike, got strides {slot.strides[i]} and {strides} (bytes); "
+                        "pass a contiguous array"
+                    ),
+                    self.plan.desc.entries,
                 )
             at.grad = ptr
 

@@ -779,8 +779,10 @@ def struct_in_out_kernel(x: wp.array2d(dtype=float), acc: Accumulator, sq: wp.ar
 
 class StructCall:
     """``op`` called with its leaves: packs them into structures (``kind``: ``"dict"``,
-    ``"dataclass"``, ``"namedtuple"``), calls the op, and returns the returned leaves in the
-    op's order. Attributes are the op's (``description``, ``plan``...)."""
+    ``"dataclass"``, ``"namedtuple"``, ``"pytree"`` (a dataclass registered as a JAX pytree),
+    ``"warp"`` (Warp struct instances: the array leaves must be Warp arrays)), calls the op, and
+    returns the returned leaves in the op's order. Attributes are the op's (``description``,
+    ``plan``...)."""
 
     def __init__(self, op: interop.Op, kind: str):
         self.op = op
@@ -790,8 +792,14 @@ class StructCall:
 
         def classes(node):
             names = [c.field for c in node.children]
-            if kind == "dataclass":
+            if kind in ("dataclass", "pytree"):
                 self.classes[node.path] = dataclasses.make_dataclass(node.name, names)
+                if kind == "pytree":
+                    import jax
+
+                    jax.tree_util.register_dataclass(self.classes[node.path], data_fields=names, meta_fields=[])
+            elif kind == "warp":
+                self.classes[node.path] = node.struct
             elif kind == "namedtuple":
                 self.classes[node.path] = collections.namedtuple(node.name, names)
             for c in node.children:
@@ -816,6 +824,11 @@ class StructCall:
                 values[c.field] = leaves[c.param]
         if self.kind == "dict":
             return values
+        if self.kind == "warp":  # a Warp struct instance: its fields are set one by one
+            inst = self.classes[node.path]()
+            for k, v in values.items():
+                setattr(inst, k, v)
+            return inst
         return self.classes[node.path](**values)
 
     def pack(self, *args: Any) -> tuple:
@@ -1130,6 +1143,8 @@ class PropertyOp:
     launch_override: bool = True  # launch_dims may be passed per call (smaller than the arrays)
     row_independent: bool = True  # thread i touches row i only (JAX vmap_method="fold" is valid)
     scalar_dtype: Any = None  # the scalar parameter's type (None: the arrays' dtype)
+    ranges: tuple = ()  # per array argument: (low, high) of its values (default (-1, 1))
+    scalar_degree: int = 1  # the outputs are polynomials of this degree (1 or 2) in the scalar
 
     @property
     def kind(self) -> str:
@@ -1156,6 +1171,52 @@ class PropertyOp:
         it = iter(arrays)
         return [s if r == "scalar" else next(it) for r in self.roles if r != "out"]
 
+    def value_range(self, k: int) -> tuple:
+        return self.ranges[k] if k < len(self.ranges) and self.ranges[k] else (-1.0, 1.0)
+
+    # struct kernels: ``roles`` are those of the flat kernel's parameters (each struct's leaves in
+    # place of the struct, in field order), the op is called with the leaves packed into structures
+    # (StructCall) and the reference launches ``fn`` on Warp struct instances (kernel_args)
+    @property
+    def structs(self) -> bool:
+        return bool(self.op.description.entries)
+
+    def param_types(self) -> list:
+        """The Warp type of each of the flat kernel's parameters (None for a Python function)."""
+        if not isinstance(self.fn, wp.Kernel):
+            return [None] * len(self.roles)
+        from interop._structs import _is_struct, _leaf_types
+
+        out: dict[str, Any] = {}
+        for a in self.fn.adj.args:
+            if _is_struct(a.type):
+                _leaf_types(a.type, (a.label,), out)
+            else:
+                out[a.label] = a.type
+        return list(out.values())
+
+    def inner_ndims(self) -> tuple:
+        """Per array argument: its trailing dims that are the components of one vec/mat element."""
+        types = [t for t, r in zip(self.param_types(), self.roles) if r in ("in", "io")]
+        return tuple(len(getattr(getattr(t, "dtype", None), "_shape_", ())) for t in types)
+
+    def kernel_args(self, flat: list) -> list:
+        """The kernel's arguments from the flat kernel's: each struct's leaves set on a Warp struct
+        instance (nested ones nested), as ``wp.launch`` takes them."""
+        if not self.structs:
+            return list(flat)
+        from interop._structs import Node
+
+        leaves = iter(flat)
+
+        def make(node):
+            inst = node.struct()
+            for c in node.children:
+                setattr(inst, c.field, make(c) if isinstance(c, Node) else next(leaves))
+            return inst
+
+        return [make(e) if isinstance(e, Node) else next(leaves) for e in self.op.description.entries]
+
 
 def _rows(n, m):
     return (n, m)
@@ -1174,5 +1235,18 @@ PROPERTY_OPS = [
                lambda n, m: (n,), launch_override=False, row_independent=False),
     PropertyOp("scale64", interop.op(scale64_kernel), scale64_kernel, ("in", "scalar", "out"), lambda n, m: ((n,),),
                lambda n, m: (n,), scalar_dtype=np.float64),
+    # struct parameters (issue 23), roles per leaf: a struct of vec3 arrays in, an output struct and
+    # a struct of an array and a scalar (quadratic in model.dt; masses kept away from 0)
+    PropertyOp("struct_step", interop.op(struct_step_kernel, outputs=["state_out"], name="catalogue::struct_step"),
+               struct_step_kernel, ("in", "in", "out", "out", "scalar", "in"), lambda n, m: ((n, 3), (n, 3), (n,)),
+               lambda n, m: (n,), out_shape=lambda launch: (*launch, 3), ranges=((), (), (1.0, 2.0)),
+               scalar_degree=2),
+    # a nested struct passed whole to a wp.func (the flat kernel builds it from its leaves)
+    PropertyOp("struct_nested", interop.op(struct_nested_kernel, name="catalogue::struct_nested"),
+               struct_nested_kernel, ("in", "scalar", "in", "out"), lambda n, m: ((n,), (n,)), lambda n, m: (n,)),
+    # an in-out struct: its array field accumulates, its scalar field stays an input
+    PropertyOp("struct_in_out", interop.op(struct_in_out_kernel, outputs=["acc", "sq"], in_out=["acc"],
+                                           name="catalogue::struct_in_out"),
+               struct_in_out_kernel, ("in", "io", "scalar", "out"), lambda n, m: ((n, m), (n,)), _rows),
 ]  # fmt: skip
 PROPERTY_OP_IDS = [p.id for p in PROPERTY_OPS]

@@ -4,7 +4,9 @@ in each framework, and the reference it must equal.
 A *call* (:class:`Call`) is everything a user chooses for one call of an op: sizes, dtype, the layout of
 each array argument (contiguous, strided, offset, broadcast, transposed, flipped, a user subclass), which
 arrays require a gradient, the scalar's kind (Python float/int, NumPy scalar, 0-d array, 0-d array that
-requires grad), the path (eager, ``torch.no_grad``, ``torch.compile``, ``torch.func``, ``jax.jit``,
+requires grad), how struct parameters are packed (a Warp struct instance, a dict, a dataclass, a
+NamedTuple, a registered JAX pytree: the array and scalar arguments above are then the structs'
+fields), the path (eager, ``torch.no_grad``, ``torch.compile``, ``torch.func``, ``jax.jit``,
 ``jax.vmap``, ``jax.grad``, ``paddle.no_grad``), JAX's x64 mode, ``launch_dims``, and an in-place
 modification of an input after the forward. :func:`run_call` runs it and compares the returned arrays
 and the gradients with Warp itself: ``wp.launch`` and ``wp.Tape`` on contiguous copies of the values
@@ -26,7 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 import warp as wp
-from catalogue import PROPERTY_OPS, PropertyOp
+from catalogue import PROPERTY_OPS, PropertyOp, StructCall
 from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 
@@ -257,6 +259,14 @@ PATHS = {
     "jax": ("eager", "jit", "grad", "jit_grad", "vmap", "jit_vmap"),
     "paddle": ("eager", "no_grad"),
 }
+# how a struct argument is packed ("warp": a Warp struct instance, whose array fields are Warp arrays
+# over the NumPy memory; every array of that call is then a Warp array)
+PACKINGS = {
+    "numpy": ("warp", "dict", "dataclass", "namedtuple"),
+    "torch": ("dict", "dataclass", "namedtuple"),
+    "jax": ("dict", "dataclass", "namedtuple", "pytree"),
+    "paddle": ("dict", "dataclass", "namedtuple"),
+}
 SEQUENCE_PATHS = {
     "numpy": ("eager",),
     "torch": ("eager", "no_grad"),
@@ -282,6 +292,7 @@ class Call:
     batch: int = 0  # vmap batch size
     vmap_method: str | None = None
     seed: int = 0
+    packing: str | None = None  # struct ops: how each struct argument is packed (PACKINGS)
     notes: list = field(default_factory=list)
 
     def __repr__(self) -> str:
@@ -309,6 +320,7 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
         n, m = draw(st.integers(0, 5)), draw(st.integers(1, 4))
     batch = draw(st.integers(1, 3)) if "vmap" in path else 0
     ndims = [nd + (1 if batch else 0) for nd in pop.array_ndims]
+    packing = draw(st.sampled_from(PACKINGS[fw])) if pop.structs else None
     lays, grads = [], []
     differentiable = fw != "numpy" and path not in ("no_grad", "vmap", "jit_vmap", "eager" if fw == "jax" else "")
     for nd in ndims:
@@ -318,6 +330,11 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
             lay = draw(layouts(nd, flip=True, subclass=fw in ("numpy", "torch") and path != "compile"))
         if fw == "jax":
             lay = replace(lay, subclass=False)
+        inner = pop.inner_ndims()[len(lays)]
+        if inner and (packing == "warp" or draw(st.integers(0, 3))):
+            # vec components packed (a Warp array of vec3 has no other layout; elsewhere, 3/4 of
+            # the time: a kernel cannot read them otherwise, see expected_error)
+            lay = _packed_inner(lay, nd, inner)
         lays.append(lay)
         grads.append(differentiable and draw(st.booleans()))
     kinds = [k for k in SCALAR_KINDS if k != "0d_grad" or differentiable] if pop.has_scalar else ["py_float"]
@@ -338,9 +355,26 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     if fw == "jax" and batch:
         vm = draw(st.sampled_from(["loop", "sequential", "fold"] if pop.row_independent else ["loop"]))
     call = Call(pop, n, m, dtype, tuple(lays), tuple(grads), kind, scalar, path, launch, inplace, x64, batch, vm,
-                draw(st.integers(0, 2**31 - 1)))  # fmt: skip
+                draw(st.integers(0, 2**31 - 1)), packing)  # fmt: skip
     assume(not _avoided(fw, call))
     return call
+
+
+def _packed_inner(lay: Layout, ndim: int, inner: int) -> Layout:
+    """``lay`` with the vec/mat component dims left packed: a Warp array of vec3 has no other layout."""
+    if not inner or not lay.perm:
+        return lay
+    outer = ndim - inner
+    if any(p >= outer for p in lay.perm[:outer]):  # a component dim moved outward: no permutation
+        lay = replace(lay, perm=tuple(range(ndim)))
+    keep = slice(0, outer)
+    return replace(
+        lay,
+        steps=lay.steps[keep] + (1,) * inner,
+        offsets=lay.offsets[keep] + (0,) * inner,
+        broadcast=lay.broadcast[keep] + (False,) * inner,
+        flip=lay.flip if lay.flip is not None and lay.flip < outer else None,
+    )
 
 
 def _avoided(fw: str, c: Call) -> bool:
@@ -370,25 +404,30 @@ def warp_reference(pop: PropertyOp, arrays: list[np.ndarray], dtype, s: float, l
     ``sum_k sum(weights[k] * returned[k])`` when ``weights`` is given (else None)."""
     wdt = wp.dtype_from_numpy(np.dtype(dtype))
     grad = weights is not None
+    # a concrete vec/mat element type of the kernel's parameter (a struct field's), else the call's
+    types = [getattr(t, "dtype", None) for t in pop.param_types()]
+    wdts = [t if getattr(t, "_shape_", None) else wdt for t in types]
 
     def run(s_value):
         args, it, returned = [], iter(arrays), []
-        for role in pop.roles:
+        for role, pdt in zip(pop.roles, wdts):
             if role == "scalar":
                 args.append(_wp_scalar(pop.scalar_dtype or dtype, s_value))
             elif role == "out":
-                a = wp.zeros(pop.out_shape(launch), dtype=wdt, requires_grad=grad)
+                shape = pop.out_shape(launch)
+                shape = shape[: len(shape) - len(getattr(pdt, "_shape_", ()))]
+                a = wp.zeros(shape, dtype=pdt, requires_grad=grad)
                 args.append(a)
                 returned.append(a)
             else:
-                a = wp.array(np.array(next(it), dtype=dtype, order="C"), dtype=wdt, requires_grad=grad)
+                a = wp.array(np.array(next(it), dtype=dtype, order="C"), dtype=pdt, requires_grad=grad)
                 args.append(a)
                 if role == "io":
                     returned.append(a)
         tape = wp.Tape()
         with tape:
-            if pop.kind == "kernel":
-                wp.launch(pop.fn, dim=launch, inputs=args, device="cpu")
+            if pop.kind == "kernel":  # struct kernels: on Warp struct instances of the leaves
+                wp.launch(pop.fn, dim=launch, inputs=pop.kernel_args(args), device="cpu")
             else:
                 pop.fn(*args)
         return args, returned, tape
@@ -397,40 +436,96 @@ def warp_reference(pop: PropertyOp, arrays: list[np.ndarray], dtype, s: float, l
     outs = [r.numpy().copy() for r in returned]
     if not grad:
         return outs, None, None
-    tape.backward(grads={r: wp.array(np.asarray(w, dtype), dtype=wdt) for r, w in zip(returned, weights)})
+    tape.backward(grads={r: wp.array(np.asarray(w, dtype), dtype=r.dtype) for r, w in zip(returned, weights)})
     grads = [a.grad.numpy().copy() for a, role in zip(args, pop.roles) if role in ("in", "io")]
     gs = None
-    if pop.has_scalar:  # the kernels' scalars enter linearly: d/ds = F(1) - F(0)
-        one = [r.numpy().astype(np.float64) for r in run(1.0)[1]]
-        zero = [r.numpy().astype(np.float64) for r in run(0.0)[1]]
-        gs = float(sum(np.sum(np.asarray(w, np.float64) * (a - b)) for w, a, b in zip(weights, one, zero)))
+    if pop.has_scalar:  # F(s) = a + b s + c s^2 (c = 0 for most): d/ds = b + 2 c s from F(1), F(0), F(-1)
+        one, zero = ([r.numpy().astype(np.float64) for r in run(v)[1]] for v in (1.0, 0.0))
+        ws = [np.asarray(w, np.float64) for w in weights]
+        gs = float(sum(np.sum(w * (a - b)) for w, a, b in zip(ws, one, zero)))
+        if pop.scalar_degree == 2:
+            minus = [r.numpy().astype(np.float64) for r in run(-1.0)[1]]
+            b = sum(np.sum(w * (a - m)) for w, a, m in zip(ws, one, minus)) / 2
+            c = sum(np.sum(w * ((a + m) / 2 - z)) for w, a, m, z in zip(ws, one, minus, zero))
+            gs = float(b + 2 * c * float(s))
     return outs, grads, gs
 
 
 # ---- what the package documents as refused ----------------------------------------------------------
 def _strides(fw: str, x) -> tuple:
+    """In bytes."""
     if fw == "numpy":
         return tuple(x.strides)
     if fw == "torch":
-        return tuple(x.stride())
+        return tuple(s * x.element_size() for s in x.stride())
     if fw == "paddle":
-        return tuple(x.strides)
+        return tuple(s * x.element_size() for s in x.strides)
     return ()
+
+
+GRAD_LAYOUT = "the adjoint of a struct value built from a strided array"
+
+
+def _grad_pointer_arrays(pop: PropertyOp) -> list[int]:
+    """The array arguments that the flat kernel builds struct values from (a struct passed whole to
+    a ``wp.func``): Warp's adjoint accumulates through their own gradient pointer."""
+    if not pop.structs:
+        return []
+    from interop._structs import grad_pointer_params
+
+    names = grad_pointer_params(pop.op.description.fn)
+    arrays = [p.name for p in pop.op.description.call_params if p.is_array]
+    return [k for k, name in enumerate(arrays) if name in names]
+
+
+def _contiguous(fw: str, v) -> bool:
+    if fw == "torch":
+        return v.is_contiguous()
+    if fw == "paddle":
+        return v.is_contiguous()
+    return v.flags.c_contiguous
+
+
+def _components_packed(fw: str, v, inner: int) -> bool:
+    """Whether the ``inner`` trailing (vec/mat component) dims of view ``v`` are packed (C order)."""
+    shape, st_ = tuple(v.shape), _strides(fw, v)
+    if not inner or not st_ or 0 in shape:
+        return True
+    expected = np.dtype(v.dtype).itemsize if fw == "numpy" else v.element_size()
+    for k in range(len(shape) - 1, len(shape) - 1 - inner, -1):
+        if shape[k] > 1 and st_[k] != expected:
+            return False
+        expected *= shape[k]
+    return True
 
 
 def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
     """The documented refusal this call must meet (a phrase of the message), or None."""
     pop = c.op
-    for v in views:
+    if c.packing == "warp" and c.scalar_kind == "0d":
+        # a Warp struct instance keeps the 0-d NumPy array set on its number field: a NumPy array
+        # among the Warp arrays (the same as at the top level)
+        return "arrays from two frameworks"
+    for v, inner in zip(views, pop.inner_ndims()):
         if fw == "numpy" and any(s < 0 for s in _strides(fw, v)) and v.size:
             return "negative strides"
+        if fw != "jax" and not _components_packed(fw, v, inner):
+            # a struct's vec3 field too; torch.func.vmap's rule may hand the op packed copies
+            return "vec components not contiguous" + ("?" if c.path == "vmap" else "")
     for k in pop.in_out:
         v, shp = views[k], shapes[k]
         st_ = _strides(fw, v)
         if any(s == 0 and d > 1 for s, d in zip(st_, shp)):
             return "in-out with two elements at one address"
-        if fw == "numpy" and not v.flags.writeable:
-            return "read-only in-out"  # np.broadcast_to
+        if fw == "numpy" and not v.flags.writeable and c.packing != "warp":
+            return "read-only in-out"  # np.broadcast_to (a Warp array over its memory is writable)
+    grad_paths = {"torch": ("eager", "compile", "func_grad"), "paddle": ("eager",)}.get(fw, ())
+    for k in _grad_pointer_arrays(pop):
+        if c.path in grad_paths and c.grads[k] and views[k].size and not _contiguous(fw, views[k]):
+            # Warp's adjoint writes through the array's own gradient pointer with the array's strides,
+            # into the packed gradient the framework gives: refused at the backward, as for tiles
+            # (docs/contract.md, docs/structs.md)
+            return GRAD_LAYOUT
     if fw == "torch" and c.path == "func_grad" and any(c.grads) and any(not c.grads[k] for k in pop.in_out):
         # the in-out is not an input of the transformed function: torch refuses to update it (a
         # subclass's own __torch_function__ may let the update through: then the values must be right)
@@ -550,7 +645,7 @@ def run_call(fw: str, c: Call) -> str:
     shapes = [tuple(s) for s in pop.array_shapes(c.n, c.m)]
     if c.batch:
         shapes = [(c.batch, *s) for s in shapes]
-    bases = [rng.uniform(-1, 1, base_shape(lay, shp)).astype(c.dtype) for lay, shp in zip(c.layouts, shapes)]
+    bases = [rng.uniform(*pop.value_range(k), base_shape(lay, shp)).astype(c.dtype) for k, (lay, shp) in enumerate(zip(c.layouts, shapes))]  # fmt: skip
     values = [np.ascontiguousarray(view("index", b, replace(lay, subclass=False), shp)) for b, lay, shp in zip(bases, c.layouts, shapes)]  # fmt: skip
     launch = c.launch or pop.launch(c.n, c.m)
     # the reference (per batch element under vmap)
@@ -585,7 +680,7 @@ def run_call(fw: str, c: Call) -> str:
                 f"{fw} call {describe(c)} raised unexpectedly: {type(out.error).__name__}: {out.error}"
             ) from out.error
         return f"refused ({phrase})"
-    if out.expected is not None and not out.expected.endswith("?"):  # "?": a refusal or the right values
+    if out.expected not in (None, GRAD_LAYOUT) and not out.expected.endswith("?"):  # "?": a refusal or the right values
         raise AssertionError(f"{fw} call {describe(c)}: expected a refusal ({out.expected}), the call ran")
     t = _tol(c.dtype)
     assert len(out.returned) == len(want), (len(out.returned), len(want))
@@ -614,8 +709,18 @@ def run_call(fw: str, c: Call) -> str:
             else:
                 np.testing.assert_array_equal(b1, b0, err_msg=f"{fw} input #{k} was written: {describe(c)}")
     if out.backward_error is not None:
-        assert c.inplace is not None, f"{fw} backward of {describe(c)} raised {out.backward_error!r}"
-        return "backward refused the modified input"
+        if c.inplace is not None:
+            return "backward refused the modified input"
+        e = out.backward_error
+        # Paddle hands an error raised in a backward on as its OSError, with the text (limitations.md)
+        documented = isinstance(e, DOCUMENTED) or (
+            fw == "paddle" and isinstance(e, OSError) and "ArgumentError" in str(e)
+        )
+        if out.expected == GRAD_LAYOUT and documented and pop.op.description.label in str(e):
+            return f"refused ({GRAD_LAYOUT}, at the backward)"
+        raise AssertionError(f"{fw} backward of {describe(c)} raised {e!r}") from e
+    if out.expected == GRAD_LAYOUT:
+        raise AssertionError(f"{fw} call {describe(c)}: expected a refusal ({GRAD_LAYOUT}), the call ran")
     if out.grads is not None:
         gt = t if np.dtype(c.dtype).itemsize > 4 else {"rtol": 1e-4, "atol": 1e-4}
         for k, g in enumerate(out.grads):
@@ -634,7 +739,7 @@ def describe(c: Call) -> str:
     return (
         f"{c.op.id}(n={c.n}, m={c.m}, {np.dtype(c.dtype).name}, layouts=[{lays}], grads={list(map(int, c.grads))}, "
         f"scalar={c.scalar_kind}:{c.scalar}, path={c.path}, launch={c.launch}, inplace={c.inplace}, x64={c.x64}, "
-        f"batch={c.batch}, vmap_method={c.vmap_method})"
+        f"batch={c.batch}, vmap_method={c.vmap_method}" + (f", packing={c.packing})" if c.packing else ")")
     )
 
 
@@ -649,6 +754,8 @@ def count_call(fw: str, c: Call, outcome: str, source: str = "single calls") -> 
         count(fw, f"{role} requires grad", c.grads[k])
     if c.op.has_scalar:
         count(fw, "scalar kind", c.scalar_kind)
+    if c.packing:
+        count(fw, "struct packing", c.packing)
     count(fw, "launch_dims", "per call" if c.launch else "default")
     if fw in ("torch", "paddle"):
         count(fw, "in-place after forward", c.inplace is not None)
@@ -660,19 +767,53 @@ def count_call(fw: str, c: Call, outcome: str, source: str = "single calls") -> 
 
 
 # ---- per framework -----------------------------------------------------------------------------------
+_STRUCT_CALLS: dict = {}
+
+
+def op_callable(c: Call) -> Callable:
+    """What the call calls with the leaves: the op, or for a struct op the op behind the call's
+    packing (StructCall packs the leaves into structures and takes the returned ones apart)."""
+    if c.packing is None:
+        return c.op.op
+    key = (c.op.id, c.packing)
+    if key not in _STRUCT_CALLS:
+        _STRUCT_CALLS[key] = StructCall(c.op.op, c.packing)
+    return _STRUCT_CALLS[key]
+
+
+def _warp_view(v: np.ndarray, inner: int):
+    """A Warp array over NumPy view ``v``'s memory (its strides, offset, broadcast), as a Warp user
+    has them; ``inner`` trailing dims are the components of a vec element."""
+    dtype = wp.dtype_from_numpy(v.dtype)
+    if inner:
+        dtype = wp.types.vector(v.shape[-1], dtype)
+    shape = v.shape[: v.ndim - inner]
+    if v.size == 0:
+        return wp.empty(shape, dtype=dtype, device="cpu")
+    return wp.array(ptr=v.__array_interface__["data"][0], shape=shape, strides=v.strides[: v.ndim - inner],
+                    dtype=dtype, device="cpu")  # fmt: skip
+
+
 def _run_numpy(c: Call, bases, shapes, s_arg, weights) -> Outcome:
+    pop, opf = c.op, op_callable(c)
     arrs = [b.copy() for b in bases]
     views = [view("numpy", a, lay, shp) for a, lay, shp in zip(arrs, c.layouts, shapes)]
     o = Outcome([])
     o.expected = expected_error("numpy", c, views, shapes)
+    if c.packing == "warp":  # Warp struct instances hold Warp arrays: every array of the call is one
+        views = [_warp_view(v, inner) for v, inner in zip(views, pop.inner_ndims())]
     try:
-        r = c.op.op(*c.op.call_args(views, s_arg), launch_dims=c.launch)
+        r = opf(*pop.call_args(views, s_arg), launch_dims=c.launch)
     except Exception as e:  # noqa: BLE001 - checked by the caller
         o.error = e
         return o
-    o.returned = [np.array(x) for x in _as_tuple(r)]
+    o.returned = [x.numpy().copy() if isinstance(x, wp.array) else np.array(x) for x in _as_tuple(r)]
     for j, k in enumerate(c.op.in_out):
-        if views[k].size and not np.shares_memory(_as_tuple(r)[j], arrs[k]):
+        if not views[k].size:
+            continue
+        x = _as_tuple(r)[j]
+        ok = x is views[k] if isinstance(x, wp.array) else np.shares_memory(x, arrs[k])
+        if not ok:
             raise AssertionError(f"numpy in-out #{k} returned an array that is not the caller's: {describe(c)}")
     o.after = arrs
     o.aliased = [True] * len(arrs)
@@ -682,7 +823,7 @@ def _run_numpy(c: Call, bases, shapes, s_arg, weights) -> Outcome:
 def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     import torch
 
-    pop = c.op
+    pop, opf = c.op, op_callable(c)
     leaves = [torch.tensor(b, requires_grad=g) for b, g in zip(bases, c.grads)]
     # an in-out that requires grad is a non-leaf (a leaf that requires grad cannot be updated in place)
     srcs = [lf.clone() if (k in pop.in_out and c.grads[k]) else lf for k, lf in enumerate(leaves)]
@@ -693,17 +834,17 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     try:
         if c.path == "no_grad":
             with torch.no_grad():
-                r = pop.op(*pop.call_args(views, s_arg), **kw)
+                r = opf(*pop.call_args(views, s_arg), **kw)
         elif c.path == "compile":
 
             def f(*ss):
                 vs = [view("torch", s, lay, shp) for s, lay, shp in zip(ss, c.layouts, shapes)]
-                return pop.op(*pop.call_args(vs, s_arg), **kw)
+                return opf(*pop.call_args(vs, s_arg), **kw)
 
             torch.compiler.reset()  # a fresh compile per call: no recompile limit, no cached graph
             r = torch.compile(f, backend="aot_eager", fullgraph=True)(*srcs)
         elif c.path == "vmap":
-            r = torch.func.vmap(lambda *vs: pop.op(*pop.call_args(list(vs), s_arg)))(*views)
+            r = torch.func.vmap(lambda *vs: opf(*pop.call_args(list(vs), s_arg)))(*views)
         elif c.path == "func_grad":
             diff = [k for k in range(len(srcs)) if c.grads[k]]
             if diff:
@@ -713,7 +854,7 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
                     for k, d in zip(diff, ds):
                         ss[k] = d.clone() if k in pop.in_out else d
                     vs = [view("torch", s, lay, shp) for s, lay, shp in zip(ss, c.layouts, shapes)]
-                    rr = _as_tuple(pop.op(*pop.call_args(vs, s_arg), **kw))
+                    rr = _as_tuple(opf(*pop.call_args(vs, s_arg), **kw))
                     total = sum((x * torch.tensor(w)).sum() for x, w in zip(rr, weights))
                     return total, tuple(x.detach() for x in rr)
 
@@ -724,9 +865,9 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
                 for k, g in zip(diff, gs):
                     o.grads[k] = g.numpy()
                 return o
-            r = pop.op(*pop.call_args(views, s_arg), **kw)
+            r = opf(*pop.call_args(views, s_arg), **kw)
         else:
-            r = pop.op(*pop.call_args(views, s_arg), **kw)
+            r = opf(*pop.call_args(views, s_arg), **kw)
     except Exception as e:  # noqa: BLE001
         o.error = e
         return o
@@ -759,7 +900,7 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
 def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     import paddle
 
-    pop = c.op
+    pop, opf = c.op, op_callable(c)
     leaves = []
     for b, g in zip(bases, c.grads):
         t = paddle.to_tensor(b)
@@ -773,9 +914,9 @@ def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     try:
         if c.path == "no_grad":
             with paddle.no_grad():
-                r = pop.op(*pop.call_args(views, s_arg), **kw)
+                r = opf(*pop.call_args(views, s_arg), **kw)
         else:
-            r = pop.op(*pop.call_args(views, s_arg), **kw)
+            r = opf(*pop.call_args(views, s_arg), **kw)
     except Exception as e:  # noqa: BLE001
         o.error = e
         return o
@@ -809,7 +950,7 @@ def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     import jax
     import jax.numpy as jnp
 
-    pop = c.op
+    pop, opf = c.op, op_callable(c)
     o = Outcome([])
     o.expected = None
     arrs = [jnp.asarray(b) for b in bases]
@@ -823,7 +964,7 @@ def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
 
     def f(ss, s):
         vs = [view("jax", a, lay, shp) for a, lay, shp in zip(ss, c.layouts, shapes)]
-        return tuple(_as_tuple(pop.op(*pop.call_args(vs, s), **kw)))
+        return tuple(_as_tuple(opf(*pop.call_args(vs, s), **kw)))
 
     def jit(fn):
         return jax.jit(fn) if traced_s else jax.jit(fn, static_argnums=1)
@@ -834,7 +975,7 @@ def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
         elif c.path == "jit":
             r = jit(f)(arrs, s_arg)
         elif c.path in ("vmap", "jit_vmap"):
-            vm = jax.vmap(lambda *vs: tuple(_as_tuple(pop.op(*pop.call_args(list(vs), s_arg), **kw))))
+            vm = jax.vmap(lambda *vs: tuple(_as_tuple(opf(*pop.call_args(list(vs), s_arg), **kw))))
             views = [view("jax", a, lay, shp) for a, lay, shp in zip(arrs, c.layouts, shapes)]
             r = (jax.jit(vm) if c.path == "jit_vmap" else vm)(*views)
         else:  # grad, jit_grad: the returned arrays and the gradients from one value_and_grad

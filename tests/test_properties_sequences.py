@@ -5,7 +5,8 @@ the forward and the backward. Layouts and sizes come from small pools so that si
 each call is compared with ``wp.launch``/``wp.Tape`` on contiguous copies, so a fast path's cache
 that serves a call it should not (a stale hit) fails here.
 
-INTEROP_PROPERTY_EXAMPLES // 4 sequences per framework (about 17 calls each).
+INTEROP_PROPERTY_EXAMPLES // 4 sequences per framework (about 17 calls each), and // 8 more of the
+kernels with struct parameters, whose packing (tests/property_calls.py) changes between calls too.
 """
 
 from __future__ import annotations
@@ -34,7 +35,20 @@ SIZES = [(3, 2), (4, 2), (3, 3), (1, 4), (0, 2), (5, 1)]
 @property_settings(max(1, EXAMPLES // 4))
 @given(data=st.data())
 def test_sequence_of_changing_calls_equals_warp(fw, data):
-    pop = data.draw(st.sampled_from(PROPERTY_OPS), label="op")
+    _sequence(fw, data, PROPERTY_OPS)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@property_settings(max(1, EXAMPLES // 8))
+@given(data=st.data())
+def test_sequence_of_changing_struct_calls_equals_warp(fw, data):
+    """The structs' packing changes between calls too: a cache keyed on a signature that ignores
+    the packing or a field's layout would serve a stale answer."""
+    _sequence(fw, data, [p for p in PROPERTY_OPS if p.structs])
+
+
+def _sequence(fw, data, ops):
+    pop = data.draw(st.sampled_from(ops), label="op")
     seq = data.draw(
         st.lists(calls(fw, pop, paths=SEQUENCE_PATHS[fw], pools=True, sizes=SIZES), min_size=5, max_size=30)
     )
