@@ -3,17 +3,14 @@
 Adapters hand over each array as ``(pointer, outer byte strides or None)``; nothing
 here allocates framework memory or copies data. For a kernel op, a ``wp.Launch``
 record is built once per (plan, device, direction) and replayed with updated
-pointers, which is cheaper than a plain ``wp.launch``.
+pointers, which is cheaper than a plain ``wp.launch``. Streams live in ``_streams``, the
+scalar-as-array kernel variants (and the module build lock) in ``_scalar_ref``.
 """
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import threading
-import types as _pytypes
-import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import warp as wp
 
@@ -22,94 +19,16 @@ from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._plan import check_scalar_value, value_range, vector_components
 from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
+from ._scalar_ref import build_lock, scalar_ref_kernel
+from ._streams import external_stream, ordered_warp_work, warp_side_stream  # noqa: F401 (adapters import them here)
 from ._structs import grad_pointer_params, readable
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
-from ._warp_compat import array_t, borrowed_stream, is_deterministic_launch, module_loaded, type_size_in_bytes
+from ._warp_compat import array_t, is_deterministic_launch, module_loaded, type_size_in_bytes
 from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
 from ._warp_compat import direct_cpu_record as _direct_cpu_record
 from ._warp_compat import runtime as _warp_runtime
-
-# Held while Warp builds or loads a module (recording a launch, a Python-function op's own
-# launches). Warp 1.19's ``Module.load`` is not thread-safe: two threads loading one module
-# hash load the same object twice under one name, and dropping either copy unloads the code
-# the other's launch records still call (a segfault). Replaying a recorded launch never loads,
-# so the hot path does not take this lock.
-build_lock = threading.RLock()
-
-
-_external_streams: dict[tuple, Any] = {}
-_side_streams: dict[str, Any] = {}
-_streams_lock = threading.Lock()
-# external_stream's cache holds no native resource (see _warp_compat.borrowed_stream): past this
-# many handles (streams a framework made and destroyed, say) it is simply emptied
-_MAX_EXTERNAL_STREAMS = 256
-
-
-def external_stream(device: Any, handle: int):
-    """A ``wp.Stream`` naming a framework's CUDA stream ``handle`` on ``device`` (cached per handle).
-
-    It is not registered in Warp's native stream table and keeps nothing alive: the framework's
-    stream object stays the framework's (the caller uses the stream only while it is current),
-    and a ``wp.Stream`` the user makes on the same handle (``wp.stream_from_torch``) registers and
-    unregisters it without touching this one. Kernel launches, events and memsets take the raw
-    handle; Warp work that allocates or syncs through Warp's current stream runs in
-    :func:`ordered_warp_work` instead.
-    """
-    device = get_device(device)
-    key = (device.alias, int(handle))
-    s = _external_streams.get(key)
-    if s is None:
-        with _streams_lock:
-            s = _external_streams.get(key)
-            if s is None:
-                if len(_external_streams) >= _MAX_EXTERNAL_STREAMS:
-                    _external_streams.clear()
-                s = _external_streams[key] = borrowed_stream(device, int(handle))
-    return s
-
-
-def warp_side_stream(device: Any):
-    """This package's own Warp stream on CUDA ``device`` (created once, Warp-owned, blocking)."""
-    s = _side_streams.get(device.alias)
-    if s is None:
-        with _streams_lock:
-            s = _side_streams.get(device.alias)
-            if s is None:
-                s = _side_streams[device.alias] = wp.Stream(device)
-    return s
-
-
-_NO_STREAM = contextlib.nullcontext()
-
-
-def ordered_warp_work(device: Any, stream: Any):
-    """A context that runs Warp work that allocates (scratch arrays, a Python-function op's own
-    temporaries, the buffers of Warp's deterministic mode) in stream order with ``stream``.
-
-    Warp allocates on its current stream and frees with ``cudaFreeAsync(ptr, 0)``, on the legacy
-    default stream, which is not ordered after work on a non-blocking stream (PyTorch's side
-    streams, XLA's): freed memory could be reused while a kernel on ``stream`` still reads it.
-    So the work runs on :func:`warp_side_stream` (blocking: the legacy stream waits for it),
-    forked from ``stream`` and joined back into it; Warp arrays made inside are freed after it.
-    Nothing waits on the host. With ``stream`` None (the CPU, or Warp's own current stream) the
-    work runs where it is.
-    """
-    if stream is None or not device.is_cuda:
-        return _NO_STREAM
-    return _forked(device, stream)
-
-
-@contextlib.contextmanager
-def _forked(device: Any, stream: Any):
-    side = warp_side_stream(device)
-    side.wait_stream(stream)
-    try:
-        with wp.ScopedStream(side, sync_enter=False, sync_exit=False):
-            yield
-    finally:
-        stream.wait_stream(side)
 
 
 def contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
@@ -119,106 +38,6 @@ def contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(int(s), 1)
     return tuple(reversed(strides))
-
-
-# ---------------------------------------------------------------------------------------
-# Scalars as one-element arrays: the only sound way to get a scalar's adjoint, since
-# wp.launch(adjoint=True) never writes a scalar parameter's adjoint back.
-# ---------------------------------------------------------------------------------------
-class _ScalarsAsArrays(ast.NodeTransformer):
-    """Rename uses of scalar ``s`` to a local read once from the 1-element array ``s``."""
-
-    def __init__(self, names: Sequence[str]):
-        self.names = set(names)
-
-    def visit_FunctionDef(self, node: ast.FunctionDef):
-        node.body = [self.visit(stmt) for stmt in node.body]
-        loads = [
-            ast.Assign(
-                targets=[ast.Name(id=f"{n}__interop_value", ctx=ast.Store())],
-                value=ast.Subscript(value=ast.Name(id=n, ctx=ast.Load()), slice=ast.Constant(0), ctx=ast.Load()),
-            )
-            for n in sorted(self.names)
-        ]
-        node.body = loads + node.body
-        node.decorator_list = []
-        return ast.fix_missing_locations(ast.copy_location(node, node))
-
-    def visit_Name(self, node: ast.Name):
-        if node.id in self.names:
-            return ast.copy_location(ast.Name(id=f"{node.id}__interop_value", ctx=node.ctx), node)
-        return node
-
-
-_AST_RACE = "AST constructor recursion depth mismatch"
-
-
-def retry_ast_race(make: Callable[[], Any], attempts: int = 5) -> Any:
-    """``make()``, again when CPython's ``ast`` module reports its thread race.
-
-    CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state
-    (python/cpython gh-106905): an ``ast.parse`` in one thread that runs while another
-    thread's is suspended makes the suspended one raise ``SystemError(AST constructor
-    recursion depth mismatch)``. Nothing is left half-made (the depth is reset on each
-    parse), so parsing again is correct. Reproduced on CPython 3.11.7 (the test in
-    tests/test_threads.py), not on 3.12.1 or 3.13.0.
-    """
-    for attempt in range(attempts):
-        try:
-            return make()
-        except SystemError as e:
-            if _AST_RACE not in str(e) or attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
-
-
-# kernel -> {scalar names: variant}; weak, so a dropped op's kernel (and its variants) can go
-_variants: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_variant_lock = threading.Lock()
-
-
-def scalar_ref_kernel(kernel, names: tuple[str, ...]):
-    """A copy of ``kernel`` where each scalar parameter in ``names`` is a 1-element array.
-
-    The body reads the value once (``s = s_arr[0]``), so the adjoint accumulates the
-    scalar's gradient into the gradient array, summed over all threads.
-    """
-    # build_lock first: Warp parses the source in wp.Kernel, as it may while building a module,
-    # so no two threads of this package parse at once (see retry_ast_race)
-    with build_lock, _variant_lock:
-        per_kernel = _variants.get(kernel)
-        if per_kernel is None:
-            per_kernel = _variants[kernel] = {}
-        k = per_kernel.get(names)
-        if k is not None:
-            return k
-        f = kernel.func
-        ann = dict(kernel.adj.arg_types)
-        for n in names:
-            ann[n] = wp.array(dtype=ann[n], ndim=1)
-        fn = _pytypes.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
-        fn.__annotations__ = ann
-        fn.__qualname__ = f.__qualname__
-        fn.__module__ = f.__module__
-        suffix = "_".join(names)
-        # overloads of one generic kernel share its key: their signature tells them apart
-        parent = getattr(kernel, "generic_parent", None)
-        sig = next((s for s, k in (parent.overloads.items() if parent else ()) if k is kernel), "")
-        if sig:
-            suffix += "__" + sig
-        module = wp.get_module(f"interop_scalar_ref.{kernel.key}.{suffix}")
-        k = retry_ast_race(
-            lambda: wp.Kernel(
-                fn,
-                key=f"{kernel.key}__scalar_ref_{suffix}",
-                module=module,
-                options=dict(kernel.options or {}),
-                code_transformers=[_ScalarsAsArrays(names)],
-                source=kernel.adj.source,
-            )
-        )
-        per_kernel[names] = k
-        return k
 
 
 class _Slot:

@@ -253,7 +253,7 @@ def borrowed_stream(device: Any, handle: int) -> Any:
     stream object) alive forever. This wrapper registers nothing, so it never disturbs another
     wrapper's entry and may be dropped at any time. Work that needs a registered current stream
     (Warp allocating, ``wp.ScopedStream`` syncs, captures) runs on a Warp-owned stream instead
-    (``interop._launch.warp_side_stream``).
+    (``interop._streams.warp_side_stream``).
     """
     return _BorrowedStream(device, int(handle))
 

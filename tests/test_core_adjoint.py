@@ -190,6 +190,24 @@ def test_scalar_by_reference_forward_through_op_call():
     np.testing.assert_allclose(by_ref, by_value, rtol=1e-6)
 
 
+def test_scalar_by_reference_variant_keeps_the_kernels_module_options():
+    """The by-reference variant lives in a module of its own; the kernel's module options (here
+    fast_math, max_unroll, block_dim) hold for it too, as they do for the kernel."""
+    options = {"fast_math": True, "max_unroll": 3, "block_dim": 64}
+    k = wp.kernel(module="unique", module_options=options)(_scale.func)
+    op = interop.op(k)
+    a = np.arange(1.0, 5.0, dtype=np.float32)
+    np.testing.assert_allclose(op(a, np.asarray(2.0, np.float32)), 2 * a)  # the variant ran
+    plan = op.plan([_spec(a), _spec(np.asarray(2.0, np.float32))])
+    from interop._scalar_ref import scalar_ref_kernel
+
+    variant = scalar_ref_kernel(plan.kernel, plan.scalar_refs)
+    assert variant is not k and variant.module is not k.module
+    got = {name: variant.module.options[name] for name in options}
+    assert got == {name: k.module.options[name] for name in options}, got
+    assert got == options
+
+
 def test_adjoint_accumulates_into_input_buffers():
     """Gradient buffers of inputs are accumulated into (the caller zero-fills them): twice gives double."""
     case = next(c for c in CASES if c.id == "vec3")
