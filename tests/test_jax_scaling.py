@@ -361,13 +361,13 @@ CUDA_GRAPHS = textwrap.dedent(
         print("RESULTS " + json.dumps({"skip": "JAX has no CUDA backend here"}))
         raise SystemExit(0)
     # count the Python handler's runs: a call XLA recorded into a CUDA graph is replayed without it
-    runs, run = [0], interop_jax._Handler.run
+    runs, run = [0], interop_jax._Handler.cuda
 
-    def counted(self, frame, platform):
+    def counted(self, p):
         runs[0] += 1
-        return run(self, frame, platform)
+        return run(self, p)
 
-    interop_jax._Handler.run = counted
+    interop_jax._Handler.cuda = counted
     op = interop.op(scale_square)
     wop = interop.op(weighted)
     f = jax.jit(lambda x, w: wop(op(x, 2.0) + 1.0, w))
