@@ -7,7 +7,8 @@ The gate: ``python -m benchmarks --check [--tolerance 0.3]`` measures only n=102
 interleaved rounds, no chart) and compares each framework's ratios (two rows of one interleaved run, never
 absolute times) with ``benchmarks/baseline.json``; it exits 1, naming every ratio that is worse
 than its baseline by more than the tolerance (default: the file's). ``--write-baseline``
-measures the same way and writes that file (naming the machine).
+measures the same way three times and writes the median of each ratio to that file (naming the
+machine).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import importlib.util
 import json
 import os
 import platform
+import statistics
 import sys
 
 ALL = ("numpy", "torch", "jax", "paddle")
+WRITE_RUNS = 3  # --write-baseline: runs whose median each ratio's baseline is
 BASELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "baseline.json")
 
 
@@ -49,18 +52,24 @@ def main(argv: list[str]) -> int:
     wp.config.quiet = True
     wp.config.log_level = wp.LOG_WARNING  # no per-module load messages
     wp.init()
-    for name in names:
-        if name != "numpy" and importlib.util.find_spec(name) is None:
-            print(f"\n[{name}] not installed: skipped")
-            continue
-        mod = importlib.import_module(f"benchmarks.bench_{name}")
-        mod.run(quick=quick)
+    runs = []
+    for _ in range(
+        WRITE_RUNS if write else 1
+    ):  # a baseline is the median of several runs: one run's noise is not a bar
+        harness.GATED.clear()
+        for name in names:
+            if name != "numpy" and importlib.util.find_spec(name) is None:
+                print(f"\n[{name}] not installed: skipped")
+                continue
+            mod = importlib.import_module(f"benchmarks.bench_{name}")
+            mod.run(quick=quick)
+        runs.append({fw: dict(r) for fw, r in harness.GATED.items()})
     if chart:
         from .chart import write_chart
 
         write_chart(harness.RECORDED, chart)
     if write:
-        _write_baseline(harness.GATED)
+        _write_baseline(runs)
     if check:
         return _check(harness.GATED, None if tolerance is None else float(tolerance))
     return 0
@@ -70,16 +79,20 @@ def _machine() -> str:
     return f"{platform.node()}: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}"
 
 
-def _write_baseline(gated: dict) -> None:
+def _write_baseline(runs: list[dict]) -> None:
     old = {}
     if os.path.exists(BASELINE):
         with open(BASELINE) as f:
             old = json.load(f)
     ratios = dict(old.get("ratios", {}))
-    ratios.update({fw: {k: round(v, 3) for k, v in r.items()} for fw, r in gated.items()})
+    for fw in runs[-1]:
+        ratios[fw] = {
+            k: round(statistics.median(run[fw][k] for run in runs if k in run.get(fw, {})), 3) for k in runs[-1][fw]
+        }
     data = {
         "machine": _machine(),
-        "how": "python -m benchmarks --write-baseline (n=1024, interleaved rounds, wall time unless BENCH_CLOCK=cpu)",
+        "how": f"python -m benchmarks --write-baseline: the median of {len(runs)} runs (n=1024, interleaved rounds, "
+        "wall time unless BENCH_CLOCK=cpu)",
         "tolerance": old.get("tolerance", 0.3),
         "ratios": ratios,
     }
