@@ -6,11 +6,11 @@ gathers, shape guards, loops, early returns) must stay silent and give NumPy's a
 
 from __future__ import annotations
 
+import catalogue as cat
 import numpy as np
 import pytest
 
 import interop
-from tests import catalogue as cat
 
 F = np.float32
 

@@ -8,11 +8,11 @@ import subprocess
 import sys
 import textwrap
 
+import catalogue as cat
 import numpy as np
 import pytest
 
 import interop
-from tests import catalogue as cat
 
 F = np.float32
 ALL = [f for f in ("numpy", "torch", "jax", "jax.jit", "paddle") if importlib.util.find_spec(f.split(".")[0])]

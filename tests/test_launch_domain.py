@@ -7,13 +7,13 @@ kernel's author launches it on.
 
 from __future__ import annotations
 
+import catalogue as cat
 import numpy as np
 import pytest
 import warp as wp
 
 import interop
 from interop._extent import thread_domain
-from tests import catalogue as cat
 
 F = np.float32
 

@@ -8,12 +8,12 @@ slots with ``interop.backward``. Gradients are compared with ``wp.Tape`` over th
 
 from __future__ import annotations
 
+import catalogue as cat
 import numpy as np
 import pytest
 import warp as wp
 
 import interop
-from tests import catalogue as cat
 
 F = np.float32
 SHAPE = (3, 4, 5)
