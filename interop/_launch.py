@@ -232,7 +232,9 @@ class Runner:
                 continue
             ptr, strides = a
             strides = slot.contiguous[i] if strides is None else strides
-            if strides != slot.strides[i]:
+            if strides != slot.strides[i] and any(
+                a != b and at.shape[k] > 1 for k, (a, b) in enumerate(zip(strides, slot.strides[i]))
+            ):  # (a dimension of length 1 is laid out alike whatever its stride)
                 p = self.plan.desc.params[i]
                 # a struct's field is named by its path ('o.inner.a'), as at the call
                 raise readable(

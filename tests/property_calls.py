@@ -479,11 +479,17 @@ def _grad_pointer_arrays(pop: PropertyOp) -> list[int]:
 
 
 def _contiguous(fw: str, v) -> bool:
-    if fw == "torch":
-        return v.is_contiguous()
-    if fw == "paddle":
-        return v.is_contiguous()
-    return v.flags.c_contiguous
+    """Packed in C order, as Warp addresses memory: a dimension of length 1 may have any stride
+    (Paddle's own ``is_contiguous()`` says False for a 1-element strided view; the package, like
+    torch, reads it as packed)."""
+    shape, strides = tuple(v.shape), _strides(fw, v)
+    itemsize = v.element_size() if fw in ("torch", "paddle") else v.itemsize
+    want = itemsize
+    for d, step in zip(reversed(shape), reversed(strides)):
+        if d > 1 and step != want:
+            return False
+        want *= d
+    return True
 
 
 def _components_packed(fw: str, v, inner: int) -> bool:

@@ -383,6 +383,23 @@ def test_gradient_of_a_strided_field_of_a_struct_value_is_refused_naming_the_fie
         e.sum().backward()
 
 
+@pytest.mark.parametrize("fw", ["torch", "paddle"])
+def test_gradient_of_a_one_element_strided_field_of_a_struct_value(fw):
+    """A field that is a 1-element view with a step (``k[::2]`` of 2 elements) is laid out like its
+    packed gradient whatever its stride: not refused, and its gradient is right (Paddle reports such
+    a view as not contiguous and passed its stride; found by the property generators at n=1)."""
+    pytest.importorskip(fw)
+    from catalogue import to_fw
+
+    k, x = np.array([1.5, 9.0], np.float32), np.array([0.75], np.float32)
+    fk = to_fw(fw, k, requires_grad=True)
+    e = interop.op(system_energy)({"spring": {"rest": 0.25, "k": fk[::2]}, "x": to_fw(fw, x)})
+    _close(e.detach() if fw == "torch" else e.numpy(), 0.5 * k[::2] * (x - 0.25) ** 2)
+    e.sum().backward()
+    grad = fk.grad.numpy()
+    _close(grad, np.array([0.5 * (0.75 - 0.25) ** 2, 0.0], np.float32))
+
+
 def test_torch_compile_is_a_struct_ops_first_call():
     """A struct op's first call inside ``torch.compile(fullgraph=True)``: the description's derived
     views are computed when it is made, so no ``functools.cached_property`` lock (an RLock on
