@@ -124,7 +124,9 @@ for k in range(8):  # warm: every module loaded, every signature seen once
 stop = threading.Event()
 sent = [0]
 seen = [0]  # interrupts the loop below has caught (a storm never lands one inside its handlers)
+go = threading.Event()  # set inside the loop's try: no interrupt before the harness can catch it
 def storm():
+    go.wait()
     while not stop.is_set():
         time.sleep(rng.uniform(0.001, 0.004))
         if not stop.is_set():
@@ -144,6 +146,7 @@ t.start()
 k = 0
 while True:
     try:  # an interrupt may land anywhere, the handlers below included
+        go.set()
         try:
             while time.monotonic() < end:
                 step(k)
