@@ -203,6 +203,7 @@ class _Binding:
         self.clone_grads = tuple(desc.kind == "function" or p.name in desc.reads_returned for p in self.returned)
         self.differentiable = tuple(p.differentiable for p in self.call_params)
         self.eager_runs: dict[tuple, Any] = {}  # remembered plain-eager signatures (_torch_eager_path._Signature)
+        self.eager_last: Any = None  # the one of them the last fast-path call had
         self.backward_op = None
         if desc.backward is not None:
             self.backward_op = _op_for(desc.backward)

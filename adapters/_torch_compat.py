@@ -31,6 +31,14 @@ Checked against torch 2.13.0 (CPU build).
   transform's level has exited, as in the function ``torch.func.vjp`` returns; the dispatcher
   unwraps such "dead" wrappers itself, the fast path (which reads data pointers) must be handed
   the tensors inside.
+- :func:`tensors_matcher` is ``torch._C._dynamo.guards.TensorGuards`` (what Dynamo's tensor
+  guards were built on): made from example tensors with their sizes and strides given as static
+  (``dynamic_dims_sizes``/``dynamic_dims_strides``: one list of ints per tensor), its ``check(*tensors)``
+  compares each tensor's Python type, dispatch keys (device type, a lazily negated or conjugated
+  view, inference tensors), dtype, device index, ``requires_grad``, sizes and strides in C++:
+  the eager fast path's test that a call repeats the op's last signature (about 0.15 us for two
+  tensors, against 1 us for the same comparisons in Python). Where it is missing or refuses the
+  examples, the fast path compares in Python.
 - :func:`unregister` removes a ``torch.library.custom_op``'s registrations when its op was
   dropped: ``torch._library.custom_ops.OPDEF_TO_LIB`` (qualified name -> the
   ``torch.library.Library`` holding them; ``custom_op`` itself destroys the previous one when a
@@ -43,6 +51,8 @@ Checked against torch 2.13.0 (CPU build).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.autograd import forward_ad as _fwad
 
@@ -53,6 +63,10 @@ _function_mode_enabled = getattr(_C, "_is_torch_function_mode_enabled", None)
 _is_tracing = getattr(_C, "_is_tracing", None)
 _profiler_enabled = getattr(getattr(_C, "_autograd", None), "_profiler_enabled", None)
 _is_compiling = torch.compiler.is_compiling
+try:
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:  # pragma: no cover - a torch build without Dynamo: the fast path compares in Python
+    _TensorGuards = None
 
 # Tensor types that run the fast path: exactly these, never a subclass (FakeTensor,
 # FunctionalTensor, DTensor, ... must reach the registered operator). nn.Parameter is a
@@ -99,6 +113,45 @@ def eager_context() -> bool:
     if _fwad._current_level >= 0:  # forward-mode AD: the adapter's autograd.Function refuses tangents
         return False
     return not (_dispatch_stack_len() or _function_mode_enabled() or _active() or _is_tracing())  # type: ignore[misc]  # _CAN_TELL: none is None
+
+
+def tensors_matcher(tensors) -> Any:
+    """``check(*tensors) -> bool``: whether tensors match ``tensors`` (the examples) in Python type,
+    dispatch keys, dtype, device, requires_grad, sizes and strides, checked in C++; None where this
+    torch cannot (see the module's docstring)."""
+    if _TensorGuards is None:
+        return None
+    try:
+        guards = _TensorGuards(
+            *tensors,
+            dynamic_dims_sizes=[[int(s) for s in t.shape] for t in tensors],
+            dynamic_dims_strides=[[int(s) for s in t.stride()] for t in tensors],
+        )
+        if guards.check(*tensors) is not True:  # not what was checked on: compare in Python
+            return None
+    except Exception:  # another signature in another torch version
+        return None
+    return guards.check
+
+
+def eager_context_source() -> tuple[str, dict[str, Any]]:
+    """:func:`eager_context` as a Python expression for generated code (no frame of its own: a call
+    costs several times more inside autograd's backward than alone), with the globals it reads."""
+    if not _CAN_TELL:
+        return "False", {}
+    env = {
+        "_ec_compiling": _is_compiling,
+        "_ec_fwad": _fwad,
+        "_ec_dispatch": _dispatch_stack_len,
+        "_ec_fmode": _function_mode_enabled,
+        "_ec_functorch": _active,
+        "_ec_tracing": _is_tracing,
+    }
+    expr = (
+        "not (_ec_compiling() or _ec_fwad._current_level >= 0 or _ec_dispatch() or _ec_fmode() "
+        "or _ec_functorch() or _ec_tracing())"
+    )
+    return expr, env
 
 
 def profiler_enabled() -> bool:

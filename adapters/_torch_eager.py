@@ -31,6 +31,8 @@ from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._description import IN_OUT
 from interop._launch import direct_env, direct_lines
 
+from ._torch_compat import eager_context_source
+
 #: an expanded-scalar upstream gradient of at most this many elements is read in place (see _bodies)
 _READ_EXPANDED_UP_TO = 2048
 
@@ -300,7 +302,9 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     lines.append(f"    if not ({' or '.join(ns)}):")
     lines.append(f"        return {none}")
     call = f"{', '.join(args + rs + gs + ns)}"
-    plain = " and ".join([f"type({g}) in PLAIN" for g in gs] + ["eager()"])
+    eager, eager_env = eager_context_source()  # inlined: _torch_compat.eager_context, no frame
+    env.update(eager_env)
+    plain = " and ".join([f"type({g}) in PLAIN" for g in gs] + [f"({eager})"])
     lines.append(f"    if grad_enabled() or not ({plain}):")
     lines.append(f"        it = iter(slow({tuple_text(args)}, {tuple_text(rs)}, {tuple_text(gs)}, [{', '.join(ns)}]))")
     lines.append(f"        return {tuple_text([f'next(it) if n{i} else None' for i in range(n)])}")

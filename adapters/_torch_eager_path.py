@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import torch
 
 from interop import _cache
+from interop._codegen import compile_functions
 from interop._op import NOT_EAGER
 
 from ._torch_autograd import _backward_function_class, _make_backward, _make_setup_context
@@ -25,6 +26,7 @@ from ._torch_compat import (
     functorch_transforms_active,
     profiler_enabled,
     profiler_enabled_c,
+    tensors_matcher,
 )
 from ._torch_eager import signature_function
 
@@ -97,7 +99,7 @@ def _signature(args: Sequence[Any]) -> tuple | None:
 class _Signature:
     """One validated plain-eager call signature of an op: its entry and its autograd.Function."""
 
-    __slots__ = ("e", "tensor_pos", "scalar_pos", "can", "grad", "apply")
+    __slots__ = ("e", "tensor_pos", "scalar_pos", "can", "grad", "apply", "match")
 
     def __init__(self, b: _Binding, args: Sequence[Any]):
         self.e = b.entry(b.base_mask, "functional", args, None, (None,) * len(b.outputs))
@@ -110,6 +112,47 @@ class _Signature:
         self.grad = any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
         # a hand-written backward runs through the general eager Function (_eager_apply)
         self.apply = None if b.backward_op is not None else signature_function(b, self, f"{b.base}_eager", helpers(b))
+        self.match = _matcher(args)
+
+
+def _matcher(args: Sequence[Any]) -> Any:
+    """``match(args) -> bool``: whether a call's arguments have this signature: what
+    :func:`_signature` keys them by, compared without building and hashing a key (the hook checks
+    the op's last signature so). The tensors are compared in C++ where this torch can
+    (``_torch_compat.tensors_matcher``: Python type, dispatch keys, dtype, device, requires_grad,
+    sizes, strides), else field by field in straight-line Python; the numbers by type."""
+    env: dict[str, Any] = {"PLAIN": PLAIN_TENSOR_TYPES}
+    tensors = [i for i, a in enumerate(args) if type(a) in PLAIN_TENSOR_TYPES]
+    check = tensors_matcher([args[i] for i in tensors])
+    terms = []
+    for i, a in enumerate(args):
+        if i not in tensors:
+            env[f"N{i}"] = type(a)
+            terms.append(f"type(a{i}) is N{i}")
+        elif check is None:
+            env[f"S{i}"], env[f"T{i}"], env[f"D{i}"] = a.shape, a.stride(), a.dtype
+            terms += [f"type(a{i}) in PLAIN", f"a{i}.dtype is D{i}", f"a{i}.shape == S{i}", f"a{i}.stride() == T{i}"]
+            if a.device.type == "cpu":
+                terms.append(f"a{i}.is_cpu")
+            else:
+                env[f"V{i}"] = a.device
+                terms.append(f"a{i}.device == V{i}")
+            terms += [f"a{i}.requires_grad is {a.requires_grad}", f"not a{i}.is_neg()"]
+    if check is not None:
+        env["check"] = check
+        terms.append(f"check({', '.join(f'a{i}' for i in tensors)})")
+    names = "".join(f"a{i}, " for i in range(len(args)))
+    lines = [
+        "def match(args):",
+        f"    if len(args) != {len(args)}:",
+        "        return False",
+        f"    {names}= args",
+        "    try:",
+        f"        return {' and '.join(terms)}",
+        "    except RuntimeError:  # a tensor with no sizes or strides (nested)",
+        "        return False",
+    ]
+    return compile_functions("\n".join(lines) + "\n", env, ("match",), "<interop torch signature match>")[0]
 
 
 def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
@@ -118,7 +161,7 @@ def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
     key = _signature(args)
     if key is None or key in runs or len(runs) >= _cache.FAST_PATHS_PER_OP or not b.returned:
         return
-    runs[key] = _Signature(b, args)
+    runs[key] = b.eager_last = _Signature(b, args)
 
 
 def _eager_hook(b: _Binding):
@@ -134,9 +177,12 @@ def _eager_hook(b: _Binding):
     def hook(args: Sequence[Any]) -> Any:
         if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
             return NOT_EAGER
-        sig = runs.get(_signature(args))
-        if sig is None:
-            return NOT_EAGER
+        sig = b.eager_last  # the op's last signature first: most calls repeat it
+        if sig is None or not sig.match(args):
+            sig = runs.get(_signature(args))
+            if sig is None:
+                return NOT_EAGER
+            b.eager_last = sig
         try:
             if sig.grad and grad_enabled():
                 apply = sig.apply
@@ -223,7 +269,6 @@ def helpers(b: _Binding) -> dict[str, Any]:
             "qual": qual,
             "grad_enabled": torch.is_grad_enabled,
             "PLAIN": PLAIN_TENSOR_TYPES,
-            "eager": eager_context,
             "profiling": profiler_enabled_c(),
             "pointer": _pointer,
             "label": torch.autograd.profiler.record_function,

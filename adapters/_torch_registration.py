@@ -76,6 +76,7 @@ def _release_dropped() -> None:
         # nothing big after this
         b.entries.clear()
         b.eager_runs.clear()
+        b.eager_last = None
         b.quals.clear()
         b.functions.clear()
         b.__dict__.pop("_helpers", None)

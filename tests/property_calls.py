@@ -82,6 +82,7 @@ class Layout:
     broadcast: tuple = ()
     flip: int | None = None
     subclass: bool = False
+    negated: bool = False  # torch: a lazily negated view (``complex(0, -v).conj().imag``) holding -v in memory
 
     def kind(self) -> str:
         parts = []
@@ -97,6 +98,8 @@ class Layout:
             parts.append("flipped")
         if self.subclass:
             parts.append("subclass")
+        if self.negated:
+            parts.append("negated")
         return "+".join(parts) or "contiguous"
 
 
@@ -194,6 +197,11 @@ def view(fw: str, base, lay: Layout, shape: tuple):
         v = v.view(UserArray)
     if lay.subclass and fw == "torch":
         v = v.as_subclass(_user_tensor())
+    if lay.negated and fw == "torch":
+        import torch
+
+        # the same values, from memory that holds their negatives (torch resolves the bit lazily)
+        v = torch.complex(torch.zeros_like(v), -v).conj().imag
     return v
 
 
@@ -351,6 +359,14 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     inplace = None
     if fw in ("torch", "paddle") and path == "eager" and draw(st.integers(0, 4)) == 0:
         inplace = draw(st.integers(0, len(ndims) - 1))
+    if fw == "torch" and path in ("eager", "no_grad") and np.dtype(dtype) in (np.float32, np.float64):
+        # a lazily negated view among the inputs, now and then (the fast path's signature check must
+        # tell it from the plain tensor of the same shape, strides and dtype)
+        for k in range(len(lays)):
+            # (of scalar elements: torch's dispatcher hands the op a packed copy of such a view, whose
+            # vec components the view itself has 2 apart)
+            if k not in pop.in_out and k != inplace and not pop.inner_ndims()[k] and draw(st.integers(0, 5)) == 0:
+                lays[k] = replace(lays[k], negated=True)
     vm = None
     if fw == "jax" and batch:
         vm = draw(st.sampled_from(["loop", "sequential", "fold"] if pop.row_independent else ["loop"]))
@@ -527,7 +543,9 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
             return "read-only in-out"  # np.broadcast_to (a Warp array over its memory is writable)
     grad_paths = {"torch": ("eager", "compile", "func_grad"), "paddle": ("eager",)}.get(fw, ())
     for k in _grad_pointer_arrays(pop):
-        if c.path in grad_paths and c.grads[k] and views[k].size and not _contiguous(fw, views[k]):
+        # (a negated view reaches the op as torch's packed copy of it)
+        packed = c.layouts[k].negated or _contiguous(fw, views[k])
+        if c.path in grad_paths and c.grads[k] and views[k].size and not packed:
             # Warp's adjoint writes through the array's own gradient pointer with the array's strides,
             # into the packed gradient the framework gives: refused at the backward, as for tiles
             # (docs/contract.md, docs/structs.md)

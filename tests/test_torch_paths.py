@@ -563,3 +563,86 @@ def test_threads_share_one_signature():
 
     problems = in_threads(worker)
     assert not problems, problems[:5]
+
+
+def _variants(n: int):
+    """Calls of SAXPY that differ from ``(x, y, 1.5)`` (float32, length n, contiguous, both
+    requiring grad) in one property each; a ``None`` result means the call must be refused."""
+    g = torch.Generator().manual_seed(7)
+
+    def r(*shape, dtype=torch.float32):
+        return torch.rand(*shape, generator=g, dtype=dtype)
+
+    big = r(3 * n)
+    z = torch.complex(r(n), r(n))
+    with torch.inference_mode():
+        inference = r(n)
+    return {
+        "shape": lambda: (r(n + 1).requires_grad_(), r(n + 1).requires_grad_(), 1.5),
+        "stride": lambda: (big[::2][:n].detach().requires_grad_(), r(n).requires_grad_(), 1.5),
+        "offset": lambda: (big[1 : n + 1].detach().requires_grad_(), r(n).requires_grad_(), 1.5),
+        "requires_grad": lambda: (r(n).requires_grad_(), r(n), 1.5),
+        "no_grad_inputs": lambda: (r(n), r(n), 1.5),
+        "parameter": lambda: (torch.nn.Parameter(r(n)), r(n).requires_grad_(), 1.5),
+        "negated_view": lambda: (z.conj().imag, r(n), 1.5),
+        "conj_real": lambda: (z.conj().real, r(n), 1.5),
+        "int_scalar": lambda: (r(n).requires_grad_(), r(n).requires_grad_(), 2),
+        "inference_tensor": lambda: (inference, r(n), 1.5),
+        "float64": lambda: (r(n, dtype=torch.float64).requires_grad_(), r(n).requires_grad_(), 1.5),
+        "two_dims": lambda: (r(n, 1).requires_grad_(), r(n).requires_grad_(), 1.5),
+        "meta_device": lambda: (r(n).to("meta").requires_grad_(), r(n).to("meta").requires_grad_(), 1.5),
+    }
+
+
+@pytest.fixture(params=["c++", "python"])
+def signature_matcher(request, monkeypatch):
+    """The fast path's signature check in C++ (torch's TensorGuards), or its Python fallback."""
+    import adapters._torch_eager_path as path
+
+    b = atorch._binding(SAXPY)
+    b.eager_runs.clear()  # signatures remembered afresh, with this matcher
+    b.eager_last = None
+    if request.param == "python":
+        monkeypatch.setattr(path, "tensors_matcher", lambda tensors: None)
+    yield request.param
+    b.eager_runs.clear()
+    b.eager_last = None
+
+
+@pytest.mark.parametrize("variant", sorted(_variants(1)))
+def test_last_signature_is_never_served_to_a_call_that_differs(variant, signature_matcher):
+    """The fast path checks a call against the op's last signature first (in C++ where torch can):
+    a call that differs from it in one property (shape, strides, offset, requires_grad, tensor
+    type, a lazily negated view, the Python number's type, an inference tensor, dtype, rank,
+    device),
+    between two calls of that signature, gets its own right answer and gradients, or its error;
+    and the calls of the signature around it take the fast path."""
+    n = 11
+    make = _variants(n)[variant]
+
+    def check(x, y, a):
+        want = a * x.detach() ** 2 + y.detach()
+        out = SAXPY(x, y, a)
+        torch.testing.assert_close(out.detach(), want, rtol=1e-6, atol=1e-6)
+        if out.requires_grad:
+            gout = torch.rand(out.shape)
+            grads = torch.autograd.grad(out, [t for t in (x, y) if t.requires_grad], gout)
+            want_grads = [2 * a * x.detach() * gout if t is x else gout for t in (x, y) if t.requires_grad]
+            for got, exp in zip(grads, want_grads):
+                torch.testing.assert_close(got, exp, rtol=1e-6, atol=1e-6)
+        return out
+
+    for _ in range(3):
+        x, y = _xy(n, seed=1)
+        before = _eager_calls(SAXPY)
+        assert _node_kind(check(x, y, 1.5)) == "eager"
+        assert _eager_calls(SAXPY) == before + 1
+        args = make()
+        if variant in ("float64", "two_dims"):
+            with pytest.raises(interop.ArgumentError, match=r"parameter 'x'"):
+                SAXPY(*args)
+        elif variant == "meta_device":  # no memory: the operator's fake implementation answers
+            out = SAXPY(*args)
+            assert out.device.type == "meta" and out.shape == (n,) and _node_kind(out) == "operator"
+        else:
+            check(*args)
