@@ -39,6 +39,12 @@ Checked against torch 2.13.0 (CPU build).
   the eager fast path's test that a call repeats the op's last signature (about 0.15 us for two
   tensors, against 1 us for the same comparisons in Python). Where it is missing or refuses the
   examples, the fast path compares in Python.
+- ``FunctionCtx.save_for_backward(*tensors)`` is ``self.to_save = tensors`` and
+  ``mark_non_differentiable(*args)`` is ``self.non_differentiable = args`` (``to_save`` and
+  ``non_differentiable`` are the C attributes of ``torch._C._FunctionBase`` that ``apply`` reads
+  after the forward): :func:`ctx_statements` writes those assignments into generated forwards
+  (inside autograd a Python method call costs a couple of microseconds), where a check at import
+  finds the methods are still just that; otherwise the generated code calls the methods.
 - :func:`unregister` removes a ``torch.library.custom_op``'s registrations when its op was
   dropped: ``torch._library.custom_ops.OPDEF_TO_LIB`` (qualified name -> the
   ``torch.library.Library`` holding them; ``custom_op`` itself destroys the previous one when a
@@ -132,6 +138,45 @@ def tensors_matcher(tensors) -> Any:
     except Exception:  # another signature in another torch version
         return None
     return guards.check
+
+
+def _ctx_methods_are_assignments() -> bool:
+    try:
+        from torch.autograd.function import FunctionCtx
+
+        fn = getattr(torch.autograd.function, "BackwardCFunction", None)
+        if fn is None or not all(hasattr(_C._FunctionBase, a) for a in ("to_save", "non_differentiable")):
+            return False
+        if fn.save_for_backward is not FunctionCtx.save_for_backward:
+            return False
+        if fn.mark_non_differentiable is not FunctionCtx.mark_non_differentiable:
+            return False
+        ctx = FunctionCtx()
+        t = torch.empty(0)
+        ctx.save_for_backward(t, None)
+        ctx.mark_non_differentiable(t)
+        return vars(ctx) == {"to_save": (t, None), "non_differentiable": (t,)}
+    except Exception:  # pragma: no cover - another torch: call the methods
+        return False
+
+
+_CTX_ASSIGN = _ctx_methods_are_assignments()
+
+
+def ctx_statements(save: list[str], non_differentiable: list[str], indent: str = "    ") -> list[str]:
+    """The lines of a generated autograd.Function forward that save ``save`` for backward and mark
+    ``non_differentiable`` (names of its locals), as ``ctx.save_for_backward`` /
+    ``ctx.mark_non_differentiable`` do (assignments where those methods are just that)."""
+    lines = []
+    if _CTX_ASSIGN:
+        lines.append(f"{indent}ctx.to_save = ({''.join(t + ', ' for t in save)})")
+        if non_differentiable:
+            lines.append(f"{indent}ctx.non_differentiable = ({''.join(t + ', ' for t in non_differentiable)})")
+    else:
+        lines.append(f"{indent}ctx.save_for_backward({', '.join(save)})")
+        if non_differentiable:
+            lines.append(f"{indent}ctx.mark_non_differentiable({', '.join(non_differentiable)})")
+    return lines
 
 
 def eager_context_source() -> tuple[str, dict[str, Any]]:

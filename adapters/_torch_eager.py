@@ -31,7 +31,7 @@ from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._description import IN_OUT
 from interop._launch import direct_env, direct_lines
 
-from ._torch_compat import eager_context_source
+from ._torch_compat import ctx_statements, eager_context_source
 
 #: an expanded-scalar upstream gradient of at most this many elements is read in place (see _bodies)
 _READ_EXPANDED_UP_TO = 2048
@@ -278,11 +278,9 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     kept = [f"r{j}" for j, p in enumerate(b.returned) if p.index not in e.runner.unread_outputs]
     standins = [f"    r{j} = g{j}" for j, p in enumerate(b.returned) if p.index in e.runner.unread_outputs]
     lines = [f"def forward(ctx, {', '.join(args)}):", stream, *fwd]
-    lines.append(f"    ctx.save_for_backward({', '.join(tensors + kept)})")
+    lines += ctx_statements(tensors + kept, nondiff)
     for a in scalars:
         lines.append(f"    ctx.{a} = {a}")
-    if nondiff:
-        lines.append(f"    ctx.mark_non_differentiable({', '.join(nondiff)})")
     lines.append(f"    return {results}")
 
     lines.append(f"def backward(ctx, {', '.join(gs)}):")

@@ -21,7 +21,7 @@ from ._torch_binding import _OVERLOADS, _Binding, _current_stream, _Entry, _poin
 from ._torch_compat import (
     PLAIN_TENSOR_TYPES,
     any_wrapped,
-    eager_context,
+    eager_context_source,
     function_apply,
     functorch_transforms_active,
     profiler_enabled,
@@ -167,41 +167,54 @@ def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
 def _eager_hook(b: _Binding):
     """The op's eager hook for torch tensors (interop.Op.eager_paths): ``hook(args)`` runs a
     plain eager call whose signature was validated before (no in-out parameter, no scalar tensor,
-    no launch_dims or output_dims), or returns NOT_EAGER."""
-    runs = b.eager_runs
+    no launch_dims or output_dims), or returns NOT_EAGER.
+
+    Written out once per op, with ``_torch_compat.eager_context`` inlined: its test comes first
+    (under Dynamo it folds to "not eager" and no cache below is read, or guarded)."""
     mask = b.base_mask
-    label = b.qualname(mask, "primary")
-    grad_enabled = torch.is_grad_enabled
-    profiling = profiler_enabled_c()
-
-    def hook(args: Sequence[Any]) -> Any:
-        if not eager_context():  # first: under Dynamo this folds to False and no cache below is read (or guarded)
+    eager, env = eager_context_source()
+    env.update(
+        b=b,
+        runs=b.eager_runs,
+        mask=mask,
+        label=b.qualname(mask, "primary"),
+        grad_enabled=torch.is_grad_enabled,
+        profiling=profiler_enabled_c(),
+        record_function=torch.autograd.profiler.record_function,
+        signature=_signature,
+        eager_apply=_eager_apply,
+        eager_forward=_eager_forward,
+        any_wrapped=any_wrapped,
+        NOT_EAGER=NOT_EAGER,
+    )
+    source = f"""def hook(args):
+    if not ({eager}):
+        return NOT_EAGER
+    sig = b.eager_last  # the op's last signature first: most calls repeat it
+    if sig is None or not sig.match(args):
+        sig = runs.get(signature(args))
+        if sig is None:
             return NOT_EAGER
-        sig = b.eager_last  # the op's last signature first: most calls repeat it
-        if sig is None or not sig.match(args):
-            sig = runs.get(_signature(args))
-            if sig is None:
-                return NOT_EAGER
-            b.eager_last = sig
-        try:
-            if sig.grad and grad_enabled():
-                apply = sig.apply
-                if apply is None:
-                    return _eager_apply(b, mask, args, sig.e)
-                b.eager_calls += 1
-                if profiling():
-                    with torch.autograd.profiler.record_function(label):
-                        return apply(*args)
-                return apply(*args)
-            return _eager_forward(b, mask, "functional", args, args, sig.e)
-        except RuntimeError:
-            if not any_wrapped(args):
-                raise
-            # a dead torch.func wrapper (no storage: reading its data pointer raised, before any
-            # launch): the full path takes the tensor inside it
-            return NOT_EAGER
-
-    return hook
+        b.eager_last = sig
+    try:
+        if sig.grad and grad_enabled():
+            apply = sig.apply
+            if apply is None:
+                return eager_apply(b, mask, args, sig.e)
+            b.eager_calls += 1
+            if profiling():
+                with record_function(label):
+                    return apply(*args)
+            return apply(*args)
+        return eager_forward(b, mask, "functional", args, args, sig.e)
+    except RuntimeError:
+        if not any_wrapped(args):
+            raise
+        # a dead torch.func wrapper (no storage: reading its data pointer raised, before any
+        # launch): the full path takes the tensor inside it
+        return NOT_EAGER
+"""
+    return compile_functions(source, env, ("hook",), "<interop torch eager hook>")[0]
 
 
 def _eager_function_class(b: _Binding, mask: tuple):
