@@ -38,7 +38,9 @@ Checked against torch 2.13.0 (CPU build).
   view, inference tensors), dtype, device index, ``requires_grad``, sizes and strides in C++:
   the eager fast path's test that a call repeats the op's last signature (about 0.15 us for two
   tensors, against 1 us for the same comparisons in Python). Where it is missing or refuses the
-  examples, the fast path compares in Python.
+  examples, the fast path compares in Python. Its ``check`` must never see a nested tensor: reading
+  one's strides raises in C++ where nothing catches it, and the process aborts (torch 2.13; sparse,
+  mkldnn, quantized and jagged tensors are answered False): the caller tests ``is_nested`` first.
 - ``FunctionCtx.save_for_backward(*tensors)`` is ``self.to_save = tensors`` and
   ``mark_non_differentiable(*args)`` is ``self.non_differentiable = args`` (``to_save`` and
   ``non_differentiable`` are the C attributes of ``torch._C._FunctionBase`` that ``apply`` reads

@@ -9,9 +9,11 @@ scalar-as-array kernel variants (and the module build lock) in ``_scalar_ref``.
 
 from __future__ import annotations
 
+import ctypes
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+import numpy as np
 import warp as wp
 
 from . import _dtypes
@@ -399,7 +401,6 @@ class Runner:
             setattr(d, f"v{i}", at)
         for i, at in adj.items():
             setattr(d, f"w{i}", at)
-            setattr(d, f"z{i}", False)  # see zero_strides
         d.contiguous = slot.contiguous
         runner, launch, labels, plan = self, slot.launch, rec.labels, self.plan
 
@@ -642,13 +643,37 @@ class DirectLaunch:
     descriptors of array parameter ``i`` and of its gradient; ``set(i, value)`` for a scalar
     that needs converting. ``launch`` keeps the record (and so the structs) alive."""
 
-    def zero_strides(self, i: int, zero: bool) -> None:
-        """Make gradient descriptor ``i`` read one element everywhere (all strides 0: an
-        expanded scalar, as the upstream gradient of ``.sum()``) or be contiguous again."""
+    def packed_buffer(self, i: int) -> Callable[[int], None]:
+        """Make the record's packed buffer for gradient descriptor ``i`` (an upstream gradient that
+        is an expanded scalar, as the gradient of ``.sum()``: generated code fills it with that
+        one element and points the descriptor at it, so the adjoint reads packed arrays, the
+        kernel's faster path, without a framework copy). Sets ``zf<i>`` (fill with an element's
+        bits), ``zr<i>`` (read an element's bits at an address) and ``zp<i>`` (the buffer's
+        address); returns ``zf<i>``. Only for descriptors whose elements are one scalar."""
         at = getattr(self, f"w{i}")
-        for k, st in enumerate(self.contiguous[i]):
-            at.strides[k] = 0 if zero else st
-        setattr(self, f"z{i}", zero)
+        itemsize = self.contiguous[i][-1] if self.contiguous[i] else 0
+        bits = _BITS.get(itemsize)
+        if bits is None:  # pragma: no cover - generated code asks only for scalar dtypes
+            raise RuntimeError(f"no packed buffer for gradient {i}: element of {itemsize} bytes")
+        count = 1
+        for k in range(at.ndim):
+            count *= at.shape[k]
+        buf = np.empty(max(count, 1), dtype=bits[0])
+        self.__dict__[f"zb{i}"] = buf  # kept alive with the record
+        self.__dict__[f"zr{i}"] = bits[1].from_address
+        self.__dict__[f"zp{i}"] = buf.ctypes.data
+        self.__dict__[f"zv{i}"] = None  # the bits the buffer holds
+        fill = self.__dict__[f"zf{i}"] = buf.fill
+        return fill
+
+
+#: element size -> (NumPy unsigned integer type, ctypes type) holding an element's bits
+_BITS = {
+    1: (np.uint8, ctypes.c_uint8),
+    2: (np.uint16, ctypes.c_uint16),
+    4: (np.uint32, ctypes.c_uint32),
+    8: (np.uint64, ctypes.c_uint64),
+}
 
 
 def direct_env(
@@ -696,7 +721,8 @@ def direct_lines(
     expression of its data pointer (arrays) or value (scalars), ``adj`` each array parameter to
     the expression of its gradient's pointer (``"0"`` for none) for the adjoint, and ``zero``
     some of those gradients to a boolean expression: True when that gradient is an expanded
-    scalar (all strides 0), False when contiguous. When the thread's record
+    scalar (all strides 0: the kernel then reads the record's packed buffer filled with its one
+    element, see :meth:`DirectLaunch.packed_buffer`), False when contiguous. When the thread's record
     is busy (a call re-entering from a callback) or Warp's API capture records launches,
     ``fallback`` (a statement) runs instead. Where :meth:`Runner.can_direct` says no, the lines are only ``fallback``.
     """
@@ -731,8 +757,19 @@ def direct_lines(
         for i in sorted(adj):
             lines.append(f"{i2}_d.w{i}.data = {adj[i]}")
         for i, flag in sorted((zero or {}).items()):
-            lines.append(f"{i2}if _d.z{i} is not {flag}:")
-            lines.append(f"{i2}    _d.zero_strides({i}, {flag})")
+            # an expanded scalar: the record's packed buffer, filled with its one element, stands in
+            lines.append(f"{i2}if {flag}:")
+            lines.append(f"{i2}    try:")
+            lines.append(f"{i2}        _f = _d.zf{i}")
+            lines.append(f"{i2}    except AttributeError:")
+            lines.append(f"{i2}        _f = _d.packed_buffer({i})")
+            lines.append(f"{i2}    _v = _d.zr{i}({adj[i]}).value")
+            lines.append(
+                f"{i2}    if _v != _d.zv{i}:  # (the buffer holds that element already: .sum()'s 1.0, each step)"
+            )
+            lines.append(f"{i2}        _f(_v)")
+            lines.append(f"{i2}        _d.zv{i} = _v")
+            lines.append(f"{i2}    _d.w{i}.data = _d.zp{i}")
         lines.append(f"{i2}_d.fn(_d.br, _d.ar, _d.gr)")
     lines.append(f"{i1}finally:")
     lines.append(f"{i2}_d.busy = False")

@@ -503,6 +503,36 @@ def test_upstream_gradient_layouts_in_turn_on_one_signature(op, shape):
             torch.testing.assert_close(got, want.contiguous())
 
 
+CUBE_AUTO = interop.op(catalogue.cube64, name="tt_paths::cube_auto")  # Warp's own adjoint
+
+
+@pytest.mark.parametrize("op", [SAXPY, CUBE_AUTO], ids=["float32", "float64"])
+def test_expanded_upstream_gradients_of_changing_values_in_turn(op):
+    """An expanded-scalar upstream gradient reaches the adjoint as the record's packed buffer,
+    filled with its element only when that element changed: a sequence of backwards whose
+    expanded values repeat, change, differ only in their bits (0.0, -0.0), or are NaN, interleaved
+    with packed gradients, gives each backward its own gradients."""
+    n = 37
+    dtype = torch.float32 if op is SAXPY else torch.float64
+    x = torch.rand(n, dtype=dtype, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    y = torch.rand(n, dtype=dtype, requires_grad=True)
+    args = (x, y, 1.5) if op is SAXPY else (x,)
+    leaves = (x, y) if op is SAXPY else (x,)
+    op(*args)  # validated in full: the calls below run the signature's generated code
+
+    def expected(up):
+        return (3.0 * x.detach() * up, up) if op is SAXPY else (3.0 * x.detach() ** 2 * up,)
+
+    values = [1.0, 1.0, 2.5, 2.5, -0.0, 0.0, float("nan"), float("nan"), None, 1.0, None, -4.0, 1.0]
+    for v in values:
+        up = torch.rand(n, dtype=dtype) if v is None else torch.tensor(v, dtype=dtype).expand(n)
+        out = op(*args)
+        assert _node_kind(out) == "eager"
+        grads = torch.autograd.grad(out, leaves, up)
+        for got, want in zip(grads, expected(up)):
+            torch.testing.assert_close(got, want.contiguous(), rtol=1e-6, atol=0, equal_nan=True)
+
+
 def test_sum_backward_reads_the_expanded_gradient_like_a_packed_one():
     """``.sum().backward()`` (the upstream gradient an expanded scalar, read in place) gives the
     gradients of the same call with that gradient packed."""
