@@ -140,7 +140,7 @@ def _matcher(args: Sequence[Any]) -> Any:
             terms += [f"a{i}.requires_grad is {a.requires_grad}", f"not a{i}.is_neg()"]
     if check is not None:
         # a nested tensor never reaches TensorGuards (torch 2.13 aborts the process reading its strides)
-        terms += [f"not a{i}.is_nested" for i in tensors]
+        terms += [f"type(a{i}) in PLAIN and not a{i}.is_nested" for i in tensors]
         env["check"] = check
         terms.append(f"check({', '.join(f'a{i}' for i in tensors)})")
     names = "".join(f"a{i}, " for i in range(len(args)))
@@ -151,7 +151,7 @@ def _matcher(args: Sequence[Any]) -> Any:
         f"    {names}= args",
         "    try:",
         f"        return {' and '.join(terms)}",
-        "    except RuntimeError:  # a tensor with no sizes or strides (nested)",
+        "    except (RuntimeError, AttributeError):  # a tensor with no sizes or strides (nested)",
         "        return False",
     ]
     return compile_functions("\n".join(lines) + "\n", env, ("match",), "<interop torch signature match>")[0]

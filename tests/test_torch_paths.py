@@ -621,6 +621,7 @@ def _variants(n: int):
         "float64": lambda: (r(n, dtype=torch.float64).requires_grad_(), r(n).requires_grad_(), 1.5),
         "two_dims": lambda: (r(n, 1).requires_grad_(), r(n).requires_grad_(), 1.5),
         "meta_device": lambda: (r(n).to("meta").requires_grad_(), r(n).to("meta").requires_grad_(), 1.5),
+        "list": lambda: ([0.5] * n, r(n), 1.5),
     }
 
 
@@ -668,7 +669,7 @@ def test_last_signature_is_never_served_to_a_call_that_differs(variant, signatur
         assert _node_kind(check(x, y, 1.5)) == "eager"
         assert _eager_calls(SAXPY) == before + 1
         args = make()
-        if variant in ("float64", "two_dims"):
+        if variant in ("float64", "two_dims", "list"):
             with pytest.raises(interop.ArgumentError, match=r"parameter 'x'"):
                 SAXPY(*args)
         elif variant == "meta_device":  # no memory: the operator's fake implementation answers
