@@ -114,15 +114,6 @@ def plain_eager(tensors) -> bool:
     return True
 
 
-def eager_context() -> bool:
-    """:func:`plain_eager` without the tensor types: nothing traces or intercepts calls now."""
-    if _is_compiling() or not _CAN_TELL:  # first: Dynamo folds it to True and reads nothing below
-        return False
-    if _fwad._current_level >= 0:  # forward-mode AD: the adapter's autograd.Function refuses tangents
-        return False
-    return not (_dispatch_stack_len() or _function_mode_enabled() or _active() or _is_tracing())  # type: ignore[misc]  # _CAN_TELL: none is None
-
-
 def tensors_matcher(tensors) -> Any:
     """``check(*tensors) -> bool``: whether tensors match ``tensors`` (the examples) in Python type,
     dispatch keys, dtype, device, requires_grad, sizes and strides, checked in C++; None where this
@@ -181,24 +172,42 @@ def ctx_statements(save: list[str], non_differentiable: list[str], indent: str =
     return lines
 
 
+# Whether nothing traces or intercepts calls now, as one expression: the eager hook and the
+# generated backward inline it (a call costs several times more inside autograd's backward than
+# alone), and eager_context() is the same expression in a function. Compiling comes first: Dynamo
+# folds it to True and reads nothing after it. Forward-mode AD: the adapter's autograd.Function
+# refuses tangents.
+_EAGER_EXPR = (
+    "not (_ec_compiling() or _ec_fwad._current_level >= 0 or _ec_dispatch() or _ec_fmode() "
+    "or _ec_functorch() or _ec_tracing())"
+)
+_EAGER_ENV = {
+    "_ec_compiling": _is_compiling,
+    "_ec_fwad": _fwad,
+    "_ec_dispatch": _dispatch_stack_len,
+    "_ec_fmode": _function_mode_enabled,
+    "_ec_functorch": _active,
+    "_ec_tracing": _is_tracing,
+}
+
+
 def eager_context_source() -> tuple[str, dict[str, Any]]:
-    """:func:`eager_context` as a Python expression for generated code (no frame of its own: a call
-    costs several times more inside autograd's backward than alone), with the globals it reads."""
+    """:func:`eager_context` as a Python expression for generated code, with the globals it reads
+    ("False" where this torch cannot tell)."""
     if not _CAN_TELL:
         return "False", {}
-    env = {
-        "_ec_compiling": _is_compiling,
-        "_ec_fwad": _fwad,
-        "_ec_dispatch": _dispatch_stack_len,
-        "_ec_fmode": _function_mode_enabled,
-        "_ec_functorch": _active,
-        "_ec_tracing": _is_tracing,
-    }
-    expr = (
-        "not (_ec_compiling() or _ec_fwad._current_level >= 0 or _ec_dispatch() or _ec_fmode() "
-        "or _ec_functorch() or _ec_tracing())"
-    )
-    return expr, env
+    return _EAGER_EXPR, dict(_EAGER_ENV)
+
+
+def _eager_context_function() -> Any:
+    expr, env = eager_context_source()
+    exec(f"def eager_context():\n    return {expr}\n", env)
+    fn = env["eager_context"]
+    fn.__doc__ = ":func:`plain_eager` without the tensor types: nothing traces or intercepts calls now."
+    return fn
+
+
+eager_context = _eager_context_function()
 
 
 def profiler_enabled() -> bool:
