@@ -33,7 +33,7 @@ from interop._launch import direct_env, direct_lines
 
 from ._torch_compat import ctx_statements, eager_context_source
 
-#: an expanded-scalar upstream gradient of at most this many elements is read in place (see _bodies)
+#: an expanded-scalar upstream gradient of at most this many elements is not copied (see _bodies)
 _READ_EXPANDED_UP_TO = 2048
 
 
@@ -204,9 +204,10 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
             adj[p.index] = f"g{j}.data_ptr()"
             continue
         # A strided upstream gradient is copied packed: Warp's adjoint reads a strided array
-        # slower than a copy costs. Except a small expanded scalar (the gradient of .sum()), read
-        # in place: its copy costs inside autograd's backward more than the slower read (measured,
-        # n=1024; from 2^11 elements on the copy is the cheaper).
+        # slower than a copy costs. Except a small expanded scalar (the gradient of .sum()): the
+        # direct launch fills the record's packed buffer with its one element (only when it
+        # changed; DirectLaunch.packed_buffer), cheaper inside autograd's backward than a torch
+        # copy; the shared launcher (fallback) reads it in place with strides 0.
         shape = e.outs[j][1]
         scalar_dtype = len(e.contiguous_outer[p.index]) == len(shape)  # no vector/matrix inner dims
         if scalar_dtype and 0 < _numel(shape) <= _READ_EXPANDED_UP_TO and not e.cuda:
