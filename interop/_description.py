@@ -140,6 +140,9 @@ class OpDescription:
     # and whether it hands a bare thread index to a function of its own
     domain: tuple[tuple[tuple[str, int], ...], ...] = field(default=(), compare=False, hash=False)
     tid_escapes: bool = field(default=False, compare=False, hash=False)
+    # a tile kernel (it calls wp.tile_*): launched as wp.launch_tiled launches, the tile grid then
+    # the block's lanes (see _plan.tile_launch)
+    tiles: bool = field(default=False, compare=False, hash=False)
     # (output, launch dim per output dim) the kernel writes element by element (see _extent)
     written: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
     # per generic output given one, the rule for its dtype: ((name, DtypeOf or a Warp type), ...), sorted
@@ -306,6 +309,30 @@ def _check_vmap_method(value: Any, opname: str) -> str | None:
 
 
 MAX_BLOCK_DIM = 1024  # CUDA's limit of threads per block, and Warp's limit on the CPU
+
+
+#: threads per block of a launch that names none on CUDA (Warp's default there; the CPU's is 1)
+CUDA_BLOCK_DIM = 256
+
+
+def tile_launch_given(desc: OpDescription, ld: tuple) -> tuple:
+    """A tile kernel's full launch dims from the ``launch_dims`` given (see ``_plan.tile_launch``):
+    the tile grid (one dim fewer than the kernel's thread indices) gets the block's lanes
+    appended; full dims must end with them. Raises ArgumentError naming the op, ``launch_dims``
+    and ``block_dim``."""
+    bd = desc.block_dim or CUDA_BLOCK_DIM
+    nd = len(desc.domain)
+    ld = tuple(ld)
+    if nd >= 2 and len(ld) == nd - 1:
+        return ld + (bd,)
+    if not ld or type(ld[-1]) is not int or ld[-1] != bd:
+        why = f"block_dim={desc.block_dim}" if desc.block_dim else f"block_dim unset: Warp's CUDA default {bd}"
+        raise ArgumentError(
+            f"op {desc.label!r}: a tile kernel launches whole blocks, as wp.launch_tiled does: launch_dims "
+            f"must be the tile grid ({max(nd - 1, 1)} dim(s)) or end with the block's {bd} threads "
+            f"({why}), got launch_dims={ld}; pass launch_dims=(*tile_grid, {bd}) or the tile grid alone"
+        )
+    return ld
 
 
 def check_block_dim(value: Any, opname: str, kind: str = "kernel") -> int | None:
@@ -601,7 +628,7 @@ def describe(
         )
     reads = _returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT])
     domain, tid_escapes = thread_domain(fn, kind, [(p.name, p.ndim) for p in params if p.is_array])
-    return OpDescription(
+    desc = OpDescription(
         fn=fn,
         kind=kind,
         key=key,
@@ -626,8 +653,12 @@ def describe(
         direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),
         domain=domain,
         tid_escapes=tid_escapes,
+        tiles=kind == "kernel" and uses_tiles(fn),
         written=written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
     )
+    if desc.tiles and ld is not None:
+        tile_launch_given(desc, ld)  # refused when described, not at the first call
+    return desc
 
 
 def _rule_text(rule: Any) -> str:

@@ -19,7 +19,7 @@ import warp as wp
 from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
-from ._plan import check_scalar_value, value_range, vector_components
+from ._plan import check_scalar_value, device_launch_dims, value_range, vector_components
 from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
 from ._scalar_ref import build_lock, scalar_ref_kernel
 from ._streams import external_stream, ordered_warp_work, warp_side_stream  # noqa: F401 (adapters import them here)
@@ -157,7 +157,12 @@ class Runner:
                 kw["block_dim"] = plan.desc.block_dim
             with build_lock:
                 slot.launch = wp.launch(
-                    kernel, dim=plan.launch_dims, inputs=inputs, device=device, record_cmd=True, **kw
+                    kernel,
+                    dim=device_launch_dims(plan.desc, plan.launch_dims, device),
+                    inputs=inputs,
+                    device=device,
+                    record_cmd=True,
+                    **kw,
                 )
         except Exception as e:
             parent = getattr(kernel, "generic_parent", None)
@@ -630,7 +635,8 @@ class _PlainLaunch:
         if self.adjoint:
             kw.update(adj_inputs=adj_inputs, adjoint=True)
         with ordered_warp_work(self.device, stream):
-            wp.launch(self.kernel, dim=plan.launch_dims, inputs=inputs, device=self.device, **kw)
+            dims = device_launch_dims(plan.desc, plan.launch_dims, self.device)
+            wp.launch(self.kernel, dim=dims, inputs=inputs, device=self.device, **kw)
 
 
 class DirectLaunch:

@@ -16,7 +16,15 @@ import warp as wp
 
 from . import _dtypes, _extent
 from . import _warp_compat as _wpt
-from ._description import DtypeOf, OpDescription, Param, normalize_dims, normalize_output_dims
+from ._description import (
+    CUDA_BLOCK_DIM,
+    DtypeOf,
+    OpDescription,
+    Param,
+    normalize_dims,
+    normalize_output_dims,
+    tile_launch_given,
+)
 from ._errors import ArgumentError
 from ._warp_compat import type_size_in_bytes
 
@@ -281,7 +289,7 @@ def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) ->
             f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
         )
     first = arrays[0]
-    domain = desc.domain
+    domain = desc.domain[:-1] if desc.tiles else desc.domain  # a tile kernel: the tile grid
     if first.ndim == len(domain) and all(any(t[:2] == (first.name, d) for t in ts) for d, ts in enumerate(domain)):
         return tuple(shape_of(first.name))
     names = {p.name for p in arrays}
@@ -305,7 +313,7 @@ def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) ->
     if domain and len(launch) == len(domain):
         return tuple(launch)
     indexed = {t[0] for ts in domain for t in ts if t[0] in names}
-    if not indexed:
+    if not indexed and not desc.tiles:
         # nothing says otherwise: the first array input's shape, as Warp's own jax_kernel does (its
         # guide's funky_kernel reads a[i % a.shape[0]] and relies on it)
         return tuple(shape_of(first.name))
@@ -318,6 +326,54 @@ def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) ->
         f"op {desc.label!r}: cannot infer the launch dimensions: {what}; pass launch_dims= (to interop.op or "
         "to the call) with the number of threads to run"
     )
+
+
+def tile_launch(desc: OpDescription, ld: tuple | None, shape_of: Any, *, check: bool = True) -> tuple:
+    """The launch dims of a tile kernel call: the tile grid, then the block's lanes, as
+    ``wp.launch_tiled(kernel, dim=grid, block_dim=b)`` launches (``(*grid, b)``), with ``b`` the
+    op's ``block_dim`` or Warp's CUDA default (256). One decision for every device: on the CPU
+    the launch then runs the lanes Warp gives a CPU block (:func:`device_launch_dims`).
+
+    - No ``launch_dims``: the tile grid is the domain the kernel is written for, read from its
+      thread indices but the last (``i, lane = wp.tid()`` then ``wp.tile_load(x[i], ...)``: one
+      tile per row of ``x``), as :func:`default_launch` reads it.
+    - ``launch_dims`` one shorter than the kernel's thread indices: the tile grid (as
+      ``wp.launch_tiled``'s ``dim``); the lanes are appended.
+    - ``launch_dims`` as long as the thread indices: its last dimension must be the block's
+      lanes; anything else would make a CUDA block span several tiles (only the first computed).
+
+    Raises:
+        ArgumentError naming the op, ``launch_dims`` and ``block_dim``.
+    """
+    if ld is not None:
+        return tile_launch_given(desc, ld)
+    bd = desc.block_dim or CUDA_BLOCK_DIM
+    nd = len(desc.domain)
+    why = f"block_dim={desc.block_dim}" if desc.block_dim else f"block_dim unset: Warp's CUDA default {bd}"
+    if nd < 2:
+        raise ArgumentError(
+            f"op {desc.label!r}: cannot infer the launch dimensions of a tile kernel whose wp.tid() does not "
+            "name a tile index and a lane (i, lane = wp.tid()); pass launch_dims= with the tile grid (as "
+            f"wp.launch_tiled's dim; the block's {bd} threads are appended, {why})"
+        )
+    try:
+        grid = default_launch(desc, shape_of, check=check)
+    except ArgumentError as e:
+        raise ArgumentError(
+            f"{e} (a tile kernel: launch_dims= takes its tile grid, as wp.launch_tiled's dim; the block's "
+            f"{bd} threads are appended, {why})"
+        ) from None
+    return tuple(grid) + (bd,)
+
+
+def device_launch_dims(desc: OpDescription, launch: tuple, device: Any) -> tuple:
+    """``launch`` as it runs on ``device``: a tile kernel's lanes are the threads Warp gives one
+    block there (on the CPU one, unless ``wp.config.enable_cpu_blocks`` and a ``block_dim``; as
+    ``wp.launch_tiled`` resolves them), so each tile is computed once on every device."""
+    if not desc.tiles or not launch:
+        return launch
+    lanes = _wpt.block_threads(device, desc.block_dim)
+    return launch if lanes == launch[-1] else tuple(launch[:-1]) + (lanes,)
 
 
 def make_plan(
@@ -408,7 +464,17 @@ def make_plan(
             shapes[p.index] = _as_output_shape(desc, p, elem, tuple(by_name[p.name]), f"output_dims[{p.name!r}]")
 
     first = next((p for p in call_params if p.is_array), None)
-    if ld is not None:
+    tile_dims = None
+    if desc.tiles:
+        by_param = {p.name: shapes[p.index] for p in call_params if p.is_array}
+        if ld is None and first is None:
+            raise ArgumentError(
+                f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
+            )
+        tile_dims = tile_launch(desc, ld, by_param.__getitem__, check=extents)
+        # outputs default to the tile grid (one element per tile)
+        default_dims, source = tile_dims[:-1] or (1,), "the tile grid (launch_dims without the block's lanes)"
+    elif ld is not None:
         default_dims, source = ld, "launch_dims"
     elif desc.kind == "kernel":
         unsized = next((p for p in desc.output_params if shapes[p.index] is None), None)
@@ -437,7 +503,7 @@ def make_plan(
     for p in desc.output_params if extents else ():
         _extent.check_output(desc.label, p.name, shapes[p.index], type_size_in_bytes(types[p.index]))
     if desc.kind == "kernel":
-        launch = tuple(default_dims)
+        launch = tuple(default_dims) if tile_dims is None else tile_dims
         _extent.check_launch(desc.label, launch)
         if extents:
             _extent.check_extents(

@@ -357,3 +357,16 @@ def check_kernel_types(kernel: Any) -> None:
     builder = _context.ModuleBuilder(_context.Module("interop_type_check", None), options)
     with getattr(_context, "_codegen_lock", threading.RLock()):
         builder.build_kernel(kernel)
+
+
+def block_threads(device: Any, block_dim: int | None) -> int:
+    """The threads Warp runs per block on ``device`` for a launch asking ``block_dim`` (None: none
+    asked): Warp 1.19's ``_resolve_launch_block_dim`` (``context.py``), used by ``wp.launch`` and
+    ``wp.launch_tiled``: 256 on CUDA when none is asked; on the CPU 1, or ``block_dim`` itself when
+    ``wp.config.enable_cpu_blocks`` is set. Written out here (a public rule, documented in
+    ``wp.launch``), so no internal is imported for it."""
+    if not getattr(device, "is_cpu", False):
+        return block_dim if block_dim else 256
+    if not block_dim or block_dim == 1 or not getattr(wp.config, "enable_cpu_blocks", False):
+        return 1
+    return block_dim
