@@ -3,6 +3,11 @@
 The chart (matplotlib) is written to benchmarks/results.png unless ``--chart PATH`` or
 ``--no-chart`` says otherwise.
 
+``--device cuda`` (or ``cpu``) measures the per-call rows of one device instead (torch, JAX,
+CuPy against their own floors, and bandwidth at n=2^26: ``benchmarks/bench_device.py``), the
+device named in the output; with ``--check`` they are compared with that device's section of
+``baseline.json`` (``"devices"``), with ``--write-baseline`` written there.
+
 The gate: ``python -m benchmarks --check [--tolerance 0.3]`` measures only n=1024 (full
 interleaved rounds, no chart) and compares each framework's ratios (two rows of one interleaved run, never
 absolute times) with ``benchmarks/baseline.json``; it exits 1, naming every ratio that is worse
@@ -43,6 +48,7 @@ def main(argv: list[str]) -> int:
     argv, chart_arg = _option(argv, "--chart")
     chart = chart_arg or chart
     argv, tolerance = _option(argv, "--tolerance")
+    argv, device = _option(argv, "--device")
     if "--no-chart" in argv or check or write:
         chart = None
     harness.SMALL_ONLY = check or write
@@ -57,6 +63,11 @@ def main(argv: list[str]) -> int:
         WRITE_RUNS if write else 1
     ):  # a baseline is the median of several runs: one run's noise is not a bar
         harness.GATED.clear()
+        if device is not None:
+            from . import bench_device
+
+            bench_device.run(device, quick=quick)
+            names = []
         for name in names:
             if name != "numpy" and importlib.util.find_spec(name) is None:
                 print(f"\n[{name}] not installed: skipped")
@@ -69,9 +80,9 @@ def main(argv: list[str]) -> int:
 
         write_chart(harness.RECORDED, chart)
     if write:
-        _write_baseline(runs)
+        _write_baseline(runs, device)
     if check:
-        return _check(harness.GATED, None if tolerance is None else float(tolerance))
+        return _check(harness.GATED, None if tolerance is None else float(tolerance), device)
     return 0
 
 
@@ -79,17 +90,35 @@ def _machine() -> str:
     return f"{platform.node()}: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}"
 
 
-def _write_baseline(runs: list[dict]) -> None:
+def _write_baseline(runs: list[dict], device: str | None = None) -> None:
     old = {}
     if os.path.exists(BASELINE):
         with open(BASELINE) as f:
             old = json.load(f)
+    if device is not None:
+        import warp as wp
+
+        ratios = {
+            k: round(statistics.median(run[device][k] for run in runs if k in run.get(device, {})), 3)
+            for k in runs[-1].get(device, {})
+        }
+        old.setdefault("devices", {})[device] = {
+            "machine": f"{wp.get_device(device).name}; {_machine()}",
+            "how": f"python -m benchmarks --device {device} --write-baseline: the median of {len(runs)} runs",
+            "ratios": ratios,
+        }
+        with open(BASELINE, "w") as f:
+            json.dump(old, f, indent=2, sort_keys=True)
+            f.write("\n")
+        print(f"\nbaseline for {device} written to {BASELINE}")
+        return
     ratios = dict(old.get("ratios", {}))
     for fw in runs[-1]:
         ratios[fw] = {
             k: round(statistics.median(run[fw][k] for run in runs if k in run.get(fw, {})), 3) for k in runs[-1][fw]
         }
     data = {
+        **({"devices": old["devices"]} if "devices" in old else {}),
         "machine": _machine(),
         "how": f"python -m benchmarks --write-baseline: the median of {len(runs)} runs (n=1024, interleaved rounds, "
         "wall time unless BENCH_CLOCK=cpu)",
@@ -102,10 +131,18 @@ def _write_baseline(runs: list[dict]) -> None:
     print(f"\nbaseline written to {BASELINE}")
 
 
-def _check(gated: dict, tolerance: float | None) -> int:
+def _check(gated: dict, tolerance: float | None, device: str | None = None) -> int:
     with open(BASELINE) as f:
         base = json.load(f)
     tol = base.get("tolerance", 0.3) if tolerance is None else tolerance
+    if device is not None:
+        section = base.get("devices", {}).get(device)
+        if section is None:
+            print(f"\nbenchmark gate: no baseline for {device} in {os.path.basename(BASELINE)} yet; measured:")
+            for name, r in gated.get(device, {}).items():
+                print(f"  new   {device}: {name}: {r:.2f}x")
+            return 0
+        base = {"machine": section["machine"], "ratios": {device: section["ratios"]}}
     print(f"\nbenchmark gate: each ratio against {os.path.basename(BASELINE)} (measured on {base['machine']}),")
     print(f"worse when above baseline x {1 + tol:.2f}")
     worse = []
