@@ -204,13 +204,15 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
             adj[p.index] = f"g{j}.data_ptr()"
             continue
         # A strided upstream gradient is copied packed: Warp's adjoint reads a strided array
-        # slower than a copy costs. Except a small expanded scalar (the gradient of .sum()): the
-        # direct launch fills the record's packed buffer with its one element (only when it
-        # changed; DirectLaunch.packed_buffer), cheaper inside autograd's backward than a torch
-        # copy; the shared launcher (fallback) reads it in place with strides 0.
+        # slower than a copy costs. Except an expanded scalar (the gradient of .sum()): on the
+        # CPU, up to _READ_EXPANDED_UP_TO elements, the direct launch fills the record's packed
+        # buffer with its one element (only when it changed; DirectLaunch.packed_buffer), cheaper
+        # inside autograd's backward than a torch copy; on CUDA (any size) and in the shared
+        # launcher (the CPU's fallback) the adjoint reads it in place with strides 0: no copy
+        # kernel, no new memory.
         shape = e.outs[j][1]
         scalar_dtype = len(e.contiguous_outer[p.index]) == len(shape)  # no vector/matrix inner dims
-        if scalar_dtype and 0 < _numel(shape) <= _READ_EXPANDED_UP_TO and not e.cuda:
+        if scalar_dtype and 0 < _numel(shape) and (e.cuda or _numel(shape) <= _READ_EXPANDED_UP_TO):
             env[f"Z{j}"] = (0,) * len(shape)
             lines.append(f"    if g{j}.is_contiguous():")
             lines.append(f"        z{j} = False")
@@ -227,9 +229,25 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
         lines.append(f"    q{j} = g{j}.data_ptr()")
         adj[p.index] = f"q{j}"
     grads = []
+    shared = _shared_zeros(b, e, arrays) if e.tdev.type in SHARED_ZEROS_ON else None
+    if shared is not None:
+        # on CUDA every launch costs the host microseconds: gradients of one dtype needed together
+        # are views of one zero-filled buffer (one fill instead of one per gradient)
+        total, offsets = shared
+        env["ZTOTAL"] = total
+        first = next(iter(offsets))
+        lines.append(f"    if {' and '.join(f'n{i}' for i in offsets)}:")
+        lines.append(f"        _z = zeros(ZTOTAL, dtype=a{first}.dtype, device=tdev)")
+        for i, (off, numel, shape) in offsets.items():
+            env[f"ZS{i}"] = shape
+            lines.append(f"        t{i} = _z[{off}:{off + numel}].view(ZS{i})")
+        lines.append("    else:")
+        for i in offsets:
+            lines.append(f"        t{i} = zeros_like(a{i}{packed(i)}) if n{i} else None")
     for i, p in enumerate(b.call_params):
         if p.index in arrays:  # a Python number has no gradient
-            lines.append(f"    t{i} = zeros_like(a{i}{packed(i)}) if n{i} else None")
+            if shared is None or i not in shared[1]:
+                lines.append(f"    t{i} = zeros_like(a{i}{packed(i)}) if n{i} else None")
             lines.append(f"    u{i} = t{i}.data_ptr() if n{i} else {adj[p.index]}")
             adj[p.index] = f"u{i}"
             grads.append(f"t{i}")
@@ -248,6 +266,38 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
     else:
         lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, zero=zero)
     return fwd_lines, results_expr, lines, tuple_text(grads)
+
+
+#: device types whose gradients of one dtype share one zero-filled buffer (see _bodies); on the CPU a
+#: fill costs no launch, and separate buffers keep the CPU gate's numbers (tests add "cpu" to run
+#: the shared code where no GPU is)
+SHARED_ZEROS_ON = frozenset({"cuda"})
+#: offsets of gradients sharing one buffer are rounded up to this many bytes (CUDA's allocation alignment)
+_SHARED_ALIGN = 256
+
+
+def _shared_zeros(b, e, arrays: dict) -> tuple[int, dict[int, tuple[int, int, tuple]]] | None:
+    """``(elements, {argument position: (offset, elements, shape)})`` of the gradients that can
+    share one zero-filled buffer: the differentiable floating-point tensor arguments, all of one
+    dtype, at least two; None otherwise."""
+    picked: dict[int, tuple[int, int, tuple]] = {}
+    dtype = None
+    total = 0
+    for i, p in enumerate(b.call_params):
+        if p.index not in arrays or not b.differentiable[i] or i not in e.like:
+            continue
+        shape, dt = e.like[i]
+        if not dt.is_floating_point or (dtype is not None and dt != dtype):
+            return None
+        dtype = dt
+        numel = _numel(shape)
+        if numel == 0:
+            return None
+        align = max(1, _SHARED_ALIGN // dt.itemsize)
+        total = -(-total // align) * align
+        picked[i] = (total, numel, tuple(shape))
+        total += numel
+    return (total, picked) if len(picked) >= 2 else None
 
 
 def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
