@@ -12,12 +12,15 @@ another producer then gets an error that says CuPy is needed for the outputs.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Sequence
 
 import numpy as np
 
-from interop import _dtypes
+from interop import _cache, _dtypes
+from interop._description import OUTPUT
 from interop._errors import ArgumentError
+from interop._op import NOT_EAGER
 from interop._launch import external_stream
 from interop._plan import ArraySpec
 
@@ -125,15 +128,141 @@ class _NoBfloat16(ArgumentError):
     pass
 
 
+def _signature(args: Sequence[Any]) -> tuple | None:
+    """What a call's validation depends on when every array is a CuPy ndarray: each array's
+    shape, strides, dtype and device, and each number's type; None otherwise (the full path)."""
+    cp = _cupy_mod
+    if cp is None:
+        return None
+    nd = cp.ndarray
+    key = []
+    for a in args:
+        t = type(a)
+        if t is nd:
+            key.append((a.shape, a.strides, a.dtype, a.data.device_id))
+        elif t is float or t is int or t is bool:
+            key.append(t)
+        else:
+            return None
+    return tuple(key)
+
+
+class _Fast:
+    """One validated CuPy signature of an op: pointers in, outputs allocated, one recorded launch.
+
+    Per call only the pointers, the scalars and CuPy's current stream are read: no interface
+    dictionaries, no layout walk (the signature fixed shapes, strides and dtypes)."""
+
+    __slots__ = ("key", "arrays", "scalars", "outs", "order", "template", "go", "device_id", "device", "single")
+
+    def __init__(self, op, key: tuple, plan, values: list, device: str):
+        desc = op.description
+        params = desc.call_params
+        self.key = key
+        self.template = list(values)
+        self.arrays = []  # (arg index, param index, outer strides)
+        self.scalars = []  # (arg index, param index)
+        for ai, p in enumerate(params):
+            v = values[p.index]
+            if isinstance(v, tuple) and (p.is_array or p.name in plan.scalar_refs):
+                self.arrays.append((ai, p.index, v[1]))
+                self.template[p.index] = None
+            else:
+                self.scalars.append((ai, p.index))
+        self.outs = []  # (param index, shape, dtype, zero)
+        self.order = []
+        for p, spec, zero in zip(desc.returned_params, plan.out_specs, plan.zero):
+            if p.role == OUTPUT:
+                self.outs.append((p.index, tuple(spec.shape), np.dtype(spec.dtype), zero))
+                self.order.append(("out", len(self.outs) - 1))
+            else:
+                self.order.append(("arg", params.index(p)))
+        self.single = len(self.order) == 1
+        self.go = plan.runner.fast_forward(device)
+        self.device, self.device_id = device, int(device.split(":")[1])
+
+    def __call__(self, args: Sequence[Any]) -> Any:
+        cp = _cupy_mod
+        vals = self.template.copy()
+        for ai, pi, strides in self.arrays:
+            vals[pi] = (args[ai].data.ptr, strides)
+        for ai, pi in self.scalars:
+            vals[pi] = args[ai]
+        made = []
+        if self.outs:
+            if cp.cuda.runtime.getDevice() == self.device_id:
+                for pi, shape, dtype, zero in self.outs:
+                    o = cp.zeros(shape, dtype) if zero else cp.empty(shape, dtype)
+                    vals[pi] = (o.data.ptr, None)
+                    made.append(o)
+            else:
+                with cp.cuda.Device(self.device_id):
+                    for pi, shape, dtype, zero in self.outs:
+                        o = cp.zeros(shape, dtype) if zero else cp.empty(shape, dtype)
+                        vals[pi] = (o.data.ptr, None)
+                        made.append(o)
+        # CuPy arrays are ready on CuPy's current stream of their device: the launch runs there
+        self.go(vals, external_stream(self.device, cp.cuda.get_current_stream(self.device_id).ptr))
+        if self.single:
+            kind, k = self.order[0]
+            return made[k] if kind == "out" else args[k]
+        return tuple(made[k] if kind == "out" else args[k] for kind, k in self.order)
+
+
+def _make_hook() -> Any:
+    """The op's eager hook for CuPy ndarrays (``Op.eager_paths``): ``hook(args)`` runs a call whose
+    signature was validated before (its last signature compared first), else returns NOT_EAGER.
+    ``hook.fasts``: the remembered signatures' calls, filled by :func:`call` after validation."""
+    fasts: dict[tuple, _Fast] = {}
+    last: list[Any] = [None]
+
+    def hook(args):
+        key = _signature(args)
+        fast = last[0]
+        if fast is None or fast.key != key:
+            fast = fasts.get(key) if key is not None else None
+            if fast is None:
+                return NOT_EAGER
+            last[0] = fast
+        return fast(args)
+
+    hook.fasts = fasts  # type: ignore[attr-defined]
+    return hook
+
+
+def on_describe(op) -> None:
+    """Called for each op described while CuPy is imported: give it its eager hook."""
+    cp = sys.modules.get("cupy")
+    if cp is not None and cp.ndarray not in op.eager_paths:
+        op.eager_paths[cp.ndarray] = _make_hook()
+
+
 def call(op, args, launch_dims, output_dims, kwargs):
-    """Run ``op`` on CuPy arrays / CUDA Array Interface producers (see :meth:`interop.Op.__call__`)."""
+    """Run ``op`` on CuPy arrays / CUDA Array Interface producers (see :meth:`interop.Op.__call__`).
+
+    After a call with CuPy ndarrays and Python numbers (no ``launch_dims``/``output_dims``)
+    passed every check, its signature is remembered: later calls with it take a :class:`_Fast`
+    call, through the op's eager hook (ops described while CuPy is imported) or this function."""
     if kwargs:
         raise TypeError(unexpected_keywords(op.description, kwargs))
+    key = _signature(args) if launch_dims is None and output_dims is None else None
+    if key is not None:
+        fast = op._fast.get(("cupy", key))
+        if fast is not None:
+            return fast(args)
     _cupy(op.description.label)
     try:
-        _, _, returned, _, _ = FRAMEWORK.forward(op, args, launch_dims, output_dims)
+        plan, values, returned, device, _ = FRAMEWORK.forward(op, args, launch_dims, output_dims)
     except _NoBfloat16 as e:
         raise ArgumentError(f"op {op.description.label!r}: {e}") from None
+    if key is None and launch_dims is None and output_dims is None:
+        key = _signature(args)  # CuPy was imported by this call
+    if key is not None and returned and plan.desc.kind == "kernel":
+        fast = _Fast(op, key, plan, values, device)
+        _cache.put(op._fast, ("cupy", key), fast, _cache.FAST_PATHS_PER_OP)
+        hook = op.eager_paths.get(_cupy_mod.ndarray)
+        if hook is not None and len(hook.fasts) < _cache.FAST_PATHS_PER_OP:
+            hook.fasts[key] = fast
     return pack_result(returned)
 
 

@@ -404,7 +404,7 @@ def _notify_adapters(o: Op) -> None:
     """Let loaded adapters register eagerly (e.g. torch registers before any tracing)."""
     import sys
 
-    for name in ("torch", "jax", "paddle"):
+    for name in ("torch", "jax", "paddle", "cupy"):
         fw_loaded = name in sys.modules
         if fw_loaded:
             try:

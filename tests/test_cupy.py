@@ -198,3 +198,40 @@ def test_bad_input_messages(cp):
             y1 = cp.ones(4, cp.float32)
         with pytest.raises(ValueError, match=r"parameter 'x' is on cuda:0 but parameter 'y' is on cuda:1"):
             SAXPY(cp.ones(4, cp.float32), y1, 2.0)
+
+
+@wp.kernel
+def scale_rows_cp(x: wp.array2d(dtype=float), s: float, out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[i, j] = s * x[i, j]
+
+
+@pytest.mark.cuda
+def test_repeated_signatures_take_the_fast_path_and_stay_right(cp):
+    """Calls whose shape, strides, dtype or values change between calls (the fast path remembers
+    signatures: a stale hit would be a silent wrong answer); each against NumPy. The op is
+    described after CuPy was imported (its eager hook) and before (the adapter's own cache)."""
+    ops = [interop.op(scale_rows_cp)]  # CuPy is imported: the hook
+    rng = np.random.default_rng(5)
+    base = cp.asarray(rng.standard_normal((6, 8)).astype(np.float32))
+    variants = [
+        ("full", lambda: base),
+        ("rows", lambda: base[:3]),
+        ("strided cols", lambda: base[:, ::2]),
+        ("transposed", lambda: base.T),
+        ("offset view", lambda: base[2:5, 1:7]),
+        ("new values", lambda: base * 3.0),
+    ]
+    for op in ops:
+        for _ in range(3):
+            for name, make in variants:
+                x = make()
+                s = float(rng.standard_normal())
+                out = op(x, s)
+                assert isinstance(out, cp.ndarray) and out.shape == x.shape, name
+                np.testing.assert_allclose(cp.asnumpy(out), s * cp.asnumpy(x), rtol=1e-6, err_msg=name)
+    # a float64 array after float32 ones: refused by the full path, not replayed
+    with pytest.raises(ValueError, match=r"op 'scale_rows_cp', parameter 'x'"):
+        ops[0](base.astype(cp.float64), 1.0)
+    # an int where the signature had a float: the full path checks it
+    np.testing.assert_allclose(cp.asnumpy(ops[0](base, 2)), 2.0 * cp.asnumpy(base), rtol=1e-6)
