@@ -86,8 +86,10 @@ def _forward_launch(entry, plan) -> _Launch:
         ops.append(_Binding(p.index, "values" if p.role == INPUT else None, ArraySpec(shape, np.dtype(spec.dtype))))
     res = []
     aliases = {}
-    for p, spec in zip(desc.returned_params, plan.out_specs):
-        res.append(_Binding(p.index, "values", spec, zero=(p.role == OUTPUT and desc.zero_outputs)))
+    # an output the kernel provably writes whole (plan.zero False: _extent.fully_written) is not
+    # zero-filled first: on CUDA that fill is a memset on XLA's stream per output per call
+    for p, spec, zero in zip(desc.returned_params, plan.out_specs, plan.zero):
+        res.append(_Binding(p.index, "values", spec, zero=(p.role == OUTPUT and zero)))
         if p.role == IN_OUT:
             aliases[[b.index for b in ops].index(p.index)] = len(res) - 1
     return _Launch(entry, plan, "fwd", ops, res, aliases, side_effect=bool(aliases))
