@@ -122,6 +122,10 @@ class JaxOp:
         self._lock = threading.Lock()
         self._by_config: dict[str, _Entry] = {}  # an entry's configuration (JSON) -> the entry
         self._consts: dict[tuple, Any] = {}  # (dtype, Python number) -> its 0-d JAX array (eager calls)
+        # an eager call of a Python-function op waits for its results: on a GPU XLA runs the handler
+        # after the call returned, and an exception raised in the op would surface only when a result
+        # is read, as JAX's runtime error; waiting, the caller gets it at the call, with its own type
+        self._wait = self.desc.kind == "function"
         # the op's FFI targets by direction, and its hand-written backward's op: held here, so they
         # live as long as the op (the registered callbacks and _targets hold them weakly)
         self.targets: dict[str, _Target] = {}
@@ -190,10 +194,14 @@ class JaxOp:
         seen = _interrupt.count
         try:
             outs = entry.jitted(*operands)
+            if self._wait:
+                jax.block_until_ready(outs)
         except Exception as e:
             if _interrupt.count != seen:
                 raise KeyboardInterrupt from None  # Ctrl-C during the launch failed the XLA call
-            original_exc = _jax_ffi.original_error(e) if isinstance(e, _JaxRuntimeError) else None
+            # whichever type JAX reports it as (JaxRuntimeError; ValueError from its C++ fast path,
+            # jax-ml/jax#34083): the handler's own exception, found by the token its message carries
+            original_exc = _jax_ffi.original_error(e)
             if original_exc is not None and not isinstance(original_exc, KeyboardInterrupt):
                 raise original_exc from original_exc.__cause__  # the handler's exception
             raise
@@ -280,17 +288,21 @@ class JaxOp:
         interrupts = _jax_ffi.interrupts()
         try:
             outs = entry.jitted(*operands) if not traced or _jax_compat.manual_axes() else entry.fn(*operands)
+            if self._wait and not traced:
+                jax.block_until_ready(outs)
         except KeyboardInterrupt:
             raise
         except Exception as e:
             if _jax_ffi.interrupts() != interrupts:
                 # Ctrl-C during the launch failed the XLA call: hand the interrupt to the user
                 raise KeyboardInterrupt from None
-            if isinstance(e, _JaxRuntimeError):
-                original_exc = _jax_ffi.original_error(e)
-                if original_exc is None or isinstance(original_exc, KeyboardInterrupt):
+            original_exc = _jax_ffi.original_error(e)  # whichever type JAX reports it as
+            if original_exc is not None:
+                if isinstance(original_exc, KeyboardInterrupt):
                     raise
                 raise original_exc from original_exc.__cause__  # the handler's exception, not XLA's report
+            if isinstance(e, _JaxRuntimeError):
+                raise
             if not isinstance(e, TypeError):
                 raise
             if _JVP_MARKER in str(e):

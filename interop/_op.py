@@ -306,10 +306,11 @@ def op(
             ``"fold"`` (one launch, batch folded into the first launch dim; valid only for
             row-independent kernels, see docs/guide/jax.md).
         block_dim: threads per block of every launch, as ``wp.launch(..., block_dim=...)``
-            (tile kernels need it); an int from 1 to 1024, overridable per call. Launch dims
-            are not changed: for a tile kernel launched like ``wp.launch_tiled(k, dim=(m,),
-            block_dim=b)`` pass ``launch_dims=(m, b)``. On the CPU Warp runs one thread per
-            block (unless ``wp.config.enable_cpu_blocks``), which tile kernels handle.
+            (tile kernels); an int from 1 to 1024, overridable per call. A tile kernel
+            launches as ``wp.launch_tiled(k, dim=grid, block_dim=b)`` does on every device:
+            ``launch_dims`` is the tile grid (or the grid followed by ``b``; read from the
+            kernel when not given), ``b`` this value or Warp's CUDA default 256; on the CPU
+            each block runs Warp's CPU lanes (docs/contract.md, "Devices").
         partition: ``"rows"`` declares the launch independent along its first dimension:
             thread ``i`` of that dimension reads and writes only row ``i`` of every array
             argument and output (whatever ``i`` is), and every array's first dimension is the
