@@ -19,7 +19,6 @@ from typing import Any, Callable
 import ml_dtypes
 import numpy as np
 import warp as wp
-from _devices import jax_device
 
 import interop
 
@@ -953,9 +952,12 @@ def to_fw(fw: str, a, warp_dtype=None, requires_grad: bool = False, device: str 
 
         return torch.tensor(a, requires_grad=requires_grad, device=device)
     if fw == "jax":
+        import jax
         import jax.numpy as jnp
 
-        return jnp.asarray(a, device=jax_device(device))
+        # (not tests/_devices.py's jax_device: this module is also imported as tests.catalogue)
+        platform, _, index = device.partition(":")
+        return jnp.asarray(a, device=jax.devices("cpu" if platform == "cpu" else "gpu")[int(index or 0)])
     if fw == "paddle":
         import paddle
 
