@@ -31,7 +31,9 @@ def has_cuda() -> bool:
 #: INTEROP_REQUIRE_CUDA=1 (the GPU run, see README): a CUDA test that would be skipped for want of a
 #: GPU, or of a CUDA build of the framework it tests, fails instead
 REQUIRE_CUDA = os.environ.get("INTEROP_REQUIRE_CUDA", "") not in ("", "0")
-#: the devices the device-parametrized tests (conformance catalogue, cross-framework matrix) run on
+#: the devices the device-parametrized tests (conformance catalogue, cross-framework matrix, the property
+#: generators through tests/_devices.py, which reads the same variable) run on; the tests marked ``cuda``
+#: are skipped where it does not name cuda
 DEVICES = [d for d in os.environ.get("INTEROP_TEST_DEVICES", "cpu,cuda").split(",") if d]
 
 
@@ -50,11 +52,16 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if has_cuda():
+    if not any(d.startswith("cuda") for d in DEVICES):
+        if REQUIRE_CUDA:
+            raise pytest.UsageError("INTEROP_REQUIRE_CUDA is set but INTEROP_TEST_DEVICES names no cuda device")
+        skip = pytest.mark.skip(reason=f"INTEROP_TEST_DEVICES={','.join(DEVICES)} names no cuda device")
+    elif has_cuda():
         return
-    if REQUIRE_CUDA:
+    elif REQUIRE_CUDA:
         raise pytest.UsageError("INTEROP_REQUIRE_CUDA is set but Warp finds no CUDA device")
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (none found: wp.get_cuda_device_count() == 0)")
+    else:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (none found: wp.get_cuda_device_count() == 0)")
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)

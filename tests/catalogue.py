@@ -111,8 +111,8 @@ def bfloat16_kernel(
 def function_op_fn(a: wp.array(dtype=float), b: wp.array(dtype=float), out: wp.array(dtype=float)):
     """Two launches with an intermediate (allocated with requires_grad so the tape keeps its gradient)."""
     tmp = wp.empty_like(a, requires_grad=True)
-    wp.launch(square_kernel, dim=a.shape, inputs=[a], outputs=[tmp])
-    wp.launch(_axpy_kernel, dim=a.shape, inputs=[tmp, b, 3.0], outputs=[out])
+    wp.launch(square_kernel, dim=a.shape, inputs=[a], outputs=[tmp], device=a.device)
+    wp.launch(_axpy_kernel, dim=a.shape, inputs=[tmp, b, 3.0], outputs=[out], device=tmp.device)
 
 
 # Warp 1.19 subscript annotations (wp.array[float], wp.array2d[float])
@@ -239,8 +239,8 @@ def _axpy64_kernel(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64),
 def function64_fn(a: wp.array(dtype=wp.float64), b: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
     """out = 3 a^2 + exp(b) in two launches through a temporary that keeps its gradient."""
     tmp = wp.empty_like(a, requires_grad=True)
-    wp.launch(_square64_kernel, dim=a.shape, inputs=[a], outputs=[tmp])
-    wp.launch(_axpy64_kernel, dim=a.shape, inputs=[tmp, b], outputs=[out])
+    wp.launch(_square64_kernel, dim=a.shape, inputs=[a], outputs=[tmp], device=a.device)
+    wp.launch(_axpy64_kernel, dim=a.shape, inputs=[tmp, b], outputs=[out], device=tmp.device)
 
 
 @wp.kernel
@@ -346,7 +346,7 @@ def vec_offset_kernel(a: wp.array(dtype=wp.vec3), v: wp.vec3, out: wp.array(dtyp
 
 def function_scale_fn(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
     """A Python-function op with a scalar: one launch of scale_kernel."""
-    wp.launch(scale_kernel, dim=a.shape, inputs=[a, s], outputs=[out])
+    wp.launch(scale_kernel, dim=a.shape, inputs=[a, s], outputs=[out], device=a.device)
 
 
 @wp.kernel
@@ -358,7 +358,7 @@ def square_backward_kernel(x: wp.array(dtype=float), adj_out: wp.array(dtype=flo
 
 def square_backward_fn(a: wp.array(dtype=float), adj_out: wp.array(dtype=float), grad_a: wp.array(dtype=float)):
     """A hand-written backward of square_kernel that is itself a Python-function op."""
-    wp.launch(square_backward_kernel, dim=a.shape, inputs=[a, adj_out], outputs=[grad_a])
+    wp.launch(square_backward_kernel, dim=a.shape, inputs=[a, adj_out], outputs=[grad_a], device=a.device)
 
 
 # ---- cases -----------------------------------------------------------------------------
@@ -955,8 +955,9 @@ def to_fw(fw: str, a, warp_dtype=None, requires_grad: bool = False, device: str 
         import jax
         import jax.numpy as jnp
 
-        x = jnp.asarray(a)
-        return x if device == "cpu" else jax.device_put(x, jax.devices("gpu")[0])
+        # (not tests/_devices.py's jax_device: this module is also imported as tests.catalogue)
+        platform, _, index = device.partition(":")
+        return jnp.asarray(a, device=jax.devices("cpu" if platform == "cpu" else "gpu")[int(index or 0)])
     if fw == "paddle":
         import paddle
 

@@ -124,5 +124,5 @@ def example_func(
     c: wp.array(dtype=float),
     d: wp.array(dtype=wp.vec2),
 ):
-    wp.launch(scale_kernel, dim=a.shape, inputs=[a, s], outputs=[c])
-    wp.launch(scale_vec_kernel, dim=b.shape, inputs=[b, s], outputs=[d])
+    wp.launch(scale_kernel, dim=a.shape, inputs=[a, s], outputs=[c], device=a.device)
+    wp.launch(scale_vec_kernel, dim=b.shape, inputs=[b, s], outputs=[d], device=b.device)

@@ -13,6 +13,11 @@ and the gradients with Warp itself: ``wp.launch`` and ``wp.Tape`` on contiguous 
 (:func:`warp_reference`). A call that the package documents as refused (:func:`expected_error`) must
 raise that error, naming the op.
 
+The device is one more dimension (issue 31): a call is drawn on the CPU or, where INTEROP_TEST_DEVICES
+names CUDA and the framework has it here (tests/_devices.py ``devices_for``), on CUDA; its reference
+runs on the same device. CuPy joins the generators only there (:data:`CALL_FRAMEWORKS`). Where CUDA is
+absent no device is drawn at all, so the CPU cases are the same as before.
+
 Counts of what ran, per framework and dimension, are kept in :data:`COUNTS` and printed at the end of
 the pytest session (conftest.py); ``INTEROP_PROPERTY_COUNTS=<file>`` also writes them as JSON.
 """
@@ -28,6 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 import warp as wp
+from _devices import devices_for, jax_device
 from catalogue import PROPERTY_OPS, PropertyOp, StructCall
 from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
@@ -40,6 +46,8 @@ RANDOM = os.environ.get("INTEROP_PROPERTY_RANDOM") == "1"
 # does not hide the next one. Empty by default: every combination is generated.
 AVOID = {int(r) for r in os.environ.get("INTEROP_PROPERTY_AVOID", "").replace(" ", "").split(",") if r}
 FRAMEWORKS = [f for f in ("numpy", "torch", "jax", "paddle") if f == "numpy" or importlib.util.find_spec(f)]
+#: the frameworks of the generated calls and sequences: CuPy too where it has a CUDA device to run on
+CALL_FRAMEWORKS = FRAMEWORKS + (["cupy"] if devices_for("cupy") else [])
 DOCUMENTED = (interop.ArgumentError, interop.UnsupportedError)
 
 
@@ -208,6 +216,10 @@ def view(fw: str, base, lay: Layout, shape: tuple):
 def _expand(fw, v, shape):
     if fw in ("numpy", "index"):
         return np.broadcast_to(v, shape)
+    if fw == "cupy":
+        import cupy
+
+        return cupy.broadcast_to(v, shape)
     if fw == "torch":
         return v.expand(*shape)
     if fw == "jax":
@@ -222,6 +234,10 @@ def _expand(fw, v, shape):
 def _permute(fw, v, perm):
     if fw in ("numpy", "index"):
         return np.transpose(v, perm)
+    if fw == "cupy":
+        import cupy
+
+        return cupy.transpose(v, perm)
     if fw == "torch":
         return v.permute(*perm)
     if fw == "jax":
@@ -236,6 +252,10 @@ def _permute(fw, v, perm):
 def _flip(fw, v, axis):
     if fw in ("numpy", "index"):
         return np.flip(v, axis)
+    if fw == "cupy":
+        import cupy
+
+        return cupy.flip(v, axis)
     if fw == "torch":
         import torch
 
@@ -266,6 +286,7 @@ PATHS = {
     "torch": ("eager", "no_grad", "compile", "vmap", "func_grad"),
     "jax": ("eager", "jit", "grad", "jit_grad", "vmap", "jit_vmap"),
     "paddle": ("eager", "no_grad"),
+    "cupy": ("eager",),
 }
 # how a struct argument is packed ("warp": a Warp struct instance, whose array fields are Warp arrays
 # over the NumPy memory; every array of that call is then a Warp array)
@@ -274,12 +295,14 @@ PACKINGS = {
     "torch": ("dict", "dataclass", "namedtuple"),
     "jax": ("dict", "dataclass", "namedtuple", "pytree"),
     "paddle": ("dict", "dataclass", "namedtuple"),
+    "cupy": ("dict", "dataclass", "namedtuple"),
 }
 SEQUENCE_PATHS = {
     "numpy": ("eager",),
     "torch": ("eager", "no_grad"),
     "jax": ("eager", "jit", "grad"),
     "paddle": ("eager", "no_grad"),
+    "cupy": ("eager",),
 }
 
 
@@ -301,6 +324,7 @@ class Call:
     vmap_method: str | None = None
     seed: int = 0
     packing: str | None = None  # struct ops: how each struct argument is packed (PACKINGS)
+    device: str = "cpu"  # where the arrays live ("cpu", "cuda"): devices_for(fw)
     notes: list = field(default_factory=list)
 
     def __repr__(self) -> str:
@@ -330,7 +354,12 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     ndims = [nd + (1 if batch else 0) for nd in pop.array_ndims]
     packing = draw(st.sampled_from(PACKINGS[fw])) if pop.structs else None
     lays, grads = [], []
-    differentiable = fw != "numpy" and path not in ("no_grad", "vmap", "jit_vmap", "eager" if fw == "jax" else "")
+    differentiable = fw not in ("numpy", "cupy") and path not in (
+        "no_grad",
+        "vmap",
+        "jit_vmap",
+        "eager" if fw == "jax" else "",
+    )
     for nd in ndims:
         if pools:
             lay = draw(st.sampled_from(layout_pool(nd)))
@@ -346,7 +375,7 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
         lays.append(lay)
         grads.append(differentiable and draw(st.booleans()))
     kinds = [k for k in SCALAR_KINDS if k != "0d_grad" or differentiable] if pop.has_scalar else ["py_float"]
-    if fw == "numpy":
+    if fw in ("numpy", "cupy"):
         kinds = [k for k in kinds if k != "0d_grad"]
     if path in ("vmap", "jit_vmap", "compile", "func_grad"):
         kinds = ["py_float"]
@@ -370,8 +399,14 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     vm = None
     if fw == "jax" and batch:
         vm = draw(st.sampled_from(["loop", "sequential", "fold"] if pop.row_independent else ["loop"]))
+    seed = draw(st.integers(0, 2**31 - 1))
+    devs = devices_for(fw)
+    # drawn only where there is a choice: on a CPU-only machine the draws (and so the cases) are as before
+    device = draw(st.sampled_from(devs)) if len(devs) > 1 else devs[0]
+    if device != "cpu" and packing == "warp":
+        packing = "dict"  # a Warp struct instance over NumPy memory: NumPy lives on the CPU
     call = Call(pop, n, m, dtype, tuple(lays), tuple(grads), kind, scalar, path, launch, inplace, x64, batch, vm,
-                draw(st.integers(0, 2**31 - 1)), packing)  # fmt: skip
+                seed, packing, device=device)  # fmt: skip
     assume(not _avoided(fw, call))
     return call
 
@@ -414,10 +449,12 @@ def _wp_scalar(dtype, value):
     return wp.dtype_from_numpy(np.dtype(dtype))(value)
 
 
-def warp_reference(pop: PropertyOp, arrays: list[np.ndarray], dtype, s: float, launch: tuple, weights=None):
+def warp_reference(
+    pop: PropertyOp, arrays: list[np.ndarray], dtype, s: float, launch: tuple, weights=None, device: str = "cpu"
+):
     """(returned arrays, gradients of the array arguments, gradient of the scalar) of one call, by
-    ``wp.launch`` (or the Python function) under a ``wp.Tape`` on contiguous copies; gradients of
-    ``sum_k sum(weights[k] * returned[k])`` when ``weights`` is given (else None)."""
+    ``wp.launch`` (or the Python function) under a ``wp.Tape`` on contiguous copies on ``device`` (the
+    call's); gradients of ``sum_k sum(weights[k] * returned[k])`` when ``weights`` is given (else None)."""
     wdt = wp.dtype_from_numpy(np.dtype(dtype))
     grad = weights is not None
     # a concrete vec/mat element type of the kernel's parameter (a struct field's), else the call's
@@ -432,27 +469,30 @@ def warp_reference(pop: PropertyOp, arrays: list[np.ndarray], dtype, s: float, l
             elif role == "out":
                 shape = pop.out_shape(launch)
                 shape = shape[: len(shape) - len(getattr(pdt, "_shape_", ()))]
-                a = wp.zeros(shape, dtype=pdt, requires_grad=grad)
+                a = wp.zeros(shape, dtype=pdt, requires_grad=grad, device=device)
                 args.append(a)
                 returned.append(a)
             else:
-                a = wp.array(np.array(next(it), dtype=dtype, order="C"), dtype=pdt, requires_grad=grad)
+                a = wp.array(np.array(next(it), dtype=dtype, order="C"), dtype=pdt, requires_grad=grad, device=device)
                 args.append(a)
                 if role == "io":
                     returned.append(a)
         tape = wp.Tape()
         with tape:
             if pop.kind == "kernel":  # struct kernels: on Warp struct instances of the leaves
-                wp.launch(pop.fn, dim=launch, inputs=pop.kernel_args(args), device="cpu")
+                wp.launch(pop.fn, dim=launch, inputs=pop.kernel_args(args), device=device)
             else:
-                pop.fn(*args)
+                with wp.ScopedDevice(device):  # a Python function launches on the device of its arrays
+                    pop.fn(*args)
         return args, returned, tape
 
     args, returned, tape = run(s)
     outs = [r.numpy().copy() for r in returned]
     if not grad:
         return outs, None, None
-    tape.backward(grads={r: wp.array(np.asarray(w, dtype), dtype=r.dtype) for r, w in zip(returned, weights)})
+    tape.backward(
+        grads={r: wp.array(np.asarray(w, dtype), dtype=r.dtype, device=device) for r, w in zip(returned, weights)}
+    )
     grads = [a.grad.numpy().copy() for a, role in zip(args, pop.roles) if role in ("in", "io")]
     gs = None
     if pop.has_scalar:  # F(s) = a + b s + c s^2 (c = 0 for most): d/ds = b + 2 c s from F(1), F(0), F(-1)
@@ -470,7 +510,7 @@ def warp_reference(pop: PropertyOp, arrays: list[np.ndarray], dtype, s: float, l
 # ---- what the package documents as refused ----------------------------------------------------------
 def _strides(fw: str, x) -> tuple:
     """In bytes."""
-    if fw == "numpy":
+    if fw in ("numpy", "cupy"):
         return tuple(x.strides)
     if fw == "torch":
         return tuple(s * x.element_size() for s in x.stride())
@@ -513,7 +553,7 @@ def _components_packed(fw: str, v, inner: int) -> bool:
     shape, st_ = tuple(v.shape), _strides(fw, v)
     if not inner or not st_ or 0 in shape:
         return True
-    expected = np.dtype(v.dtype).itemsize if fw == "numpy" else v.element_size()
+    expected = np.dtype(v.dtype).itemsize if fw in ("numpy", "cupy") else v.element_size()
     for k in range(len(shape) - 1, len(shape) - 1 - inner, -1):
         if shape[k] > 1 and st_[k] != expected:
             return False
@@ -531,6 +571,8 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
     for v, inner in zip(views, pop.inner_ndims()):
         if fw == "numpy" and any(s < 0 for s in _strides(fw, v)) and v.size:
             return "negative strides"
+        if fw == "cupy" and any(s < 0 for s in _strides(fw, v)) and v.size:
+            return "negative strides?"  # not yet run on CuPy: a refusal or the right values
         if fw != "jax" and not _components_packed(fw, v, inner):
             # a struct's vec3 field too; torch.func.vmap's rule may hand the op packed copies
             return "vec components not contiguous" + ("?" if c.path == "vmap" else "")
@@ -605,16 +647,21 @@ def _scalar_value(fw: str, c: Call):
     if fw == "torch":
         import torch
 
-        return torch.tensor(a, requires_grad=grad), dt.type(v)
+        return torch.tensor(a, requires_grad=grad, device=c.device), dt.type(v)
     if fw == "paddle":
         import paddle
 
         t = paddle.to_tensor(a)
         t.stop_gradient = not grad
         return t, dt.type(v)
+    if fw == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(0):
+            return cupy.asarray(a), dt.type(v)
     import jax.numpy as jnp
 
-    return jnp.asarray(a), dt.type(v)
+    return jnp.asarray(a, device=jax_device(c.device)), dt.type(v)
 
 
 @dataclass
@@ -676,17 +723,19 @@ def run_call(fw: str, c: Call) -> str:
     # the reference (per batch element under vmap)
     with _x64(c.x64) if fw == "jax" else contextlib.nullcontext():
         s_arg, s_val = _scalar_value(fw, c)
-    want_grad = fw != "numpy" and (any(c.grads) or c.scalar_kind == "0d_grad")
+    want_grad = fw not in ("numpy", "cupy") and (any(c.grads) or c.scalar_kind == "0d_grad")
     if c.batch:
-        per = [warp_reference(pop, [v[b] for v in values], c.dtype, s_val, launch) for b in range(c.batch)]
+        per = [
+            warp_reference(pop, [v[b] for v in values], c.dtype, s_val, launch, device=c.device) for b in range(c.batch)
+        ]
         want = [np.stack([p[0][k] for p in per]) for k in range(len(per[0][0]))]
         weights, want_g, want_gs = None, None, None
     else:
-        want, _, _ = warp_reference(pop, values, c.dtype, s_val, launch)
+        want, _, _ = warp_reference(pop, values, c.dtype, s_val, launch, device=c.device)
         weights = [rng.uniform(0.5, 1.5, w.shape).astype(c.dtype) for w in want]
         want_g, want_gs = None, None
         if want_grad:
-            _, want_g, want_gs = warp_reference(pop, values, c.dtype, s_val, launch, weights)
+            _, want_g, want_gs = warp_reference(pop, values, c.dtype, s_val, launch, weights, device=c.device)
     with _x64(c.x64) if fw == "jax" else contextlib.nullcontext():
         out = RUNNERS[fw](c, bases, shapes, s_arg, weights if want_grad else None)
     # a documented refusal
@@ -764,12 +813,14 @@ def describe(c: Call) -> str:
     return (
         f"{c.op.id}(n={c.n}, m={c.m}, {np.dtype(c.dtype).name}, layouts=[{lays}], grads={list(map(int, c.grads))}, "
         f"scalar={c.scalar_kind}:{c.scalar}, path={c.path}, launch={c.launch}, inplace={c.inplace}, x64={c.x64}, "
-        f"batch={c.batch}, vmap_method={c.vmap_method}" + (f", packing={c.packing})" if c.packing else ")")
+        f"batch={c.batch}, vmap_method={c.vmap_method}, device={c.device}"
+        + (f", packing={c.packing})" if c.packing else ")")
     )
 
 
 def count_call(fw: str, c: Call, outcome: str, source: str = "single calls") -> None:
     count(fw, "cases", source)
+    count(fw, "device", c.device)
     count(fw, "op", c.op.id)
     count(fw, "path", c.path)
     count(fw, "dtype", np.dtype(c.dtype).name)
@@ -849,7 +900,7 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     import torch
 
     pop, opf = c.op, op_callable(c)
-    leaves = [torch.tensor(b, requires_grad=g) for b, g in zip(bases, c.grads)]
+    leaves = [torch.tensor(b, requires_grad=g, device=c.device) for b, g in zip(bases, c.grads)]
     # an in-out that requires grad is a non-leaf (a leaf that requires grad cannot be updated in place)
     srcs = [lf.clone() if (k in pop.in_out and c.grads[k]) else lf for k, lf in enumerate(leaves)]
     o = Outcome([])
@@ -880,15 +931,15 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
                         ss[k] = d.clone() if k in pop.in_out else d
                     vs = [view("torch", s, lay, shp) for s, lay, shp in zip(ss, c.layouts, shapes)]
                     rr = _as_tuple(opf(*pop.call_args(vs, s_arg), **kw))
-                    total = sum((x * torch.tensor(w)).sum() for x, w in zip(rr, weights))
+                    total = sum((x * torch.tensor(w, device=c.device)).sum() for x, w in zip(rr, weights))
                     return total, tuple(x.detach() for x in rr)
 
                 detached = [leaves[k].detach() for k in diff]
                 gs, rr = torch.func.grad(loss, argnums=tuple(range(len(diff))), has_aux=True)(*detached)
-                o.returned = [x.numpy() for x in rr]
+                o.returned = [x.cpu().numpy() for x in rr]
                 o.grads = [None] * len(srcs)
                 for k, g in zip(diff, gs):
-                    o.grads[k] = g.numpy()
+                    o.grads[k] = g.cpu().numpy()
                 return o
             r = opf(*pop.call_args(views, s_arg), **kw)
         else:
@@ -900,21 +951,21 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     for j, k in enumerate(pop.in_out):
         if c.path != "vmap" and rs[j] is not views[k] and c.path != "compile":
             raise AssertionError(f"torch in-out #{k}: the returned tensor is not the caller's ({describe(c)})")
-    o.returned = [x.detach().numpy().copy() for x in rs]
-    o.after = [s.detach().numpy().copy() for s in srcs]
+    o.returned = [x.detach().cpu().numpy().copy() for x in rs]
+    o.after = [s.detach().cpu().numpy().copy() for s in srcs]
     o.aliased = _aliased(views, srcs, [b.nbytes for b in bases])
     if weights is not None and c.path in ("eager", "compile") and any(x.requires_grad for x in rs):
         if c.inplace is not None:
             with torch.no_grad():
                 srcs[c.inplace].mul_(3.0)
-        loss = sum((x * torch.tensor(w)).sum() for x, w in zip(rs, weights))
+        loss = sum((x * torch.tensor(w, device=c.device)).sum() for x, w in zip(rs, weights))
         try:
             loss.backward()
         except Exception as e:  # noqa: BLE001
             o.backward_error = e
             return o
         o.grads = [
-            (lf.grad.numpy().copy() if lf.grad is not None else np.zeros(lf.shape)) if c.grads[k] else None
+            (lf.grad.cpu().numpy().copy() if lf.grad is not None else np.zeros(lf.shape)) if c.grads[k] else None
             for k, lf in enumerate(leaves)
         ]
         if c.scalar_kind == "0d_grad":
@@ -978,7 +1029,7 @@ def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     pop, opf = c.op, op_callable(c)
     o = Outcome([])
     o.expected = None
-    arrs = [jnp.asarray(b) for b in bases]
+    arrs = [jnp.asarray(b, device=jax_device(c.device)) for b in bases]
     if any(a.dtype != b.dtype for a, b in zip(arrs, bases)):
         raise AssertionError("jax converted an input's dtype: the generator should not make such a call")
     kw = {"launch_dims": c.launch} if c.launch else {}
@@ -1012,7 +1063,11 @@ def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
                 for k, d in zip(diff, dd):
                     ss[k] = d
                 rr = f(ss, s)
-                total = sum(jnp.sum(x * jnp.asarray(w)) for x, w in zip(rr, weights)) if weights else jnp.zeros(())
+                total = (
+                    sum(jnp.sum(x * jnp.asarray(w, device=jax_device(c.device))) for x, w in zip(rr, weights))
+                    if weights
+                    else jnp.zeros((), device=jax_device(c.device))
+                )
                 return total, rr
 
             g = jax.value_and_grad(loss, argnums=(0, 1) if want_s else 0, has_aux=True)
@@ -1035,4 +1090,36 @@ def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     return o
 
 
-RUNNERS: dict[str, Callable] = {"numpy": _run_numpy, "torch": _run_torch, "jax": _run_jax, "paddle": _run_paddle}
+def _run_cupy(c: Call, bases, shapes, s_arg, weights) -> Outcome:
+    """CuPy (CUDA only): NumPy's view operations on device memory; no autograd (values and in-outs)."""
+    import cupy
+
+    pop, opf = c.op, op_callable(c)
+    with cupy.cuda.Device(0):
+        arrs = [cupy.asarray(b) for b in bases]
+        views = [view("cupy", a, lay, shp) for a, lay, shp in zip(arrs, c.layouts, shapes)]
+        o = Outcome([])
+        o.expected = expected_error("cupy", c, views, shapes)
+        kw = {"launch_dims": c.launch} if c.launch else {}
+        try:
+            r = opf(*pop.call_args(views, s_arg), **kw)
+        except Exception as e:  # noqa: BLE001
+            o.error = e
+            return o
+        rs = _as_tuple(r)
+        for j, k in enumerate(pop.in_out):
+            if views[k].size and rs[j] is not views[k] and not cupy.shares_memory(rs[j], arrs[k]):
+                raise AssertionError(f"cupy in-out #{k}: the returned array is not the caller's ({describe(c)})")
+        o.returned = [cupy.asnumpy(x) for x in rs]
+        o.after = [cupy.asnumpy(a) for a in arrs]
+        o.aliased = [True] * len(arrs)  # CuPy's slicing, transpose, flip and broadcast_to are views
+    return o
+
+
+RUNNERS: dict[str, Callable] = {
+    "numpy": _run_numpy,
+    "torch": _run_torch,
+    "jax": _run_jax,
+    "paddle": _run_paddle,
+    "cupy": _run_cupy,
+}

@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _devices import jax_device
 from catalogue import case  # noqa: E402
 
 from interop import _cache  # noqa: E402
@@ -49,12 +50,12 @@ def run(fw: str, n: int) -> tuple[float, float, float]:
         if fw == "numpy":
             out, g = op(x, y, 2.0), None
         elif fw == "torch":
-            xt = torch.tensor(x, requires_grad=True)
-            out = op(xt, torch.tensor(y), 2.0)
+            xt = torch.tensor(x, requires_grad=True, device="cpu")
+            out = op(xt, torch.tensor(y, device="cpu"), 2.0)
             out.sum().backward()
             out, g = out.detach().numpy(), xt.grad.numpy()
         elif fw == "jax":
-            xj, yj = jnp.asarray(x), jnp.asarray(y)
+            xj, yj = jnp.asarray(x, device=jax_device("cpu")), jnp.asarray(y, device=jax_device("cpu"))
             out, g = np.asarray(op(xj, yj, 2.0)), np.asarray(grad(xj, yj))
         else:
             xp = paddle.to_tensor(x, stop_gradient=False)

@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import warp as wp
+from _devices import jax_device
 from catalogue import BF16_GRAD_TOL, BF16_VALUE_TOL
 
 import interop
@@ -59,7 +60,11 @@ def make(fw: str, values: np.ndarray, dtype: str = "bfloat16"):
     if fw == "numpy":
         return v.astype(BF16) if dtype == "bfloat16" else v
     if fw == "warp":
-        return wp.array(v.astype(BF16), dtype=wp.bfloat16) if dtype == "bfloat16" else wp.array(v, dtype=float)
+        return (
+            wp.array(v.astype(BF16), dtype=wp.bfloat16, device="cpu")
+            if dtype == "bfloat16"
+            else wp.array(v, dtype=float, device="cpu")
+        )
     if fw == "torch":
         import torch
 
@@ -67,7 +72,7 @@ def make(fw: str, values: np.ndarray, dtype: str = "bfloat16"):
     if fw == "jax":
         import jax.numpy as jnp
 
-        return jnp.asarray(v, getattr(jnp, dtype))
+        return jnp.asarray(v, getattr(jnp, dtype), device=jax_device("cpu"))
     if fw == "paddle":
         import paddle
 
@@ -136,7 +141,7 @@ def _expected_grads():
 def test_torch_array_and_scalar_gradients(compiled):
     torch = pytest.importorskip("torch")
     x = make("torch", X).requires_grad_(True)
-    s = torch.tensor(S, dtype=torch.bfloat16, requires_grad=True)
+    s = torch.tensor(S, dtype=torch.bfloat16, requires_grad=True, device="cpu")
     w = torch.from_numpy(W).to(torch.bfloat16)
 
     def loss(x, s):
@@ -158,10 +163,10 @@ def test_jax_array_and_scalar_gradients_and_vmap(jit):
     import jax.numpy as jnp
 
     x = make("jax", X)
-    w = jnp.asarray(W, jnp.bfloat16)
+    w = jnp.asarray(W, jnp.bfloat16, device=jax_device("cpu"))
     g = jax.grad(lambda x, s: jnp.sum(w * SCALE(x, s)), argnums=(0, 1))
     g = jax.jit(g) if jit else g
-    gx, gs = g(x, jnp.asarray(S, jnp.bfloat16))
+    gx, gs = g(x, jnp.asarray(S, jnp.bfloat16, device=jax_device("cpu")))
     assert gx.dtype == gs.dtype == jnp.bfloat16
     ex, es = _expected_grads()
     np.testing.assert_allclose(as_f64(gx), ex, **BF16_GRAD_TOL)
@@ -189,10 +194,10 @@ def test_paddle_array_and_scalar_gradients():
 
 
 def test_warp_tape_gradient():
-    x = wp.array(X.astype(BF16), dtype=wp.bfloat16, requires_grad=True)
+    x = wp.array(X.astype(BF16), dtype=wp.bfloat16, requires_grad=True, device="cpu")
     tape = wp.Tape()
     with tape:
         out = SCALE(x, S)
-    out.grad = wp.array(W.astype(BF16), dtype=wp.bfloat16)
+    out.grad = wp.array(W.astype(BF16), dtype=wp.bfloat16, device="cpu")
     tape.backward()
     np.testing.assert_allclose(as_f64(x.grad), _expected_grads()[0], **BF16_GRAD_TOL)

@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import warp as wp
+from _devices import jax_device
 
 import interop
 from interop._frameworks import data_ptr, framework_of
@@ -37,12 +38,12 @@ def make(fw: str, values: np.ndarray):
         import torch
 
         if values.dtype == BF16:  # torch knows no ml_dtypes.bfloat16: float32 holds its values exactly
-            return torch.tensor(values.astype(np.float32)).to(torch.bfloat16)
-        return torch.tensor(values)
+            return torch.tensor(values.astype(np.float32), device="cpu").to(torch.bfloat16)
+        return torch.tensor(values, device="cpu")
     if fw == "jax":
         import jax.numpy as jnp
 
-        return jnp.asarray(values)
+        return jnp.asarray(values, device=jax_device("cpu"))
     if fw == "paddle":
         import paddle
 
@@ -215,7 +216,7 @@ def test_copy_false_raises_for_misaligned_to_jax_then_copy_true_works():
 def test_strided_torch_to_jax_needs_copy():
     torch = pytest.importorskip("torch")
     pytest.importorskip("jax")
-    t = torch.arange(24, dtype=torch.float32).reshape(4, 6)[:, ::2]
+    t = torch.arange(24, dtype=torch.float32, device="cpu").reshape(4, 6)[:, ::2]
     with pytest.raises(ValueError, match=r"a torch array of shape \(4, 3\) cannot be handed to jax without a copy"):
         interop.convert(t, to="jax")
     np.testing.assert_array_equal(np.asarray(interop.convert(t, to="jax", copy=True)), t.numpy())
@@ -246,7 +247,7 @@ def test_float64_to_jax_without_x64_is_refused_even_with_copy():
 @pytest.mark.parametrize("dst", FRAMEWORKS)
 def test_torch_requires_grad_converts_detached_and_grad_not_set(dst):
     torch = pytest.importorskip("torch")
-    t = torch.arange(6, dtype=torch.float32).requires_grad_(True)
+    t = torch.arange(6, dtype=torch.float32, device="cpu").requires_grad_(True)
     y = interop.convert(t, to=dst)
     assert data_ptr(y) == t.data_ptr()
     assert t.grad is None
@@ -277,7 +278,7 @@ def test_convert_to_torch_never_sets_grad():
     t = interop.convert(w, to="torch")
     assert t.grad is None and not t.requires_grad
     assert data_ptr(t) == data_ptr(w)
-    t2 = torch.ones(3, requires_grad=True)
+    t2 = torch.ones(3, requires_grad=True, device="cpu")
     interop.convert(t2, to="warp", dtype=wp.float32)
     assert t2.grad is None
 
@@ -335,7 +336,7 @@ def test_in_out_warp_updated_in_place():
 def test_in_out_view_of_converted_array_updates_original():
     """A torch tensor's memory, handed to the op as NumPy via convert, is updated in place."""
     torch = pytest.importorskip("torch")
-    acc_t = torch.zeros(1)
+    acc_t = torch.zeros(1, device="cpu")
     acc = interop.convert(acc_t, to="numpy")
     interop.op(accumulate, in_out=["acc"])(np.ones(4, np.float32), acc)
     assert acc_t.item() == 4.0
@@ -366,7 +367,7 @@ def test_torch_lazy_negative_view_is_not_handed_over_as_its_memory(dst):
     # z.conj().imag is a tensor with torch's negative bit: its memory holds +2, +4, its values are
     # -2, -4. DLPack handed the memory over (the sign silently flipped) to Paddle and Warp
     torch = pytest.importorskip("torch")
-    im = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64).conj().imag
+    im = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64, device="cpu").conj().imag
     assert im.is_neg()
     with pytest.raises(
         interop.ArgumentError, match=r"cannot be handed to .* without a copy \(it has torch's negative bit"
@@ -381,7 +382,10 @@ def test_torch_lazy_negative_view_is_not_handed_over_as_its_memory(dst):
 @pytest.mark.parametrize("dst", FRAMEWORKS)
 def test_torch_nested_and_sparse_are_refused_not_an_internal_error(dst):
     torch = pytest.importorskip("torch")
-    for t in (torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), torch.ones(3).to_sparse()):
+    for t in (
+        torch.nested.nested_tensor([torch.ones(2, device="cpu"), torch.ones(3, device="cpu")]),
+        torch.ones(3, device="cpu").to_sparse(),
+    ):
         if dst == "torch":
             assert interop.convert(t, to="torch") is t
             continue

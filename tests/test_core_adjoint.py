@@ -23,7 +23,7 @@ def _scale(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
 
 
 def function_with_scalar(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
-    wp.launch(_scale, dim=a.shape, inputs=[a, s], outputs=[out])
+    wp.launch(_scale, dim=a.shape, inputs=[a, s], outputs=[out], device=a.device)
 
 
 @wp.kernel
@@ -33,7 +33,7 @@ def _sq_acc(x: wp.array(dtype=float), acc: wp.array(dtype=float)):
 
 
 def function_in_out(x: wp.array(dtype=float), acc: wp.array(dtype=float)):
-    wp.launch(_sq_acc, dim=x.shape, inputs=[x], outputs=[acc])
+    wp.launch(_sq_acc, dim=x.shape, inputs=[x], outputs=[acc], device=x.device)
 
 
 def _spec(a):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import warp as wp
 from _cuda import SPINS, framework_cuda_missing, require_cuda, spin_fill, torch_spin_fill
+from _devices import jax_device
 from catalogue import function_op_fn
 
 import interop
@@ -51,15 +52,15 @@ def _scaled_sum(x: wp.array(dtype=float), v: wp.vec3, s: float, total: wp.array(
 def two_slow_steps(a: wp.array(dtype=float), out: wp.array(dtype=float)):
     """A Python-function op with a temporary of its own, written and read by slow kernels."""
     tmp = wp.empty_like(a)
-    wp.launch(_slow_copy, dim=a.shape, inputs=[a, tmp, SPINS])
-    wp.launch(_slow_copy, dim=a.shape, inputs=[tmp, out, SPINS])
+    wp.launch(_slow_copy, dim=a.shape, inputs=[a, tmp, SPINS], device=a.device)
+    wp.launch(_slow_copy, dim=a.shape, inputs=[tmp, out, SPINS], device=tmp.device)
 
 
 def on_a_stream_of_its_own(a: wp.array(dtype=float), out: wp.array(dtype=float)):
     """A Python-function op that works on a Warp stream of its own, joined to the current one
     (``wp.ScopedStream`` syncs on entry and exit through Warp's native stream table)."""
     with wp.ScopedStream(wp.Stream(a.device), sync_enter=True, sync_exit=True):
-        wp.launch(_copy, dim=a.shape, inputs=[a, out])
+        wp.launch(_copy, dim=a.shape, inputs=[a, out], device=a.device)
 
 
 # ---- finding 1: a Python-function op's scratch buffers are made on the framework's stream ----
@@ -157,7 +158,7 @@ def test_plain_launch_gives_the_recorded_launchs_values_and_gradients(monkeypatc
     import jax
     import jax.numpy as jnp
 
-    x = jnp.linspace(-1.0, 1.0, 33, dtype=jnp.float32)
+    x = jnp.linspace(-1.0, 1.0, 33, dtype=jnp.float32, device=jax_device("cpu"))
 
     def run(name):
         op = interop.op(_scaled_sum, name=name)
@@ -201,7 +202,7 @@ def test_deterministic_kernels_are_not_declared_command_buffer_compatible(monkey
     monkeypatch.setattr(_jax_ffi, "register", spy)
     det = interop.op(_deterministic_kernel(), name="cuda_test::det_sum_jax")
     plain = interop.op(_scaled_sum, name="cuda_test::plain_sum_jax")
-    x = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32)
+    x = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32, device=jax_device("cpu"))
     np.testing.assert_array_equal(np.asarray(det(x, (0.0, 1.0, 0.0), 0.5)), np.asarray(plain(x, (0.0, 1.0, 0.0), 0.5)))
     assert declared and {n: v for n, v in declared.items() if "det_sum_jax" in n} == dict.fromkeys(
         [n for n in declared if "det_sum_jax" in n], False
@@ -287,7 +288,7 @@ def test_handler_is_built_when_xla_instantiates_the_executable():
     from adapters import jax as interop_jax
 
     op = interop.op(_scaled_sum, name="cuda_test::instantiated_sum")
-    x = jnp.linspace(-1.0, 1.0, 9, dtype=jnp.float32)
+    x = jnp.linspace(-1.0, 1.0, 9, dtype=jnp.float32, device=jax_device("cpu"))
     lowered = jax.jit(jax.value_and_grad(lambda a: jnp.sum(op(a, (0.0, 1.0, 0.0), 2.0)))).lower(x)
     targets = [interop_jax._targets[interop_jax._target(op.description, d)] for d in ("fwd", "bwd")]
     for t in targets:
@@ -321,7 +322,7 @@ def test_stream_get_error_is_raised_not_dropped():
     _jax_ffi.register("interop_test_stream_get", handler)
     f = jax.ffi.ffi_call("interop_test_stream_get", jax.ShapeDtypeStruct((2,), np.float32))
     with pytest.raises(Exception, match=r"XLA's FFI stream_get failed: .*GPU context"):
-        np.asarray(f(jnp.ones(2, jnp.float32)))
+        np.asarray(f(jnp.ones(2, jnp.float32, device=jax_device("cpu"))))
     assert ordinals == [0]
 
 

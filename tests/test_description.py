@@ -158,7 +158,7 @@ def any_ndim_function(a: wp.array[float, typing.Any], out: wp.array(dtype=float)
 
 
 def function_op(a: wp.array(dtype=float), out: wp.array(dtype=float)):
-    wp.launch(square, dim=a.shape, inputs=[a], outputs=[out])
+    wp.launch(square, dim=a.shape, inputs=[a], outputs=[out], device=a.device)
 
 
 def function_unannotated(a, out: wp.array(dtype=float)):

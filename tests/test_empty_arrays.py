@@ -26,7 +26,7 @@ def _empty(fw):
     if fw == "numpy":
         return a
     if fw == "warp":
-        return wp.zeros(0, dtype=float)
+        return wp.zeros(0, dtype=float, device="cpu")
     return interop.convert(a, to=fw, copy=True)
 
 
@@ -43,6 +43,6 @@ def test_empty_torch_gradient():
     import torch
 
     op = interop.op(saxpy_empty)
-    x = torch.zeros(0, requires_grad=True)
-    op(x, torch.zeros(0), 2.0).sum().backward()
+    x = torch.zeros(0, requires_grad=True, device="cpu")
+    op(x, torch.zeros(0, device="cpu"), 2.0).sum().backward()
     assert x.grad is not None and tuple(x.grad.shape) == (0,)

@@ -89,7 +89,7 @@ def test_dtype_unknown_to_warp():
 
 def test_wrong_dtype_warp_array():
     with pytest.raises(TypeError, match=r"op 'saxpy', parameter 'x': .*got an array of shape \(4,\) and dtype float64"):
-        SAXPY(wp.array(X.astype(np.float64), dtype=wp.float64), wp.array(X), 1.0)
+        SAXPY(wp.array(X.astype(np.float64), dtype=wp.float64, device="cpu"), wp.array(X, device="cpu"), 1.0)
 
 
 def test_generic_float_refuses_int():
@@ -215,16 +215,16 @@ def test_numpy_and_warp_in_one_call():
         match=r"op 'saxpy': arrays from two frameworks in one call: parameter 'x' is a numpy array, parameter 'y' "
         r"is a warp array; convert one with interop.convert",
     ):
-        SAXPY(X, wp.array(X), 1.0)
+        SAXPY(X, wp.array(X, device="cpu"), 1.0)
 
 
 def test_numpy_and_torch_in_one_call():
     torch = pytest.importorskip("torch")
     with pytest.raises(TypeError, match=r"parameter 'x' is a numpy array, parameter 'y' is a torch array"):
-        SAXPY(X, torch.ones(4), 1.0)
+        SAXPY(X, torch.ones(4, device="cpu"), 1.0)
     # a 0-d tensor for the scalar counts as a torch array too
     with pytest.raises(TypeError, match=r"parameter 'x' is a numpy array, parameter 'a' is a torch array"):
-        SAXPY(X, X, torch.tensor(1.0))
+        SAXPY(X, X, torch.tensor(1.0, device="cpu"))
 
 
 class _ArrayInterfaceOnly:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import catalogue as cat
 import numpy as np
 import pytest
+from _devices import jax_device
 
 import interop
 
@@ -115,7 +116,7 @@ def test_every_framework_refuses_before_launching(fw):
     elif fw.startswith("jax"):
         jax = pytest.importorskip("jax")
         f = (lambda a, b: op(a, b, 2.0)) if fw == "jax" else jax.jit(lambda a, b: op(a, b, 2.0))
-        call = lambda: f(jax.numpy.asarray(x), jax.numpy.asarray(y))  # noqa: E731
+        call = lambda: f(jax.numpy.asarray(x, device=jax_device("cpu")), jax.numpy.asarray(y, device=jax_device("cpu")))  # noqa: E731
     else:
         paddle = pytest.importorskip("paddle")
         call = lambda: op(paddle.to_tensor(x), paddle.to_tensor(y), 2.0)  # noqa: E731
@@ -238,7 +239,7 @@ def _dirty(fw: str) -> None:
         if fw == "torch":
             import torch
 
-            torch.full((n,), float("nan"))
+            torch.full((n,), float("nan"), device="cpu")
         elif fw == "paddle":
             import paddle
 

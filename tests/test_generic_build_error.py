@@ -9,6 +9,7 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
+from _devices import jax_device
 
 import interop
 
@@ -52,7 +53,7 @@ def _fw_call(fw: str, op, x, *rest):
         import jax.numpy as jnp
 
         with jax.enable_x64(x.dtype == np.float64):  # JAX keeps float64 only in x64 mode
-            xj = jnp.asarray(x)
+            xj = jnp.asarray(x, device=jax_device("cpu"))
             if fw == "jax.jit":
                 return np.asarray(jax.jit(op)(xj, *rest))
             if fw == "jax.grad":
@@ -61,7 +62,7 @@ def _fw_call(fw: str, op, x, *rest):
     if fw.startswith("torch"):
         import torch
 
-        t = torch.tensor(x, requires_grad=fw == "torch.grad")
+        t = torch.tensor(x, requires_grad=fw == "torch.grad", device="cpu")
         out = op(t, *rest)
         if fw == "torch.grad":
             out.sum().backward()

@@ -11,6 +11,7 @@ import textwrap
 import catalogue as cat
 import numpy as np
 import pytest
+from _devices import jax_device
 
 import interop
 
@@ -180,7 +181,7 @@ def _expanded(fw):
     if fw == "torch":
         import torch
 
-        return torch.zeros(1).expand(4)
+        return torch.zeros(1, device="cpu").expand(4)
     import paddle
 
     return paddle.as_strided(paddle.zeros([1]), [4], [0])
@@ -302,12 +303,14 @@ def test_jax_static_scalar_errors_come_at_trace_time():
     import jax
     import jax.numpy as jnp
 
-    a = jnp.zeros(2, jnp.int32)
+    a = jnp.zeros(2, jnp.int32, device=jax_device("cpu"))
     # make_jaxpr never runs the FFI handler: these used to surface as JaxRuntimeError at run time
     with pytest.raises(interop.ArgumentError, match="parameter 's'"):
         jax.make_jaxpr(lambda a: interop.op(cat.int_offset_kernel)(a, 2**32 + 3))(a)
     with pytest.raises(interop.ArgumentError, match="parameter 'v'"):
-        jax.make_jaxpr(lambda a: interop.op(cat.vec_offset_kernel)(a, (1.0, 2.0)))(jnp.ones((2, 3)))
+        jax.make_jaxpr(lambda a: interop.op(cat.vec_offset_kernel)(a, (1.0, 2.0)))(
+            jnp.ones((2, 3), device=jax_device("cpu"))
+        )
 
 
 @TORCH
@@ -317,7 +320,7 @@ def test_torch_non_number_scalar_names_op_and_parameter(value):
 
     op = interop.op(cat.scale_kernel)
     with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 's': expected float32"):
-        op(torch.ones(2), value)
+        op(torch.ones(2, device="cpu"), value)
 
 
 # ---- torch tensors torch itself would not write ---------------------------------------------------
@@ -327,14 +330,14 @@ def test_torch_inference_tensor_in_out_outside_inference_mode():
 
     op = interop.op(cat.atomic_kernel, in_out=["acc"])
     with torch.inference_mode():
-        acc, probe = torch.zeros(4), torch.zeros(4)
+        acc, probe = torch.zeros(4, device="cpu"), torch.zeros(4, device="cpu")
     with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
         probe.add_(1.0)  # what torch says
     with pytest.raises(interop.ArgumentError, match=r"parameter 'acc': in-place update to an inference tensor"):
-        op(torch.ones(4), acc)
+        op(torch.ones(4, device="cpu"), acc)
     assert acc.tolist() == [0, 0, 0, 0]
     with torch.inference_mode():
-        op(torch.ones(4), acc)
+        op(torch.ones(4, device="cpu"), acc)
     assert acc.tolist() == [2, 2, 2, 2]
 
 
@@ -346,17 +349,20 @@ def test_torch_lazy_negative_view_gives_its_values():
     import torch
 
     op = interop.op(cat.scale_kernel, name="hostile::neg_scale")
-    op(torch.ones(2), 2.0), op(torch.ones(2), 2.0)  # the eager signature of a (2,) float32 tensor is warm
-    z = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64, requires_grad=True)
+    (
+        op(torch.ones(2, device="cpu"), 2.0),
+        op(torch.ones(2, device="cpu"), 2.0),
+    )  # the eager signature of a (2,) float32 tensor is warm
+    z = torch.tensor([1 + 2j, 3 + 4j], dtype=torch.complex64, requires_grad=True, device="cpu")
     im = z.conj().imag
     assert im.is_neg()
-    want = torch.tensor([-4.0, -8.0])
+    want = torch.tensor([-4.0, -8.0], device="cpu")
     torch.testing.assert_close(op(im.detach(), 2.0), want)
     torch.testing.assert_close(torch.ops.hostile.neg_scale(im.detach(), 2.0), want)
     out = op(im, 2.0)
     torch.testing.assert_close(out.detach(), want)
     out.sum().backward()  # d/dz of sum(2 * imag(conj z)) = d/dz of -2 (y1 + y2): the gradient -2j per element
-    torch.testing.assert_close(z.grad, torch.tensor([-2j, -2j], dtype=torch.complex64))
+    torch.testing.assert_close(z.grad, torch.tensor([-2j, -2j], dtype=torch.complex64, device="cpu"))
 
 
 @TORCH
@@ -365,9 +371,9 @@ def test_nested_tensor_is_refused():
     import torch
 
     op = interop.op(cat.scale_kernel)
-    op(torch.ones(3), 2.0)  # the eager signature cache is warm
+    op(torch.ones(3, device="cpu"), 2.0)  # the eager signature cache is warm
     for layout in (torch.strided, torch.jagged):
-        nt = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=layout)
+        nt = torch.nested.nested_tensor([torch.ones(2, device="cpu"), torch.ones(3, device="cpu")], layout=layout)
         with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 'a': a nested tensor"):
             op(nt, 2.0)
 
@@ -378,7 +384,7 @@ def test_sparse_tensor_is_refused(fw):
     if fw == "torch":
         import torch
 
-        x = torch.ones(4).to_sparse()
+        x = torch.ones(4, device="cpu").to_sparse()
     else:
         import paddle
 
@@ -407,9 +413,9 @@ def test_function_op_strided_leaf_backward_torch():
     import torch
 
     op = cat.case("function").op
-    base = torch.rand(16, dtype=torch.float32)
+    base = torch.rand(16, dtype=torch.float32, device="cpu")
     a = base[::2].requires_grad_()  # a strided leaf
-    b = torch.rand(8)
+    b = torch.rand(8, device="cpu")
     out = op(a, b)
     np.testing.assert_allclose(out.detach().numpy(), 3 * base[::2].numpy() ** 2 + b.numpy(), rtol=1e-6)
     out.sum().backward()
@@ -435,7 +441,7 @@ def test_function_op_array_gradient_with_traced_scalar_jax():
     import jax.numpy as jnp
 
     op = interop.op(cat.function_scale_fn)
-    a = jnp.arange(4.0, dtype=jnp.float32)
+    a = jnp.arange(4.0, dtype=jnp.float32, device=jax_device("cpu"))
     g = jax.jit(jax.grad(lambda a, s: op(a, s).sum()))(a, 2.0)  # s is traced, only a's gradient is asked
     np.testing.assert_array_equal(np.asarray(g), [2, 2, 2, 2])
     with pytest.raises(NotImplementedError, match=r"traced scalar 's'"):
@@ -447,12 +453,12 @@ def test_function_op_array_gradient_with_0d_tensor_scalar_torch():
     import torch
 
     op = interop.op(cat.function_scale_fn)
-    a = torch.arange(4.0, requires_grad=True)
-    op(a, torch.tensor(2.0)).sum().backward()
+    a = torch.arange(4.0, requires_grad=True, device="cpu")
+    op(a, torch.tensor(2.0, device="cpu")).sum().backward()
     assert a.grad.tolist() == [2, 2, 2, 2]
-    s = torch.tensor(2.0, requires_grad=True)
+    s = torch.tensor(2.0, requires_grad=True, device="cpu")
     with pytest.raises(interop.UnsupportedError, match=r"no gradient for scalar 's'"):
-        op(torch.arange(4.0), s).sum().backward()
+        op(torch.arange(4.0, device="cpu"), s).sum().backward()
 
 
 @pytest.mark.parametrize("fw", [f for f in ("torch", "jax", "jax.jit", "paddle") if f in ALL])
@@ -469,7 +475,7 @@ def test_backward_that_is_a_python_function_op(fw):
         import jax
 
         f = jax.grad(lambda a: op(a).sum())
-        g = np.asarray((jax.jit(f) if fw == "jax.jit" else f)(jax.numpy.asarray(an)))
+        g = np.asarray((jax.jit(f) if fw == "jax.jit" else f)(jax.numpy.asarray(an, device=jax_device("cpu"))))
     else:
         import paddle
 
@@ -484,7 +490,7 @@ def test_backward_that_is_a_python_function_op(fw):
 def test_convert_from_jax_to_numpy_is_read_only():
     import jax.numpy as jnp
 
-    x = jnp.arange(4.0)
+    x = jnp.arange(4.0, device=jax_device("cpu"))
     v = interop.convert(x, to="numpy")
     assert not v.flags.writeable
     with pytest.raises(ValueError, match="read-only"):

@@ -20,6 +20,7 @@ from guide_kernels import matmul_kernel as matmul
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from _devices import jax_device  # noqa: E402
 
 import interop  # noqa: E402
 from adapters import _jax_ffi  # noqa: E402
@@ -64,8 +65,8 @@ def record_ptr(a: wp.array(dtype=float), out: wp.array(dtype=float)):
     wp.copy(out, a)
 
 
-X = jnp.asarray(np.linspace(-1, 1, 8, dtype=np.float32))
-Y = jnp.asarray(np.linspace(0, 2, 8, dtype=np.float32))
+X = jnp.asarray(np.linspace(-1, 1, 8, dtype=np.float32), device=jax_device("cpu"))
+Y = jnp.asarray(np.linspace(0, 2, 8, dtype=np.float32), device=jax_device("cpu"))
 
 
 # ---- FFI binding ---------------------------------------------------------------------
@@ -123,7 +124,7 @@ def test_calls_find_their_handler_without_reading_the_configuration_string(monke
 
 def test_zero_copy_on_xla_buffers():
     op = interop.op(record_ptr)
-    x = jnp.arange(16, dtype=jnp.float32)
+    x = jnp.arange(16, dtype=jnp.float32, device=jax_device("cpu"))
     _seen_ptrs.clear()
     y = op(x)
     assert _seen_ptrs == [x.unsafe_buffer_pointer()]
@@ -137,15 +138,15 @@ def test_unused_outputs_are_dead_code_but_in_out_is_not():
     hlo = jax.jit(lambda a, b: pure(a, b)).lower(X, Y).as_text()
     assert hlo.count("custom_call") == 1 and "has_side_effect = true" not in hlo
     acc = interop.op(accumulate, outputs=2, in_out=["acc"])
-    hlo = jax.jit(lambda x, a: (acc(x, a), x + 1.0)[1]).lower(X, jnp.zeros(1)).as_text()
+    hlo = jax.jit(lambda x, a: (acc(x, a), x + 1.0)[1]).lower(X, jnp.zeros(1, device=jax_device("cpu"))).as_text()
     assert hlo.count("custom_call") == 1 and "has_side_effect = true" in hlo
     assert re.search(r"output_operand_aliases|tf\.aliasing_output|operand_output_alias", hlo), hlo
 
 
 def test_outputs_are_zero_filled():
     op = interop.op(histogram)
-    idx = jnp.asarray([0, 2, 2, 3, 0, 2], jnp.int32)
-    w = jnp.ones(6, jnp.float32)
+    idx = jnp.asarray([0, 2, 2, 3, 0, 2], jnp.int32, device=jax_device("cpu"))
+    w = jnp.ones(6, jnp.float32, device=jax_device("cpu"))
     f = jax.jit(lambda i, w: op(i, w, output_dims=5))
     for _ in range(3):  # XLA reuses buffers between calls: each call must start from zero
         np.testing.assert_array_equal(np.asarray(f(idx, w)), [2, 0, 3, 1, 0])
@@ -178,14 +179,14 @@ def _matmul_ref(a, b):
 def test_vmap_2d_kernel_unbatched_argument_and_launch_dims(method):
     op = interop.op(matmul)
     rng = np.random.default_rng(0)
-    a = jnp.asarray(rng.random((5, 3, 2), dtype=np.float32))
-    b = jnp.asarray(rng.random((2, 4), dtype=np.float32))
+    a = jnp.asarray(rng.random((5, 3, 2), dtype=np.float32), device=jax_device("cpu"))
+    b = jnp.asarray(rng.random((2, 4), dtype=np.float32), device=jax_device("cpu"))
     kw = {} if method is None else {"vmap_method": method}
     out = jax.jit(jax.vmap(lambda a, b: op(a, b, launch_dims=(3, 4), output_dims=(3, 4), **kw), in_axes=(0, None)))(
         a, b
     )
     np.testing.assert_allclose(np.asarray(out), _matmul_ref(a, b), rtol=1e-5)
-    bb = jnp.asarray(rng.random((5, 2, 4), dtype=np.float32))
+    bb = jnp.asarray(rng.random((5, 2, 4), dtype=np.float32), device=jax_device("cpu"))
     out = jax.vmap(lambda a, b: op(a, b, launch_dims=(3, 4), **kw))(a, bb)
     np.testing.assert_allclose(np.asarray(out), _matmul_ref(a, bb), rtol=1e-5)
 
@@ -193,15 +194,15 @@ def test_vmap_2d_kernel_unbatched_argument_and_launch_dims(method):
 def test_nested_vmap():
     op = interop.op(matmul)
     rng = np.random.default_rng(1)
-    a = jnp.asarray(rng.random((2, 3, 4, 2), dtype=np.float32))
-    b = jnp.asarray(rng.random((3, 2, 5), dtype=np.float32))
+    a = jnp.asarray(rng.random((2, 3, 4, 2), dtype=np.float32), device=jax_device("cpu"))
+    b = jnp.asarray(rng.random((3, 2, 5), dtype=np.float32), device=jax_device("cpu"))
     f = jax.vmap(jax.vmap(lambda a, b: op(a, b, launch_dims=(4, 5)), in_axes=(0, 0)), in_axes=(0, None))
     np.testing.assert_allclose(np.asarray(jax.jit(f)(a, b)), _matmul_ref(a, b[None]), rtol=1e-5)
 
 
 def test_vmap_method_per_op_and_per_call():
-    a = jnp.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
-    b = jnp.ones(4, jnp.float32)
+    a = jnp.asarray(np.arange(12, dtype=np.float32).reshape(3, 4), device=jax_device("cpu"))
+    b = jnp.ones(4, jnp.float32, device=jax_device("cpu"))
     ref = np.asarray(a) + 1
     folded = interop.op(add, vmap_method="fold")
     assert folded.description.vmap_method == "fold"
@@ -236,18 +237,20 @@ def test_nested_vmap_fold_matches_loop_and_numpy(in_axes, jit):
         op = interop.op(add, vmap_method=m)
         f = jax.vmap(jax.vmap(op), in_axes=in_axes)
         f = jax.jit(f) if jit else f
-        results[m] = np.asarray(f(jnp.asarray(a), jnp.asarray(b)))
+        results[m] = np.asarray(f(jnp.asarray(a, device=jax_device("cpu")), jnp.asarray(b, device=jax_device("cpu"))))
         np.testing.assert_allclose(results[m], ref, rtol=1e-6, err_msg=m)
     np.testing.assert_array_equal(results["fold"], results["loop"])
     # gradients through the nested folded call: d/da sum(out**2) = 2 out
     op = interop.op(add, vmap_method="fold")
     g = jax.grad(lambda a, b: jnp.sum(jax.vmap(jax.vmap(op), in_axes=in_axes)(a, b) ** 2))(
-        jnp.asarray(a), jnp.asarray(b)
+        jnp.asarray(a, device=jax_device("cpu")), jnp.asarray(b, device=jax_device("cpu"))
     )
     np.testing.assert_allclose(np.asarray(g), 2 * ref, rtol=1e-6)
     # three levels: (2, 2, 3, 4)
     a3 = rng.uniform(size=(2, 2, 3, 4)).astype(np.float32)
-    out3 = jax.vmap(jax.vmap(jax.vmap(op)))(jnp.asarray(a3), jnp.asarray(a3))
+    out3 = jax.vmap(jax.vmap(jax.vmap(op)))(
+        jnp.asarray(a3, device=jax_device("cpu")), jnp.asarray(a3, device=jax_device("cpu"))
+    )
     np.testing.assert_allclose(np.asarray(out3), 2 * a3, rtol=1e-6)
 
 
@@ -260,7 +263,9 @@ def test_traced_scalar_gradient_vs_finite_differences():
     def loss_np(a):
         return float(np.sum(w * (a * x * x + y)))
 
-    ds = jax.jit(jax.grad(lambda s: jnp.sum(jnp.asarray(w, jnp.float32) * op(X, Y, s))))(jnp.float32(1.3))
+    ds = jax.jit(jax.grad(lambda s: jnp.sum(jnp.asarray(w, jnp.float32, device=jax_device("cpu")) * op(X, Y, s))))(
+        jnp.asarray(1.3, jnp.float32, device=jax_device("cpu"))
+    )
     fd = (loss_np(1.3 + 1e-6) - loss_np(1.3 - 1e-6)) / 2e-6
     np.testing.assert_allclose(float(ds), fd, rtol=1e-5)
     assert fd != 0.0
@@ -269,7 +274,7 @@ def test_traced_scalar_gradient_vs_finite_differences():
 def test_vmap_of_grad_and_grad_of_vmap():
     op = interop.op(saxpy)
     xs = jnp.stack([X, 2 * X, 3 * X])
-    ss = jnp.asarray([1.0, 2.0, 3.0], jnp.float32)
+    ss = jnp.asarray([1.0, 2.0, 3.0], jnp.float32, device=jax_device("cpu"))
     gx, gs = jax.jit(jax.vmap(jax.grad(lambda x, s: jnp.sum(op(x, Y, s)), argnums=(0, 1))))(xs, ss)
     np.testing.assert_allclose(np.asarray(gx), 2 * np.asarray(ss)[:, None] * np.asarray(xs), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(gs), np.sum(np.asarray(xs) ** 2, axis=1), rtol=1e-5)
@@ -292,7 +297,7 @@ def test_outputs_warps_adjoint_never_reads_are_not_residuals():
     """An output the kernel only stores into is not kept for the backward (as in PyTorch and
     Paddle): under jit(grad) its cotangent stands in, so nothing needs the forward launch and
     JAX drops it; an output the kernel reads back is a residual that feeds the adjoint launch."""
-    x = jnp.asarray(np.linspace(0.1, 1.0, 8, dtype=np.float32))
+    x = jnp.asarray(np.linspace(0.1, 1.0, 8, dtype=np.float32), device=jax_device("cpu"))
     write_only = interop.op(multi_kernel, outputs=2, name="jax_residuals::write_only")  # c = sin a, d = a^3
     reads_back = interop.op(reads_output_kernel, outputs=2, name="jax_residuals::reads_back")  # twice = 2 sq + x
 
@@ -322,7 +327,7 @@ def test_outputs_warps_adjoint_never_reads_are_not_residuals():
 
 def test_in_out_gradient_passes_through():
     op = interop.op(accumulate, outputs=2, in_out=["acc"])
-    acc0 = jnp.asarray([0.5], jnp.float32)
+    acc0 = jnp.asarray([0.5], jnp.float32, device=jax_device("cpu"))
 
     def loss(x, acc):
         acc1, y = op(x, acc)
@@ -338,9 +343,11 @@ def test_in_out_gradient_passes_through():
 
 def test_integer_inputs_get_no_gradient():
     op = interop.op(histogram)
-    idx = jnp.asarray([0, 2, 2, 1], jnp.int32)
-    w = jnp.asarray([1.0, 2.0, 3.0, 4.0], jnp.float32)
-    gw = jax.grad(lambda w: jnp.sum(op(idx, w, output_dims=3) * jnp.asarray([1.0, 10.0, 100.0])))(w)
+    idx = jnp.asarray([0, 2, 2, 1], jnp.int32, device=jax_device("cpu"))
+    w = jnp.asarray([1.0, 2.0, 3.0, 4.0], jnp.float32, device=jax_device("cpu"))
+    gw = jax.grad(
+        lambda w: jnp.sum(op(idx, w, output_dims=3) * jnp.asarray([1.0, 10.0, 100.0], device=jax_device("cpu")))
+    )(w)
     np.testing.assert_allclose(np.asarray(gw), [1.0, 100.0, 100.0, 10.0])
     g_idx, _ = jax.grad(lambda i, w: jnp.sum(op(i, w, output_dims=3)), argnums=(0, 1), allow_int=True)(idx, w)
     assert g_idx.dtype == jax.dtypes.float0
@@ -348,13 +355,13 @@ def test_integer_inputs_get_no_gradient():
 
 def test_vec3_gradient_and_float64():
     op = interop.op(vscale)
-    v = jnp.asarray(np.arange(12, dtype=np.float32).reshape(4, 3))
+    v = jnp.asarray(np.arange(12, dtype=np.float32).reshape(4, 3), device=jax_device("cpu"))
     gv, gs = jax.grad(lambda v, s: jnp.sum(op(v, s) ** 2), argnums=(0, 1))(v, 2.0)
     np.testing.assert_allclose(np.asarray(gv), 8.0 * np.asarray(v))
     np.testing.assert_allclose(float(gs), 4.0 * np.sum(np.asarray(v) ** 2), rtol=1e-6)
     with jax.enable_x64(True):
         c = interop.op(cube64)
-        x = jnp.asarray(np.linspace(-1, 1, 5))
+        x = jnp.asarray(np.linspace(-1, 1, 5), device=jax_device("cpu"))
         assert x.dtype == jnp.float64
         y = c(x)
         assert y.dtype == jnp.float64
@@ -389,14 +396,14 @@ def test_bad_dtype_ndim_trailing_dims():
     with pytest.raises(
         TypeError, match=r"op 'square_axpy_kernel', parameter 'x': expected a 1-d array of float32.*got.*int32"
     ):
-        op(jnp.arange(8, dtype=jnp.int32), Y, 2.0)
+        op(jnp.arange(8, dtype=jnp.int32, device=jax_device("cpu")), Y, 2.0)
     with pytest.raises(
         TypeError, match=r"op 'square_axpy_kernel', parameter 'y': expected a 1-d array of float32.*got.*\(2, 4\)"
     ):
         op(X, Y.reshape(2, 4), 2.0)
     v = interop.op(vscale)
     with pytest.raises(TypeError, match=r"op 'vscale_kernel', parameter 'v': .*trailing dims \(2,\), expected \(3,\)"):
-        v(jnp.zeros((4, 2), jnp.float32), 1.0)
+        v(jnp.zeros((4, 2), jnp.float32, device=jax_device("cpu")), 1.0)
     with pytest.raises(TypeError, match=r"op 'square_axpy_kernel' takes 3 argument\(s\) \['x', 'y', 'a'\].*got 2"):
         op(X, Y)
     with pytest.raises(TypeError, match=r"op 'square_axpy_kernel': arrays from two frameworks in one call"):
@@ -410,7 +417,7 @@ def test_float64_when_x64_is_off():
             interop.ArgumentError,
             match=r"op 'cube64', parameter 'x': expected .*float64.*JAX's 64-bit types are disabled",
         ):
-            c(jnp.ones(3))
+            c(jnp.ones(3, device=jax_device("cpu")))
         with pytest.raises(
             interop.ArgumentError,
             match=r"op 'iota64', output 'out': the kernel writes float64, which JAX would silently make a 32-bit array",
@@ -424,13 +431,15 @@ def test_python_numbers_for_64_bit_scalars_when_x64_is_off():
     op = interop.op(scale_by_64bit)
     with jax.enable_x64(False):
         for s, n in ((2.0, 1), (3.0, 2), (2.0, 1), (0.5, 7)):
-            np.testing.assert_array_equal(np.asarray(op(jnp.ones(3), s, n)), [s + n] * 3)
+            np.testing.assert_array_equal(np.asarray(op(jnp.ones(3, device=jax_device("cpu")), s, n)), [s + n] * 3)
             np.testing.assert_array_equal(
-                np.asarray(jax.jit(lambda x, s=s, n=n: op(x, s, n))(jnp.ones(3))), [s + n] * 3
+                np.asarray(jax.jit(lambda x, s=s, n=n: op(x, s, n))(jnp.ones(3, device=jax_device("cpu")))), [s + n] * 3
             )
     with jax.enable_x64(True):
         for s, n in ((2.0, 1), (3.0, 2)):
-            np.testing.assert_array_equal(np.asarray(op(jnp.ones(3, jnp.float32), s, n)), [s + n] * 3)
+            np.testing.assert_array_equal(
+                np.asarray(op(jnp.ones(3, jnp.float32, device=jax_device("cpu")), s, n)), [s + n] * 3
+            )
 
 
 def test_traced_launch_dims():
@@ -443,7 +452,7 @@ def test_traced_launch_dims():
 
 def test_traced_scalar_gradient_refused_where_unavailable():
     def fn(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
-        wp.launch(vscale_1d, dim=a.shape, inputs=[a, s], outputs=[out])
+        wp.launch(vscale_1d, dim=a.shape, inputs=[a, s], outputs=[out], device=a.device)
 
     op = interop.op(fn)
     np.testing.assert_allclose(np.asarray(op(X, 2.0)), 2.0 * np.asarray(X))
@@ -477,20 +486,25 @@ def test_x64_weakly_typed_scalars_take_the_parameter_type():
     gop = interop.op(generic_scale)
     a_np = np.linspace(-1, 1, 8, dtype=np.float32)
     with jax.enable_x64(True):
-        a = jnp.asarray(a_np)
+        a = jnp.asarray(a_np, device=jax_device("cpu"))
         ref = a_np * np.float32(2.5) + 3
         for f in (jax.jit(lambda a, s, k: op(a, s, k)), lambda a, s, k: op(a, s, k)):
             out = f(a, 2.5, 3)
             assert out.dtype == jnp.float32
             np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-6)
         # weak values made inside the traced function (jnp.asarray of a Python number is weak too)
-        out = jax.jit(lambda a: op(a, jnp.asarray(2.5), jnp.asarray(3)))(a)
+        out = jax.jit(
+            lambda a: op(a, jnp.asarray(2.5, device=jax_device("cpu")), jnp.asarray(3, device=jax_device("cpu")))
+        )(a)
         np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-6)
         # gradients: d/ds sum(w * out) = sum(w * a); the cotangent of the weak float64 is float64
         w = np.linspace(0.5, 1.5, 8)
-        gs, ga = jax.jit(jax.grad(lambda s, a: jnp.sum(jnp.asarray(w, jnp.float32) * op(a, s, 3)), argnums=(0, 1)))(
-            2.5, a
-        )
+        gs, ga = jax.jit(
+            jax.grad(
+                lambda s, a: jnp.sum(jnp.asarray(w, jnp.float32, device=jax_device("cpu")) * op(a, s, 3)),
+                argnums=(0, 1),
+            )
+        )(2.5, a)
         assert gs.dtype == jnp.float64 and ga.dtype == jnp.float32
         np.testing.assert_allclose(float(gs), float(np.sum(w.astype(np.float32) * a_np)), rtol=1e-5)
         np.testing.assert_allclose(np.asarray(ga), 2.5 * w, rtol=1e-6)
@@ -501,7 +515,7 @@ def test_x64_weakly_typed_scalars_take_the_parameter_type():
         g = jax.grad(lambda s: jnp.sum(gop(a, s)))(2.5)
         np.testing.assert_allclose(float(g), float(np.sum(a_np)), rtol=1e-5, atol=1e-6)
         # strongly typed float64 values are still refused, eager and traced, and so are floats for ints
-        strong = jnp.asarray(2.5, jnp.float64)
+        strong = jnp.asarray(2.5, jnp.float64, device=jax_device("cpu"))
         assert not jax.typeof(strong).weak_type
         msg = (
             r"op 'scale_shift', parameter 's': expected a float32 value .*got an array of shape \(\) and dtype float64"
@@ -513,4 +527,4 @@ def test_x64_weakly_typed_scalars_take_the_parameter_type():
         with pytest.raises(TypeError, match=r"op 'scale_shift', parameter 'k': expected a int32 value, got float"):
             jax.jit(lambda a, k: op(a, 2.5, k))(a, 3.0)
         with pytest.raises(TypeError, match=r"op 'scale_shift', parameter 'a': expected .*float32"):
-            jax.jit(lambda a: op(a, 2.5, 3))(jnp.asarray(a_np, jnp.float64))
+            jax.jit(lambda a: op(a, 2.5, 3))(jnp.asarray(a_np, jnp.float64, device=jax_device("cpu")))

@@ -8,6 +8,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from _devices import jax_device  # noqa: E402
 from catalogue import (  # noqa: E402
     BF16,
     BF16_GRAD_TOL,
@@ -71,7 +72,7 @@ def test_values_and_gradients(cid, dt, device):
                 full[k] = a
             outs = c.op(*full, **c.call_kwargs)
             outs = outs if isinstance(outs, tuple) else (outs,)
-            return sum(jnp.sum(jnp.asarray(w, o.dtype) * o) for w, o in zip(weights, outs))
+            return sum(jnp.sum(jnp.asarray(w, o.dtype, device=jax_device(device)) * o) for w, o in zip(weights, outs))
 
         grads = jax.jit(jax.grad(loss, argnums=tuple(range(len(diff)))))(*[jargs[k] for k in diff])
         tol = dict(rtol=1e-3, atol=1e-3) if dt == np.float32 else dict(rtol=1e-6, atol=1e-7)
@@ -95,7 +96,7 @@ def test_check_grads(cid):
         def f(*arrays):
             full = list(args)
             for k, a in zip(diff, arrays):
-                full[k] = jnp.asarray(a)  # the numerical check passes NumPy arrays
+                full[k] = jnp.asarray(a, device=jax_device("cpu"))  # the numerical check passes NumPy arrays
             return c.op(*full, **c.call_kwargs)
 
         check_grads(f, [args[k] for k in diff], order=1, modes=["rev"], atol=2e-2, rtol=2e-2, eps=1e-2)
@@ -111,7 +112,7 @@ def test_vmap_and_grad_of_vmap(cid):
     batch = [c.make(np.random.default_rng(20 + b), np.float32) for b in range(2)]
     arrays = [k for k, a in enumerate(batch[0]) if isinstance(a, np.ndarray)]
     diff = [k for k in arrays if is_float_dtype(batch[0][k].dtype)]
-    stacked = {k: jnp.asarray(np.stack([args[k] for args in batch])) for k in arrays}
+    stacked = {k: jnp.asarray(np.stack([args[k] for args in batch]), device=jax_device("cpu")) for k in arrays}
 
     def call(*xs):
         full = list(batch[0])
@@ -131,7 +132,7 @@ def test_vmap_and_grad_of_vmap(cid):
         xs = dict(stacked)
         xs.update(zip(diff, dxs))
         outs = jax.vmap(call)(*[xs[k] for k in arrays])
-        return sum(jnp.sum(jnp.asarray(w, o.dtype) * o) for w, o in zip(weights, outs))
+        return sum(jnp.sum(jnp.asarray(w, o.dtype, device=jax_device("cpu")) * o) for w, o in zip(weights, outs))
 
     grads = jax.jit(jax.grad(loss, argnums=tuple(range(len(diff)))))(*[stacked[k] for k in diff])
     for b, args in enumerate(batch):

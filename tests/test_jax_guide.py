@@ -32,6 +32,7 @@ from guide_kernels import (
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from _devices import jax_device  # noqa: E402
 from catalogue import funky_kernel  # noqa: E402 (the guide's shape-guarded kernel)
 
 import interop  # noqa: E402
@@ -43,7 +44,7 @@ def test_triple():
 
     @jax.jit
     def f():
-        x = jnp.arange(0, 64, dtype=jnp.float32)
+        x = jnp.arange(0, 64, dtype=jnp.float32, device=jax_device("cpu"))
         return jax_triple(x)
 
     np.testing.assert_array_equal(np.asarray(f()), 3.0 * np.arange(64, dtype=np.float32))
@@ -55,7 +56,10 @@ def test_add_int():
     @jax.jit
     def f():
         n = 10
-        return jax_add(jnp.arange(n, dtype=jnp.int32), jnp.ones(n, dtype=jnp.int32))
+        return jax_add(
+            jnp.arange(n, dtype=jnp.int32, device=jax_device("cpu")),
+            jnp.ones(n, dtype=jnp.int32, device=jax_device("cpu")),
+        )
 
     out = f()
     assert out.dtype == jnp.int32
@@ -67,7 +71,7 @@ def test_sincos():
 
     @jax.jit
     def f():
-        a = jnp.linspace(0, 2 * math.pi, 32)
+        a = jnp.linspace(0, 2 * math.pi, 32, device=jax_device("cpu"))
         return jax_sincos(a)
 
     s, c = f()
@@ -90,9 +94,10 @@ def test_diagonal_no_inputs():
 
 def test_scale_static_and_traced_scalar():
     jax_scale = interop.op(scale_kernel)
-    a = jnp.arange(10, dtype=jnp.float32)
+    a = jnp.arange(10, dtype=jnp.float32, device=jax_device("cpu"))
     np.testing.assert_array_equal(
-        np.asarray(jax.jit(lambda: jax_scale(jnp.arange(10, dtype=jnp.float32), 2.0))()), 2.0 * np.arange(10)
+        np.asarray(jax.jit(lambda: jax_scale(jnp.arange(10, dtype=jnp.float32, device=jax_device("cpu")), 2.0))()),
+        2.0 * np.arange(10),
     )
     # the guide's "ERROR: traced scalar argument" works here: the scalar is a 0-d operand
     f = jax.jit(lambda a, s: jax_scale(a, s))
@@ -109,10 +114,10 @@ def test_matmul_launch_dims():
 
     @jax.jit
     def f():
-        a1 = jnp.full((3, 2), 2, dtype=jnp.float32)
-        b1 = jnp.full((2, 4), 3, dtype=jnp.float32)
-        a2 = jnp.full((4, 2), 2, dtype=jnp.float32)
-        b2 = jnp.full((2, 3), 3, dtype=jnp.float32)
+        a1 = jnp.full((3, 2), 2, dtype=jnp.float32, device=jax_device("cpu"))
+        b1 = jnp.full((2, 4), 3, dtype=jnp.float32, device=jax_device("cpu"))
+        a2 = jnp.full((4, 2), 2, dtype=jnp.float32, device=jax_device("cpu"))
+        b2 = jnp.full((2, 3), 3, dtype=jnp.float32, device=jax_device("cpu"))
         return jax_matmul(a1, b1, launch_dims=(3, 4)), jax_matmul(a2, b2, launch_dims=(4, 3))
 
     r1, r2 = f()
@@ -122,7 +127,7 @@ def test_matmul_launch_dims():
 
 def test_funky_output_dims():
     jax_funky = interop.op(funky_kernel, outputs=2)
-    a = jnp.arange(6, dtype=jnp.float32)
+    a = jnp.arange(6, dtype=jnp.float32, device=jax_device("cpu"))
     an = np.arange(6, dtype=np.float32)
     b, c = jax_funky(a, output_dims=6)
     np.testing.assert_array_equal(np.asarray(b), an + 1)
@@ -141,7 +146,11 @@ def test_vecmat_packing_and_output_dims_conventions():
     n = 10
     rng = np.random.default_rng(0)
     an, bn, cn = (rng.random(s, dtype=np.float32) for s in ((n,), (n, 3), (n, 2, 2)))
-    a, b, c = jnp.asarray(an), jnp.asarray(bn), jnp.asarray(cn)
+    a, b, c = (
+        jnp.asarray(an, device=jax_device("cpu")),
+        jnp.asarray(bn, device=jax_device("cpu")),
+        jnp.asarray(cn, device=jax_device("cpu")),
+    )
     ref = (2 * an, bn * an[:, None], np.transpose(cn, (0, 2, 1)))
     calls = [
         lambda: jax_vecmat(a, b, c),
@@ -159,8 +168,8 @@ def test_vecmat_packing_and_output_dims_conventions():
 # ---- vmap ------------------------------------------------------------------------------
 def test_vmap_add():
     jax_add = interop.op(add_kernel)
-    a = jnp.arange(3 * 4, dtype=jnp.float32).reshape((3, 4))
-    b = jnp.ones(3 * 4, dtype=jnp.float32).reshape((3, 4))
+    a = jnp.arange(3 * 4, dtype=jnp.float32, device=jax_device("cpu")).reshape((3, 4))
+    b = jnp.ones(3 * 4, dtype=jnp.float32, device=jax_device("cpu")).reshape((3, 4))
     out = jax.jit(jax.vmap(jax_add))(a, b)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(a) + 1)
 
@@ -168,13 +177,15 @@ def test_vmap_add():
 @pytest.mark.parametrize("axis", [0, 1, 2])
 def test_vmap_rowsum_in_out(axis):
     jax_rowsum = interop.op(rowsum_kernel, in_out=["sums"])
-    matrices = jnp.arange(2 * 3 * 4, dtype=jnp.float32).reshape((2, 3, 4))
+    matrices = jnp.arange(2 * 3 * 4, dtype=jnp.float32, device=jax_device("cpu")).reshape((2, 3, 4))
     moved = np.moveaxis(np.asarray(matrices), axis, 0)
-    sums = jnp.full(moved.shape[:2], 0.5, dtype=jnp.float32)
+    sums = jnp.full(moved.shape[:2], 0.5, dtype=jnp.float32, device=jax_device("cpu"))
     out = jax.jit(jax.vmap(jax_rowsum, in_axes=(axis, 0)))(matrices, sums)
     np.testing.assert_allclose(np.asarray(out), moved.sum(-1) + 0.5)
     # an unbatched accumulator is broadcast, not shared between batch elements
-    out = jax.jit(jax.vmap(jax_rowsum, in_axes=(axis, None)))(matrices, jnp.ones(moved.shape[1], jnp.float32))
+    out = jax.jit(jax.vmap(jax_rowsum, in_axes=(axis, None)))(
+        matrices, jnp.ones(moved.shape[1], jnp.float32, device=jax_device("cpu"))
+    )
     np.testing.assert_allclose(np.asarray(out), moved.sum(-1) + 1.0)
 
 
@@ -182,8 +193,8 @@ def test_vmap_rowsum_in_out(axis):
 def test_vmap_lookup_partial_launch_dims(axis, n):
     jax_lookup = interop.op(lookup_kernel)
     N = 100
-    table = jnp.arange(N, dtype=jnp.float32)
-    indices = jax.random.randint(jax.random.key(42), (20, 50), 0, N, dtype=jnp.int32)
+    table = jnp.arange(N, dtype=jnp.float32, device=jax_device("cpu"))
+    indices = jax.random.randint(jax.device_put(jax.random.key(42), jax_device("cpu")), (20, 50), 0, N, dtype=jnp.int32)
     out = jax.jit(jax.vmap(partial(jax_lookup, launch_dims=n), in_axes=(None, axis)))(table, indices)
     np.testing.assert_array_equal(np.asarray(out), np.moveaxis(np.asarray(indices), axis, 0).astype(np.float32))
 
@@ -196,8 +207,8 @@ def test_grad_scale_sum_square_including_scalar():
         return jnp.sum(jax_scale(a, b, s))
 
     n = 16
-    a = jnp.arange(n, dtype=jnp.float32)
-    b = jnp.ones(n, dtype=jnp.float32)
+    a = jnp.arange(n, dtype=jnp.float32, device=jax_device("cpu"))
+    b = jnp.ones(n, dtype=jnp.float32, device=jax_device("cpu"))
     da, db, ds = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(a, b, 2.0)
     an, bn = np.arange(n, dtype=np.float64), np.ones(n)
     inner = an * 2.0 + bn
@@ -217,8 +228,8 @@ def test_grad_multi_output():
         return jnp.sum(c + d)
 
     n = 16
-    a = jnp.arange(n, dtype=jnp.float32)
-    b = jnp.ones(n, dtype=jnp.float32)
+    a = jnp.arange(n, dtype=jnp.float32, device=jax_device("cpu"))
+    b = jnp.ones(n, dtype=jnp.float32, device=jax_device("cpu"))
     da, db = jax.grad(caller, argnums=(0, 1))(a, b, 2.0)
     np.testing.assert_allclose(np.asarray(da), 2 * np.arange(n) + 2.0, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(db), np.arange(n) * 2.0, rtol=1e-6)
@@ -230,7 +241,7 @@ def test_grad_multi_output():
 
 def test_grad_vec2():
     jax_vec = interop.op(scale_vec_kernel)
-    a2 = jnp.arange(10, dtype=jnp.float32).reshape((5, 2))
+    a2 = jnp.arange(10, dtype=jnp.float32, device=jax_device("cpu")).reshape((5, 2))
     (da2,) = jax.grad(lambda a, s: jnp.sum(jax_vec(a, s)), argnums=(0,))(a2, 3.0)
     np.testing.assert_array_equal(np.asarray(da2), np.full((5, 2), 3.0))
 
@@ -241,8 +252,8 @@ def test_python_function_op():
 
     @jax.jit
     def f():
-        a = jnp.arange(10, dtype=jnp.float32)
-        b = jnp.arange(10, dtype=jnp.float32).reshape((5, 2))
+        a = jnp.arange(10, dtype=jnp.float32, device=jax_device("cpu"))
+        b = jnp.arange(10, dtype=jnp.float32, device=jax_device("cpu")).reshape((5, 2))
         return jax_func(a, b, 2.0, output_dims={"c": a.shape, "d": b.shape})
 
     c, d = f()
@@ -251,6 +262,9 @@ def test_python_function_op():
     # and, unlike jax_callable, it has a gradient (wp.Tape)
     ga, gb = jax.grad(
         lambda a, b: jnp.sum(jax_func(a, b, 2.0)[0]) + jnp.sum(jax_func(a, b, 2.0)[1] ** 2), argnums=(0, 1)
-    )(jnp.arange(10, dtype=jnp.float32), jnp.ones((5, 2), jnp.float32))
+    )(
+        jnp.arange(10, dtype=jnp.float32, device=jax_device("cpu")),
+        jnp.ones((5, 2), jnp.float32, device=jax_device("cpu")),
+    )
     np.testing.assert_allclose(np.asarray(ga), np.full(10, 2.0))
     np.testing.assert_allclose(np.asarray(gb), np.full((5, 2), 8.0))

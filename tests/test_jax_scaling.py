@@ -12,6 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from _devices import jax_device
 from _subprocess import run_for_results
 
 pytest.importorskip("jax")
@@ -331,7 +332,7 @@ def test_handler_rebuilt_from_the_configuration_alone():
         out[i] = s * v[i] + d
 
     op = interop.op(shift)
-    v = jnp.asarray(np.arange(12, dtype=np.float32).reshape(4, 3))
+    v = jnp.asarray(np.arange(12, dtype=np.float32).reshape(4, 3), device=jax_device("cpu"))
     f = jax.jit(jax.grad(lambda v: jnp.sum(op(v, wp.vec3(1.0, 2.0, 3.0), 0.5) ** 2)))
     expected = f(v)
     jop = op.bound("jax")

@@ -11,6 +11,7 @@ import warp as wp
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from _devices import jax_device  # noqa: E402
 
 import interop  # noqa: E402
 
@@ -94,7 +95,7 @@ def test_x64_flips_between_calls_with_64_bit_scalars(path, kernel):
     for k, x64 in enumerate(X64_SEQUENCE):
         sc = scalars(k)
         with jax.enable_x64(x64):
-            x = jnp.asarray(x_np)
+            x = jnp.asarray(x_np, device=jax_device("cpu"))
             if path == "eager":
                 got = op(x, *sc)
             elif path == "eager_fresh_op":
@@ -102,7 +103,7 @@ def test_x64_flips_between_calls_with_64_bit_scalars(path, kernel):
             elif path == "jit_static":
                 got = jax.jit(lambda x, sc=sc: op(x, *sc))(x)
             else:
-                got = jax.grad(lambda x, sc=sc: jnp.sum(jnp.asarray(w) * op(x, *sc)))(x)
+                got = jax.grad(lambda x, sc=sc: jnp.sum(jnp.asarray(w, device=jax_device("cpu")) * op(x, *sc)))(x)
             assert got.dtype == jnp.float32
         if path == "grad_x":
             want = w * np.float32(dx(*sc))
@@ -121,13 +122,13 @@ def test_x64_flips_traced_64_bit_scalar_is_refused_when_off(path):
         s = 1.5 + k
         with jax.enable_x64(x64):
             if path == "eager":
-                x = jnp.asarray(x_np)  # float32 when x64 is off: refused by dtype
+                x = jnp.asarray(x_np, device=jax_device("cpu"))  # float32 when x64 is off: refused by dtype
                 fn = lambda: op(x, s)  # noqa: E731
             elif path == "jit":
-                x = jnp.asarray(x_np)
+                x = jnp.asarray(x_np, device=jax_device("cpu"))
                 fn = lambda: jax.jit(lambda x, s: op(x, s))(x, s)  # noqa: E731
             else:
-                x = jnp.asarray(x_np)
+                x = jnp.asarray(x_np, device=jax_device("cpu"))
                 fn = lambda: jax.grad(lambda s: jnp.sum(op(x, s)))(s)  # noqa: E731
             if not x64:
                 with pytest.raises(TypeError, match=r"op 'cube64', parameter '(x|s)'.*64-bit types are disabled"):
@@ -147,7 +148,7 @@ def test_float64_array_made_with_x64_then_called_with_x64_off_matches_a_fresh_ca
     refusal) does not depend on whether the same signature ran before with x64 on."""
     x_np = np.linspace(-1.0, 1.0, 4)
     with jax.enable_x64(True):
-        x = jnp.asarray(x_np)
+        x = jnp.asarray(x_np, device=jax_device("cpu"))
         warm = interop.op(cube64, name="seams::cube64_warm")
         np.testing.assert_array_equal(
             np.asarray(warm(x, 2.0)),
@@ -166,7 +167,7 @@ def test_numpy_float64_operand_when_x64_is_off_is_refused_not_read_as_8_bytes():
     launch a float32 buffer; before the fix the kernel read 8 bytes of it ([0, 0, 0])."""
     described = interop.op(scale_by_64bit)  # (a binding lives as long as its op: keep the op)
     op = described.bound("jax")
-    x = jnp.ones(3, jnp.float32)
+    x = jnp.ones(3, jnp.float32, device=jax_device("cpu"))
     with jax.enable_x64(True):
         np.testing.assert_array_equal(np.asarray(op(x, np.asarray(3.0), 1)), [4.0, 4.0, 4.0])
     with jax.enable_x64(False):
@@ -182,7 +183,7 @@ def test_numpy_float64_operand_when_x64_is_off_is_refused_not_read_as_8_bytes():
 @pytest.mark.parametrize("make", (float, np.float32), ids=("python_float", "numpy_float32"))
 def test_static_negative_zero_is_not_served_the_launch_of_zero(make):
     op = interop.op(divide)
-    x = jnp.ones(2, jnp.float32)
+    x = jnp.ones(2, jnp.float32, device=jax_device("cpu"))
     for s in (0.0, -0.0, 0.0, -0.0):
         value = make(s)
         got = jax.jit(lambda x, value=value: op(x, value))(x)
@@ -215,7 +216,7 @@ def test_traced_vec3_scalar_under_jit(form):
     for v in (V, (0.0, 1.0, 3.0)):
         if form == "tuple_tracer_and_numbers":
             v = (v[0], -2.0, 0.5)
-        got = f(jnp.asarray(X3), *v)
+        got = f(jnp.asarray(X3, device=jax_device("cpu")), *v)
         np.testing.assert_array_equal(np.asarray(got), _vec_reference(X3, v, 2.0))
     assert f._cache_size() == 1  # traced components: one trace for every value
 
@@ -226,11 +227,11 @@ def test_traced_vec3_scalar_gradient(form):
     op = interop.op(vec_affine)
 
     def loss(a, b, c, x):
-        return jnp.sum(jnp.asarray(W3) * op(x, VEC_FORMS[form]((a, b, c)), 2.0))
+        return jnp.sum(jnp.asarray(W3, device=jax_device("cpu")) * op(x, VEC_FORMS[form]((a, b, c)), 2.0))
 
     want = np.sum(W3 * X3, axis=0)
     for g in (jax.grad, lambda f, argnums: jax.jit(jax.grad(f, argnums=argnums))):
-        ga, gb, gc, gx = g(loss, argnums=(0, 1, 2, 3))(*V, jnp.asarray(X3))
+        ga, gb, gc, gx = g(loss, argnums=(0, 1, 2, 3))(*V, jnp.asarray(X3, device=jax_device("cpu")))
         got = [float(ga), float(gb), float(gc)]
         if form == "tuple_tracer_and_numbers":
             np.testing.assert_allclose(got, [want[0], 0.0, 0.0], rtol=1e-6)  # b, c do not reach the op
@@ -245,7 +246,9 @@ def test_traced_vec3_scalar_under_vmap(form):
     vs = np.asarray([V, (0.0, 1.0, 3.0), (2.0, 2.0, -1.0)], np.float32)
     if form == "tuple_tracer_and_numbers":
         vs[:, 1:] = (-2.0, 0.5)
-    got = jax.vmap(lambda a, b, c: op(jnp.asarray(X3), VEC_FORMS[form]((a, b, c)), 2.0))(*vs.T)
+    got = jax.vmap(lambda a, b, c: op(jnp.asarray(X3, device=jax_device("cpu")), VEC_FORMS[form]((a, b, c)), 2.0))(
+        *vs.T
+    )
     for k, v in enumerate(vs):
         np.testing.assert_array_equal(np.asarray(got[k]), _vec_reference(X3, tuple(v), 2.0))
 
@@ -253,7 +256,15 @@ def test_traced_vec3_scalar_under_vmap(form):
 def test_vec3_components_that_are_concrete_jax_scalars_in_an_eager_call():
     op = interop.op(vec_affine)
     for v in (V, (3.0, 1.0, -1.0)):
-        got = op(jnp.asarray(X3), (jnp.float32(v[0]), v[1], jnp.asarray(v[2], jnp.float32)), 2.0)
+        got = op(
+            jnp.asarray(X3, device=jax_device("cpu")),
+            (
+                jnp.asarray(v[0], jnp.float32, device=jax_device("cpu")),
+                v[1],
+                jnp.asarray(v[2], jnp.float32, device=jax_device("cpu")),
+            ),
+            2.0,
+        )
         np.testing.assert_array_equal(np.asarray(got), _vec_reference(X3, v, 2.0))
 
 
@@ -264,33 +275,33 @@ def test_traced_mat22_scalar_as_nested_tuple_and_its_gradient():
     m = np.asarray([[1.0, 2.0], [3.0, 4.0]], np.float32)
 
     def f(a, b, c, d):
-        return op(jnp.asarray(x), ((a, b), (c, d)))
+        return op(jnp.asarray(x, device=jax_device("cpu")), ((a, b), (c, d)))
 
     got = jax.jit(f)(*m.ravel())
     want = _launch(mat_apply, 3, [wp.array(x, dtype=wp.vec2, device="cpu"), wp.mat22(*m.ravel())], wp.vec2)
     np.testing.assert_array_equal(np.asarray(got), want)
-    g = jax.grad(lambda *c: jnp.sum(jnp.asarray(w) * f(*c)), argnums=(0, 1, 2, 3))(*m.ravel())
+    g = jax.grad(lambda *c: jnp.sum(jnp.asarray(w, device=jax_device("cpu")) * f(*c)), argnums=(0, 1, 2, 3))(*m.ravel())
     np.testing.assert_allclose(np.asarray(g, np.float32), (w.T @ x).ravel(), rtol=1e-6)  # d/dm = sum_i w_i x_i^T
 
 
 def test_traced_integer_vector_components():
     op = interop.op(ivec_offset)
     x = np.arange(6, dtype=np.int32).reshape(2, 3)
-    got = jax.jit(lambda x, a, b: op(x, (a, b, 7)))(jnp.asarray(x), 1, -2)
+    got = jax.jit(lambda x, a, b: op(x, (a, b, 7)))(jnp.asarray(x, device=jax_device("cpu")), 1, -2)
     np.testing.assert_array_equal(np.asarray(got), x + [1, -2, 7])
     with pytest.raises(interop.ArgumentError, match=r"op 'ivec_offset', parameter 'v'.*got float"):
-        jax.jit(lambda x, a: op(x, (a, 1, 2)))(jnp.asarray(x), 1.5)
+        jax.jit(lambda x, a: op(x, (a, 1, 2)))(jnp.asarray(x, device=jax_device("cpu")), 1.5)
 
 
 def test_traced_vector_components_errors_name_op_and_parameter():
     op = interop.op(vec_affine)
-    x = jnp.asarray(X3)
+    x = jnp.asarray(X3, device=jax_device("cpu"))
     with pytest.raises(interop.ArgumentError, match=r"op 'vec_affine', parameter 'v'.*3 numbers.*got 2 component"):
         jax.jit(lambda x, a: op(x, (a, a), 2.0))(x, 1.0)
     with pytest.raises(
         interop.ArgumentError, match=r"op 'vec_affine', parameter 'v'.*components of dtype float32, got component 0"
     ):
-        jax.jit(lambda x, a: op(x, (a, 1.0, 2.0), 2.0))(x, jnp.int32(1))
+        jax.jit(lambda x, a: op(x, (a, 1.0, 2.0), 2.0))(x, jnp.asarray(1, jnp.int32, device=jax_device("cpu")))
     with pytest.raises(interop.ArgumentError, match=r"op 'vec_affine', parameter 'v'.*got component 1 of type"):
         jax.jit(lambda x, a: op(x, (a, "1", 2.0), 2.0))(x, 1.0)
     with pytest.raises(interop.ArgumentError, match=r"op 'vec_affine', parameter 'v'.*float32 value.*become inf"):
@@ -306,7 +317,7 @@ def test_launch_dims_equal_to_a_cached_value_are_checked_like_a_fresh_call(jit, 
     """``True == 1`` and ``2.0 == 2``: a call with the refused value was served the entry of the
     accepted one it equals, once that had run (and refused in a fresh process)."""
     op = interop.op(divide)
-    x = jnp.ones(4, jnp.float32)
+    x = jnp.ones(4, jnp.float32, device=jax_device("cpu"))
 
     def call(ld):
         return jax.jit(lambda x: op(x, 2.0, launch_dims=ld))(x) if jit else op(x, 2.0, launch_dims=ld)
@@ -326,14 +337,16 @@ def test_traced_vec3_scalar_with_x64_weak_float64_components(form):
     op = interop.op(vec_affine)
     v = V if form != "tuple_tracer_and_numbers" else (V[0], -2.0, 0.5)
     with jax.enable_x64(True):
-        x = jnp.asarray(X3)
+        x = jnp.asarray(X3, device=jax_device("cpu"))
         got = jax.jit(lambda x, a, b, c: op(x, VEC_FORMS[form]((a, b, c)), 2.0))(x, *v)
         assert got.dtype == jnp.float32
         np.testing.assert_array_equal(np.asarray(got), _vec_reference(X3, v, 2.0))
-        ga = jax.grad(lambda a: jnp.sum(jnp.asarray(W3) * op(x, VEC_FORMS[form]((a, v[1], v[2])), 2.0)))(v[0])
+        ga = jax.grad(
+            lambda a: jnp.sum(jnp.asarray(W3, device=jax_device("cpu")) * op(x, VEC_FORMS[form]((a, v[1], v[2])), 2.0))
+        )(v[0])
         np.testing.assert_allclose(float(ga), np.sum(W3[:, 0] * X3[:, 0]), rtol=1e-6)
         with pytest.raises(interop.ArgumentError, match=r"op 'vec_affine', parameter 'v'.*dtype float64"):
-            op(x, jnp.asarray(v, jnp.float64), 2.0)
+            op(x, jnp.asarray(v, jnp.float64, device=jax_device("cpu")), 2.0)
 
 
 # ---- row 7: a dropped op is freed; XLA keeps only its targets' names -----------------------
@@ -354,9 +367,11 @@ def test_exported_call_after_its_op_was_dropped_names_the_op_and_describing_it_a
 
     from adapters import jax as interop_jax
 
-    x = jnp.arange(4.0, dtype=jnp.float32)
+    x = jnp.arange(4.0, dtype=jnp.float32, device=jax_device("cpu"))
     op = _dropped_op("seams::halve_dropped")
-    exported = jax.export.export(jax.jit(lambda a: op(a)), disabled_checks=interop_jax.disabled_checks(op))(x)
+    exported = jax.export.export(
+        jax.jit(lambda a: op(a)), platforms=["cpu"], disabled_checks=interop_jax.disabled_checks(op)
+    )(x)
     exp = jax.export.deserialize(exported.serialize())
     np.testing.assert_array_equal(np.asarray(exp.call(x)), np.asarray(x) * 0.5)
     ref = weakref.ref(op)

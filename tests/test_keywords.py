@@ -19,7 +19,7 @@ def _to(fw, a):
     if fw == "numpy":
         return a
     if fw == "warp":
-        return wp.array(a, dtype=float)
+        return wp.array(a, dtype=float, device="cpu")
     return interop.convert(a.copy(), to=fw, copy=True)  # JAX aliases only 64-byte aligned buffers
 
 

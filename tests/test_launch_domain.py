@@ -25,9 +25,14 @@ def _spring_args(seed: int = 0):
 def _wp_springs(args) -> np.ndarray:
     """Forces as newton computes them: wp.launch over the springs."""
     x, v, idx, rest, ke, kd, f = args
-    wf = wp.array(f, dtype=wp.vec3)
-    vec = [wp.array(a, dtype=wp.vec3) for a in (x, v)]
-    wp.launch(cat.eval_springs, dim=len(rest), inputs=[*vec, *(wp.array(a) for a in (idx, rest, ke, kd)), wf])
+    wf = wp.array(f, dtype=wp.vec3, device="cpu")
+    vec = [wp.array(a, dtype=wp.vec3, device="cpu") for a in (x, v)]
+    wp.launch(
+        cat.eval_springs,
+        dim=len(rest),
+        inputs=[*vec, *(wp.array(a, device="cpu") for a in (idx, rest, ke, kd)), wf],
+        device=wf.device,
+    )
     return wf.numpy()
 
 

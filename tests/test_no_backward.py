@@ -7,6 +7,7 @@ import importlib.util
 import numpy as np
 import pytest
 import warp as wp
+from _devices import jax_device
 
 import interop
 
@@ -84,8 +85,8 @@ def _run(fw: str, op, grad: bool):
         fwd = lambda x: op(x, S)  # noqa: E731
         if fw == "jax-jit":
             f, g, fwd = jax.jit(f), jax.jit(g), jax.jit(fwd)
-        value = np.asarray(fwd(jnp.asarray(X)))
-        return value, (np.asarray(g(jnp.asarray(X))) if grad else None)
+        value = np.asarray(fwd(jnp.asarray(X, device=jax_device("cpu"))))
+        return value, (np.asarray(g(jnp.asarray(X, device=jax_device("cpu")))) if grad else None)
     if fw == "paddle":
         import paddle
 
@@ -99,7 +100,7 @@ def _run(fw: str, op, grad: bool):
         (out.sum() + x.sum()).backward()
         return value, x.grad.numpy()
     if fw == "warp":
-        x = wp.array(X.copy(), dtype=float, requires_grad=grad)
+        x = wp.array(X.copy(), dtype=float, requires_grad=grad, device="cpu")
         if not grad:
             return op(x, S).numpy(), None
         tape = wp.Tape()
@@ -136,15 +137,15 @@ def test_in_out_gradient_passes_through_without_the_adjoint():
     """Only the in-out value is differentiated: its gradient passes through (no adjoint needed)."""
     torch = pytest.importorskip("torch")
     op = interop.op(accumulate_nb, outputs=2, in_out=["acc"])
-    x = torch.ones(3)
-    acc0 = torch.zeros(1, requires_grad=True)
+    x = torch.ones(3, device="cpu")
+    acc0 = torch.zeros(1, requires_grad=True, device="cpu")
     acc, y = op(x, acc0 * 1.0)
     np.testing.assert_allclose(acc.detach().numpy(), [3.0])
     (g,) = torch.autograd.grad(acc.sum() * 5.0, acc0)
     np.testing.assert_allclose(g.numpy(), [5.0])
     with pytest.raises(NotImplementedError, match=r"op 'accumulate_nb': no gradient: .*enable_backward=False"):
-        xg = torch.ones(3, requires_grad=True)
-        acc, y = op(xg, torch.zeros(1))
+        xg = torch.ones(3, requires_grad=True, device="cpu")
+        acc, y = op(xg, torch.zeros(1, device="cpu"))
         y.sum().backward()
 
 

@@ -226,7 +226,7 @@ def test_function_op_scalar_tensor_gradient_is_refused():
         out[i] = a[i] * s
 
     def scaled(a: wp.array(dtype=wp.float64), s: wp.float64, out: wp.array(dtype=wp.float64)):
-        wp.launch(_scale, dim=a.shape, inputs=[a, s], outputs=[out])
+        wp.launch(_scale, dim=a.shape, inputs=[a, s], outputs=[out], device=a.device)
 
     op = interop.op(scaled)
     a = _rand(N, 1)

@@ -97,7 +97,7 @@ def test_paddle_and_numpy_in_one_call():
 def test_paddle_and_torch_in_one_call():
     torch = pytest.importorskip("torch", reason="torch is not installed")
     with pytest.raises(TypeError, match=r"parameter 'x' is a torch array, parameter 'y' is a paddle array"):
-        SAXPY(torch.ones(4), f32(4), 2.0)
+        SAXPY(torch.ones(4, device="cpu"), f32(4), 2.0)
 
 
 def test_wrong_argument_count_and_keyword():

@@ -43,7 +43,9 @@ def test_optimise_paddle_tensor_with_adam():
 
 def test_optimise_warp_array_with_adam_through_to_paddle():
     """Guide example 2 (wp.to_paddle): the points are a Warp array; Adam gets one Paddle view of it."""
-    xs = wp.array(np.random.default_rng(0).standard_normal((100, 2)), dtype=wp.float32, requires_grad=True)
+    xs = wp.array(
+        np.random.default_rng(0).standard_normal((100, 2)), dtype=wp.float32, requires_grad=True, device="cpu"
+    )
     start = xs.numpy().copy()
     t = wp.to_paddle(xs)  # shares memory with xs
     assert not t.stop_gradient

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import warp as wp
+from _devices import jax_device
 
 import interop
 
@@ -70,11 +71,17 @@ def test_jax():
     jnp = jax.numpy
 
     def loss(x, y):
-        return jnp.sum(jnp.asarray(W) * OP(x, y, S))
+        return jnp.sum(jnp.asarray(W, device=jax_device("cpu")) * OP(x, y, S))
 
-    gx, gy = jax.jit(jax.grad(loss, argnums=(0, 1)))(jnp.asarray(X), jnp.asarray(Y))
+    gx, gy = jax.jit(jax.grad(loss, argnums=(0, 1)))(
+        jnp.asarray(X, device=jax_device("cpu")), jnp.asarray(Y, device=jax_device("cpu"))
+    )
     ref, ex, ey = _expected()
-    np.testing.assert_allclose(np.asarray(OP(jnp.asarray(X), jnp.asarray(Y), S)), ref, rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(OP(jnp.asarray(X, device=jax_device("cpu")), jnp.asarray(Y, device=jax_device("cpu")), S)),
+        ref,
+        rtol=1e-6,
+    )
     np.testing.assert_allclose(np.asarray(gx), ex, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(gy), ey, rtol=1e-5)
 

@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pytest
 import warp as wp
+from _devices import jax_device
 from catalogue import PROPERTY_INNER, PROPERTY_SCALARS, affine2d_op, copy_op, rowsum_op, to_fw, to_np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -221,11 +222,11 @@ def _grads(fw, la, lb, a_base, b_base, s, w):
     if fw == "torch":
         import torch
 
-        A = torch.tensor(a_base, requires_grad=True)
-        B = torch.tensor(b_base, requires_grad=True)
-        S = torch.tensor(s, dtype=A.dtype, requires_grad=True)
+        A = torch.tensor(a_base, requires_grad=True, device="cpu")
+        B = torch.tensor(b_base, requires_grad=True, device="cpu")
+        S = torch.tensor(s, dtype=A.dtype, requires_grad=True, device="cpu")
         out = affine2d_op(view(fw, A, la), view(fw, B, lb), S)
-        (out * torch.tensor(w)).sum().backward()
+        (out * torch.tensor(w, device="cpu")).sum().backward()
         return to_np(out), to_np(A.grad), to_np(B.grad), float(S.grad)
     if fw == "jax":
         import jax
@@ -239,8 +240,8 @@ def _grads(fw, la, lb, a_base, b_base, s, w):
         g = jax.grad(loss, argnums=(0, 1, 2))
         if jit:
             g = jax.jit(g)
-        A, B = jnp.asarray(a_base), jnp.asarray(b_base)
-        S = jnp.asarray(s, dtype=A.dtype)
+        A, B = jnp.asarray(a_base, device=jax_device("cpu")), jnp.asarray(b_base, device=jax_device("cpu"))
+        S = jnp.asarray(s, dtype=A.dtype, device=jax_device("cpu"))
         ga, gb, gs = g(A, B, S)
         out = affine2d_op(view(fw, A, la), view(fw, B, lb), S)
         return to_np(out), to_np(ga), to_np(gb), float(gs)

@@ -7,6 +7,9 @@ on contiguous copies (tests/property_calls.py). Kernels with struct parameters g
 own: the same dimensions apply to the structs' fields, and each call packs its structs one way (a
 Warp struct instance, a dict, a dataclass, a NamedTuple, a registered JAX pytree).
 
+Each call is drawn on a device (the CPU; CUDA too where INTEROP_TEST_DEVICES names it and the
+framework has it, tests/_devices.py), and its reference runs there; CuPy joins on CUDA.
+
 INTEROP_PROPERTY_EXAMPLES calls per framework (CI default small; ``nox -s properties`` full size).
 """
 
@@ -16,12 +19,12 @@ import pytest
 from catalogue import PROPERTY_OPS
 from hypothesis import event, given
 from hypothesis import strategies as st
-from property_calls import EXAMPLES, FRAMEWORKS, calls, count_call, property_settings, run_call
+from property_calls import CALL_FRAMEWORKS, EXAMPLES, calls, count_call, property_settings, run_call
 
 pytestmark = pytest.mark.timeout(7200)
 
 
-@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("fw", CALL_FRAMEWORKS)
 @property_settings(EXAMPLES)
 @given(data=st.data())
 def test_generated_call_equals_warp(fw, data):
@@ -34,7 +37,7 @@ def test_generated_call_equals_warp(fw, data):
 STRUCT_OPS = [p for p in PROPERTY_OPS if p.structs]
 
 
-@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("fw", CALL_FRAMEWORKS)
 @property_settings(EXAMPLES)
 @given(data=st.data())
 def test_generated_struct_call_equals_warp(fw, data):

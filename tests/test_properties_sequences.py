@@ -1,7 +1,7 @@
 """Generated sequences of 5-30 calls of one op in which each call's properties change: sizes,
 layouts, dtype, scalar kind, requires_grad, grad mode (``torch.no_grad``/``paddle.no_grad``), JAX's
 x64 mode, ``jax.jit``/``jax.grad``, per-call ``launch_dims``, an input modified in place between
-the forward and the backward. Layouts and sizes come from small pools so that signatures repeat:
+the forward and the backward, and (where CUDA is present) the device. Layouts and sizes come from small pools so that signatures repeat:
 each call is compared with ``wp.launch``/``wp.Tape`` on contiguous copies, so a fast path's cache
 that serves a call it should not (a stale hit) fails here.
 
@@ -16,8 +16,8 @@ from catalogue import PROPERTY_OPS
 from hypothesis import event, given
 from hypothesis import strategies as st
 from property_calls import (
+    CALL_FRAMEWORKS,
     EXAMPLES,
-    FRAMEWORKS,
     SEQUENCE_PATHS,
     calls,
     count,
@@ -31,14 +31,14 @@ pytestmark = pytest.mark.timeout(7200)
 SIZES = [(3, 2), (4, 2), (3, 3), (1, 4), (0, 2), (5, 1)]
 
 
-@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("fw", CALL_FRAMEWORKS)
 @property_settings(max(1, EXAMPLES // 4))
 @given(data=st.data())
 def test_sequence_of_changing_calls_equals_warp(fw, data):
     _sequence(fw, data, PROPERTY_OPS)
 
 
-@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("fw", CALL_FRAMEWORKS)
 @property_settings(max(1, EXAMPLES // 8))
 @given(data=st.data())
 def test_sequence_of_changing_struct_calls_equals_warp(fw, data):

@@ -38,16 +38,16 @@ def test_torch_vmap_in_out_whose_batch_elements_share_memory_is_refused():
     import torch
 
     op = case("in_out_first").op  # acc += x^2, out = 3 x
-    acc0 = torch.zeros(1, 3)
+    acc0 = torch.zeros(1, 3, device="cpu")
     with pytest.raises(
         interop.ArgumentError, match=r"op 'inout_first_kernel', parameter 'acc': torch.vmap .* share memory"
     ):
-        torch.func.vmap(op)(acc0.expand(3, 3), torch.ones(3, 3))
+        torch.func.vmap(op)(acc0.expand(3, 3), torch.ones(3, 3, device="cpu"))
     assert acc0.tolist() == [[0.0, 0.0, 0.0]]
     # batch elements of their own are updated, each with its own x
-    acc = torch.zeros(3, 3)
-    torch.func.vmap(op)(acc, torch.arange(9.0).reshape(3, 3))
-    assert acc.tolist() == (torch.arange(9.0).reshape(3, 3) ** 2).tolist()
+    acc = torch.zeros(3, 3, device="cpu")
+    torch.func.vmap(op)(acc, torch.arange(9.0, device="cpu").reshape(3, 3))
+    assert acc.tolist() == (torch.arange(9.0, device="cpu").reshape(3, 3) ** 2).tolist()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("paddle") is None, reason="paddle not installed")

@@ -12,6 +12,7 @@ import catalogue as cat
 import numpy as np
 import pytest
 import warp as wp
+from _devices import jax_device
 
 import interop
 
@@ -22,12 +23,12 @@ INV_DX = (2.0, 0.5, 4.0)
 
 def _tape_grad(field: np.ndarray, weights: list[np.ndarray], inv_dx=INV_DX) -> np.ndarray:
     """d sum_d(w_d * grad_d) / d field, by wp.Tape over the forward kernel."""
-    f = wp.array(field, requires_grad=True)
-    outs = [wp.zeros(SHAPE, dtype=float, requires_grad=True) for _ in range(3)]
+    f = wp.array(field, requires_grad=True, device="cpu")
+    outs = [wp.zeros(SHAPE, dtype=float, requires_grad=True, device="cpu") for _ in range(3)]
     tape = wp.Tape()
     with tape:
-        wp.launch(cat.central_diff_3d_fwd, dim=SHAPE, inputs=[f, *inv_dx], outputs=outs)
-    tape.backward(grads={o: wp.array(w) for o, w in zip(outs, weights)})
+        wp.launch(cat.central_diff_3d_fwd, dim=SHAPE, inputs=[f, *inv_dx], outputs=outs, device=f.device)
+    tape.backward(grads={o: wp.array(w, device="cpu") for o, w in zip(outs, weights)})
     return f.grad.numpy()
 
 
@@ -35,8 +36,8 @@ def _grad(fw: str, op, field: np.ndarray, weights: list[np.ndarray], inv_dx=INV_
     if fw == "torch":
         import torch
 
-        t = torch.tensor(field, requires_grad=True)
-        sum((o * torch.tensor(w)).sum() for o, w in zip(op(t, *inv_dx), weights)).backward()
+        t = torch.tensor(field, requires_grad=True, device="cpu")
+        sum((o * torch.tensor(w, device="cpu")).sum() for o, w in zip(op(t, *inv_dx), weights)).backward()
         return t.grad.numpy()
     if fw == "paddle":
         import paddle
@@ -51,7 +52,7 @@ def _grad(fw: str, op, field: np.ndarray, weights: list[np.ndarray], inv_dx=INV_
         return sum(jnp.sum(o * w) for o, w in zip(op(x, *inv_dx), weights))
 
     g = jax.grad(loss) if fw == "jax" else jax.jit(jax.grad(loss))
-    return np.asarray(g(jnp.asarray(field)))
+    return np.asarray(g(jnp.asarray(field, device=jax_device("cpu"))))
 
 
 def _data(seed: int = 0):

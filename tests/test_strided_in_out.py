@@ -41,15 +41,15 @@ def _warp_reference(c, args: tuple, weights: list[np.ndarray]) -> tuple[list[np.
             warr.append(None)
             continue
         a = next(it)
-        warr.append(wp.array(np.ascontiguousarray(a), dtype=float, requires_grad=True))
+        warr.append(wp.array(np.ascontiguousarray(a), dtype=float, requires_grad=True, device="cpu"))
         dims = dims or a.shape
-    warr = [wp.zeros(dims, dtype=float, requires_grad=True) if w is None else w for w in warr]
+    warr = [wp.zeros(dims, dtype=float, requires_grad=True, device="cpu") if w is None else w for w in warr]
     tape = wp.Tape()
     with tape:
-        wp.launch(desc.fn, dim=dims, inputs=warr)
+        wp.launch(desc.fn, dim=dims, inputs=warr, device="cpu")
     returned = [w for p, w in zip(desc.params, warr) if p.role != INPUT]
     values = [w.numpy().copy() for w in returned]
-    tape.backward(grads={w: wp.array(g.astype(np.float32)) for w, g in zip(returned, weights)})
+    tape.backward(grads={w: wp.array(g.astype(np.float32), device="cpu") for w, g in zip(returned, weights)})
     grads = [w.grad.numpy() for p, w in zip(desc.params, warr) if p.role == INPUT]
     return values, grads
 
@@ -104,7 +104,9 @@ def test_torch_strided_in_out_matches_warp_on_contiguous_copies(case_id, grad, p
         want, want_grads = _warp_reference(c, args, weights)
         tbuf = torch.from_numpy(buf.copy())
         targs = [
-            tbuf[1::STEP] if j == k else torch.tensor(np.ascontiguousarray(a), requires_grad=grad and j not in c.in_out)
+            tbuf[1::STEP]
+            if j == k
+            else torch.tensor(np.ascontiguousarray(a), requires_grad=grad and j not in c.in_out, device="cpu")
             for j, a in enumerate(args)
         ]
         got = _torch_call(path, c.op, targs)

@@ -13,6 +13,7 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
+from _devices import jax_device
 
 import interop
 
@@ -56,16 +57,18 @@ def _inputs(seed: int = 0):
 def _warp_reference(x, v, m, wx, wv):
     """kernel_step by wp.launch on Warp struct instances; gradients of sum(wx*x_out + wv*v_out) by wp.Tape."""
     s_in, s_out, model = State(), State(), Model()
-    s_in.x = wp.array(x, dtype=wp.vec3, requires_grad=True)
-    s_in.v = wp.array(v, dtype=wp.vec3, requires_grad=True)
-    s_out.x = wp.zeros(N, dtype=wp.vec3, requires_grad=True)
-    s_out.v = wp.zeros(N, dtype=wp.vec3, requires_grad=True)
+    s_in.x = wp.array(x, dtype=wp.vec3, requires_grad=True, device="cpu")
+    s_in.v = wp.array(v, dtype=wp.vec3, requires_grad=True, device="cpu")
+    s_out.x = wp.zeros(N, dtype=wp.vec3, requires_grad=True, device="cpu")
+    s_out.v = wp.zeros(N, dtype=wp.vec3, requires_grad=True, device="cpu")
     model.dt, model.gravity = DT, wp.vec3(*GRAVITY)
-    model.m = wp.array(m, dtype=float, requires_grad=True)
+    model.m = wp.array(m, dtype=float, requires_grad=True, device="cpu")
     tape = wp.Tape()
     with tape:
-        wp.launch(kernel_step, dim=N, inputs=[s_in, s_out, model])
-    tape.backward(grads={s_out.x: wp.array(wx, dtype=wp.vec3), s_out.v: wp.array(wv, dtype=wp.vec3)})
+        wp.launch(kernel_step, dim=N, inputs=[s_in, s_out, model], device="cpu")
+    tape.backward(
+        grads={s_out.x: wp.array(wx, dtype=wp.vec3, device="cpu"), s_out.v: wp.array(wv, dtype=wp.vec3, device="cpu")}
+    )
     values = (s_out.x.numpy(), s_out.v.numpy())
     grads = (s_in.x.grad.numpy(), s_in.v.grad.numpy(), model.m.grad.numpy())
     return values, grads
@@ -93,8 +96,8 @@ def test_numpy_dict_and_warp_struct_instances(reference):
     _close(out["v"], vo)
     # Warp struct instances, as wp.launch takes them
     s_in, model = State(), Model()
-    s_in.x, s_in.v = wp.array(x, dtype=wp.vec3), wp.array(v, dtype=wp.vec3)
-    model.dt, model.gravity, model.m = DT, wp.vec3(*GRAVITY), wp.array(m)
+    s_in.x, s_in.v = wp.array(x, dtype=wp.vec3, device="cpu"), wp.array(v, dtype=wp.vec3, device="cpu")
+    model.dt, model.gravity, model.m = DT, wp.vec3(*GRAVITY), wp.array(m, device="cpu")
     out = STEP(s_in, model)
     assert isinstance(out["x"], wp.array) and out["x"].dtype == wp.vec3
     _close(out["x"].numpy(), xo)
@@ -106,11 +109,13 @@ def test_torch_eager_compile_and_gradients(reference):
     (x, v, m, wx, wv), (xo, vo), (gx, gv, gm) = reference
 
     def run(f):
-        tx, tv, tm = (torch.tensor(a, requires_grad=True) for a in (x, v, m))
+        tx, tv, tm = (torch.tensor(a, requires_grad=True, device="cpu") for a in (x, v, m))
         out = f({"x": tx, "v": tv}, {"dt": DT, "gravity": GRAVITY, "m": tm})
         _close(out["x"].detach(), xo)
         _close(out["v"].detach(), vo)
-        (out["x"] * torch.tensor(wx)).sum().add((out["v"] * torch.tensor(wv)).sum()).backward()
+        (out["x"] * torch.tensor(wx, device="cpu")).sum().add(
+            (out["v"] * torch.tensor(wv, device="cpu")).sum()
+        ).backward()
         for t, g in ((tx, gx), (tv, gv), (tm, gm)):
             _close(t.grad, g)
 
@@ -122,7 +127,13 @@ def test_torch_opcheck_on_the_leaves():
     torch = pytest.importorskip("torch")
     x, v, m = _inputs(1)
     op = torch.ops.structs_test.kernel_step
-    args = (torch.tensor(x, requires_grad=True), torch.tensor(v), DT, list(GRAVITY), torch.tensor(m))
+    args = (
+        torch.tensor(x, requires_grad=True, device="cpu"),
+        torch.tensor(v, device="cpu"),
+        DT,
+        list(GRAVITY),
+        torch.tensor(m, device="cpu"),
+    )
     torch.library.opcheck(op, args)
 
 
@@ -149,12 +160,18 @@ def test_jax_jit_and_grad_return_the_structure(reference):
         return jnp.sum(out["x"] * wx) + jnp.sum(out["v"] * wv)
 
     out = jax.jit(lambda s, mo: STEP(s, mo))(
-        {"x": jnp.asarray(x), "v": jnp.asarray(v)}, ModelNT(DT, jnp.asarray(GRAVITY, jnp.float32), jnp.asarray(m))
+        {"x": jnp.asarray(x, device=jax_device("cpu")), "v": jnp.asarray(v, device=jax_device("cpu"))},
+        ModelNT(
+            DT, jnp.asarray(GRAVITY, jnp.float32, device=jax_device("cpu")), jnp.asarray(m, device=jax_device("cpu"))
+        ),
     )
     _close(out["x"], xo)
     _close(out["v"], vo)
-    for state in ({"x": jnp.asarray(x), "v": jnp.asarray(v)}, StateDC(jnp.asarray(x), jnp.asarray(v))):
-        gs, gmodel = jax.jit(jax.grad(loss, argnums=(0, 1)))(state, {"m": jnp.asarray(m)})
+    for state in (
+        {"x": jnp.asarray(x, device=jax_device("cpu")), "v": jnp.asarray(v, device=jax_device("cpu"))},
+        StateDC(jnp.asarray(x, device=jax_device("cpu")), jnp.asarray(v, device=jax_device("cpu"))),
+    ):
+        gs, gmodel = jax.jit(jax.grad(loss, argnums=(0, 1)))(state, {"m": jnp.asarray(m, device=jax_device("cpu"))})
         assert type(gs) is type(state)  # jax.grad returns the caller's structure
         gs = gs if isinstance(gs, dict) else dataclasses.asdict(gs)
         _close(gs["x"], gx)
@@ -201,13 +218,13 @@ def test_in_out_struct_in_place_and_jax_new_structure():
     assert got is d  # updated in place: the caller's structure itself
     _close(d["f"], want)
     torch = pytest.importorskip("torch")
-    tf = torch.tensor(f)
-    dc = {"x": torch.tensor(x), "f": tf, "k": 0.5}
+    tf = torch.tensor(f, device="cpu")
+    dc = {"x": torch.tensor(x, device="cpu"), "f": tf, "k": 0.5}
     assert ADD_FORCE(dc, (1.0, 2.0, 3.0)) is dc and dc["f"] is tf
     _close(tf, want)
     jax = pytest.importorskip("jax")
     jnp = jax.numpy
-    state = {"x": jnp.asarray(x), "f": jnp.asarray(f), "k": 0.5}
+    state = {"x": jnp.asarray(x, device=jax_device("cpu")), "f": jnp.asarray(f, device=jax_device("cpu")), "k": 0.5}
     new = jax.jit(lambda s: ADD_FORCE(s, (1.0, 2.0, 3.0)))(state)
     assert new is not state and set(new) == {"x", "f", "k"}
     _close(new["f"], want)
@@ -245,19 +262,19 @@ def test_nested_struct_passed_whole_values_and_tape_gradients():
     k = rng.uniform(1, 2, N).astype(np.float32)
     w = rng.uniform(0.5, 1.5, N).astype(np.float32)
     spring, system = Spring(), System()
-    spring.rest, spring.k = 0.25, wp.array(k, requires_grad=True)
-    system.spring, system.x = spring, wp.array(x, requires_grad=True)
-    e = wp.zeros(N, dtype=float, requires_grad=True)
+    spring.rest, spring.k = 0.25, wp.array(k, requires_grad=True, device="cpu")
+    system.spring, system.x = spring, wp.array(x, requires_grad=True, device="cpu")
+    e = wp.zeros(N, dtype=float, requires_grad=True, device="cpu")
     tape = wp.Tape()
     with tape:
-        wp.launch(system_energy, dim=N, inputs=[system], outputs=[e])
-    tape.backward(grads={e: wp.array(w)})
+        wp.launch(system_energy, dim=N, inputs=[system], outputs=[e], device=e.device)
+    tape.backward(grads={e: wp.array(w, device="cpu")})
     op = interop.op(system_energy)
     _close(op({"spring": {"rest": 0.25, "k": k}, "x": x}), e.numpy())
     _close(op(system).numpy(), e.numpy())  # a Warp struct instance holding a nested one
     torch = pytest.importorskip("torch")
-    tk, tx = torch.tensor(k, requires_grad=True), torch.tensor(x, requires_grad=True)
-    (op({"spring": {"rest": 0.25, "k": tk}, "x": tx}) * torch.tensor(w)).sum().backward()
+    tk, tx = torch.tensor(k, requires_grad=True, device="cpu"), torch.tensor(x, requires_grad=True, device="cpu")
+    (op({"spring": {"rest": 0.25, "k": tk}, "x": tx}) * torch.tensor(w, device="cpu")).sum().backward()
     _close(tk.grad, spring.k.grad.numpy())
     _close(tx.grad, system.x.grad.numpy())
 
@@ -349,7 +366,7 @@ def _particles():
 def test_array_of_structs_numpy_and_warp():
     ps, v, want = _particles()
     _close(KINETIC(ps, v), want)
-    _close(KINETIC(wp.array(ps, dtype=Particle), wp.array(v, dtype=wp.vec3)).numpy(), want)
+    _close(KINETIC(wp.array(ps, dtype=Particle, device="cpu"), wp.array(v, dtype=wp.vec3, device="cpu")).numpy(), want)
     with pytest.raises(interop.ArgumentError, match=r"parameter 'ps': expected a 1-d array of struct Particle"):
         KINETIC(np.zeros(N, dtype=[("a", "<f4")]), v)
 
@@ -411,4 +428,4 @@ def test_torch_compile_is_a_struct_ops_first_call():
     f = torch.compile(
         lambda tk, tx: op({"spring": {"rest": 0.25, "k": tk}, "x": tx}), backend="aot_eager", fullgraph=True
     )
-    _close(f(torch.tensor(k), torch.tensor(x)), 0.5 * k * (x - 0.25) ** 2)
+    _close(f(torch.tensor(k, device="cpu"), torch.tensor(x, device="cpu")), 0.5 * k * (x - 0.25) ** 2)

@@ -61,7 +61,7 @@ def _make(fw: str, a: np.ndarray, grad: bool = False):
         import torch
 
         MyTensor, _ = _torch_subclasses()
-        return torch.tensor(a).as_subclass(MyTensor).requires_grad_(grad)
+        return torch.tensor(a, device="cpu").as_subclass(MyTensor).requires_grad_(grad)
     t = _paddle_subclass()(a.copy())
     t.stop_gradient = not grad
     return t
@@ -73,7 +73,7 @@ def _base(fw: str, a: np.ndarray, grad: bool = False):
     if fw == "torch":
         import torch
 
-        return torch.tensor(a, requires_grad=grad)
+        return torch.tensor(a, requires_grad=grad, device="cpu")
     import paddle
 
     t = paddle.to_tensor(a.copy())
@@ -133,8 +133,8 @@ def test_torch_subclass_goes_through_the_registered_operator():
     b = at._binding(SCALAR.op)
     before = b.eager_calls
     Logging.seen.clear()
-    lx = torch.tensor(x).as_subclass(Logging).requires_grad_(True)
-    out = SCALAR.op(lx, torch.tensor(y).as_subclass(Logging), s)
+    lx = torch.tensor(x, device="cpu").as_subclass(Logging).requires_grad_(True)
+    out = SCALAR.op(lx, torch.tensor(y, device="cpu").as_subclass(Logging), s)
     assert b.eager_calls == before
     operator = getattr(getattr(torch.ops, b.ns), b.base).default  # torch.ops.<namespace>.<name>
     assert operator in Logging.seen

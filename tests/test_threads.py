@@ -62,7 +62,12 @@ def test_generic_op_module_reload_races_replayed_launches():
 FIRST_USE = """
 import sys, threading
 import numpy as np, warp as wp
-import interop, torch, jax, jax.numpy as jnp, paddle
+import interop, torch, jax, jax.numpy as jnp
+
+try:  # optional: the GPU machine has no Paddle
+    import paddle
+except ImportError:
+    paddle = None
 from catalogue import case
 
 N_THREADS = 8
@@ -119,14 +124,16 @@ def worker(k):
         check("jax jit", f(jnp.asarray(x), jnp.asarray(y)), expect)
         g = jax.jit(jax.grad(lambda a, b: saxpy(a, b, 2.0).sum()))
         check("jax grad", g(jnp.asarray(x), jnp.asarray(y)), np.cos(x) * 2.0)
-        check("paddle", saxpy(paddle.to_tensor(x), paddle.to_tensor(y), 2.0).numpy(), expect)
+        if paddle is not None:
+            check("paddle", saxpy(paddle.to_tensor(x), paddle.to_tensor(y), 2.0).numpy(), expect)
         op = make_scaled(k % 4)
         check("new numpy", op(x), x * (k % 4 + 1))
         xt = torch.tensor(x, requires_grad=True)
         op(xt).sum().backward()
         check("new torch grad", xt.grad.numpy(), np.full_like(x, k % 4 + 1))
         check("new jax jit", jax.jit(op)(jnp.asarray(x)), x * (k % 4 + 1))
-        check("new paddle", op(paddle.to_tensor(x)).numpy(), x * (k % 4 + 1))
+        if paddle is not None:
+            check("new paddle", op(paddle.to_tensor(x)).numpy(), x * (k % 4 + 1))
     except BaseException as e:  # reported by the main thread
         errors.append(("raised", k, repr(e)))
 
@@ -144,7 +151,10 @@ print("OK")
 @pytest.mark.parametrize("run", range(3))
 def test_first_use_from_eight_threads(run):
     """8 threads start at once, before Warp is initialised or any adapter imported: NumPy, torch
-    (forward+backward), JAX (eager, jit, grad), Paddle, and a new op described in each thread."""
+    (forward+backward), JAX (eager, jit, grad), Paddle (where installed), and a new op described in
+    each thread."""
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
     p = run_script(FIRST_USE)
     assert "OK" in p.stdout
     # Warp initialised once: one banner, a kernel-cache path not built several times over

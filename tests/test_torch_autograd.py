@@ -49,7 +49,7 @@ VSCALE = interop.op(vscale_kernel, name="tt_ag::vscale")
 
 def _r(*shape, dtype=torch.float64, grad=True, seed=0):
     g = torch.Generator().manual_seed(seed + sum(shape))
-    return (torch.rand(*shape, generator=g, dtype=dtype) * 2 - 1).requires_grad_(grad)
+    return (torch.rand(*shape, generator=g, dtype=dtype, device="cpu") * 2 - 1).requires_grad_(grad)
 
 
 # ---- gradcheck (float64) --------------------------------------------------------------
@@ -70,16 +70,16 @@ def test_gradcheck_python_function_op():
 
 
 def test_gradcheck_scalar_passed_as_0d_tensor():
-    s = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    s = torch.tensor(0.7, dtype=torch.float64, requires_grad=True, device="cpu")
     assert torch.autograd.gradcheck(SCALAR, (_r(6), _r(6, seed=1), s))
 
 
 def test_scalar_gradient_against_finite_differences():
     # asymmetric inputs: a zero or a sign-symmetric gradient would not hide here
-    x = torch.tensor([0.1, 0.5, -0.3, 1.2], dtype=torch.float64)
-    y = torch.tensor([0.2, -0.7, 0.9, 0.4], dtype=torch.float64)
-    w = torch.tensor([1.0, 2.0, 0.5, -1.5], dtype=torch.float64)
-    s = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    x = torch.tensor([0.1, 0.5, -0.3, 1.2], dtype=torch.float64, device="cpu")
+    y = torch.tensor([0.2, -0.7, 0.9, 0.4], dtype=torch.float64, device="cpu")
+    w = torch.tensor([1.0, 2.0, 0.5, -1.5], dtype=torch.float64, device="cpu")
+    s = torch.tensor(0.8, dtype=torch.float64, requires_grad=True, device="cpu")
     (w * SCALAR(x, y, s)).sum().backward()
     eps = 1e-6
 
@@ -100,11 +100,11 @@ def test_only_inputs_that_require_grad_get_one():
 
 
 def test_integer_arrays_get_no_gradient():
-    x = torch.rand(6, requires_grad=True)
-    idx = torch.tensor([5, 0, 0, 3], dtype=torch.int32)
+    x = torch.rand(6, requires_grad=True, device="cpu")
+    idx = torch.tensor([5, 0, 0, 3], dtype=torch.int32, device="cpu")
     out = GATHER(x, idx, launch_dims=4)
     out.sum().backward()
-    expected = torch.zeros(6)
+    expected = torch.zeros(6, device="cpu")
     expected[5] += 2
     expected[0] += 4
     expected[3] += 2
@@ -112,7 +112,7 @@ def test_integer_arrays_get_no_gradient():
 
 
 def test_multiple_outputs_only_some_used():
-    a = torch.rand(6, requires_grad=True)
+    a = torch.rand(6, requires_grad=True, device="cpu")
     c, d = MULTI(a)
     d.sum().backward()  # c unused: its upstream gradient is zero
     torch.testing.assert_close(a.grad, 3 * a.detach() ** 2)
@@ -125,8 +125,8 @@ def test_multiple_outputs_only_some_used():
 def test_retain_graph_with_a_different_upstream_gradient():
     x, y = _r(5), _r(5, seed=1, grad=False)
     out = SCALAR(x, y, 1.5)
-    g1 = torch.ones(5, dtype=torch.float64)
-    g2 = torch.arange(5, dtype=torch.float64) - 2.0
+    g1 = torch.ones(5, dtype=torch.float64, device="cpu")
+    g2 = torch.arange(5, dtype=torch.float64, device="cpu") - 2.0
     (gx1,) = torch.autograd.grad(out, x, g1, retain_graph=True)
     (gx2,) = torch.autograd.grad(out, x, g2)
     torch.testing.assert_close(gx1, 1.5 * torch.cos(x.detach()))
@@ -134,31 +134,31 @@ def test_retain_graph_with_a_different_upstream_gradient():
 
 
 def test_expanded_upstream_gradient_of_a_vec_output():
-    v = torch.rand(4, 3, requires_grad=True)
+    v = torch.rand(4, 3, requires_grad=True, device="cpu")
     out = VSCALE(v, 3.0)
     out.sum().backward()  # upstream gradient is an expanded (stride 0) tensor
-    torch.testing.assert_close(v.grad, torch.full((4, 3), 3.0))
+    torch.testing.assert_close(v.grad, torch.full((4, 3), 3.0, device="cpu"))
     v.grad = None
     out = VSCALE(v, 3.0)
     out[:, 1].sum().backward()
-    expected = torch.zeros(4, 3)
+    expected = torch.zeros(4, 3, device="cpu")
     expected[:, 1] = 3.0
     torch.testing.assert_close(v.grad, expected)
 
 
 def test_in_out_gradients():
-    x = torch.rand(3, 4, requires_grad=True)
-    acc = torch.zeros(3)
+    x = torch.rand(3, 4, requires_grad=True, device="cpu")
+    acc = torch.zeros(3, device="cpu")
     acc_in = acc
     acc_out, sq = ROWSQ(x, acc)
     assert acc_out is acc_in  # updated in place, same object, now recorded by autograd
     torch.testing.assert_close(acc, (x.detach() ** 2).sum(1))
-    (acc_out * torch.tensor([1.0, 2.0, 3.0])).sum().add(sq.sum()).backward()
-    expected = 2 * x.detach() * torch.tensor([1.0, 2.0, 3.0])[:, None] + 2.0
+    (acc_out * torch.tensor([1.0, 2.0, 3.0], device="cpu")).sum().add(sq.sum()).backward()
+    expected = 2 * x.detach() * torch.tensor([1.0, 2.0, 3.0], device="cpu")[:, None] + 2.0
     torch.testing.assert_close(x.grad, expected)
     # the in-out gradient passes through unchanged (the kernel only accumulates into it)
-    acc2 = torch.rand(3, requires_grad=True).clone()
-    w = torch.tensor([1.0, -2.0, 3.0])
+    acc2 = torch.rand(3, requires_grad=True, device="cpu").clone()
+    w = torch.tensor([1.0, -2.0, 3.0], device="cpu")
     base = acc2
     acc2.retain_grad()
     ROWSQ(x.detach(), acc2)
@@ -198,7 +198,7 @@ def test_forward_mode_is_refused_not_a_zero_tangent(op_name):
 
     y = _r(4, seed=1, grad=False)
     f = (lambda x: SCALAR(x, y, 1.5)) if op_name == "SCALAR" else CUBE
-    x, v = _r(4, grad=False), torch.ones(4, dtype=torch.float64)
+    x, v = _r(4, grad=False), torch.ones(4, dtype=torch.float64, device="cpu")
     f(x), f(x)  # the eager fast path is warm
     with pytest.raises(UnsupportedError, match=_FORWARD):
         torch.func.jvp(f, (x,), (v,))
@@ -216,12 +216,15 @@ def test_forward_mode_is_refused_not_a_zero_tangent(op_name):
 def test_forward_mode_through_the_operator_and_an_in_out_op_is_refused():
     import torch.autograd.forward_ad as fwAD
 
-    x, y, v = _r(4, grad=False), _r(4, seed=1, grad=False), torch.ones(4, dtype=torch.float64)
+    x, y, v = _r(4, grad=False), _r(4, seed=1, grad=False), torch.ones(4, dtype=torch.float64, device="cpu")
     with fwAD.dual_level():
         with pytest.raises(UnsupportedError, match=_FORWARD):
             torch.ops.tt_ag.scalar64(fwAD.make_dual(x, v), y, 1.5)
         with pytest.raises(UnsupportedError, match=_FORWARD):
-            ROWSQ(fwAD.make_dual(torch.rand(3, 4), torch.ones(3, 4)), torch.zeros(3))
+            ROWSQ(
+                fwAD.make_dual(torch.rand(3, 4, device="cpu"), torch.ones(3, 4, device="cpu")),
+                torch.zeros(3, device="cpu"),
+            )
 
 
 def test_forward_mode_with_the_op_on_constants_is_exact():
@@ -258,8 +261,8 @@ def test_vmap_of_grad_and_of_an_in_out_op():
     X, Y = _r(3, 5, grad=False), _r(3, 5, seed=1, grad=False)
     per = torch.vmap(torch.func.grad(lambda x, y: SCALAR(x, y, 1.5).sum()))(X, Y)
     torch.testing.assert_close(per, 1.5 * torch.cos(X))
-    xs = torch.rand(2, 3, 4)
-    accs = torch.zeros(2, 3)
+    xs = torch.rand(2, 3, 4, device="cpu")
+    accs = torch.zeros(2, 3, device="cpu")
     acc_b, sq_b = torch.vmap(ROWSQ)(xs, accs)
     torch.testing.assert_close(accs, (xs**2).sum(-1))
     torch.testing.assert_close(sq_b, 2 * xs)

@@ -47,17 +47,17 @@ def _explain(fn, *args):
 
 
 def test_zero_graph_breaks():
-    x, y = torch.rand(8), torch.rand(8)
+    x, y = torch.rand(8, device="cpu"), torch.rand(8, device="cpu")
 
     def f(x, y):
         return SIN(x, y, 1.5) * 2 + 1
 
     ex = _explain(f, x, y)
     assert (ex.graph_count, ex.graph_break_count) == (1, 0), ex.break_reasons
-    v = torch.rand(5, 3)
+    v = torch.rand(5, 3, device="cpu")
     ex = _explain(lambda v: VLEN(v)[0].sum() + VLEN(v)[1].sum(), v)
     assert (ex.graph_count, ex.graph_break_count) == (1, 0), ex.break_reasons
-    s = torch.tensor(0.5)
+    s = torch.tensor(0.5, device="cpu")
     ex = _explain(lambda x, y, s: SIN(x, y, s) + 1, x, y, s)
     assert (ex.graph_count, ex.graph_break_count) == (1, 0), ex.break_reasons
 
@@ -71,14 +71,14 @@ def test_forward_compiled_equals_eager_without_recompiling(dynamic):
         return SIN(x, y, 1.5) * 2 + 1
 
     cf = torch.compile(f, backend=cnt, fullgraph=True, dynamic=dynamic)
-    x, y = torch.rand(16), torch.rand(16)
+    x, y = torch.rand(16, device="cpu"), torch.rand(16, device="cpu")
     for _ in range(3):
         torch.testing.assert_close(cf(x, y), f(x, y))
-    x2, y2 = torch.rand(16), torch.rand(16)
+    x2, y2 = torch.rand(16, device="cpu"), torch.rand(16, device="cpu")
     torch.testing.assert_close(cf(x2, y2), f(x2, y2))
     assert cnt.frame_count == 1  # same shapes: compiled once
     if dynamic:
-        x3, y3 = torch.rand(23), torch.rand(23)
+        x3, y3 = torch.rand(23, device="cpu"), torch.rand(23, device="cpu")
         torch.testing.assert_close(cf(x3, y3), f(x3, y3))
         assert cnt.frame_count == 1  # symbolic sizes: a new n does not recompile
     torch._dynamo.reset()
@@ -96,8 +96,8 @@ def test_forward_and_backward_compiled_equal_eager(dynamic):
 
     closs = torch.compile(loss, backend=cnt, fullgraph=True, dynamic=dynamic)
     for n in (6, 6, 9) if dynamic else (6, 6):
-        x = torch.rand(n, requires_grad=True)
-        v = torch.rand(n, 3, requires_grad=True)
+        x = torch.rand(n, requires_grad=True, device="cpu")
+        v = torch.rand(n, 3, requires_grad=True, device="cpu")
         ref = loss(x, v)
         gx, gv = torch.autograd.grad(ref, (x, v))
         got = closs(x, v)
@@ -111,8 +111,8 @@ def test_forward_and_backward_compiled_equal_eager(dynamic):
 
 def test_backward_compiled_with_inductor():
     torch._dynamo.reset()
-    x = torch.rand(10, requires_grad=True)
-    y = torch.rand(10)
+    x = torch.rand(10, requires_grad=True, device="cpu")
+    y = torch.rand(10, device="cpu")
     cf = torch.compile(lambda x, y: SIN(x, y, 3.0).sum(), fullgraph=True)
     cf(x, y).backward()
     torch.testing.assert_close(x.grad, 3.0 * torch.cos(x.detach()))
@@ -121,8 +121,8 @@ def test_backward_compiled_with_inductor():
 
 def test_compiled_scalar_tensor_gradient_and_dims_arguments():
     torch._dynamo.reset()
-    x, y = torch.rand(7), torch.rand(7)
-    s = torch.tensor(1.25, requires_grad=True)
+    x, y = torch.rand(7, device="cpu"), torch.rand(7, device="cpu")
+    s = torch.tensor(1.25, requires_grad=True, device="cpu")
     cf = torch.compile(lambda x, y, s: SIN(x, y, s), backend="aot_eager", fullgraph=True)
     cf(x, y, s).sum().backward()
     torch.testing.assert_close(s.grad, torch.sin(x).sum())
@@ -130,7 +130,7 @@ def test_compiled_scalar_tensor_gradient_and_dims_arguments():
     cf2 = torch.compile(
         lambda v, n: VLEN(v, launch_dims=n, output_dims=n)[0], backend="aot_eager", fullgraph=True, dynamic=True
     )
-    v = torch.rand(9, 3)
+    v = torch.rand(9, 3, device="cpu")
     torch.testing.assert_close(cf2(v, 4), v[:4].norm(dim=1))
     torch._dynamo.reset()
 
@@ -142,8 +142,8 @@ def test_compiled_in_out_updates_the_callers_tensor():
         return ROWACC(x, acc) * 1.0
 
     cf = torch.compile(f, backend="aot_eager", fullgraph=True)
-    x = torch.rand(3, 5)
-    acc = torch.ones(3)
+    x = torch.rand(3, 5, device="cpu")
+    acc = torch.ones(3, device="cpu")
     res = cf(x, acc)
     torch.testing.assert_close(acc, 1.0 + (x * x).sum(1))
     torch.testing.assert_close(res, acc)
@@ -154,7 +154,7 @@ def test_rosenbrock_with_adam_through_the_compiled_op_converges():
     # the guide's custom-operator example (fewer points and steps, so it runs in seconds)
     torch._dynamo.reset()
     rng = np.random.default_rng(42)
-    xy = torch.tensor(rng.normal(size=(16, 2)), dtype=torch.float32, requires_grad=True)
+    xy = torch.tensor(rng.normal(size=(16, 2)), dtype=torch.float32, requires_grad=True, device="cpu")
     opt = torch.optim.Adam([xy], lr=0.1)
 
     @torch.compile(fullgraph=True)
@@ -167,5 +167,5 @@ def test_rosenbrock_with_adam_through_the_compiled_op_converges():
         z.backward(torch.ones_like(z))
         opt.step()
     mean = xy.detach().mean(0)
-    torch.testing.assert_close(mean, torch.tensor([1.0, 1.0]), atol=0.02, rtol=0)
+    torch.testing.assert_close(mean, torch.tensor([1.0, 1.0], device="cpu"), atol=0.02, rtol=0)
     torch._dynamo.reset()

@@ -41,7 +41,9 @@ class _WaveLayer(torch.nn.Module):
 
 def _data():
     g = torch.Generator().manual_seed(1)
-    return torch.rand(STEPS, BATCH, 4, generator=g), torch.rand(STEPS, BATCH, 1, generator=g)
+    return torch.rand(STEPS, BATCH, 4, generator=g, device="cpu"), torch.rand(
+        STEPS, BATCH, 1, generator=g, device="cpu"
+    )
 
 
 def _train(model, xs, ys):

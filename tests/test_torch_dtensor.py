@@ -142,7 +142,7 @@ def _compare(op, make_args, place, *, kwargs=None, grad=True, in_out=(), count=T
         "out": [_placements(g) for g in got],
     }
     if leaves:
-        weights = [torch.linspace(-1.0, 1.0, x.numel()).reshape(x.shape) for x in ref]
+        weights = [torch.linspace(-1.0, 1.0, x.numel(), device="cpu").reshape(x.shape) for x in ref]
         torch.autograd.backward(ref, weights)
         # the same upstream gradients on every rank, placed like the outputs (a local slice)
         dweights = [_placed_like(w, g) for w, g in zip(weights, got)]
@@ -191,7 +191,7 @@ def _tensor_parallel(mesh, op) -> dict:
 
     ref, tp = _mlp(op), _mlp(op)  # the same seeded initial parameters
     parallelize_module(tp, mesh, {"0": ColwiseParallel(use_local_output=False), "2": RowwiseParallel()})
-    x = torch.linspace(-1.0, 1.0, 5 * 4).reshape(5, 4)
+    x = torch.linspace(-1.0, 1.0, 5 * 4, device="cpu").reshape(5, 4)
     y_ref = ref(x)
     y_ref.square().sum().backward()
     with CommDebugMode() as cm:
@@ -216,7 +216,7 @@ def _fsdp2(mesh, rank: int) -> dict:
     fully_shard(model[2], mesh=mesh)
     fully_shard(model, mesh=mesh)
     g = torch.Generator().manual_seed(1)
-    xs, ys = torch.rand(2, 8, 4, generator=g), torch.rand(2, 8, 3, generator=g)
+    xs, ys = torch.rand(2, 8, 4, generator=g, device="cpu"), torch.rand(2, 8, 3, generator=g, device="cpu")
     per = 8 // WORLD
     for m, part in ((ref, slice(None)), (model, slice(rank * per, (rank + 1) * per))):
         opt = torch.optim.SGD(m.parameters(), lr=0.1)
@@ -239,7 +239,7 @@ def _compiled(mesh, backend: str) -> dict:
 
 
 def _x73():
-    return torch.linspace(-1.0, 1.0, 21).reshape(7, 3)
+    return torch.linspace(-1.0, 1.0, 21, device="cpu").reshape(7, 3)
 
 
 def _placer(mesh, *placements):
@@ -259,7 +259,7 @@ def _mutating_operator_refuses(mesh) -> dict:
     import adapters.torch as atorch
 
     x = distribute_tensor(_x73(), mesh, [Shard(0)])
-    acc = distribute_tensor(torch.zeros(7), mesh, [Shard(0)])
+    acc = distribute_tensor(torch.zeros(7, device="cpu"), mesh, [Shard(0)])
     try:
         atorch.bind(PLAIN_INOUT)(x, acc)
     except Exception as e:
@@ -271,7 +271,7 @@ def _scenarios(mesh, rank):
     from torch.distributed.tensor import Replicate, Shard
 
     R, S0, S1 = Replicate(), Shard(0), Shard(1)
-    x7 = torch.linspace(-1.0, 1.0, 7)
+    x7 = torch.linspace(-1.0, 1.0, 7, device="cpu")
     yield "plain_replicate", lambda: _compare(PLAIN, lambda: [_x73(), 2.0], _placer(mesh, R))
     yield "plain_shard0", lambda: _compare(PLAIN, lambda: [_x73(), 2.0], _placer(mesh, S0))
     yield "rows_shard0", lambda: _compare(ROWS, lambda: [_x73(), 2.0], _placer(mesh, S0))
@@ -279,7 +279,10 @@ def _scenarios(mesh, rank):
     yield "rows_shard1", lambda: _compare(ROWS, lambda: [_x73(), 2.0], _placer(mesh, S1))
     yield "elementwise_shard1", lambda: _compare(ELEM, lambda: [_x73(), 2.0], _placer(mesh, S1))
     yield "elementwise_shard0", lambda: _compare(ELEM, lambda: [_x73(), 2.0], _placer(mesh, S0))
-    yield "rows_tensor_scalar", lambda: _compare(ROWS, lambda: [_x73(), torch.tensor(2.0)], _placer(mesh, S0))
+    yield (
+        "rows_tensor_scalar",
+        lambda: _compare(ROWS, lambda: [_x73(), torch.tensor(2.0, device="cpu")], _placer(mesh, S0)),
+    )
     yield "rows_static_dims", lambda: _compare(ROWS_STATIC, lambda: [_x73(), 2.0], _placer(mesh, S0))
     yield (
         "rows_call_dims",
@@ -291,16 +294,21 @@ def _scenarios(mesh, rank):
     yield "rows_multi_output", lambda: _compare(ROWS_MULTI, lambda: [x7.clone()], _placer(mesh, S0))
     yield (
         "rows_index",
-        lambda: _compare(ROWS_INDEX, lambda: [x7.clone(), torch.arange(7, dtype=torch.int32)], _placer(mesh, S0)),
+        lambda: _compare(
+            ROWS_INDEX, lambda: [x7.clone(), torch.arange(7, dtype=torch.int32, device="cpu")], _placer(mesh, S0)
+        ),
     )
-    yield "rows_inout", lambda: _compare(ROWS_INOUT, lambda: [_x73(), torch.ones(7)], _placer(mesh, S0), in_out=(1,))
+    yield (
+        "rows_inout",
+        lambda: _compare(ROWS_INOUT, lambda: [_x73(), torch.ones(7, device="cpu")], _placer(mesh, S0), in_out=(1,)),
+    )
     yield (
         "rows_inout_no_grad",
-        lambda: _compare(ROWS_INOUT, lambda: [_x73(), torch.ones(7)], _placer(mesh, S0), grad=False),
+        lambda: _compare(ROWS_INOUT, lambda: [_x73(), torch.ones(7, device="cpu")], _placer(mesh, S0), grad=False),
     )
     yield (
         "plain_inout_shard0_no_grad",
-        lambda: _compare(PLAIN_INOUT, lambda: [_x73(), torch.ones(7)], _placer(mesh, S0), grad=False),
+        lambda: _compare(PLAIN_INOUT, lambda: [_x73(), torch.ones(7, device="cpu")], _placer(mesh, S0), grad=False),
     )
     yield "rows_output_not_rows", lambda: _compare(ROWS_TOTAL, lambda: [x7.clone()], _placer(mesh, S0))
     yield "mutating_operator_refuses", lambda: _mutating_operator_refuses(mesh)
@@ -359,7 +367,7 @@ def ranks(tmp_path_factory):
     """Both ranks' results: two spawned processes, a deadline, and each killed by its PID if it misses it."""
     out = tmp_path_factory.mktemp("dtensor")
     # the kernels compiled once here, before two processes would compile them at the same time
-    ROWS(torch.ones(2, 2), 1.0)
+    ROWS(torch.ones(2, 2, device="cpu"), 1.0)
     ctx = torch.multiprocessing.start_processes(
         _worker, args=(WORLD, _free_port(), str(out)), nprocs=WORLD, join=False, start_method="spawn"
     )

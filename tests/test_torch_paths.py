@@ -139,8 +139,8 @@ def test_catalogue_same_values_and_gradients_as_the_eager_path(case_id, path):
 # ---- autograd scenarios on every path ------------------------------------------------------------
 def _xy(n=9, grad=True, seed=0):
     g = torch.Generator().manual_seed(seed)
-    x = torch.rand(n, generator=g).requires_grad_(grad)
-    y = torch.rand(n, generator=g).requires_grad_(grad)
+    x = torch.rand(n, generator=g, device="cpu").requires_grad_(grad)
+    y = torch.rand(n, generator=g, device="cpu").requires_grad_(grad)
     return x, y
 
 
@@ -148,7 +148,7 @@ def _xy(n=9, grad=True, seed=0):
 def test_retain_graph_with_two_upstream_gradients(path):
     x, y = _xy()
     out = _run(path, SAXPY, lambda x, y: SAXPY(x, y, 1.5), x, y)
-    g1, g2 = torch.rand(9), torch.rand(9) + 1.0
+    g1, g2 = torch.rand(9, device="cpu"), torch.rand(9, device="cpu") + 1.0
     a = torch.autograd.grad(out, (x, y), g1, retain_graph=True)
     b = torch.autograd.grad(out, (x, y), g2)
     for (gx, gy), g in ((a, g1), (b, g2)):
@@ -159,7 +159,7 @@ def test_retain_graph_with_two_upstream_gradients(path):
 @pytest.mark.parametrize("path", PATHS)
 def test_scalar_as_a_0d_tensor_gets_its_gradient(path):
     x, y = _xy()
-    s = torch.tensor(1.5, requires_grad=True)
+    s = torch.tensor(1.5, requires_grad=True, device="cpu")
     out = _run(path, SAXPY, lambda x, y, s: SAXPY(x, y, s), x, y, s)
     gx, gs = torch.autograd.grad(out.sum(), (x, s))
     torch.testing.assert_close(gs, (x.detach() ** 2).sum())
@@ -177,10 +177,10 @@ def test_tensor_kept_from_an_exited_torch_func_transform():
         kept.append(x * 2.0)
         return SAXPY(x, x, 1.5).sum()
 
-    torch.func.grad(f)(torch.arange(1.0, 6.0))
-    dead, y = kept[0], torch.rand(5)
+    torch.func.grad(f)(torch.arange(1.0, 6.0, device="cpu"))
+    dead, y = kept[0], torch.rand(5, device="cpu")
     assert torch._C._functorch.is_functorch_wrapped_tensor(dead)  # what this test is about
-    inside = torch.arange(2.0, 12.0, 2.0)
+    inside = torch.arange(2.0, 12.0, 2.0, device="cpu")
     before = _eager_calls(SAXPY)
     for _ in range(3):
         torch.testing.assert_close(SAXPY(dead, y, 1.5), 1.5 * inside**2 + y)
@@ -190,7 +190,7 @@ def test_tensor_kept_from_an_exited_torch_func_transform():
 
 @pytest.mark.parametrize("path", ["eager", "operator"])
 def test_hand_written_backward_and_second_order(path):
-    x = torch.rand(6, dtype=torch.float64, requires_grad=True)
+    x = torch.rand(6, dtype=torch.float64, requires_grad=True, device="cpu")
 
     def first_and_second(x):
         (g,) = torch.autograd.grad(CUBE(x).sum(), x, create_graph=True)
@@ -203,7 +203,7 @@ def test_hand_written_backward_and_second_order(path):
 
 
 def test_hand_written_backward_under_compile():
-    x = torch.rand(6, dtype=torch.float64, requires_grad=True)
+    x = torch.rand(6, dtype=torch.float64, requires_grad=True, device="cpu")
     out = _run("compile", CUBE, CUBE, x)
     (g,) = torch.autograd.grad(out.sum(), x)
     torch.testing.assert_close(g, 3 * x.detach() ** 2)
@@ -245,13 +245,15 @@ def test_no_grad_and_inference_mode(path, mode):
 
 @pytest.mark.parametrize("path", PATHS)
 def test_non_contiguous_inputs(path):
-    base = torch.rand(18, 2)
+    base = torch.rand(18, 2, device="cpu")
     x = base[:, 1][::2].clone().requires_grad_(True)
-    xs = torch.rand(9, 3)[:, 0]  # strided, not contiguous
+    xs = torch.rand(9, 3, device="cpu")[:, 0]  # strided, not contiguous
     assert not xs.is_contiguous()
     out = _run(path, SAXPY, lambda x, y: SAXPY(x, y, 2.0), x, xs)
     torch.testing.assert_close(out, 2.0 * x.detach() ** 2 + xs)
-    (gx,) = torch.autograd.grad(out, x, torch.rand(9)[None, :].expand(3, 9)[0])  # a strided upstream gradient
+    (gx,) = torch.autograd.grad(
+        out, x, torch.rand(9, device="cpu")[None, :].expand(3, 9)[0]
+    )  # a strided upstream gradient
     assert gx.shape == x.shape
 
 
@@ -279,7 +281,7 @@ def test_saved_tensor_hooks_see_the_same_tensors(path):
         out = _run(path, SAXPY, lambda x, y: SAXPY(x, y, 1.5), x, y)
     gx, gy = torch.autograd.grad(out.sum(), (x, y))
     torch.testing.assert_close(gx, 3.0 * x.detach())
-    torch.testing.assert_close(gy, torch.ones(9))
+    torch.testing.assert_close(gy, torch.ones(9, device="cpu"))
     # x and y: the kernel only stores into its output, which Warp's adjoint never reads
     assert packed == [((9,), torch.float32)] * 2
 
@@ -295,7 +297,7 @@ def test_saved_tensors_are_the_inputs_and_the_outputs_the_adjoint_reads(path, ha
     (``twice``) is not, and its upstream gradient stands in for it: the gradients are right. A
     hand-written backward reads no output: only ``x`` is saved."""
     op = READS_OUTPUT_HW if hand_written else READS_OUTPUT
-    x = torch.rand(9, dtype=torch.float32, requires_grad=True)
+    x = torch.rand(9, dtype=torch.float32, requires_grad=True, device="cpu")
     op(x)  # the signature is validated once; from then on eager calls take the fast path
     packed = []
 
@@ -338,8 +340,8 @@ def test_anomaly_mode(path):
 @pytest.mark.parametrize("path", ["eager", "operator"])
 def test_in_out_no_grad_bumps_the_version_counter(path):
     case = catalogue.case("in_out")
-    x = torch.rand(3, 4)
-    acc = torch.zeros(3)
+    x = torch.rand(3, 4, device="cpu")
+    acc = torch.zeros(3, device="cpu")
     v = acc._version
     res = _run(path, case.op, case.op, x, acc)
     assert res[0] is acc and acc._version > v
@@ -349,11 +351,11 @@ def test_in_out_no_grad_bumps_the_version_counter(path):
 @pytest.mark.parametrize("path", ["eager", "operator"])
 def test_in_out_overwriting_a_saved_tensor_is_caught(path):
     case = catalogue.case("in_out")
-    w = torch.rand(3, requires_grad=True)
-    acc = torch.zeros(3)
+    w = torch.rand(3, requires_grad=True, device="cpu")
+    acc = torch.zeros(3, device="cpu")
     loss = (w * acc).sum()  # saves acc for the backward
     with torch.no_grad():
-        _run(path, case.op, case.op, torch.rand(3, 4), acc)
+        _run(path, case.op, case.op, torch.rand(3, 4, device="cpu"), acc)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
 
@@ -376,8 +378,8 @@ def test_only_plain_tensors_qualify_for_the_fast_path():
     class Sub(torch.Tensor):
         pass
 
-    x = torch.rand(3)
-    assert plain_eager([x, 1.0, torch.nn.Parameter(torch.rand(3))])
+    x = torch.rand(3, device="cpu")
+    assert plain_eager([x, 1.0, torch.nn.Parameter(torch.rand(3, device="cpu"))])
     assert not plain_eager([x, x.as_subclass(Sub)])
     with _PassThrough():
         assert not plain_eager([x])
@@ -452,16 +454,16 @@ def _layouts(shape):
     g = torch.Generator().manual_seed(3)
     n = int(np.prod(shape))
     strided = (
-        torch.rand(2 * n, generator=g)[::2].reshape(shape)
+        torch.rand(2 * n, generator=g, device="cpu")[::2].reshape(shape)
         if len(shape) == 1
-        else torch.rand(shape[::-1], generator=g).T
+        else torch.rand(shape[::-1], generator=g, device="cpu").T
     )
     return [
-        torch.tensor(2.0).expand(shape),
-        torch.rand(shape, generator=g),
+        torch.tensor(2.0, device="cpu").expand(shape),
+        torch.rand(shape, generator=g, device="cpu"),
         strided,
-        torch.tensor(-3.0).expand(shape),
-        torch.rand(shape, generator=g),
+        torch.tensor(-3.0, device="cpu").expand(shape),
+        torch.rand(shape, generator=g, device="cpu"),
     ]
 
 
@@ -475,19 +477,22 @@ def test_upstream_gradient_layouts_in_turn_on_one_signature(op, shape):
     and a packed one from call to call; every gradient is right, on the eager path each time."""
     g = torch.Generator().manual_seed(5)
     if op is SAXPY:
-        x, y = torch.rand(shape, generator=g, requires_grad=True), torch.rand(shape, generator=g, requires_grad=True)
+        x, y = (
+            torch.rand(shape, generator=g, requires_grad=True, device="cpu"),
+            torch.rand(shape, generator=g, requires_grad=True, device="cpu"),
+        )
         args, leaves = (x, y, 1.5), (x, y)
 
         def expected(up):
             return 3.0 * x.detach() * up, up
     elif op is TRANSPOSE:
-        a = torch.rand(shape[::-1], generator=g, requires_grad=True)
+        a = torch.rand(shape[::-1], generator=g, requires_grad=True, device="cpu")
         args, leaves = (a,), (a,)
 
         def expected(up):
             return (up.T,)
     else:
-        v = torch.rand(shape, generator=g, requires_grad=True)
+        v = torch.rand(shape, generator=g, requires_grad=True, device="cpu")
         args, leaves = (v, 0.5), (v,)
 
         def expected(up):
@@ -514,8 +519,8 @@ def test_expanded_upstream_gradients_of_changing_values_in_turn(op):
     with packed gradients, gives each backward its own gradients."""
     n = 37
     dtype = torch.float32 if op is SAXPY else torch.float64
-    x = torch.rand(n, dtype=dtype, generator=torch.Generator().manual_seed(2), requires_grad=True)
-    y = torch.rand(n, dtype=dtype, requires_grad=True)
+    x = torch.rand(n, dtype=dtype, generator=torch.Generator().manual_seed(2), requires_grad=True, device="cpu")
+    y = torch.rand(n, dtype=dtype, requires_grad=True, device="cpu")
     args = (x, y, 1.5) if op is SAXPY else (x,)
     leaves = (x, y) if op is SAXPY else (x,)
     op(*args)  # validated in full: the calls below run the signature's generated code
@@ -525,7 +530,11 @@ def test_expanded_upstream_gradients_of_changing_values_in_turn(op):
 
     values = [1.0, 1.0, 2.5, 2.5, -0.0, 0.0, float("nan"), float("nan"), None, 1.0, None, -4.0, 1.0]
     for v in values:
-        up = torch.rand(n, dtype=dtype) if v is None else torch.tensor(v, dtype=dtype).expand(n)
+        up = (
+            torch.rand(n, dtype=dtype, device="cpu")
+            if v is None
+            else torch.tensor(v, dtype=dtype, device="cpu").expand(n)
+        )
         out = op(*args)
         assert _node_kind(out) == "eager"
         grads = torch.autograd.grad(out, leaves, up)
@@ -539,7 +548,7 @@ def test_sum_backward_reads_the_expanded_gradient_like_a_packed_one():
     x, y = _xy(64)
     SAXPY(x, y, 1.5)
     a = torch.autograd.grad(SAXPY(x, y, 1.5).sum(), (x, y))
-    b = torch.autograd.grad(SAXPY(x, y, 1.5), (x, y), torch.ones(64))
+    b = torch.autograd.grad(SAXPY(x, y, 1.5), (x, y), torch.ones(64, device="cpu"))
     for got, want in zip(a, b):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
@@ -583,12 +592,12 @@ def test_threads_share_one_signature():
         g = torch.Generator().manual_seed(k)
         ok = True
         for _ in range(200):
-            x = torch.rand(257, generator=g, requires_grad=True)
-            y = torch.rand(257, generator=g, requires_grad=True)
+            x = torch.rand(257, generator=g, requires_grad=True, device="cpu")
+            y = torch.rand(257, generator=g, requires_grad=True, device="cpu")
             out = SAXPY(x, y, 1.5)
             gx, gy = torch.autograd.grad(out.sum(), (x, y))
             ok &= torch.allclose(out, 1.5 * x.detach() ** 2 + y.detach())
-            ok &= torch.allclose(gx, 3.0 * x.detach()) and torch.equal(gy, torch.ones(257))
+            ok &= torch.allclose(gx, 3.0 * x.detach()) and torch.equal(gy, torch.ones(257, device="cpu"))
         return ok
 
     problems = in_threads(worker)
@@ -601,7 +610,7 @@ def _variants(n: int):
     g = torch.Generator().manual_seed(7)
 
     def r(*shape, dtype=torch.float32):
-        return torch.rand(*shape, generator=g, dtype=dtype)
+        return torch.rand(*shape, generator=g, dtype=dtype, device="cpu")
 
     big = r(3 * n)
     z = torch.complex(r(n), r(n))
@@ -656,7 +665,7 @@ def test_last_signature_is_never_served_to_a_call_that_differs(variant, signatur
         out = SAXPY(x, y, a)
         torch.testing.assert_close(out.detach(), want, rtol=1e-6, atol=1e-6)
         if out.requires_grad:
-            gout = torch.rand(out.shape)
+            gout = torch.rand(out.shape, device="cpu")
             grads = torch.autograd.grad(out, [t for t in (x, y) if t.requires_grad], gout)
             want_grads = [2 * a * x.detach() * gout if t is x else gout for t in (x, y) if t.requires_grad]
             for got, exp in zip(grads, want_grads):

@@ -7,6 +7,7 @@ import importlib.util
 import numpy as np
 import pytest
 import warp as wp
+from _devices import jax_device
 
 import interop
 
@@ -58,9 +59,9 @@ def test_upstream_gradient_is_not_written_and_gradient_is_right(fw):
     if fw == "torch":
         import torch
 
-        x = torch.tensor(xn, requires_grad=True)
+        x = torch.tensor(xn, requires_grad=True, device="cpu")
         out, twice = op(x)
-        go, gt = torch.tensor(g_out), torch.tensor(g_twice)
+        go, gt = torch.tensor(g_out, device="cpu"), torch.tensor(g_twice, device="cpu")
         (gx,) = torch.autograd.grad((out, twice), (x,), (go, gt))
         np.testing.assert_array_equal(go.numpy(), g_out)
         np.testing.assert_allclose(gx.numpy(), expected, rtol=1e-5)
@@ -68,8 +69,8 @@ def test_upstream_gradient_is_not_written_and_gradient_is_right(fw):
         import jax
         import jax.numpy as jnp
 
-        go, gt = jnp.asarray(g_out), jnp.asarray(g_twice)
-        _, vjp = jax.vjp(lambda x: op(x), jnp.asarray(xn))
+        go, gt = jnp.asarray(g_out, device=jax_device("cpu")), jnp.asarray(g_twice, device=jax_device("cpu"))
+        _, vjp = jax.vjp(lambda x: op(x), jnp.asarray(xn, device=jax_device("cpu")))
         (gx,) = vjp((go, gt))
         np.testing.assert_array_equal(np.asarray(go), g_out)
         np.testing.assert_allclose(np.asarray(gx), expected, rtol=1e-5)

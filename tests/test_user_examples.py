@@ -11,6 +11,7 @@ import catalogue
 import numpy as np
 import pytest
 import user_kernels as uk
+from _devices import jax_device
 from catalogue import fd_grad, loss_weights
 
 import interop
@@ -45,7 +46,7 @@ def _to(fw, a, grad=False):
         return t
     import jax.numpy as jnp
 
-    return jnp.asarray(a)
+    return jnp.asarray(a, device=jax_device("cpu"))
 
 
 def _np(x):
@@ -140,7 +141,7 @@ def _grads(fw, case, args, weights):
         for k, a in zip(diff, arrays):
             full[k] = a
         out = _tuple(case.op(*full, **case.call_kwargs))
-        return sum(jnp.sum(jnp.asarray(w, o.dtype) * o) for w, o in zip(weights, out))
+        return sum(jnp.sum(jnp.asarray(w, o.dtype, device=jax_device("cpu")) * o) for w, o in zip(weights, out))
 
     g = jax.grad(loss, argnums=tuple(range(len(diff))))
     g = jax.jit(g) if fw == "jax.jit" else g
@@ -197,7 +198,7 @@ def test_gradient_wrt_lj_parameters_passed_as_0d_arrays(fw):
     if fw == "torch":
         import torch
 
-        e, s = torch.tensor(eps, requires_grad=True), torch.tensor(sig, requires_grad=True)
+        e, s = torch.tensor(eps, requires_grad=True, device="cpu"), torch.tensor(sig, requires_grad=True, device="cpu")
         en, _ = case.op(torch.from_numpy(pos), torch.from_numpy(pairs), e, s, **kw)
         got = [g.item() for g in torch.autograd.grad(en.sum(), [e, s])]
     elif fw == "paddle":
@@ -212,7 +213,13 @@ def test_gradient_wrt_lj_parameters_passed_as_0d_arrays(fw):
         import jax
 
         def f(e, s):
-            return case.op(jax.numpy.asarray(pos), jax.numpy.asarray(pairs), e, s, **kw)[0].sum()
+            return case.op(
+                jax.numpy.asarray(pos, device=jax_device("cpu")),
+                jax.numpy.asarray(pairs, device=jax_device("cpu")),
+                e,
+                s,
+                **kw,
+            )[0].sum()
 
         got = [float(g) for g in jax.jit(jax.grad(f, argnums=(0, 1)))(np.float32(eps), np.float32(sig))]
     np.testing.assert_allclose(got, fd, rtol=2e-3, atol=2e-3)
@@ -225,8 +232,8 @@ def test_jax_vmap_over_configurations_with_a_shared_pair_list():
 
     case = uk.user_case("lennard_jones")
     batch = [case.make(np.random.default_rng(30 + b), np.float32) for b in range(3)]
-    pairs = jax.numpy.asarray(batch[0][1])
-    pos = jax.numpy.asarray(np.stack([b[0] for b in batch]))
+    pairs = jax.numpy.asarray(batch[0][1], device=jax_device("cpu"))
+    pos = jax.numpy.asarray(np.stack([b[0] for b in batch]), device=jax_device("cpu"))
     call = functools.partial(case.op, **case.call_kwargs)
     energy, forces = jax.jit(jax.vmap(lambda p: call(p, pairs, 0.8, 1.0)))(pos)
     for b, args in enumerate(batch):
@@ -338,7 +345,7 @@ def test_second_derivative_through_a_hand_written_backward(fw):
         import jax
 
         f = jax.grad(lambda z: jax.grad(lambda y: op(y).sum())(z).sum())
-        h = (jax.jit(f) if fw == "jax.jit" else f)(jax.numpy.asarray(x))
+        h = (jax.jit(f) if fw == "jax.jit" else f)(jax.numpy.asarray(x, device=jax_device("cpu")))
     np.testing.assert_allclose(_np(h), 6.0 * x, rtol=1e-6)
 
 
@@ -348,22 +355,24 @@ def test_jax_second_derivative_through_warp_adjoint_names_the_op():
     with pytest.raises(
         NotImplementedError, match=r"op 'cube': second derivatives are not available.*backward=<kernel or op>"
     ):
-        jax.grad(lambda z: jax.grad(lambda y: op(y).sum())(z).sum())(jax.numpy.ones(3))
+        jax.grad(lambda z: jax.grad(lambda y: op(y).sum())(z).sum())(jax.numpy.ones(3, device=jax_device("cpu")))
 
 
 def test_jax_gradient_of_a_kernel_without_adjoint_raises_naming_the_op():
     """enable_backward=False and no backward=: asking JAX for the gradient raises (it was a silent zero)."""
     jax = pytest.importorskip("jax")
     op = interop.op(uk.sum_squares_forward)
-    b = jax.numpy.ones(3)
+    b = jax.numpy.ones(3, device=jax_device("cpu"))
     with pytest.raises(
         NotImplementedError,
         match=r"op 'sum_squares_forward': no gradient: the kernel was compiled with enable_backward=False",
     ):
-        jax.jit(jax.grad(lambda a: op(a, b).sum()))(jax.numpy.ones(3))
+        jax.jit(jax.grad(lambda a: op(a, b).sum()))(jax.numpy.ones(3, device=jax_device("cpu")))
     # integer outputs of such a kernel (a neighbour list) carry no gradient: differentiating around them works
     nb = interop.op(uk.neighbors_no_adjoint, outputs=["nbr", "num"], output_dims={"nbr": (uk.NATOMS, uk.MAX_NBR)})
-    pos = jax.numpy.asarray(uk.user_case("neighbors").make(np.random.default_rng(0), np.float32)[0])
+    pos = jax.numpy.asarray(
+        uk.user_case("neighbors").make(np.random.default_rng(0), np.float32)[0], device=jax_device("cpu")
+    )
 
     def f(p):
         _, num = nb(p, uk.CUTOFF, uk.MAX_NBR)

@@ -64,5 +64,7 @@ def test_direct_path_matches_public_path():
     op = interop.op(_compat_saxpy)
     direct = op(x, y, -2.0)
     out = wp.zeros(33, dtype=float, device="cpu")
-    wp.launch(_compat_saxpy, dim=33, inputs=[wp.array(x), wp.array(y), -2.0, out], device="cpu")
+    wp.launch(
+        _compat_saxpy, dim=33, inputs=[wp.array(x, device="cpu"), wp.array(y, device="cpu"), -2.0, out], device="cpu"
+    )
     np.testing.assert_array_equal(direct, out.numpy())

@@ -18,12 +18,14 @@ def test_tape_gradients_match_finite_differences(case):
     # keep inputs away from 0 so a missing gradient cannot pass by accident
     args = tuple(a + np.asarray(0.3, a.dtype) if isinstance(a, np.ndarray) else a for a in args)
     wargs = tuple(
-        wp.array(a, dtype=wp.dtype_from_numpy(a.dtype), requires_grad=True) if isinstance(a, np.ndarray) else a
+        wp.array(a, dtype=wp.dtype_from_numpy(a.dtype), requires_grad=True, device="cpu")
+        if isinstance(a, np.ndarray)
+        else a
         for a in args
     )
     tape = wp.Tape()
     with tape:
-        outs = case.op(*wargs)
+        outs = case.op(*wargs, **case.call_kwargs)
     outs = outs if isinstance(outs, tuple) else (outs,)
     ref = reference_of(case, args)
     weights = loss_weights(case, ref)
@@ -31,7 +33,10 @@ def test_tape_gradients_match_finite_differences(case):
         tol = BF16_VALUE_TOL if is_bf16(dt) else dict(rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(o.numpy().reshape(r.shape).astype(np.float64), r, **tol)
     tape.backward(
-        grads={o: wp.array(w.reshape(o.numpy().shape).astype(dt), dtype=o.dtype) for o, w in zip(outs, weights)}
+        grads={
+            o: wp.array(w.reshape(o.numpy().shape).astype(dt), dtype=o.dtype, device="cpu")
+            for o, w in zip(outs, weights)
+        }
     )
     expected = fd_grad(case, args, weights)
     for k, (a, g) in enumerate(zip(wargs, expected)):
@@ -44,6 +49,6 @@ def test_tape_gradients_match_finite_differences(case):
 
 def test_tape_not_active_records_nothing_and_outputs_have_no_grad():
     c = next(c for c in CASES if c.id == "scalar")
-    x = wp.array(np.ones(3, np.float32), requires_grad=True)
+    x = wp.array(np.ones(3, np.float32), requires_grad=True, device="cpu")
     out = c.op(x, x, 1.0)
     assert not out.requires_grad
