@@ -17,6 +17,11 @@ from ._plan import CallPlan, make_plan
 # Described ops, weakly: an op the user drops is freed (its plans, launch records, fast paths).
 # Describing an equal description while the op lives returns the same op.
 _ops: weakref.WeakValueDictionary[OpDescription, Op] = weakref.WeakValueDictionary()
+# Ops described with name=, strongly, for the life of the process (as torch.library keeps a
+# custom_op): ``torch.ops.<ns>.<name>``, an exported program or a deserialized JAX module may
+# reach a chosen name after the user's last reference to the op is gone, and everything the
+# registrations need (kernels, plans, launch records, bindings) hangs off the op.
+_named: dict[str, Op] = {}
 _MISSING = object()
 _ops_lock = threading.Lock()
 # returned by an adapter's eager hook (Op.eager_paths: ``hook(args)``) when a call is not its plain eager work
@@ -292,7 +297,10 @@ def op(
             dimensions"). Not for Python-function ops.
         output_dims: default output shapes: int, tuple, or dict by output name; Warp or
             framework convention (trailing vec/mat dims optional). Default: launch dims.
-        name: ``"namespace::name"`` (the PyTorch operator is ``torch.ops.namespace.name``).
+        name: ``"namespace::name"`` (the PyTorch operator is ``torch.ops.namespace.name``). A
+            named op stays registered (PyTorch operators, JAX FFI targets, Paddle) with what it
+            needs for the life of the process, as ``torch.library`` keeps a ``custom_op``; an op
+            without a name is freed, with its registrations, when the last reference goes.
         backward: a hand-written backward, a ``wp.kernel`` or another op. Its parameters:
             the forward's call parameters (inputs, in-out) in order, then one adjoint array per
             returned array (in-out, outputs) in order, then one gradient output per
@@ -326,13 +334,14 @@ def op(
 
     Returns:
         An :class:`Op`. Describing the same kernel with the same options again returns
-        an op with an equal description (and the same registered framework operators).
+        the same op (and the same registered framework operators).
 
     Raises:
         TypeError, ValueError: naming the op and parameter, for anything wrong in the
             description (unknown ``in_out`` names, an output or in-out that is not an array,
             ``outputs`` larger than the parameter list, indexed/fabric array parameters, a
-            ``block_dim`` outside 1..1024...).
+            ``block_dim`` outside 1..1024...), or a ``name`` already taken by another
+            description (another kernel object, other options) in this process.
 
     Example:
         >>> import numpy as np, warp as wp, interop
@@ -364,14 +373,19 @@ def op(
         existing = _ops.get(desc)
         if existing is not None:
             return existing
-        for other in list(_ops.values()):
-            if other.description.name == desc.name:
+        for other in [_named.get(desc.name), *_ops.values()]:
+            if other is not None and other.description.name == desc.name:
+                od = other.description
+                what = "with other options" if od.fn is desc.fn else "(another kernel or function object)"
                 raise ArgumentError(
-                    f"op name {desc.name!r} is already used by {other.description.key!r} with other options; "
-                    "pick another name="
+                    f"op name {desc.name!r} is already used by {od.key!r} {what}; a named op stays "
+                    "registered for the life of the process: describe it once (at import) and reuse it, "
+                    "or pick another name="
                 )
         o = Op(desc)
         _ops[desc] = o
+        if name is not None:
+            _named[desc.name] = o
     _notify_adapters(o)
     watch_framework_imports()
     return o

@@ -124,7 +124,7 @@ def make(k):
         @wp.kernel(module="unique")
         def scaled(a: wp.array(dtype=float), out: wp.array(dtype=float)):
             out[wp.tid()] = a[wp.tid()] * 2.0
-    return interop.op(scaled, name=f"dropped::{{kind}}{{k}}")
+    return interop.op(scaled)  # anonymous: freed when dropped (a named op lives for the process)
 
 xn = np.arange(8, dtype=np.float32)
 

@@ -349,8 +349,8 @@ def test_traced_vec3_scalar_with_x64_weak_float64_components(form):
             op(x, jnp.asarray(v, jnp.float64, device=jax_device("cpu")), 2.0)
 
 
-# ---- row 7: a dropped op is freed; XLA keeps only its targets' names -----------------------
-def _dropped_op(name: str):
+# ---- row 7: a dropped anonymous op is freed; XLA keeps only its targets' names ---------------
+def _dropped_op(name: str | None = None):
     @wp.kernel(module="unique")
     def halve(x: wp.array(dtype=float), out: wp.array(dtype=float)):
         out[wp.tid()] = x[wp.tid()] * 0.5
@@ -360,15 +360,16 @@ def _dropped_op(name: str):
 
 def test_exported_call_after_its_op_was_dropped_names_the_op_and_describing_it_again_serves_it():
     """XLA cannot unregister an FFI target: its callback stays, and reaches the op weakly. A
-    deserialized module run after the op was freed gets an error naming the op (before: the op
-    was never freed); describing it again fills the target in, as in a new process."""
+    deserialized module run after an anonymous op was freed gets an error naming the op (before:
+    the op was never freed); describing it again fills the target in, as in a new process (a
+    named op is never freed: tests/test_named_ops.py)."""
     import gc
     import weakref
 
     from adapters import jax as interop_jax
 
     x = jnp.arange(4.0, dtype=jnp.float32, device=jax_device("cpu"))
-    op = _dropped_op("seams::halve_dropped")
+    op = _dropped_op()
     exported = jax.export.export(
         jax.jit(lambda a: op(a)), platforms=["cpu"], disabled_checks=interop_jax.disabled_checks(op)
     )(x)
@@ -378,19 +379,17 @@ def test_exported_call_after_its_op_was_dropped_names_the_op_and_describing_it_a
     del op, exported
     gc.collect()
     assert ref() is None
-    with pytest.raises(
-        Exception, match=r"op 'seams::halve_dropped': its XLA FFI target .* was called after the op was dropped"
-    ):
+    with pytest.raises(Exception, match=r"op '_dropped_op__locals__halve': its XLA FFI target .* was called after the op was dropped"):
         exp.call(x)
-    op = _dropped_op("seams::halve_dropped")
+    op = _dropped_op()
     np.testing.assert_array_equal(np.asarray(exp.call(x)), np.asarray(x) * 0.5)
     np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: op(a).sum())(x)), np.full(4, 0.5, np.float32))
 
 
-def test_op_described_again_under_a_dropped_kernels_name_must_be_as_capturable():
-    """A kernel's targets are registered as capturable into CUDA graphs, and XLA keeps a target's
-    traits for good: a Python-function op described later under the same name (after the kernel
-    was dropped) is refused, naming it, instead of being captured into a graph it must not be in."""
+def test_op_described_again_under_a_named_kernels_name_is_refused():
+    """A named op lives for the process (its XLA FFI targets too, registered as capturable into
+    CUDA graphs): a Python-function op described later under the same name (after the user
+    dropped the kernel op) is refused, naming the name, instead of taking the kernel's targets."""
     import gc
 
     op = _dropped_op("seams::kernel_then_function")
@@ -400,5 +399,5 @@ def test_op_described_again_under_a_dropped_kernels_name_must_be_as_capturable()
     def halve(x: wp.array(dtype=float), out: wp.array(dtype=float)):
         out.assign(x)
 
-    with pytest.raises(ValueError, match=r"op 'seams::kernel_then_function': its XLA FFI target .* another name="):
+    with pytest.raises(ValueError, match=r"op name 'seams::kernel_then_function' is already used by .*pick another name="):
         interop.op(halve, name="seams::kernel_then_function")

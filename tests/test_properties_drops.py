@@ -37,11 +37,11 @@ def make(k):
         @wp.kernel(module="unique")
         def scaled(a: wp.array(dtype=float), out: wp.array(dtype=float)):
             out[wp.tid()] = a[wp.tid()] * 2.0
-        return interop.op(scaled, name=f"dropped::scaled{k}")
+        return interop.op(scaled)  # anonymous: a named op lives for the process
     factor = 2.0
     def scaled_fn(a: wp.array(dtype=float), out: wp.array(dtype=float)):
         wp.launch(scaled_shared, dim=a.shape, inputs=[a, factor], outputs=[out])
-    return interop.op(scaled_fn, name=f"dropped::fn{k}")
+    return interop.op(scaled_fn)
 
 fw, n = sys.argv[1], int(sys.argv[2])
 x = np.arange(8, dtype=np.float32)

@@ -297,18 +297,19 @@ def _cube_other(a: wp.array(dtype=float), out: wp.array(dtype=float)):
 
 @pytest.mark.parametrize("path", ["eager", "eager_remembered", "operator"])
 def test_op_dropped_before_its_backward_still_differentiates(path):
-    """``interop.op(k)(x).sum().backward()``: a dropped op's operators are unregistered when the next
-    op registers (tests/test_bounds.py), but an autograd graph still alive keeps its op."""
+    """``interop.op(k)(x).sum().backward()``: a dropped anonymous op's operators are unregistered when
+    the next op registers (tests/test_bounds.py), but an autograd graph still alive keeps its op."""
     import gc
 
     x = torch.arange(4.0, requires_grad=True, device="cpu")
-    op = interop.op(_square_dropped, name=f"tt_ops_dropped::square_{path}")
+    op = interop.op(_square_dropped)
     if path == "eager_remembered":
         op(x)
-    y = getattr(torch.ops.tt_ops_dropped, f"square_{path}")(x) if path == "operator" else op(x)
+    ns, name = op.name.split("::")
+    y = getattr(getattr(torch.ops, ns), name)(x) if path == "operator" else op(x)
     del op
     gc.collect()
-    interop.op(_cube_other, name=f"tt_ops_dropped::cube_{path}")(x)  # registers: releases dropped ops
+    interop.op(_cube_other)(x)  # registers: releases dropped ops
     gc.collect()
     y.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 2 * np.arange(4.0))
