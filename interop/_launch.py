@@ -502,12 +502,11 @@ class Runner:
         for p in plan.desc.params:
             i = p.index
             if i in self.ref_idx:
+                # a scalar handed over as a 0-d array (a traced JAX value, a Python number JAX made an
+                # operand of, a tensor): the function takes host numbers, so it is read back. On CUDA
+                # that copy waits for the caller's stream (this runs in ordered_warp_work: Warp's
+                # current stream waited on it): one sync per call, the price of a device scalar
                 v = values[i]
-                if device.is_cuda:
-                    raise ArgumentError(
-                        f"op {plan.desc.label!r}, parameter {p.name!r}: a Python-function op needs its scalars "
-                        "as host values; on CUDA pass a Python number (a traced or device value would need a sync)"
-                    )
                 arr = self._wp_array(device, i, v, shape=(1,))
                 args.append(
                     arr.numpy()[0].item()

@@ -43,7 +43,7 @@ def _release_torch_operators() -> None:
 
     if "torch" in sys.modules:
         torch = sys.modules["torch"]
-        interop.op(_other)(torch.ones(2))  # registers (if new): releases dropped ops' operators
+        interop.op(_other)(torch.ones(2, device="cpu"))  # registers (if new): releases dropped ops' operators
         gc.collect()
 
 
@@ -88,7 +88,7 @@ def torch():
 def test_torch_operator_of_a_dropped_named_op_calls_and_differentiates(torch):
     ref = _described_and_dropped(_scaled_square, name="named_ops::sq_torch")
     assert ref() is not None
-    x = torch.arange(4.0, requires_grad=True)
+    x = torch.arange(4.0, requires_grad=True, device="cpu")
     y = torch.ops.named_ops.sq_torch(x, 2.0)
     torch.testing.assert_close(y, 2 * x.detach() ** 2)
     y.sum().backward()
@@ -101,7 +101,7 @@ def test_torch_operator_of_a_dropped_named_op_calls_and_differentiates(torch):
 
 def test_torch_opcheck_of_a_dropped_named_op(torch):
     _described_and_dropped(_scaled_square, name="named_ops::sq_opcheck")
-    x = torch.linspace(-1, 1, 5, requires_grad=True)
+    x = torch.linspace(-1, 1, 5, requires_grad=True, device="cpu")
     torch.library.opcheck(torch.ops.named_ops.sq_opcheck.default, (x, 1.5))
     torch.library.opcheck(torch.ops.named_ops.sq_opcheck.default, (x.detach(), 1.5))
 
@@ -109,7 +109,7 @@ def test_torch_opcheck_of_a_dropped_named_op(torch):
 def test_torch_compile_of_a_dropped_named_op(torch):
     _described_and_dropped(_scaled_square, name="named_ops::sq_compile")
     f = torch.compile(lambda x: torch.ops.named_ops.sq_compile(x, 3.0).sum(), backend="aot_eager", fullgraph=True)
-    x = torch.linspace(-1, 1, 6, requires_grad=True)
+    x = torch.linspace(-1, 1, 6, requires_grad=True, device="cpu")
     f(x).backward()
     torch.testing.assert_close(x.grad, 6 * x.detach())
 
@@ -121,7 +121,7 @@ def test_torch_export_of_a_dropped_named_op(torch):
         def forward(self, x):
             return torch.ops.named_ops.sq_export(x, 2.0) + 1.0
 
-    x = torch.linspace(-1, 1, 6)
+    x = torch.linspace(-1, 1, 6, device="cpu")
     ep = torch.export.export(M(), (x,))
     gc.collect()
     _release_torch_operators()
@@ -131,7 +131,7 @@ def test_torch_export_of_a_dropped_named_op(torch):
 def test_torch_hand_written_backward_of_a_dropped_named_op(torch):
     """The backward op (an op of its own, anonymous) is kept by the named op that uses it."""
     _described_and_dropped(cube64, backward=cube64_backward, name="named_ops::cube64")
-    x = torch.linspace(-1, 1, 5, dtype=torch.float64, requires_grad=True)
+    x = torch.linspace(-1, 1, 5, dtype=torch.float64, requires_grad=True, device="cpu")
     y = torch.ops.named_ops.cube64(x)
     (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
     torch.testing.assert_close(g, 3 * x.detach() ** 2)
@@ -145,7 +145,7 @@ def test_torch_block_dim_variant_of_a_dropped_named_op(torch):
     del op, variant
     gc.collect()
     _release_torch_operators()
-    x = torch.arange(4.0)
+    x = torch.arange(4.0, device="cpu")
     torch.testing.assert_close(getattr(getattr(torch.ops, ns), name)(x, 2.0), 2 * x * x)
 
 
@@ -158,10 +158,10 @@ def test_jax_exported_call_of_a_dropped_named_op():
 
     from adapters import jax as interop_jax
 
-    x = jnp.arange(4.0, dtype=jnp.float32)
+    x = jnp.arange(4.0, dtype=jnp.float32, device=jax.devices("cpu")[0])
     op = interop.op(_scaled_square, name="named_ops::sq_jax")
     exported = jax.export.export(
-        jax.jit(lambda a: op(a, 2.0)), disabled_checks=interop_jax.disabled_checks(op)
+        jax.jit(lambda a: op(a, 2.0)), platforms=["cpu"], disabled_checks=interop_jax.disabled_checks(op)
     )(x)
     serialized = exported.serialize()
     ref = weakref.ref(op)

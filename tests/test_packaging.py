@@ -133,7 +133,14 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_the_quick_start(tmp_path):
         text=True,
         env=env,
     ).stdout.strip()
-    here = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    # (and the folders the installed dependencies were imported from: on the GPU image Warp is
+    # unpacked into a folder on PYTHONPATH, not into site-packages)
+    import ml_dtypes
+    import numpy
+    import warp
+
+    deps = [os.path.dirname(os.path.dirname(m.__file__)) for m in (warp, numpy, ml_dtypes)]
+    here = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *deps])
     with open(os.path.join(site, "_test_env_packages.pth"), "w") as f:
         f.write("\n".join(here) + "\n")
 

@@ -54,9 +54,9 @@ def test_gradients_and_their_buffers(device, sharing, n, upstream):
     require_cuda("torch", device)
     op = interop.op(saxpy_buf)  # a new op: its generated code reads SHARED_ZEROS_ON now
     g = torch.Generator(device="cpu").manual_seed(n)
-    x = torch.rand(n, generator=g).to(device).requires_grad_(True)
-    y = torch.rand(n, generator=g).to(device).requires_grad_(True)
-    up = torch.rand(2 * n, generator=g).to(device)
+    x = torch.rand(n, generator=g, device="cpu").to(device).requires_grad_(True)
+    y = torch.rand(n, generator=g, device="cpu").to(device).requires_grad_(True)
+    up = torch.rand(2 * n, generator=g, device="cpu").to(device)
     for step in range(3):  # the same signature again: the cached Function, the accumulated .grad
         out = op(x, y, 1.5)
         if upstream == "sum":
