@@ -29,6 +29,7 @@ from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
 from ._warp_compat import array_t, is_deterministic_launch, module_loaded, type_size_in_bytes
 from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
+from ._warp_compat import direct_cuda_launcher as _direct_cuda_launcher
 from ._warp_compat import direct_cpu_record as _direct_cpu_record
 from ._warp_compat import runtime as _warp_runtime
 
@@ -349,6 +350,26 @@ class Runner:
                     else:
                         sync_struct()
                         call_hook()
+                finally:
+                    lock.release()
+
+            return go
+
+        cuda = _direct_cuda_launcher(launch) if device.is_cuda and not isinstance(launch, _PlainLaunch) else None
+        if cuda is not None:
+            # one foreign call per launch (what Launch.launch does for a CUDA record, its fixed
+            # arguments bound once: _warp_compat.direct_cuda_launcher)
+            replay = launch.launch
+
+            def go(values, adj=None, stream=None):
+                if not lock.acquire(blocking=False):
+                    return slow(device, values, adj, stream)
+                try:
+                    fill(slot, values, adj)
+                    if stream is None:
+                        replay(None)
+                    else:
+                        cuda(stream)
                 finally:
                     lock.release()
 

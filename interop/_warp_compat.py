@@ -370,3 +370,53 @@ def block_threads(device: Any, block_dim: int | None) -> int:
     if not block_dim or block_dim == 1 or not getattr(wp.config, "enable_cpu_blocks", False):
         return 1
     return block_dim
+
+
+def direct_cuda_launcher(launch: Any) -> Any:
+    """``run(stream)``: replay CUDA launch record ``launch`` on ``wp.Stream`` ``stream`` with one
+    foreign call, or None where that is not possible (a Warp not in ``CHECKED``, a CPU record,
+    a deterministic-mode record).
+
+    It is ``wp.Launch.launch`` for a CUDA record (Warp 1.19's ``context.py``) with everything
+    that cannot change between replays bound once: the device context, the kernel's entry point
+    and shared memory for the record's direction, the thread count, ``max_blocks``,
+    ``block_dim``, ``grid_stride``, ``cluster_dim`` and the parameter block's address (the
+    record's parameters are updated in place by the caller, as for ``Launch.launch``). While a
+    CUDA graph or Warp's API capture records (``runtime.captures`` non-empty, ``_apic_capture``
+    set) it calls ``Launch.launch`` itself, which keeps the module alive for the graph and
+    records the launch.
+    """
+    if not VERIFIED or getattr(launch, "device", None) is None or launch.device.is_cpu:
+        return None
+    if getattr(launch, "det_meta", None) is not None:
+        return None
+    rt = _context.runtime
+    try:
+        hooks = launch.hooks
+        core_launch = rt.core.wp_cuda_launch_kernel
+        adjoint = bool(launch.adjoint)
+        bound = (
+            launch.device.context,
+            hooks.backward if adjoint else hooks.forward,
+            launch.bounds.size,
+            launch.max_blocks,
+            launch.block_dim,
+            int(launch.grid_stride),
+            launch.cluster_dim,
+            hooks.backward_smem_bytes if adjoint else hooks.forward_smem_bytes,
+            launch.params_addr,
+        )
+        raise_error = _context._raise_cuda_launch_error
+    except AttributeError:  # a record of another layout
+        return None
+    captures = rt.captures
+    replay = launch.launch
+
+    def run(stream: Any) -> None:
+        if captures or rt._apic_capture is not None:
+            replay(stream)
+            return
+        if core_launch(*bound, stream.cuda_stream, None):
+            raise_error(launch.kernel, launch.device, hooks, adjoint)
+
+    return run
