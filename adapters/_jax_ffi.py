@@ -25,9 +25,10 @@ import dis
 import itertools
 import re
 import sys
+import threading
 import traceback
 import weakref
-from typing import Callable
+from typing import Any, Callable
 
 _c_int64_p = ctypes.POINTER(ctypes.c_int64)
 
@@ -307,6 +308,35 @@ def cuda_stream(frame: CallFrame) -> int:
     if error:
         _raise_api_error(frame, error, "stream_get")
     return int(args.stream or 0)
+
+
+API = CallFrame.api.offset
+CTX = CallFrame.ctx.offset
+
+
+def stream_getter() -> Callable[[int], int]:
+    """``get(p) -> cudaStream_t``: :func:`cuda_stream` for the per-call path, reading the frame's
+    API table and context with raw reads and reusing one argument struct per thread (XLA may run
+    a handler on several threads at once)."""
+    local = threading.local()
+    fns: dict[int, Any] = {}
+
+    def get(p: int) -> int:
+        api = MEM[(p + API) >> 3]
+        fn = fns.get(api)
+        if fn is None:
+            fn = fns[api] = _Api.from_address(api).stream_get
+        try:
+            args = local.args
+        except AttributeError:
+            args = local.args = _StreamGetArgs(ctypes.sizeof(_StreamGetArgs), _EMPTY_EXT, None, None)
+        args.ctx = MEM[(p + CTX) >> 3]
+        error = fn(args)
+        if error:
+            _raise_api_error(frame(p), error, "stream_get")
+        return args.stream or 0
+
+    return get
 
 
 def device_ordinal(frame: CallFrame) -> int:

@@ -381,6 +381,12 @@ def _gpu_ordinals() -> list[int]:
 _first_run_lock = threading.Lock()
 
 
+def _cuda_device_count() -> int:
+    import warp as wp
+
+    return wp.get_cuda_device_count()
+
+
 class _Handler:
     """The Python side of one launch configuration: XLA buffers -> launch values -> Warp launch.
 
@@ -416,6 +422,7 @@ class _Handler:
             self.res_offsets = [(0,) * len(self.res)]
         self._warm: set = set()
         self._go: dict[str, Any] = {}
+        self._cuda_fast = None  # the generated per-call function on CUDA, once built (_make_cuda)
         self.cpu = self._first_cpu  # replaced by the per-call function once built
 
     def prepare(self, ordinals) -> None:
@@ -517,6 +524,10 @@ class _Handler:
         return go
 
     def cuda(self, p: int) -> None:
+        fast = self._cuda_fast
+        if fast is not None:
+            fast(p)
+            return
         frame = _jax_ffi.frame(p)
         key = _jax_ffi.device_ordinal(frame)
         if key in self._warm:
@@ -525,6 +536,53 @@ class _Handler:
         with _first_run_lock:
             self._run(p, "CUDA")
             self._warm.add(key)
+            if not self.levels and get_device(f"cuda:{key}") is not None and _cuda_device_count() == 1:
+                # one GPU in the process: every later call runs there, through generated code
+                self._cuda_fast = self._make_cuda(get_device(f"cuda:{key}"))
+
+    def _make_cuda(self, device):
+        """The per-call function on CUDA (one device, no batch levels): generated straight-line
+        code that reads the buffers' pointers and XLA's stream from the call frame, zero-fills the
+        outputs that need it with one memset each on that stream, points a launch record of its
+        own at the buffers and replays it with one foreign call; else None (the general path)."""
+        rec = self.runner.cuda_record(device, self.adjoint, self.template_values)
+        if rec is None:
+            return None
+        launch, fwd, adj = rec
+        env: dict[str, Any] = {
+            "M": _jax_ffi.MEM,
+            "stream_of": _jax_ffi.stream_getter(),
+            "memset": _jax_compat.cuda_memset_async,
+            "dev": device,
+            "launch": launch,
+            "lock": threading.Lock(),
+            "slow": lambda p: self._run(p, "CUDA"),
+        }
+        lines = ["def run(p):"]
+        if self.ops:
+            lines.append(f"    a = M[(p + {_jax_ffi.ARGS_ITEMS}) >> 3] >> 3")
+        if self.res:
+            lines.append(f"    r = M[(p + {_jax_ffi.RETS_ITEMS}) >> 3] >> 3")
+        sets = []
+        for k, (i, slot) in enumerate(self.ops):
+            if slot not in ("values", "adj"):
+                continue
+            lines.append(f"    o{k} = M[(M[a + {k}] + {_jax_ffi.DATA}) >> 3]")
+            env[f"O{k}"] = fwd[i] if slot == "values" else adj[i]
+            sets.append(f"O{k}.data = o{k}")
+        for k, (i, slot) in enumerate(self.res):
+            lines.append(f"    r{k} = M[(M[r + {k}] + {_jax_ffi.DATA}) >> 3]")
+            env[f"R{k}"] = fwd[i] if slot == "values" else adj[i]
+            sets.append(f"R{k}.data = r{k}")
+        lines.append("    h = stream_of(p)")
+        for k, nbytes in self.zero:
+            if nbytes:
+                lines.append(f"    memset(dev, r{k}, {nbytes}, h)")
+        lines += ["    if not lock.acquire(False):", "        return slow(p)", "    try:"]
+        lines += [f"        {x}" for x in sets]
+        lines += ["        launch(h)", "    finally:", "        lock.release()"]
+        (run,) = compile_functions("\n".join(lines) + "\n", env, ("run",), "<interop jax cuda handler>")
+        return run
 
     def _run(self, p: int, platform: str) -> None:
         ins = _jax_ffi.pointers(p, _jax_ffi.ARGS_ITEMS, _jax_ffi.ARGS_SIZE)

@@ -401,6 +401,28 @@ class Runner:
             and hasattr(_warp_runtime(), _APIC_FIELD)
         )
 
+    def cuda_record(self, device, adjoint: bool, values: Sequence[Any]) -> tuple[Any, dict, dict] | None:
+        """A CUDA launch record of its own for generated code: ``(launch(stream), forward
+        descriptors, adjoint descriptors)`` by parameter index, the scalars of ``values`` set once
+        (the caller never changes them), every array descriptor contiguous and pointing nowhere
+        until the caller sets its ``data``. ``launch`` takes a ``wp.Stream`` (see
+        ``_warp_compat.direct_cuda_launcher``). None where that is not possible: a kernel with
+        tiles or struct gradients (their gradients travel through the arrays), a deterministic-mode
+        record, a Warp not in ``_warp_compat.CHECKED``, a kernel launched over zero threads."""
+        device = get_device(device)
+        if not device.is_cuda or self.empty or self.tiles or self.plan.desc.kind != "kernel":
+            return None
+        if adjoint and not self.plan.desc.has_adjoint:
+            raise self.plan.desc.no_adjoint_error()
+        slot = self._new_slot(device, adjoint)
+        if isinstance(slot.launch, _PlainLaunch):
+            return None
+        launcher = _direct_cuda_launcher(slot.launch)
+        if launcher is None:
+            return None
+        self._fill(slot, values, [None] * len(values) if adjoint else None)
+        return launcher, dict(slot.fwd), dict(slot.adj)
+
     def direct(self, device, adjoint: bool, strides: dict[int, tuple]) -> DirectLaunch:
         """A launch record of its own for one caller (an adapter's entry: fixed layouts), whose
         fields generated code sets line by line; see :func:`direct_lines`. ``strides`` (bytes)

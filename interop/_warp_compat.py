@@ -373,8 +373,8 @@ def block_threads(device: Any, block_dim: int | None) -> int:
 
 
 def direct_cuda_launcher(launch: Any) -> Any:
-    """``run(stream)``: replay CUDA launch record ``launch`` on ``wp.Stream`` ``stream`` with one
-    foreign call, or None where that is not possible (a Warp not in ``CHECKED``, a CPU record,
+    """``run(stream)``: replay CUDA launch record ``launch`` on ``stream`` (a ``wp.Stream`` or a raw
+    ``cudaStream_t`` int) with one foreign call, or None where that is not possible (a Warp not in ``CHECKED``, a CPU record,
     a deterministic-mode record).
 
     It is ``wp.Launch.launch`` for a CUDA record (Warp 1.19's ``context.py``) with everything
@@ -412,11 +412,15 @@ def direct_cuda_launcher(launch: Any) -> Any:
     captures = rt.captures
     replay = launch.launch
 
+    device = launch.device
+
     def run(stream: Any) -> None:
+        # stream: a wp.Stream, or a raw cudaStream_t (an int: XLA's, read from its call frame)
+        handle = stream if type(stream) is int else stream.cuda_stream
         if captures or rt._apic_capture is not None:
-            replay(stream)
+            replay(borrowed_stream(device, handle) if type(stream) is int else stream)
             return
-        if core_launch(*bound, stream.cuda_stream, None):
-            raise_error(launch.kernel, launch.device, hooks, adjoint)
+        if core_launch(*bound, handle, None):
+            raise_error(launch.kernel, device, hooks, adjoint)
 
     return run
