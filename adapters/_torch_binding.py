@@ -24,6 +24,7 @@ from interop._warp_compat import type_size_in_bytes
 
 from ._common import EagerFramework
 from ._torch_compat import (
+    current_raw_stream,
     forward_ad_active,
 )
 from ._torch_eager import entry_functions
@@ -99,12 +100,21 @@ def _torch_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+_stream_of_handle: dict[tuple[int, int], Any] = {}
+
+
 def _current_stream(dev: torch.device) -> Any:
     """Warp stream wrapping torch's current CUDA stream on ``dev`` (None on the CPU)."""
     if dev.type != "cuda":
         return None
-    ts = torch.cuda.current_stream(dev)
-    return external_stream(f"cuda:{ts.device.index}", ts.cuda_stream)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    key = (index, current_raw_stream(index))
+    s = _stream_of_handle.get(key)
+    if s is None:
+        if len(_stream_of_handle) >= 256:  # streams made and destroyed: forget them (nothing is held)
+            _stream_of_handle.clear()
+        s = _stream_of_handle[key] = external_stream(f"cuda:{index}", key[1])
+    return s
 
 
 # ---------------------------------------------------------------------------------------

@@ -19,6 +19,10 @@ Checked against torch 2.13.0 (CPU build).
   that ``custom_op`` + ``register_autograd`` makes drops tangents silently (its autograd
   kernel runs the forward without the autograd.Function when no input requires grad), so the
   adapter routes such calls through its own autograd.Function, whose ``jvp`` raises.
+- ``torch._C._cuda_getCurrentRawStream(index)`` is torch's current CUDA stream on device
+  ``index`` as a raw handle (what ``torch.cuda.current_stream(index).cuda_stream`` reads after
+  building a ``torch.cuda.Stream`` object per call): :func:`current_raw_stream`, with that public
+  spelling where it is missing.
 - ``torch._C._autograd._profiler_enabled`` says whether a profiler (``torch.profiler``,
   ``torch.autograd.profiler``) is recording, so the fast path pays for a
   ``record_function`` label only then.
@@ -389,3 +393,13 @@ def dtensor_internals():
             api = False
         _dtensor_api = api
     return _dtensor_api or None
+
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def current_raw_stream(index: int) -> int:
+    """Torch's current CUDA stream on device ``index``, as a ``cudaStream_t`` int."""
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
