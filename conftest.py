@@ -1,8 +1,10 @@
 """Shared pytest setup: quiet Warp, initialise it once, and report what is installed."""
 
+import atexit
 import importlib.util
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -11,8 +13,18 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # torch.compile's on-disk caches are keyed by operator names: a run must not load code compiled by
-# another checkout (or an older version of a test) whose ops had the same names but other backwards
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="interop-tests-inductor-"))
+# another checkout (or an older version of a test) whose ops had the same names but other backwards.
+# The folder is this run's own, removed when the run ends (the suite leaves nothing outside the
+# clone); child processes inherit it through the environment, and a forked child never removes it.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    _INDUCTOR_CACHE = tempfile.mkdtemp(prefix="interop-tests-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _INDUCTOR_CACHE
+
+    def _remove_inductor_cache(owner: int = os.getpid(), path: str = _INDUCTOR_CACHE) -> None:
+        if os.getpid() == owner:
+            shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(_remove_inductor_cache)
 
 import warp as wp  # noqa: E402
 

@@ -5,10 +5,11 @@ in constraints/*.txt, so runs are reproducible. Environments are built with uv w
 installed (``pip install "nox[uv]"``), else with venv + pip.
 
 PyTorch: PyPI's Linux ``torch`` wheels are CUDA builds of several GB. The sessions install the
-CPU build ``torch==2.13.0+cpu`` and only from a folder or index that has it: a folder in
-pip's ``find-links`` setting (``PIP_FIND_LINKS`` or pip's config), or the index named by
-``TORCH_CPU_INDEX`` (e.g. https://download.pytorch.org/whl/cpu). With neither, torch is left
-out (its tests are skipped, and the session says so); a CUDA torch is never downloaded.
+CPU build ``torch==2.13.0+cpu`` and only from a folder or index that has it: the index named by
+``TORCH_CPU_INDEX``, else a folder in pip's ``find-links`` setting (``PIP_FIND_LINKS`` or pip's
+config) holding the wheel, else PyTorch's own CPU index (https://download.pytorch.org/whl/cpu).
+When that index cannot be reached (CI: no network but the package registries), torch is left out,
+loudly (its tests are skipped, and the demo's last line names it); a CUDA torch is never downloaded.
 
 Python: ``tests``, ``demo`` and the other sessions on constraints/ci.txt run on Python 3.11 (the
 torch 2.13.0 CPU wheel is built for it) and, where 3.11 is not found, on the first of 3.12 and 3.13
@@ -28,12 +29,14 @@ Matrix (each extra session runs only the tests of the framework it varies):
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
 import sys
 
 import nox
+from nox.command import CommandFailed
 
 nox.options.sessions = ["tests", "lint", "docs"]
 nox.options.reuse_existing_virtualenvs = True
@@ -147,22 +150,45 @@ def _session_python(session) -> str:
     return version
 
 
-def _torch_source(session, python: str) -> list[str] | None:
-    """pip/uv arguments that make the torch CPU build installable for ``python``, or None (torch left out)."""
+PYTORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+# what the last _install left out, by framework (read by the demo session for its last line)
+_LEFT_OUT: dict[str, str] = {}
+
+
+def _torch_source(session, python: str, constraints: str) -> list[str] | None:
+    """pip/uv arguments that make the torch CPU build installable for ``python``, or None (torch left out).
+
+    Without ``TORCH_CPU_INDEX`` and a local wheel, torch is installed here from PyTorch's CPU index
+    (the pin is a ``+cpu`` version, which PyPI does not have: never a CUDA build); if that fails (no
+    network beyond the package registries), torch is left out, loudly."""
     if os.environ.get("TORCH_CPU_INDEX"):
         return ["--extra-index-url", os.environ["TORCH_CPU_INDEX"]]
     tag = "cp" + python.replace(".", "")
     for d in _pip_find_links():
         if glob.glob(os.path.join(d, f"torch-{TORCH}-{tag}-*.whl")):
             return ["--find-links", d]
+    session.log(f"No torch {TORCH} wheel for Python {python} in pip's find-links folders: trying {PYTORCH_CPU_INDEX}")
+    try:
+        # short timeouts: an unreachable index fails in seconds, not after pip's default retries
+        if getattr(session, "venv_backend", None) == "uv":
+            opts, env = [], {"UV_HTTP_TIMEOUT": "20", "UV_HTTP_RETRIES": "1"}
+        else:
+            opts, env = ["--timeout", "20", "--retries", "1"], {}
+        session.install(
+            *opts, "--extra-index-url", PYTORCH_CPU_INDEX, *_constraints(constraints), f"torch=={TORCH}",
+            env=env, silent=False,
+        )  # fmt: skip
+        return []  # installed: the project's install finds it satisfied
+    except CommandFailed:
+        pass
+    why = f"no torch {TORCH} wheel for Python {python} ({tag}) found locally, and {PYTORCH_CPU_INDEX} failed"
+    _LEFT_OUT["torch"] = why
     _loud(
         session,
-        f"PyTorch LEFT OUT: no torch {TORCH} wheel for Python {python} ({tag}) in pip's find-links folders, and "
-        "TORCH_CPU_INDEX is not set.",
+        f"PyTorch LEFT OUT: {why} (no network?).",
         "PyPI's Linux torch is a CUDA build of several GB; this session never downloads it. The PyTorch",
-        "parts are skipped. To include them: set TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu,",
-        f"or put a torch {TORCH} wheel for Python {python} in a find-links folder, or run on Python {CI_PYTHON}",
-        "with such a wheel.",
+        "parts are skipped. To include them: set TORCH_CPU_INDEX to an index with the CPU build, or put a",
+        f"torch {TORCH} wheel for Python {python} in a find-links folder (PIP_FIND_LINKS).",
     )
     return None
 
@@ -172,8 +198,9 @@ def _install(session, extras: str, constraints: str, *more: str) -> None:
     python = _session_python(session)
     args = []
     extras_list = [e for e in extras.split(",") if e]
+    _LEFT_OUT.clear()
     if "torch" in extras_list:
-        src = _torch_source(session, python)
+        src = _torch_source(session, python, constraints)
         if src is None:
             extras_list.remove("torch")
         else:
@@ -238,7 +265,9 @@ def soak(session):
 def demo(session):
     """Wrap one kernel and run it through every installed framework (same pins as ``tests``)."""
     _install(session, "torch,jax,paddle", "ci.txt")
-    session.run("python", "examples/demo.py", *session.posargs)
+    # the demo's last line names what was left out, with the reason found here
+    env = {"INTEROP_DEMO_LEFT_OUT": json.dumps(_LEFT_OUT)}
+    session.run("python", "examples/demo.py", *session.posargs, env=env)
 
 
 @nox.session(python=USER_PYTHONS)

@@ -227,13 +227,13 @@ class _Entry:
             if p.is_array or not self.plan.differentiable[p.index]:
                 continue
             if desc.backward is not None:
-                raise NotImplementedError(
+                raise UnsupportedError(
                     f"op {desc.label!r}: the gradient with respect to the traced scalar {p.name!r} is not available: "
                     "the op's hand-written backward returns gradients of array inputs only; pass the scalar as "
                     "a Python number (static), or wrap the computation in jax.lax.stop_gradient"
                 )
             if desc.kind == "function":
-                raise NotImplementedError(
+                raise UnsupportedError(
                     f"op {desc.label!r}: the gradient with respect to the traced scalar {p.name!r} of a "
                     "Python-function op is not supported (wp.Tape does not record scalar adjoints); pass the "
                     "scalar as a 1-element array parameter, or as a Python number (static)"

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from interop._description import IN_OUT
-from interop._errors import UnsupportedError
+from interop._errors import ArgumentError, UnsupportedError
 
 from ._torch_binding import _OVERLOADS, _Binding, _Entry, _forward_mode_error, _launch_dims
 from ._torch_compat import (
@@ -220,7 +220,24 @@ def _eager_backward(b: _Binding, mask: tuple, qual: str, bargs: tuple, e: _Entry
 def _check_grad_supported(b: _Binding, args) -> None:
     for i, p in enumerate(b.call_params):
         x = args[i]
-        if p.is_array or not isinstance(x, torch.Tensor) or not x.requires_grad:
+        if not isinstance(x, torch.Tensor) or not x.requires_grad:
+            continue
+        if p.role == IN_OUT:
+            # refused before the launch, naming the op and parameter: torch's own error would come
+            # from the in-place update after the kernel ran, naming neither (a view's base is read
+            # eagerly only: Dynamo's fake tensors raise torch's error at trace time)
+            what = "a leaf" if x.is_leaf else None
+            if what is None and not torch.compiler.is_compiling():
+                base = x._base
+                what = "a view of a leaf" if base is not None and base.is_leaf and base.requires_grad else None
+            if what is not None:
+                raise ArgumentError(
+                    f"op {b.label!r}, parameter {p.name!r}: the in-out tensor is {what} that requires grad, "
+                    "which torch cannot update in place; pass a copy (x.clone()), or call under "
+                    "torch.no_grad()"
+                )
+            continue
+        if p.is_array:
             continue
         if b.backward_op is not None:
             raise UnsupportedError(

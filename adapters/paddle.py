@@ -39,7 +39,7 @@ from paddle.autograd import PyLayer
 
 from interop import _cache, _dtypes
 from interop._description import IN_OUT, OUTPUT
-from interop._errors import ArgumentError
+from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import external_stream
 from interop._op import NOT_EAGER, Op
 from interop._plan import ArraySpec, check_layout
@@ -532,7 +532,7 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
             continue
         if p.role == IN_OUT:
             if not x.stop_gradient and x.is_leaf:
-                raise ValueError(
+                raise ArgumentError(
                     f"op {desc.label!r}, parameter {p.name!r}: the in-out tensor is a leaf with stop_gradient=False, "
                     "which Paddle cannot update in place; pass a copy (x.clone()) or set stop_gradient=True"
                 )
@@ -541,13 +541,22 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
         visible.append(p.index)
         tensors.append(x)
         need[p.index] = p.differentiable and not x.stop_gradient
-    if desc.backward is not None:
-        for p in desc.call_params:
-            if not p.is_array and need.get(p.index):
-                raise NotImplementedError(
-                    f"op {desc.label!r}, parameter {p.name!r}: the op's hand-written backward gives no gradient "
-                    "for scalar parameters; pass it as a Python number or with stop_gradient=True"
-                )
+    # refused here, before the launch, as the PyTorch adapter does: Paddle would run the forward and
+    # fail only inside the backward (as OSError), even for paddle.grad asking for another input
+    for p in desc.call_params:
+        if p.is_array or not need.get(p.index):
+            continue
+        if desc.backward is not None:
+            raise UnsupportedError(
+                f"op {desc.label!r}: no gradient for scalar {p.name!r}: the op's hand-written backward returns "
+                "gradients of array inputs only; pass it as a Python number or with stop_gradient=True"
+            )
+        if desc.kind == "function":
+            raise UnsupportedError(
+                f"op {desc.label!r}: no gradient for scalar {p.name!r} of a Python-function op (wp.Tape does not "
+                "record scalar adjoints); pass it as a Python number, with stop_gradient=True, or as a "
+                "1-element array parameter"
+            )
     state.visible, state.need_grad = tuple(visible), need
     res = _guarded(_OpLayer.apply(state, *tensors), state, desc.label)
     # tensors reach the backward as saved tensors (version-checked by Paddle), not through state

@@ -138,19 +138,24 @@ def main() -> int:
         for name, r in zip(names, ref[kind]):
             print(f"    {name:9s} = {_fmt(r)}")
     all_ok = True
+    ran, left_out = [], {}
     for fw in FRAMEWORKS:
         if fw not in ("numpy", "warp") and importlib.util.find_spec(fw) is None:
-            print(f"\n{fw}: not installed")
+            left_out[fw] = _why_not_installed(fw)
+            print(f"\n{fw}: {left_out[fw]}")
             continue
         if importlib.util.find_spec(f"demo_{fw}") is None:
-            print(f"\n{fw}: installed, but this demo has no runner for it")
+            left_out[fw] = "installed, but this demo has no runner for it"
+            print(f"\n{fw}: {left_out[fw]}")
             continue
         mod = importlib.import_module(f"demo_{fw}")
         try:
             res = mod.run(OP, INPUTS)
         except mod.Unavailable as e:  # e.g. CuPy without a GPU
-            print(f"\n{fw}: skipped ({e})")
+            left_out[fw] = f"skipped: {e}"
+            print(f"\n{fw}: {left_out[fw]}")
             continue
+        ran.append(fw)
         print(f"\n{fw} {_version(fw)}: {(mod.__doc__ or '').split(':', 1)[-1].strip()}")
         ok = _compare("outputs", res["outputs"], ref["outputs"])
         if res.get("grads") is not None:
@@ -159,8 +164,23 @@ def main() -> int:
             print("    (no autograd in this framework)")
         all_ok = all_ok and ok
     convert_round_trip()
-    print("\nall frameworks agree with the reference" if all_ok else "\nMISMATCH")
+    print(f"\nall frameworks run ({', '.join(ran)}) agree with the reference" if all_ok else "\nMISMATCH")
+    # the last line: what was not run, so that a framework left out cannot scroll away unseen
+    print("left out: " + ("; ".join(f"{fw} ({why})" for fw, why in left_out.items()) or "none"))
     return 0 if all_ok else 1
+
+
+def _why_not_installed(fw: str) -> str:
+    """Why ``fw`` is missing: the reason the installing session gave (``nox -s demo`` sets
+    INTEROP_DEMO_LEFT_OUT, a JSON object by framework), else that it is not installed."""
+    import json
+
+    try:
+        reasons = json.loads(os.environ.get("INTEROP_DEMO_LEFT_OUT") or "{}")
+    except ValueError:
+        reasons = {}
+    why = reasons.get(fw)
+    return f"not installed: {why}" if why else "not installed"
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import warp as wp
 from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
-from ._plan import check_scalar_value, device_launch_dims, value_range, vector_components
+from ._plan import check_scalar_value, device_launch_dims, generic_build_error, value_range, vector_components
 from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
 from ._scalar_ref import build_lock, scalar_ref_kernel
 from ._streams import external_stream, ordered_warp_work, warp_side_stream  # noqa: F401 (adapters import them here)
@@ -176,10 +176,7 @@ class Runner:
                 if ovl is kernel:
                     del parent.overloads[sig]
             parent.module.mark_modified()
-            types = ", ".join(f"{p.name}: {_dtypes.type_name(plan.types[p.index])}" for p in plan.desc.params)
-            raise ArgumentError(
-                f"op {plan.desc.label!r}: Warp could not build the generic kernel for the argument types ({types}): {e}"
-            ) from e
+            raise generic_build_error(plan.desc, plan.types, e) from e
         if plain or is_deterministic_launch(slot.launch):
             slot.launch = _PlainLaunch(self, kernel, device, slot, adjoint, plan.desc.block_dim)
             return slot

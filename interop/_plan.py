@@ -568,11 +568,29 @@ def _overload(desc: OpDescription, kernel: Any, arg_types: list, types: list) ->
             if o is ovl:
                 del kernel.overloads[sig]
         kernel.module.mark_modified()
-        text = ", ".join(f"{p.name}: {_dtypes.type_name(types[p.index])}" for p in desc.params)
-        raise ArgumentError(
-            f"op {desc.label!r}: Warp could not build the generic kernel for the argument types ({text}): {e}"
-        ) from e
+        raise generic_build_error(desc, types, e) from e
     return ovl
+
+
+def generic_build_error(desc: OpDescription, types: Sequence[Any], e: Exception) -> ArgumentError:
+    """The error of a generic kernel Warp could not build for a call's types: every argument's type
+    and, where a generic output's dtype was guessed (the first generic input's, no ``output_dtypes``
+    rule), that output, the guess and ``output_dtypes=`` as the fix (a scalar energy of vec3
+    positions taken as vec3 is the usual case)."""
+    text = ", ".join(f"{p.name}: {_dtypes.type_name(types[p.index])}" for p in desc.params)
+    msg = f"op {desc.label!r}: Warp could not build the generic kernel for the argument types ({text})"
+    rules = dict(desc.output_dtypes)
+    guessed = [p for p in desc.output_params if p.generic and p.name not in rules]
+    first = next((p for p in desc.call_params if p.is_array and p.generic), None)
+    if guessed and first is not None:
+        outs = ", ".join(f"{p.name!r} took {_dtypes.type_name(types[p.index])}" for p in guessed)
+        fix = ", ".join(f"{p.name!r}: interop.scalar_of({first.name!r})" for p in guessed)
+        msg += (
+            f". Generic output {outs}: a guess, the type of the first generic input {first.name!r} (no "
+            f"output_dtypes rule); if it holds another type, give it with output_dtypes=, e.g. interop.op(..., "
+            f"output_dtypes={{{fix}}}) for the scalar type of {first.name!r}, or a Warp type"
+        )
+    return ArgumentError(f"{msg}. Warp: {e}")
 
 
 def check_layout(

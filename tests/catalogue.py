@@ -1234,6 +1234,9 @@ PROPERTY_OPS = [
                lambda n, m: ((n,), (n,)), lambda n, m: (n,)),
     PropertyOp("function", case("function").op, function_op_fn, ("in", "in", "out"), lambda n, m: ((n,), (n,)),
                lambda n, m: (n,), launch_override=False, row_independent=False),
+    # a Python-function op with a scalar: a scalar that requires grad is refused at the call (issue 33)
+    PropertyOp("function_scale", interop.op(function_scale_fn), function_scale_fn, ("in", "scalar", "out"),
+               lambda n, m: ((n,),), lambda n, m: (n,), launch_override=False, row_independent=False),
     PropertyOp("scale64", interop.op(scale64_kernel), scale64_kernel, ("in", "scalar", "out"), lambda n, m: ((n,),),
                lambda n, m: (n,), scalar_dtype=np.float64),
     # struct parameters (issue 23), roles per leaf: a struct of vec3 arrays in, an output struct and

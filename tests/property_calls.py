@@ -325,6 +325,7 @@ class Call:
     seed: int = 0
     packing: str | None = None  # struct ops: how each struct argument is packed (PACKINGS)
     device: str = "cpu"  # where the arrays live ("cpu", "cuda"): devices_for(fw)
+    leaf_in_out: bool = False  # torch: an in-out that requires grad passed as (a view of) the leaf itself
     notes: list = field(default_factory=list)
 
     def __repr__(self) -> str:
@@ -396,6 +397,11 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
             # vec components the view itself has 2 apart)
             if k not in pop.in_out and k != inplace and not pop.inner_ndims()[k] and draw(st.integers(0, 5)) == 0:
                 lays[k] = replace(lays[k], negated=True)
+    # torch: an in-out that requires grad given as (a view of) its leaf, not a copy, now and then:
+    # refused at the call, before the launch (issue 33 row d)
+    leaf_in_out = (
+        fw == "torch" and path == "eager" and any(grads[k] for k in pop.in_out) and draw(st.integers(0, 3)) == 0
+    )
     vm = None
     if fw == "jax" and batch:
         vm = draw(st.sampled_from(["loop", "sequential", "fold"] if pop.row_independent else ["loop"]))
@@ -406,7 +412,7 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     if device != "cpu" and packing == "warp":
         packing = "dict"  # a Warp struct instance over NumPy memory: NumPy lives on the CPU
     call = Call(pop, n, m, dtype, tuple(lays), tuple(grads), kind, scalar, path, launch, inplace, x64, batch, vm,
-                seed, packing, device=device)  # fmt: skip
+                seed, packing, device=device, leaf_in_out=leaf_in_out)  # fmt: skip
     assume(not _avoided(fw, call))
     return call
 
@@ -564,6 +570,17 @@ def _components_packed(fw: str, v, inner: int) -> bool:
 def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
     """The documented refusal this call must meet (a phrase of the message), or None."""
     pop = c.op
+    if fw == "torch" and c.leaf_in_out:
+        # checked before the arrays' layouts (issue 33 row d); a layout that copies (torch.flip) hands
+        # the op a new tensor, which torch lets it update
+        for k in pop.in_out:
+            v = views[k]
+            if v.requires_grad and (v.is_leaf or (v._base is not None and v._base.is_leaf)):
+                return "leaf that requires grad"
+    if pop.kind == "function" and c.scalar_kind == "0d_grad" and fw != "numpy":
+        # wp.Tape records no scalar adjoint: refused at the call (torch, Paddle) or when JAX asks
+        # for the scalar's gradient (issue 33 row c)
+        return "traced scalar" if fw == "jax" else "no gradient for scalar"
     if c.packing == "warp" and c.scalar_kind == "0d":
         # a Warp struct instance keeps the 0-d NumPy array set on its number field: a NumPy array
         # among the Warp arrays (the same as at the top level)
@@ -814,7 +831,8 @@ def describe(c: Call) -> str:
         f"{c.op.id}(n={c.n}, m={c.m}, {np.dtype(c.dtype).name}, layouts=[{lays}], grads={list(map(int, c.grads))}, "
         f"scalar={c.scalar_kind}:{c.scalar}, path={c.path}, launch={c.launch}, inplace={c.inplace}, x64={c.x64}, "
         f"batch={c.batch}, vmap_method={c.vmap_method}, device={c.device}"
-        + (f", packing={c.packing})" if c.packing else ")")
+        + (f", packing={c.packing}" if c.packing else "")
+        + (", leaf_in_out=1)" if c.leaf_in_out else ")")
     )
 
 
@@ -835,6 +853,8 @@ def count_call(fw: str, c: Call, outcome: str, source: str = "single calls") -> 
     count(fw, "launch_dims", "per call" if c.launch else "default")
     if fw in ("torch", "paddle"):
         count(fw, "in-place after forward", c.inplace is not None)
+    if fw == "torch" and any(c.grads[k] for k in c.op.in_out):
+        count(fw, "in-out requiring grad passed as", "leaf" if c.leaf_in_out else "copy")
     if fw == "jax":
         count(fw, "x64", c.x64)
         if c.vmap_method:
@@ -901,8 +921,9 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
 
     pop, opf = c.op, op_callable(c)
     leaves = [torch.tensor(b, requires_grad=g, device=c.device) for b, g in zip(bases, c.grads)]
-    # an in-out that requires grad is a non-leaf (a leaf that requires grad cannot be updated in place)
-    srcs = [lf.clone() if (k in pop.in_out and c.grads[k]) else lf for k, lf in enumerate(leaves)]
+    # an in-out that requires grad is a non-leaf (a leaf that requires grad cannot be updated in place;
+    # c.leaf_in_out passes the leaf, which the op refuses)
+    srcs = [lf.clone() if (k in pop.in_out and c.grads[k] and not c.leaf_in_out) else lf for k, lf in enumerate(leaves)]
     o = Outcome([])
     views = [view("torch", s, lay, shp) for s, lay, shp in zip(srcs, c.layouts, shapes)]
     o.expected = expected_error("torch", c, views, shapes)

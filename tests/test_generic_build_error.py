@@ -93,6 +93,9 @@ def test_generic_output_warp_cannot_build_raises_one_clear_error_on_every_path(f
         assert msg.startswith("op 'harmonic_energies': Warp could not build the generic kernel for the argument types")
         assert "(positions: vec3f, k: float32, energies: vec3f)" in msg
         assert "weakref" not in msg and "vec_t" not in msg
+        # the output whose dtype was guessed, the guess, and the fix (issue 33 item 4)
+        assert "Generic output 'energies' took vec3f: a guess, the type of the first generic input 'positions'" in msg
+        assert "output_dtypes={'energies': interop.scalar_of('positions')}" in msg
 
 
 @pytest.mark.parametrize("fw", PATHS)
@@ -126,8 +129,9 @@ def test_output_dtypes_are_part_of_the_op_identity():
     b = interop.op(harmonic_energies, output_dtypes={"energies": wp.float64})
     assert b is not a and b.name != a.name and a.description != b.description
     assert b(np.ones((2, 3), np.float64), 1.0).dtype == np.float64
-    with pytest.raises(interop.ArgumentError, match=r"\(positions: vec3f, k: float32, energies: float64\)"):
+    with pytest.raises(interop.ArgumentError, match=r"\(positions: vec3f, k: float32, energies: float64\)") as ei:
         b(np.ones((2, 3), np.float32), 1.0)  # Warp stores no float32 product in float64 energies
+    assert "a guess" not in str(ei.value)  # the output's dtype was given, not guessed
 
 
 @pytest.mark.parametrize(

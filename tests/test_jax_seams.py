@@ -379,7 +379,9 @@ def test_exported_call_after_its_op_was_dropped_names_the_op_and_describing_it_a
     del op, exported
     gc.collect()
     assert ref() is None
-    with pytest.raises(Exception, match=r"op '_dropped_op__locals__halve': its XLA FFI target .* was called after the op was dropped"):
+    with pytest.raises(
+        Exception, match=r"op '_dropped_op__locals__halve': its XLA FFI target .* was called after the op was dropped"
+    ):
         exp.call(x)
     op = _dropped_op()
     np.testing.assert_array_equal(np.asarray(exp.call(x)), np.asarray(x) * 0.5)
@@ -399,5 +401,7 @@ def test_op_described_again_under_a_named_kernels_name_is_refused():
     def halve(x: wp.array(dtype=float), out: wp.array(dtype=float)):
         out.assign(x)
 
-    with pytest.raises(ValueError, match=r"op name 'seams::kernel_then_function' is already used by .*pick another name="):
+    with pytest.raises(
+        ValueError, match=r"op name 'seams::kernel_then_function' is already used by .*pick another name="
+    ):
         interop.op(halve, name="seams::kernel_then_function")

@@ -159,13 +159,15 @@ def test_jax_exported_call_of_a_dropped_named_op():
     from adapters import jax as interop_jax
 
     x = jnp.arange(4.0, dtype=jnp.float32, device=jax.devices("cpu")[0])
-    op = interop.op(_scaled_square, name="named_ops::sq_jax")
-    exported = jax.export.export(
-        jax.jit(lambda a: op(a, 2.0)), platforms=["cpu"], disabled_checks=interop_jax.disabled_checks(op)
-    )(x)
-    serialized = exported.serialize()
-    ref = weakref.ref(op)
-    del op, exported
+
+    def export():  # the op lives only in here
+        op = interop.op(_scaled_square, name="named_ops::sq_jax")
+        exported = jax.export.export(
+            jax.jit(lambda a: op(a, 2.0)), platforms=["cpu"], disabled_checks=interop_jax.disabled_checks(op)
+        )
+        return exported(x).serialize(), weakref.ref(op)
+
+    serialized, ref = export()
     gc.collect()
     assert ref() is not None
     exp = jax.export.deserialize(serialized)

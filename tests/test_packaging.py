@@ -26,6 +26,16 @@ def test_extras_are_ranges_not_pins():
     assert "paddlepaddle>=3.2" in extras["paddle"] and extras["torch"] == ["torch>=2.13"]
 
 
+def test_cupy_extras_name_one_cuda_build_each():
+    """One CuPy wheel per CUDA major version: an extra that installed cupy-cuda12x beside a user's
+    cupy-cuda13x would put two CuPys in one environment (issue 33 item 5)."""
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert "cupy" not in extras
+    assert extras["cupy-cuda12"] == ["cupy-cuda12x"] and extras["cupy-cuda13"] == ["cupy-cuda13x"]
+    others = [r for name, reqs in extras.items() if not name.startswith("cupy") for r in reqs]
+    assert not [r for r in others if r.startswith("cupy")]  # "all" too: the user picks the build
+
+
 def test_license_is_an_spdx_string():
     project = _pyproject()["project"]
     assert project["license"] == "Apache-2.0"
