@@ -1,6 +1,7 @@
-"""The PyTorch internals the torch adapter needs (STYLE.md rule 11), in one place.
+"""The PyTorch internals the torch adapter needs (STYLE.md rule 11), in one place, and the supported versions.
 
-Checked against torch 2.13.0 (CPU build).
+Checked against torch 2.11.0, 2.12.1, 2.14.1, 2.15.0 (PyPI's CUDA builds, on the CPU) and 2.13.0
+(CPU build); where a version needs its own branch, the branch names the versions it was checked on.
 
 - ``torch._C._are_functorch_transforms_active`` says whether a ``torch.func`` transform
   (grad, vjp, vmap, jacrev...) is being traced. The autograd.Function that
@@ -59,10 +60,55 @@ Checked against torch 2.13.0 (CPU build).
 
 from __future__ import annotations
 
+import re
+import weakref
 from typing import Any
 
 import torch
 from torch.autograd import forward_ad as _fwad
+
+from interop._errors import UnsupportedError
+
+# ---------------------------------------------------------------------------------------
+# Supported torch versions. The floor is pyproject.toml's ``torch`` extra; below it the adapter
+# refuses to load (the first torch call raises, naming the version found and the range).
+# Verified by the torch tests (nox -s torch_2_11 ... torch_2_15, tests on constraints/ci.txt):
+# 2.11.0, 2.12.1, 2.13.0, 2.14.1, 2.15.0. Newer releases are not refused; their tests are not yet run.
+# ---------------------------------------------------------------------------------------
+TORCH_FLOOR = (2, 11)
+TORCH_VERIFIED = ("2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    """``(major, minor, micro)`` of a torch version string ("2.11.0+cu130", "2.12.0a0+git1234", "2.15.0.dev2026")."""
+    m = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if m is None:
+        raise ValueError(f"not a torch version: {version!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def supported_range() -> str:
+    """The supported torch versions, in words."""
+    floor = ".".join(map(str, TORCH_FLOOR))
+    return f"torch>={floor} (verified on {', '.join(TORCH_VERIFIED)})"
+
+
+def check_version(version: str) -> None:
+    """Raise :class:`~interop.UnsupportedError` when torch ``version`` is below the supported floor.
+
+    A pre-release of the floor (``2.11.0a0+git...``, as NGC containers ship) counts as that release.
+    """
+    if parse_version(version)[:2] < TORCH_FLOOR:
+        floor = ".".join(map(str, TORCH_FLOOR))
+        raise UnsupportedError(
+            f"warp-interop's PyTorch adapter needs {supported_range()}; this environment has torch {version}. "
+            f"Upgrade torch (pip install 'torch>={floor}', the build for your CUDA), or use the ops from "
+            "NumPy, JAX, Paddle or Warp arrays without torch"
+        )
+
+
+TORCH_VERSION = parse_version(torch.__version__)
+check_version(torch.__version__)  # the adapter imports this module first: its import (first torch call) raises
 
 _C = torch._C
 _active = getattr(_C, "_are_functorch_transforms_active", None)
@@ -219,6 +265,51 @@ def profiler_enabled_c():
     """:func:`profiler_enabled` as the C function itself where torch has it (no Python frame for
     generated code to enter), else :func:`profiler_enabled`."""
     return _profiler_enabled if _profiler_enabled is not None else profiler_enabled
+
+
+# ---------------------------------------------------------------------------------------
+# Dynamo: a function whose result is a constant of the trace, called with an object
+# ---------------------------------------------------------------------------------------
+# torch.compiler.assume_constant_result runs the function at trace time and stores its result as a
+# constant. Its arguments must be constants of the trace:
+# - torch 2.13.0, 2.14.1, 2.15.0: a user-defined object (an interop.Op) is passed as itself, guarded by
+#   identity (ID_MATCH).
+# - torch 2.11.0, 2.12.1: every argument goes through as_python_constant, which a user-defined object
+#   lacks (InternalTorchDynamoError: AsPythonConstantNotImplementedError: UserDefinedObjectVariable(Op)
+#   is not a constant). Its id() is one, guarded by identity (ID_MATCH) as above: the object travels
+#   as its id, and is found again in a weak table that the function's eager calls fill (the torch
+#   adapter resolves every op eagerly when it is described or when the adapter loads).
+_DYNAMO_PASSES_OBJECTS = TORCH_VERSION >= (2, 13)
+
+
+def assume_constant_result_of(fn):
+    """``fn(obj, *constants)`` marked with ``torch.compiler.assume_constant_result``, where ``obj`` is any
+    object (passed by identity) and the other arguments are constants (str, int, bool, tuples, None)."""
+    if _DYNAMO_PASSES_OBJECTS:
+        return torch.compiler.assume_constant_result(fn)
+    live: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+    def by_id(key: int, *args):
+        obj = live.get(key)
+        if obj is None:
+            raise RuntimeError(
+                f"{fn.__qualname__}: torch {torch.__version__} traced a call of an object that was never called "
+                "outside torch.compile; call it once eagerly first"
+            )
+        return fn(obj, *args)
+
+    by_id.__name__ = by_id.__qualname__ = f"{fn.__name__}_by_id"
+    by_id_constant = torch.compiler.assume_constant_result(by_id)
+
+    def wrapper(obj, *args):
+        if _is_compiling():  # Dynamo folds this to True and traces only this branch
+            return by_id_constant(id(obj), *args)
+        live[id(obj)] = obj
+        return fn(obj, *args)
+
+    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+    wrapper.__wrapped__ = fn
+    return wrapper
 
 
 try:
