@@ -385,7 +385,7 @@ def function_apply(cls):
 # ---------------------------------------------------------------------------------------
 # DTensor (adapters/_torch_sharding.py): registering an operator's sharding strategy
 # ---------------------------------------------------------------------------------------
-# Checked against torch 2.13.0. The public ``torch.distributed.tensor.experimental.register_sharding``
+# Checked against torch 2.11.0, 2.12.1, 2.13.0, 2.14.1, 2.15.0. The public ``torch.distributed.tensor.experimental.register_sharding``
 # cannot serve: it takes the first int argument as where the cached static arguments start (ours
 # are float/SymInt[]/bool[], so a call with other launch dims or other wanted gradients would reuse
 # a stale decision), and it refuses a rule for an operator returning ``Tensor[]`` (the backward)
@@ -395,9 +395,13 @@ def function_apply(cls):
 # - ``torch.distributed.tensor._ops.utils.expand_to_full_mesh_op_strategy``: one-mesh-dimension
 #   strategies expanded to the mesh, with redistribution costs (what register_sharding returns);
 # - ``sharding_propagator.op_to_scalar_shape_adjuster[op]`` (used by torch for group_norm's N/C/HxW):
-#   rewrites global launch/output dims to the shard's when a launch runs per shard;
+#   rewrites global launch/output dims to the shard's when a launch runs per shard. Torch 2.13.0,
+#   2.14.1, 2.15.0 have it; 2.11.0 and 2.12.1 do not (nor any other hook that rewrites several
+#   non-tensor arguments): there ``rewrites_dims`` is False, and a call whose launch or output dims
+#   are fixed (by the description or the call) gets the replicated strategy only (correct: DTensor
+#   gathers the shards first);
 # - ``OpSchema``, ``OpStrategy``, ``DTensorSpec`` and ``compute_local_shape_and_global_offset``.
-_DTENSOR_CHECKED = (2, 13)
+_DTENSOR_CHECKED = (2, 11)
 _dtensor_api: object = None
 
 
@@ -411,10 +415,10 @@ class _DTensorInternals:
 
         self.DTensor = DTensor
         self.propagator = DTensor._op_dispatcher.sharding_propagator
-        if not hasattr(self.propagator, "register_op_strategy") or not isinstance(
-            getattr(self.propagator, "op_to_scalar_shape_adjuster", None), dict
-        ):
-            raise ImportError("DTensor's sharding propagator has no register_op_strategy/op_to_scalar_shape_adjuster")
+        if not hasattr(self.propagator, "register_op_strategy"):
+            raise ImportError("DTensor's sharding propagator has no register_op_strategy")
+        # torch 2.13+ (see above); torch 2.11/2.12: none, per-shard launches only where the local arrays size them
+        self.rewrites_dims = isinstance(getattr(self.propagator, "op_to_scalar_shape_adjuster", None), dict)
         self._R, self._S, self._P = Replicate, Shard, Partial
         self._spec, self._schema, self._strategy, self._info = DTensorSpec, OpSchema, OpStrategy, RuntimeSchemaInfo
         self._expand = expand_to_full_mesh_op_strategy
@@ -423,7 +427,8 @@ class _DTensorInternals:
     def register(self, overload, strategy_fn, adjuster) -> None:
         # static_argnum=0: every non-tensor argument is part of the cached decision's key
         self.propagator.register_op_strategy(overload, strategy_fn, self._info(static_argnum=0))
-        self.propagator.op_to_scalar_shape_adjuster[overload] = adjuster
+        if self.rewrites_dims:
+            self.propagator.op_to_scalar_shape_adjuster[overload] = adjuster
 
     def is_strategy(self, x) -> bool:
         return isinstance(x, self._strategy)
@@ -473,8 +478,7 @@ def dtensor_internals():
     if _dtensor_api is None:
         api = False
         try:
-            version = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
-            if version >= _DTENSOR_CHECKED and torch.distributed.is_available():
+            if TORCH_VERSION[:2] >= _DTENSOR_CHECKED and torch.distributed.is_available():
                 api = _DTensorInternals()
         except Exception:
             api = False
