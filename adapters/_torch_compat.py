@@ -272,14 +272,14 @@ def profiler_enabled_c():
 # ---------------------------------------------------------------------------------------
 # torch.compiler.assume_constant_result runs the function at trace time and stores its result as a
 # constant. Its arguments must be constants of the trace:
-# - torch 2.13.0, 2.14.1, 2.15.0: a user-defined object (an interop.Op) is passed as itself, guarded by
-#   identity (ID_MATCH).
-# - torch 2.11.0, 2.12.1: every argument goes through as_python_constant, which a user-defined object
+# - torch 2.12.1, 2.13.0, 2.14.1, 2.15.0: a user-defined object (an interop.Op) is passed as itself, guarded
+#   by identity (ID_MATCH).
+# - torch 2.11.0: every argument goes through as_python_constant, which a user-defined object
 #   lacks (InternalTorchDynamoError: AsPythonConstantNotImplementedError: UserDefinedObjectVariable(Op)
 #   is not a constant). Its id() is one, guarded by identity (ID_MATCH) as above: the object travels
 #   as its id, and is found again in a weak table that the function's eager calls fill (the torch
 #   adapter resolves every op eagerly when it is described or when the adapter loads).
-_DYNAMO_PASSES_OBJECTS = TORCH_VERSION >= (2, 13)
+_DYNAMO_PASSES_OBJECTS = TORCH_VERSION >= (2, 12)
 
 
 def assume_constant_result_of(fn):
