@@ -60,6 +60,7 @@ Checked against torch 2.11.0, 2.12.1, 2.14.1, 2.15.0 (PyPI's CUDA builds, on the
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 from typing import Any
@@ -307,9 +308,7 @@ def assume_constant_result_of(fn):
         live[id(obj)] = obj
         return fn(obj, *args)
 
-    wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-    wrapper.__wrapped__ = fn
-    return wrapper
+    return functools.wraps(fn)(wrapper)
 
 
 try:

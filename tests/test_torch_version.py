@@ -12,10 +12,10 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 
 import numpy as np
 import pytest
+import tomllib
 import warp as wp
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -86,7 +86,9 @@ def test_version_check_accepts_the_floor_and_above(version, parsed):
 def test_version_check_refuses_below_the_floor_naming_version_and_range(version):
     from adapters import _torch_compat
 
-    with pytest.raises(interop.UnsupportedError, match=rf"needs torch>=2\.11 .*this environment has torch {re.escape(version)}"):
+    with pytest.raises(
+        interop.UnsupportedError, match=rf"needs torch>=2\.11 .*this environment has torch {re.escape(version)}"
+    ):
         _torch_compat.check_version(version)
 
 
