@@ -136,7 +136,7 @@ def test_first_torch_call_below_the_floor_raises_naming_version_and_range():
 
 
 @needs_below
-def test_importing_torch_after_describing_ops_below_the_floor_does_not_break_the_import():
+def test_importing_torch_after_describing_ops_below_the_floor_does_not_break_the_import(tmp_path):
     # ops described first, torch imported after: the adapter's import hook must not make `import torch` fail
     code = (
         "import interop, warp as wp\n"
@@ -150,6 +150,9 @@ def test_importing_torch_after_describing_ops_below_the_floor_does_not_break_the
         "except interop.UnsupportedError as e:\n"
         "    print('REFUSED', e)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    script = tmp_path / "below_floor.py"  # a file: Warp reads a kernel's source
+    script.write_text(code)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "REFUSED" in r.stdout and f"this environment has torch {torch.__version__}" in r.stdout, r.stdout
