@@ -23,7 +23,10 @@ Matrix (each extra session runs only the tests of the framework it varies):
     jax_oldest        Python 3.11, the oldest jax/jaxlib pyproject.toml admits
     paddle_oldest     Python 3.11, the oldest paddlepaddle pyproject.toml admits
     gpu               the whole suite in the current environment (its CUDA builds), CUDA required
-    torch_newest      Python 3.11, torch 2.14.1 (PyPI's CUDA build, about 6 GB; runs on the CPU); not in CI
+    torch_2_11 ... torch_2_15   Python 3.11, the PyTorch tests on torch 2.11.0, 2.12.1, 2.13.0 (CPU build),
+                      2.14.1, 2.15.0 (PyPI's CUDA builds, about 6 GB each; run on the CPU); not in CI
+    torch_newest      the same on the newest torch (2.15.0); not in CI
+    torch_below_floor torch 2.10.0: the first torch call refuses it (tests/test_torch_version.py); not in CI
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CI_PYTHON = "3.11"  # the torch 2.13.0 CPU wheel is built for CPython 3.11
 SUPPORTED_PYTHONS = ("3.11", "3.12", "3.13")  # in order of preference
 TORCH = "2.13.0+cpu"
-TORCH_NEWEST = "2.14.1"
+TORCH_NEWEST = "2.15.0"
 
 
 def _python_runs(version: str) -> bool:
@@ -311,19 +314,62 @@ def paddle_oldest(session):
     session.run("pytest", "-q", *PADDLE_TESTS, *session.posargs)
 
 
+def _torch_tests(session, version: str, constraints: str) -> None:
+    """Install the project with torch ``version`` (exact pins from ``constraints``) and run ``pytest -k torch``."""
+    _session_python(session)
+    session.install(*_constraints(constraints), "-e", ".[torch,test]", f"torch=={version}", silent=False)
+    check = f"import torch; print('torch', torch.__version__); assert torch.__version__.startswith('{version}')"
+    session.run("python", "-c", check)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "-k", "torch", *session.posargs)
+
+
+# One session per supported torch minor version (pyproject.toml's floor up to the newest on PyPI):
+# the PyTorch tests on PyPI's Linux build of that release (CUDA builds of several GB with their
+# nvidia-* packages, which run on the CPU; 2.13.0 is the CPU wheel CI uses). Not in CI (the size).
+# Installed with pip (venv backend), so pip's own configuration (index, find-links, a mirror) applies.
+TORCH_MINORS = {"2.11": ("2.11.0", "torch-2.11.txt"), "2.12": ("2.12.1", "torch-2.12.txt")}
+TORCH_MINORS["2.13"] = (TORCH, "ci.txt")
+TORCH_MINORS["2.14"] = ("2.14.1", "torch-2.14.txt")
+TORCH_MINORS["2.15"] = (TORCH_NEWEST, "torch-newest.txt")
+
+
+def _torch_minor_session(minor: str, version: str, constraints: str):
+    def session_fn(session):
+        if minor == "2.13":
+            src = _torch_source(session, _session_python(session))  # the CPU wheel, as the tests session
+            if src is None:
+                session.error(f"torch {version} (CPU build) is not at hand: see the PyTorch note above")
+            session.install(*src, *_constraints(constraints), "-e", ".[torch,test]", silent=False)
+            session.run("python", "-c", "import torch; print('torch', torch.__version__)")
+            session.run("pytest", "-q", "-p", "no:cacheprovider", "-k", "torch", *session.posargs)
+        else:
+            _torch_tests(session, version, constraints)
+
+    session_fn.__doc__ = f"The PyTorch tests (``pytest -k torch``) on torch {version}, on the CPU; not in CI."
+    session_fn.__name__ = f"torch_{minor.replace('.', '_')}"
+    return nox.session(python=CI_PYTHON, venv_backend="venv", name=session_fn.__name__)(session_fn)
+
+
+for _minor, (_version, _file) in TORCH_MINORS.items():
+    globals()[f"torch_{_minor.replace('.', '_')}"] = _torch_minor_session(_minor, _version, _file)
+
+
 @nox.session(python=CI_PYTHON, venv_backend="venv")
 def torch_newest(session):
-    """The PyTorch tests (``pytest -k torch``) on torch 2.14.1, the newest torch ``pip install torch``
-    gives on Linux: PyPI's CUDA build with its nvidia-* packages, about 6 GB (it runs on the CPU).
+    """The PyTorch tests (``pytest -k torch``) on the newest torch on PyPI (2.15.0, as ``torch_2_15``):
+    PyPI's CUDA build with its nvidia-* packages, about 6 GB (it runs on the CPU). Not in CI (the size)."""
+    _torch_tests(session, TORCH_NEWEST, "torch-newest.txt")
 
-    Not in CI (the size). Installed with pip (venv backend), so pip's own configuration (index,
-    find-links, a local mirror) applies.
-    """
+
+@nox.session(python=CI_PYTHON, venv_backend="venv")
+def torch_below_floor(session):
+    """Torch 2.10.0, below the supported floor: the first torch call raises, naming the version and the
+    range (tests/test_torch_version.py). torch is installed first and alone: the project's ``torch``
+    extra would replace it."""
     _session_python(session)
-    session.install(*_constraints("torch-newest.txt"), "-e", ".[torch,test]", silent=False)
-    check = f"import torch; print('torch', torch.__version__); assert torch.__version__.startswith('{TORCH_NEWEST}')"
-    session.run("python", "-c", check)
-    session.run("pytest", "-q", "-k", "torch", *session.posargs)
+    session.install(*_constraints("torch-2.10.txt"), "torch==2.10.0", silent=False)
+    session.install(*_constraints("torch-2.10.txt"), "-e", ".[test]", "packaging", silent=False)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_torch_version.py", *session.posargs)
 
 
 @nox.session(python=USER_PYTHONS)

@@ -1,6 +1,7 @@
-"""The PyTorch internals the torch adapter needs (STYLE.md rule 11), in one place.
+"""The PyTorch internals the torch adapter needs (STYLE.md rule 11), in one place, and the supported versions.
 
-Checked against torch 2.13.0 (CPU build).
+Checked against torch 2.11.0, 2.12.1, 2.14.1, 2.15.0 (PyPI's CUDA builds, on the CPU) and 2.13.0
+(CPU build); where a version needs its own branch, the branch names the versions it was checked on.
 
 - ``torch._C._are_functorch_transforms_active`` says whether a ``torch.func`` transform
   (grad, vjp, vmap, jacrev...) is being traced. The autograd.Function that
@@ -63,10 +64,56 @@ Checked against torch 2.13.0 (CPU build).
 
 from __future__ import annotations
 
+import functools
+import re
+import weakref
 from typing import Any
 
 import torch
 from torch.autograd import forward_ad as _fwad
+
+from interop._errors import UnsupportedError
+
+# ---------------------------------------------------------------------------------------
+# Supported torch versions. The floor is pyproject.toml's ``torch`` extra; below it the adapter
+# refuses to load (the first torch call raises, naming the version found and the range).
+# Verified by the torch tests (nox -s torch_2_11 ... torch_2_15, tests on constraints/ci.txt):
+# 2.11.0, 2.12.1, 2.13.0, 2.14.1, 2.15.0. Newer releases are not refused; their tests are not yet run.
+# ---------------------------------------------------------------------------------------
+TORCH_FLOOR = (2, 11)
+TORCH_VERIFIED = ("2.11.0", "2.12.1", "2.13.0", "2.14.1", "2.15.0")
+
+
+def parse_version(version: str) -> tuple[int, int, int]:
+    """``(major, minor, micro)`` of a torch version string ("2.11.0+cu130", "2.12.0a0+git1234", "2.15.0.dev2026")."""
+    m = re.match(r"\s*(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if m is None:
+        raise ValueError(f"not a torch version: {version!r}")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def supported_range() -> str:
+    """The supported torch versions, in words."""
+    floor = ".".join(map(str, TORCH_FLOOR))
+    return f"torch>={floor} (verified on {', '.join(TORCH_VERIFIED)})"
+
+
+def check_version(version: str) -> None:
+    """Raise :class:`~interop.UnsupportedError` when torch ``version`` is below the supported floor.
+
+    A pre-release of the floor (``2.11.0a0+git...``, as NGC containers ship) counts as that release.
+    """
+    if parse_version(version)[:2] < TORCH_FLOOR:
+        floor = ".".join(map(str, TORCH_FLOOR))
+        raise UnsupportedError(
+            f"warp-interop's PyTorch adapter needs {supported_range()}; this environment has torch {version}. "
+            f"Upgrade torch (pip install 'torch>={floor}', the build for your CUDA), or use the ops from "
+            "NumPy, JAX, Paddle or Warp arrays without torch"
+        )
+
+
+TORCH_VERSION = parse_version(torch.__version__)
+check_version(torch.__version__)  # the adapter imports this module first: its import (first torch call) raises
 
 _C = torch._C
 _active = getattr(_C, "_are_functorch_transforms_active", None)
@@ -225,6 +272,49 @@ def profiler_enabled_c():
     return _profiler_enabled if _profiler_enabled is not None else profiler_enabled
 
 
+# ---------------------------------------------------------------------------------------
+# Dynamo: a function whose result is a constant of the trace, called with an object
+# ---------------------------------------------------------------------------------------
+# torch.compiler.assume_constant_result runs the function at trace time and stores its result as a
+# constant. Its arguments must be constants of the trace:
+# - torch 2.12.1, 2.13.0, 2.14.1, 2.15.0: a user-defined object (an interop.Op) is passed as itself, guarded
+#   by identity (ID_MATCH).
+# - torch 2.11.0: every argument goes through as_python_constant, which a user-defined object
+#   lacks (InternalTorchDynamoError: AsPythonConstantNotImplementedError: UserDefinedObjectVariable(Op)
+#   is not a constant). Its id() is one, guarded by identity (ID_MATCH) as above: the object travels
+#   as its id, and is found again in a weak table that the function's eager calls fill (the torch
+#   adapter resolves every op eagerly when it is described or when the adapter loads).
+_DYNAMO_PASSES_OBJECTS = TORCH_VERSION >= (2, 12)
+
+
+def assume_constant_result_of(fn):
+    """``fn(obj, *constants)`` marked with ``torch.compiler.assume_constant_result``, where ``obj`` is any
+    object (passed by identity) and the other arguments are constants (str, int, bool, tuples, None)."""
+    if _DYNAMO_PASSES_OBJECTS:
+        return torch.compiler.assume_constant_result(fn)
+    live: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+    def by_id(key: int, *args):
+        obj = live.get(key)
+        if obj is None:
+            raise RuntimeError(
+                f"{fn.__qualname__}: torch {torch.__version__} traced a call of an object that was never called "
+                "outside torch.compile; call it once eagerly first"
+            )
+        return fn(obj, *args)
+
+    by_id.__name__ = by_id.__qualname__ = f"{fn.__name__}_by_id"
+    by_id_constant = torch.compiler.assume_constant_result(by_id)
+
+    def wrapper(obj, *args):
+        if _is_compiling():  # Dynamo folds this to True and traces only this branch
+            return by_id_constant(id(obj), *args)
+        live[id(obj)] = obj
+        return fn(obj, *args)
+
+    return functools.wraps(fn)(wrapper)
+
+
 try:
     from torch._library.custom_ops import OPDEF_TO_LIB as _OPDEF_TO_LIB
 except ImportError:  # pragma: no cover - another torch version: operators stay registered
@@ -298,7 +388,7 @@ def function_apply(cls):
 # ---------------------------------------------------------------------------------------
 # DTensor (adapters/_torch_sharding.py): registering an operator's sharding strategy
 # ---------------------------------------------------------------------------------------
-# Checked against torch 2.13.0. The public ``torch.distributed.tensor.experimental.register_sharding``
+# Checked against torch 2.11.0, 2.12.1, 2.13.0, 2.14.1, 2.15.0. The public ``torch.distributed.tensor.experimental.register_sharding``
 # cannot serve: it takes the first int argument as where the cached static arguments start (ours
 # are float/SymInt[]/bool[], so a call with other launch dims or other wanted gradients would reuse
 # a stale decision), and it refuses a rule for an operator returning ``Tensor[]`` (the backward)
@@ -308,9 +398,13 @@ def function_apply(cls):
 # - ``torch.distributed.tensor._ops.utils.expand_to_full_mesh_op_strategy``: one-mesh-dimension
 #   strategies expanded to the mesh, with redistribution costs (what register_sharding returns);
 # - ``sharding_propagator.op_to_scalar_shape_adjuster[op]`` (used by torch for group_norm's N/C/HxW):
-#   rewrites global launch/output dims to the shard's when a launch runs per shard;
+#   rewrites global launch/output dims to the shard's when a launch runs per shard. Torch 2.13.0,
+#   2.14.1, 2.15.0 have it; 2.11.0 and 2.12.1 do not (nor any other hook that rewrites several
+#   non-tensor arguments): there ``rewrites_dims`` is False, and a call whose launch or output dims
+#   are fixed (by the description or the call) gets the replicated strategy only (correct: DTensor
+#   gathers the shards first);
 # - ``OpSchema``, ``OpStrategy``, ``DTensorSpec`` and ``compute_local_shape_and_global_offset``.
-_DTENSOR_CHECKED = (2, 13)
+_DTENSOR_CHECKED = (2, 11)
 _dtensor_api: object = None
 
 
@@ -324,10 +418,10 @@ class _DTensorInternals:
 
         self.DTensor = DTensor
         self.propagator = DTensor._op_dispatcher.sharding_propagator
-        if not hasattr(self.propagator, "register_op_strategy") or not isinstance(
-            getattr(self.propagator, "op_to_scalar_shape_adjuster", None), dict
-        ):
-            raise ImportError("DTensor's sharding propagator has no register_op_strategy/op_to_scalar_shape_adjuster")
+        if not hasattr(self.propagator, "register_op_strategy"):
+            raise ImportError("DTensor's sharding propagator has no register_op_strategy")
+        # torch 2.13+ (see above); torch 2.11/2.12: none, per-shard launches only where the local arrays size them
+        self.rewrites_dims = isinstance(getattr(self.propagator, "op_to_scalar_shape_adjuster", None), dict)
         self._R, self._S, self._P = Replicate, Shard, Partial
         self._spec, self._schema, self._strategy, self._info = DTensorSpec, OpSchema, OpStrategy, RuntimeSchemaInfo
         self._expand = expand_to_full_mesh_op_strategy
@@ -336,7 +430,8 @@ class _DTensorInternals:
     def register(self, overload, strategy_fn, adjuster) -> None:
         # static_argnum=0: every non-tensor argument is part of the cached decision's key
         self.propagator.register_op_strategy(overload, strategy_fn, self._info(static_argnum=0))
-        self.propagator.op_to_scalar_shape_adjuster[overload] = adjuster
+        if self.rewrites_dims:
+            self.propagator.op_to_scalar_shape_adjuster[overload] = adjuster
 
     def is_strategy(self, x) -> bool:
         return isinstance(x, self._strategy)
@@ -386,8 +481,7 @@ def dtensor_internals():
     if _dtensor_api is None:
         api = False
         try:
-            version = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
-            if version >= _DTENSOR_CHECKED and torch.distributed.is_available():
+            if TORCH_VERSION[:2] >= _DTENSOR_CHECKED and torch.distributed.is_available():
                 api = _DTensorInternals()
         except Exception:
             api = False

@@ -16,6 +16,7 @@ from ._torch_autograd import _make_backward, _make_second_order_error, _make_set
 from ._torch_binding import _BINDINGS, _OVERLOADS, _bind_lock, _Binding, _make_fake, _make_impl
 from ._torch_compat import (
     PLAIN_TENSOR_TYPES,
+    assume_constant_result_of,
     unregister,
 )
 from ._torch_eager_path import _eager_hook
@@ -122,7 +123,7 @@ def _register(b: _Binding, mask: tuple) -> dict[str, Any]:
     return ops
 
 
-@torch.compiler.assume_constant_result
+@assume_constant_result_of  # torch.compiler.assume_constant_result, with the op passed by identity
 def _resolve(op, mask: tuple | None, kind: str) -> str:
     """Qualified name of ``op``'s operator for one scalar signature, registering it on first use.
 

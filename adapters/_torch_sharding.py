@@ -281,6 +281,8 @@ def _strategy_function(b, kind: str, api):
         args = op_schema.args_schema
         kwargs = op_schema.kwargs_schema
         single = strategies(b, kind, args, kwargs, api.is_strategy)
+        if not api.rewrites_dims and _Call(b, kind, args, kwargs, api.is_strategy).has_static_dims():
+            single = single[:1]  # fixed global dims, no adjuster to rewrite them per shard: replicated only
         nout = len(single[0][0])
         full = [[api.placement(x) for x in outs + ins] for outs, ins in single]
         if inout:

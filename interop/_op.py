@@ -424,8 +424,8 @@ def _notify_adapters(o: Op) -> None:
         if fw_loaded:
             try:
                 mod = adapter(name)
-            except ImportError:
-                continue
+            except (ImportError, UnsupportedError):
+                continue  # an adapter that cannot load (a torch below the floor): that framework's calls raise
             hook = getattr(mod, "on_describe", None)
             if hook is not None:
                 hook(o)
