@@ -66,11 +66,11 @@ def test_paddle_function_op_scalar_requiring_grad_is_refused_at_the_call():
 def test_torch_function_op_scalar_requiring_grad_is_refused_at_the_call():
     torch = pytest.importorskip("torch")
     op, runs = _counting_function_op()
-    s = torch.tensor(2.0, requires_grad=True)
+    s = torch.tensor(2.0, requires_grad=True, device="cpu")
     with pytest.raises(
         interop.UnsupportedError, match=r"op 'scaled': no gradient for scalar 's' of a Python-function op"
     ):
-        op(torch.arange(4.0, requires_grad=True), s)
+        op(torch.arange(4.0, requires_grad=True, device="cpu"), s)
     assert runs == []
 
 
@@ -94,9 +94,9 @@ def test_paddle_hand_written_backward_scalar_requiring_grad_is_refused_as_unsupp
 
 def test_torch_in_out_leaf_requiring_grad_is_refused_before_the_launch():
     torch = pytest.importorskip("torch")
-    x = torch.ones(4)
-    acc = torch.zeros(8, requires_grad=True)
-    for arg, what in ((acc[:4], "a view of a leaf"), (torch.zeros(4, requires_grad=True), "a leaf")):
+    x = torch.ones(4, device="cpu")
+    acc = torch.zeros(8, requires_grad=True, device="cpu")
+    for arg, what in ((acc[:4], "a view of a leaf"), (torch.zeros(4, requires_grad=True, device="cpu"), "a leaf")):
         with pytest.raises(
             interop.ArgumentError,
             match=rf"op '_accumulate', parameter 'acc': the in-out tensor is {what} that requires grad.*x\.clone\(\)",
@@ -106,11 +106,11 @@ def test_torch_in_out_leaf_requiring_grad_is_refused_before_the_launch():
     # a copy is updated and differentiable; under no_grad the leaf is updated in place
     c = acc[:4].clone()
     ACCUMULATE(x, c).sum().backward()
-    torch.testing.assert_close(c.detach(), torch.ones(4))
-    torch.testing.assert_close(acc.grad, torch.tensor([1.0] * 4 + [0.0] * 4))
+    torch.testing.assert_close(c.detach(), torch.ones(4, device="cpu"))
+    torch.testing.assert_close(acc.grad, torch.tensor([1.0] * 4 + [0.0] * 4, device="cpu"))
     with torch.no_grad():
         ACCUMULATE(x, acc[:4])
-    torch.testing.assert_close(acc.detach()[:4], torch.ones(4))
+    torch.testing.assert_close(acc.detach()[:4], torch.ones(4, device="cpu"))
 
 
 def test_paddle_in_out_leaf_requiring_grad_is_refused_before_the_launch():
