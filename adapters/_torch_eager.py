@@ -236,11 +236,26 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
         total, offsets = shared
         env["ZTOTAL"] = total
         first = next(iter(offsets))
+        # one split (a C++ call making every piece) rather than a slice and a view per gradient:
+        # each tensor-method call costs the host microseconds on CUDA (the GPU run's profile)
+        sizes, pos, at = [], {}, 0
+        for i, (off, numel, _) in offsets.items():
+            if off > at:
+                sizes.append(off - at)  # alignment padding
+            pos[i] = len(sizes)
+            sizes.append(numel)
+            at = off + numel
+        if total > at:
+            sizes.append(total - at)
+        env["ZSIZES"] = tuple(sizes)
         lines.append(f"    if {' and '.join(f'n{i}' for i in offsets)}:")
-        lines.append(f"        _z = zeros(ZTOTAL, dtype=a{first}.dtype, device=tdev)")
+        lines.append(f"        _p = zeros(ZTOTAL, dtype=a{first}.dtype, device=tdev).split(ZSIZES)")
         for i, (off, numel, shape) in offsets.items():
-            env[f"ZS{i}"] = shape
-            lines.append(f"        t{i} = _z[{off}:{off + numel}].view(ZS{i})")
+            if len(shape) == 1:
+                lines.append(f"        t{i} = _p[{pos[i]}]")
+            else:
+                env[f"ZS{i}"] = shape
+                lines.append(f"        t{i} = _p[{pos[i]}].view(ZS{i})")
         lines.append("    else:")
         for i in offsets:
             lines.append(f"        t{i} = zeros_like(a{i}{packed(i)}) if n{i} else None")

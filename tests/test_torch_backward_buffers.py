@@ -104,3 +104,27 @@ def test_gradients_of_two_dtypes_never_share(device, sharing):
     torch.testing.assert_close(y.grad, x.detach().double())
     assert _storage(x.grad) != _storage(y.grad)
     assert x.grad.dtype == torch.float32 and y.grad.dtype == torch.float64
+
+
+@wp.kernel
+def vec_buf(a: wp.array(dtype=wp.vec3), b: wp.array2d(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = wp.dot(a[i], a[i]) + b[i, 0] * b[i, 1]
+
+
+@pytest.mark.parametrize("n", [1, 5, 100])
+def test_shared_buffer_views_of_several_dimensions(device, sharing, n):
+    """Gradients of (n, 3) and (n, 2) arguments carved from one buffer (with alignment padding)."""
+    require_cuda("torch", device)
+    op = interop.op(vec_buf)
+    g = torch.Generator(device="cpu").manual_seed(n)
+    a = torch.rand(n, 3, generator=g, device="cpu").to(device).requires_grad_(True)
+    b = torch.rand(n, 2, generator=g, device="cpu").to(device).requires_grad_(True)
+    op(a, b).sum().backward()
+    torch.testing.assert_close(a.grad, 2.0 * a.detach())
+    torch.testing.assert_close(b.grad, b.detach().flip(1))
+    assert a.grad.shape == (n, 3) and b.grad.shape == (n, 2)
+    assert a.grad.is_contiguous() and b.grad.is_contiguous()
+    assert (_storage(a.grad) == _storage(b.grad)) == sharing
+    if sharing:  # each gradient starts 256 bytes apart from the buffer's start (CUDA's allocation alignment)
+        assert (b.grad.data_ptr() - a.grad.data_ptr()) % 256 == 0
