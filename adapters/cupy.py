@@ -20,13 +20,13 @@ import numpy as np
 from interop import _cache, _dtypes
 from interop._description import OUTPUT
 from interop._errors import ArgumentError
-from interop._op import NOT_EAGER
 from interop._launch import external_stream
+from interop._op import NOT_EAGER
 from interop._plan import ArraySpec
 
 from ._common import EagerFramework, pack_result, unexpected_keywords
 
-_cupy_mod = None
+_cupy_mod: Any = None
 
 
 def _cupy(label: str | None = None):
@@ -135,7 +135,7 @@ def _signature(args: Sequence[Any]) -> tuple | None:
     if cp is None:
         return None
     nd = cp.ndarray
-    key = []
+    key: list[Any] = []
     for a in args:
         t = type(a)
         if t is nd:

@@ -155,7 +155,10 @@ def _bandwidth(title: str, rows: list, sync, quick: bool, bytes_per: dict[str, i
     print(f"    interop / raw wp.launch bandwidth: {ours / raw:.2f}x")
     print(f"    interop / {own} bandwidth: {ours / gbs[own]:.2f}x")
     # gated as time ratios (higher is worse): the alternative's bandwidth over ours
-    return {f"{title}: raw wp.launch GB/s / interop GB/s": raw / ours, f"{title}: {own} GB/s / interop GB/s": gbs[own] / ours}
+    return {
+        f"{title}: raw wp.launch GB/s / interop GB/s": raw / ours,
+        f"{title}: {own} GB/s / interop GB/s": gbs[own] / ours,
+    }
 
 
 # ---- JAX ----------------------------------------------------------------------------------

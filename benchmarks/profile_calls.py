@@ -58,7 +58,7 @@ def _profile(title: str, fn: Callable[[], Any], sync: Callable[[], Any], calls: 
     prof.disable()
     stats = pstats.Stats(prof)
     rows = []
-    for (file, line, name), (cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (file, line, name), (_cc, nc, tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
         rows.append((tt / calls * 1e6, ct / calls * 1e6, nc / calls, f"{file.rsplit('/', 2)[-1]}:{line}({name})"))
     rows.sort(reverse=True)
     print(f"\n{title}: cProfile, per call (us own, us cumulative, calls per call)")
@@ -128,7 +128,7 @@ def _jax(device: str) -> None:
     import jax
     import jax.numpy as jnp
 
-    from adapters import _jax_launch
+    from adapters.jax import launch as _jax_launch
 
     platform = "gpu" if device.startswith("cuda") else "cpu"
     dev = jax.devices(platform)[0]
@@ -175,7 +175,9 @@ def _jax(device: str) -> None:
     try:
         n = _per_call(call(f), sync)
         if spent["n_cuda"]:
-            print(f"  op jit {n:.1f} us of which inside the CUDA handler {spent['cuda'] / spent['n_cuda'] * 1e6:.1f} us")
+            print(
+                f"  op jit {n:.1f} us of which inside the CUDA handler {spent['cuda'] / spent['n_cuda'] * 1e6:.1f} us"
+            )
     finally:
         H.cuda = orig_cuda
     _profile(f"JAX op under jit on {device}", call(f), sync)

@@ -1,5 +1,5 @@
-"""What the adapters' generated call code shares (``adapters/_torch_eager.py``,
-``adapters/_paddle_eager.py``): a bounded cache of compiled code objects and the text helpers.
+"""What the adapters' generated call code shares (``adapters/torch/eager.py``,
+``adapters/paddle/eager.py``): a bounded cache of compiled code objects and the text helpers.
 
 Generated source depends only on a call signature's structure (which parameters are arrays,
 strided, scalars, outputs); shapes, dtypes and launchers are bound as names in each function's

@@ -29,7 +29,7 @@ IN_OUT = "in_out"
 OUTPUT = "output"
 
 Dims = typing.Union[int, Sequence[int]]
-# JAX batching rules (see adapters/_jax_launch.py): "loop" (default, correct for every kernel),
+# JAX batching rules (see adapters/jax/launch.py): "loop" (default, correct for every kernel),
 # "sequential" (lax.map), "fold" (opt-in: batch folded into the first launch dim)
 VMAP_METHODS = ("loop", "sequential", "fold")
 # partition="rows": the launch is independent along its first dimension; "elementwise": along

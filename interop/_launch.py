@@ -29,8 +29,8 @@ from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
 from ._warp_compat import array_t, is_deterministic_launch, module_loaded, type_size_in_bytes
 from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
-from ._warp_compat import direct_cuda_launcher as _direct_cuda_launcher
 from ._warp_compat import direct_cpu_record as _direct_cpu_record
+from ._warp_compat import direct_cuda_launcher as _direct_cuda_launcher
 from ._warp_compat import runtime as _warp_runtime
 
 

@@ -190,7 +190,7 @@ def test_deterministic_kernels_are_not_declared_command_buffer_compatible(monkey
     nothing)."""
     import jax.numpy as jnp
 
-    from adapters import _jax_ffi
+    from adapters.jax import ffi as _jax_ffi
 
     declared = {}
     register = _jax_ffi.register
@@ -310,7 +310,7 @@ def test_stream_get_error_is_raised_not_dropped():
     import jax
     import jax.numpy as jnp
 
-    from adapters import _jax_ffi
+    from adapters.jax import ffi as _jax_ffi
 
     ordinals = []
 

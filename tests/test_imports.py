@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import interop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,3 +153,66 @@ def test_core_and_adapters_import_one_way():
     below = {"_description": {"_plan", "_launch", "_op"}, "_plan": {"_launch", "_op"}, "_launch": {"_op"}}
     for mod, higher in below.items():
         assert not core[mod] & higher, f"interop/{mod}.py imports a layer above it: {sorted(core[mod] & higher)}"
+
+
+FRAMEWORK_PACKAGES = ("torch", "jax", "paddle")
+
+
+def _subpackage_imports(fw: str) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """For ``adapters/<fw>/``: each module -> the sibling modules it imports, and each module ->
+    what it imports from above its package (``from .. import x``, ``from ..x import``,
+    ``import adapters.x``, ``from adapters.x import``): the first name under ``adapters``."""
+    import ast
+
+    d = os.path.join(ROOT, "adapters", fw)
+    mods = {f[:-3] for f in os.listdir(d) if f.endswith(".py")}
+    siblings: dict[str, set[str]] = {m: set() for m in mods}
+    above: dict[str, set[str]] = {m: set() for m in mods}
+    for m in mods:
+        with open(os.path.join(d, m + ".py")) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                siblings[m].update(n for n in names if n in mods and n != m)
+                if node.module is None:
+                    # from . import x: a name the package front defines is an import of the front
+                    siblings[m].update("__init__" for a in node.names if a.name not in mods)
+            elif isinstance(node, ast.ImportFrom) and node.level == 2:
+                above[m].update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("adapters."):
+                above[m].add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                above[m].update(a.name.split(".")[1] for a in node.names if a.name.startswith("adapters."))
+    return siblings, above
+
+
+@pytest.mark.parametrize("fw", FRAMEWORK_PACKAGES)
+def test_framework_packages_import_one_way(fw):
+    """Issue 30: each framework is a package; it imports ``_common`` and ``interop``, never another
+    framework's package; inside it imports run one way, ``compat`` at the bottom (no sibling) and
+    the front (``__init__``) at the top (no module imports it back)."""
+    siblings, above = _subpackage_imports(fw)
+    assert "compat" in siblings and "__init__" in siblings
+    assert not siblings["compat"], f"adapters/{fw}/compat.py imports {sorted(siblings['compat'])}"
+    for m, names in siblings.items():
+        assert "__init__" not in names, f"adapters/{fw}/{m}.py imports the package front back"
+    for start in siblings:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in siblings[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        assert start not in seen, f"adapters/{fw}/{start}.py imports itself back through {sorted(seen)}"
+    others = {"torch", "jax", "paddle", "cupy", "numpy", "warp"} - {fw}
+    for m, names in above.items():
+        assert not names & others, f"adapters/{fw}/{m}.py imports another framework's adapter: {sorted(names & others)}"
+        assert names <= {"_common"}, f"adapters/{fw}/{m}.py imports {sorted(names)} from adapters/"
+
+
+def test_no_framework_module_left_at_the_top_of_adapters():
+    top = os.listdir(os.path.join(ROOT, "adapters"))
+    left = [f for f in top if f.startswith(tuple(f"_{fw}_" for fw in FRAMEWORK_PACKAGES))]
+    assert not left, f"framework modules outside their package: {left}"
+    assert not any(f in top for f in ("torch.py", "jax.py", "paddle.py"))

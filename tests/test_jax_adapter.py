@@ -23,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 from _devices import jax_device  # noqa: E402
 
 import interop  # noqa: E402
-from adapters import _jax_ffi  # noqa: E402
+from adapters.jax import ffi as _jax_ffi  # noqa: E402
 
 
 @wp.kernel

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 import interop
-from adapters import _jax_ffi
+from adapters.jax import ffi as _jax_ffi
 
 wp.config.quiet = True
 
@@ -139,7 +139,7 @@ def test_interrupts_over_whole_call_loops_leave_the_process_alive_and_right(mode
 ENTRY = """
 import ctypes, ctypes.util, os, signal, sys, time
 
-from adapters._jax_ffi import _enter_without_signal_check
+from adapters.jax.ffi import _enter_without_signal_check
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
 libc = ctypes.CDLL(ctypes.util.find_library("c"))

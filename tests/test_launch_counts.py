@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import pytest
 import warp as wp
+from _cuda import require_cuda
 
 import interop
-from _cuda import require_cuda
 
 pytestmark = pytest.mark.cuda
 

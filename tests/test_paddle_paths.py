@@ -306,7 +306,7 @@ def test_hook_path_checks_each_integer_value():
     assert _hook(op).calls[0] == before + 2
 
 
-# ---- the generated code's own launch records (adapters/_paddle_eager.py, interop/_launch.py) -------
+# ---- the generated code's own launch records (adapters/paddle/eager.py, interop/_launch.py) -------
 MULTI = interop.op(catalogue.multi_kernel, outputs=2, name="tp_paths::multi")
 
 
@@ -407,7 +407,7 @@ def test_signature_key_with_places_tells_places_apart():
     one place, it equals the CPU-only key but for the place, and a hook built with it runs the
     remembered signature's code like the CPU-only hook."""
     from adapters import paddle as apd
-    from adapters._paddle_eager import Remembered, fast_entry, hook_code
+    from adapters.paddle.eager import Remembered, fast_entry, hook_code
 
     x, y = _xy(5)
     SAXPY(x, y, 1.5)

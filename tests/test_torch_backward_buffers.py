@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import pytest
 import warp as wp
-
-import interop
 from _cuda import require_cuda
 
+import interop
+
 torch = pytest.importorskip("torch")
-eager = pytest.importorskip("adapters._torch_eager")
+eager = pytest.importorskip("adapters.torch.eager")
 
 
 @wp.kernel

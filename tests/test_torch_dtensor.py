@@ -29,7 +29,7 @@ if not dist.is_available() or not dist.is_gloo_available():
 import catalogue  # noqa: E402
 
 import interop  # noqa: E402
-from adapters import _torch_compat  # noqa: E402
+from adapters.torch import compat as _torch_compat  # noqa: E402
 
 WORLD = 2
 DEADLINE_S = 900  # both ranks, every scenario (Warp compiles this module's kernels the first time)
@@ -428,7 +428,7 @@ REDISTRIBUTED = {
 }
 
 # torch 2.11/2.12 have no DTensor hook that rewrites fixed launch/output dims to a shard's
-# (adapters/_torch_compat.py: rewrites_dims): there such calls get the replicated strategy only
+# (adapters/torch/compat.py: rewrites_dims): there such calls get the replicated strategy only
 if _torch_compat.TORCH_VERSION < (2, 13):
     for _name in ("rows_static_dims", "rows_call_dims"):
         del PER_SHARD[_name]

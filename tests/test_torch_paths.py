@@ -119,7 +119,7 @@ def test_catalogue_same_values_and_gradients_as_the_eager_path(case_id, path):
     dtype = case.dtypes[0]
     ref_outs, ref_grads = _catalogue_result(case, dtype, "eager")
     # a signature's first eager call is validated in full; from the second on it runs the
-    # signature's own generated Function (adapters/_torch_eager.py): the same answers
+    # signature's own generated Function (adapters/torch/eager.py): the same answers
     again_outs, again_grads = _catalogue_result(case, dtype, "eager")
     for a, r in zip(again_outs + again_grads, ref_outs + ref_grads):
         torch.testing.assert_close(a, r, rtol=0, atol=0)
@@ -373,7 +373,7 @@ def test_plain_eager_takes_the_fast_path_and_tracers_the_operator():
 
 
 def test_only_plain_tensors_qualify_for_the_fast_path():
-    from adapters._torch_compat import plain_eager
+    from adapters.torch.compat import plain_eager
 
     class Sub(torch.Tensor):
         pass
@@ -443,7 +443,7 @@ def test_cuda_fast_path_launches_on_torchs_current_stream():
         torch.testing.assert_close(gx, 2 * c * c * x.detach())
 
 
-# ---- the generated code's own launch record (adapters/_torch_eager.py, interop/_launch.py) ----------
+# ---- the generated code's own launch record (adapters/torch/eager.py, interop/_launch.py) ----------
 TRANSPOSE = interop.op(catalogue.transpose_kernel, name="tt_paths::transpose")
 VSCALE = interop.op(catalogue.vscale_kernel, name="tt_paths::vscale")
 
@@ -637,7 +637,7 @@ def _variants(n: int):
 @pytest.fixture(params=["c++", "python"])
 def signature_matcher(request, monkeypatch):
     """The fast path's signature check in C++ (torch's TensorGuards), or its Python fallback."""
-    import adapters._torch_eager_path as path
+    import adapters.torch.eager_path as path
 
     b = atorch._binding(SAXPY)
     b.eager_runs.clear()  # signatures remembered afresh, with this matcher

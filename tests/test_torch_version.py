@@ -57,7 +57,7 @@ needs_supported = pytest.mark.skipif(not SUPPORTED, reason=f"torch {torch.__vers
 
 @needs_supported
 def test_adapter_floor_is_the_declared_floor():
-    from adapters import _torch_compat
+    from adapters.torch import compat as _torch_compat
 
     assert _torch_compat.TORCH_FLOOR == (FLOOR.major, FLOOR.minor)
     assert _torch_compat.TORCH_VERSION[:2] == (INSTALLED.major, INSTALLED.minor)
@@ -75,7 +75,7 @@ def test_adapter_floor_is_the_declared_floor():
     ],
 )
 def test_version_check_accepts_the_floor_and_above(version, parsed):
-    from adapters import _torch_compat
+    from adapters.torch import compat as _torch_compat
 
     assert _torch_compat.parse_version(version) == parsed
     _torch_compat.check_version(version)  # no error
@@ -84,7 +84,7 @@ def test_version_check_accepts_the_floor_and_above(version, parsed):
 @needs_supported
 @pytest.mark.parametrize("version", ["2.10.0+cu128", "2.10.0a0+git", "1.13.1", "2.2.0"])
 def test_version_check_refuses_below_the_floor_naming_version_and_range(version):
-    from adapters import _torch_compat
+    from adapters.torch import compat as _torch_compat
 
     with pytest.raises(
         interop.UnsupportedError, match=rf"needs torch>=2\.11 .*this environment has torch {re.escape(version)}"
@@ -94,7 +94,7 @@ def test_version_check_refuses_below_the_floor_naming_version_and_range(version)
 
 @needs_supported
 def test_version_check_refuses_what_is_not_a_version():
-    from adapters import _torch_compat
+    from adapters.torch import compat as _torch_compat
 
     with pytest.raises(ValueError, match="not a torch version: 'nightly'"):
         _torch_compat.parse_version("nightly")

@@ -11,16 +11,16 @@ from typing import Any
 
 import torch
 
-from . import _torch_sharding
-from ._torch_autograd import _make_backward, _make_second_order_error, _make_setup_context, _no_setup
-from ._torch_binding import _BINDINGS, _OVERLOADS, _bind_lock, _Binding, _make_fake, _make_impl
-from ._torch_compat import (
+from . import sharding as _torch_sharding
+from .autograd import _make_backward, _make_second_order_error, _make_setup_context, _no_setup
+from .binding import _BINDINGS, _OVERLOADS, _bind_lock, _Binding, _make_fake, _make_impl
+from .compat import (
     PLAIN_TENSOR_TYPES,
     assume_constant_result_of,
     unregister,
 )
-from ._torch_eager_path import _eager_hook
-from ._torch_vmap import _make_vmap
+from .eager_path import _eager_hook
+from .vmap import _make_vmap
 
 
 def _binding(op) -> _Binding:

@@ -1,7 +1,7 @@
 """JAX adapter: the op's stable FFI targets, registered with XLA.
 
 Each op has two FFI targets, ``interop.<op name>.fwd`` and ``.bwd``
-(:func:`adapters._jax_launch._target`: named from the description only, so the same in every
+(:func:`adapters.jax.launch._target`: named from the description only, so the same in every
 process), registered for ``cpu`` and ``CUDA`` when the op is bound (:func:`_register_targets`) and
 shared by the live Op objects of one description. A :class:`_Target` finds the handler of each call
 by the call's ``config_id`` attribute (:func:`_config_id`; one dictionary lookup per call), and
@@ -21,9 +21,10 @@ import weakref
 
 from interop._errors import ArgumentError
 
-from . import _jax_compat, _jax_ffi
-from ._jax_entry import _entry_from_config, _op_for
-from ._jax_launch import _dropped, _gpu_ordinals, _Handler, _Launch, _target
+from . import compat as _jax_compat
+from . import ffi as _jax_ffi
+from .entry import _entry_from_config, _op_for
+from .launch import _dropped, _gpu_ordinals, _Handler, _Launch, _target
 
 # ---------------------------------------------------------------------------------------
 # Stable FFI targets: one per op and direction; the call's configuration is an attribute

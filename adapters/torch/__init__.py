@@ -28,7 +28,7 @@ first-class operator:
 - **vmap** (``register_vmap``): a loop over the batch, correct for every kernel.
 - **Speed**: each operator caches, per input signature (shapes, strides, dtypes, device),
   the validated plan, the launch record and the forward/adjoint implementation written out
-  for that signature (``adapters/_torch_eager.py``), so a repeated call only reads pointers.
+  for that signature (``adapters/torch/eager.py``), so a repeated call only reads pointers.
 - **Eager fast path.** A call that nothing traces or intercepts (every tensor a plain
   ``torch.Tensor``, not compiling, no torch.func transform, no TorchDispatchMode or
   TorchFunctionMode, not ``torch.jit.trace``: ``_torch_compat.plain_eager``) skips the
@@ -38,18 +38,18 @@ first-class operator:
   found by ``interop.Op.eager_paths`` before any other work. Everything else calls the
   registered operator. The profiler still sees the operator's name (a ``record_function``
   label, paid only while a profiler records).
-- **DTensor** (``adapters/_torch_sharding.py``): every operator carries a sharding strategy
+- **DTensor** (``adapters/torch/sharding.py``): every operator carries a sharding strategy
   derived from the op's ``partition=`` declaration (see the README, "Scaling out with PyTorch").
 
 The adapter's rooms, imported one way (each from those above it only):
 
-- ``_torch_compat``: the torch internals it needs, versions checked;
-- ``_torch_eager``: the per-signature forward and adjoint, written out as code;
-- ``_torch_binding``: dtypes, schemas, validated entries, the operators' implementation and fake;
-- ``_torch_autograd`` (setup_context, backward, torch.func Functions), ``_torch_vmap``,
-  ``_torch_sharding`` (DTensor strategies);
-- ``_torch_eager_path``: the fast path for plain eager calls;
-- ``_torch_registration``: ``torch.library.custom_op`` registration of every rule;
+- ``torch/compat.py``: the torch internals it needs, versions checked;
+- ``torch/eager.py``: the per-signature forward and adjoint, written out as code;
+- ``torch/binding.py``: dtypes, schemas, validated entries, the operators' implementation and fake;
+- ``torch/autograd.py`` (setup_context, backward, torch.func Functions), ``torch/vmap.py``,
+  ``torch/sharding.py`` (DTensor strategies);
+- ``torch/eager_path.py``: the fast path for plain eager calls;
+- ``torch/registration.py``: ``torch.library.custom_op`` registration of every rule;
 - this module: the call path (``op(tensors)``) and the public functions.
 """
 
@@ -66,13 +66,13 @@ from interop._description import IN_OUT, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._plan import vector_components
 
-from . import _torch_sharding
-from ._common import pack_result, unexpected_keywords
-from ._torch_autograd import _check_grad_supported, _function_class
-from ._torch_binding import _BINDINGS, _OVERLOADS, _Binding, _current_stream  # noqa: F401  (_current_stream: tests)
-from ._torch_compat import any_wrapped, forward_ad_active, functorch_transforms_active, plain_eager, unwrap_dead
-from ._torch_eager_path import _EAGER_DEVICES, _eager_apply, _eager_forward, _remember_signature, _signature  # noqa: F401
-from ._torch_registration import _binding, _resolve, variant
+from .._common import pack_result, unexpected_keywords
+from . import sharding as _torch_sharding
+from .autograd import _check_grad_supported, _function_class
+from .binding import _BINDINGS, _OVERLOADS, _Binding, _current_stream  # noqa: F401  (_current_stream: tests)
+from .compat import any_wrapped, forward_ad_active, functorch_transforms_active, plain_eager, unwrap_dead
+from .eager_path import _EAGER_DEVICES, _eager_apply, _eager_forward, _remember_signature, _signature  # noqa: F401
+from .registration import _binding, _resolve, variant
 
 __all__ = ["bind", "call", "on_describe", "operators"]
 

@@ -6,14 +6,14 @@
   configuration as attributes (JSON ``config`` and its ``config_id``). Batching is a
   ``custom_vmap`` rule per launch (``"loop"``: one call looping over the batch on offset
   pointers, ``"sequential"``: ``lax.map``, ``"fold"``: the batch folded into the first launch
-  dimension); partitioning is :func:`adapters._jax_sharding._partitioned`.
+  dimension); partitioning is :func:`adapters.jax.sharding._partitioned`.
 - :class:`_Handler`: the Python side of one launch configuration. What depends only on the
   configuration is resolved once; per call it reads the buffers' pointers from XLA's call frame,
   zero-fills the outputs and replays a recorded Warp launch on XLA's stream (on the CPU, through
   generated straight-line code).
 
-A launch holds its entry (:class:`adapters._jax_entry._Entry`, one module above) weakly and uses it
-by its attributes; the op's targets (:mod:`adapters._jax_targets`) are reached through the entry's
+A launch holds its entry (:class:`adapters.jax.entry._Entry`, one module above) weakly and uses it
+by its attributes; the op's targets (:mod:`adapters.jax.targets`) are reached through the entry's
 binding. The error of a launch, entry or binding outliving its op (:func:`_dropped`) lives here, the
 lowest module that raises it.
 """
@@ -38,8 +38,9 @@ from interop._description import IN_OUT, INPUT, OUTPUT
 from interop._launch import direct_lines, external_stream, get_device
 from interop._plan import ArraySpec
 
-from . import _jax_compat, _jax_ffi
-from ._jax_sharding import _partitioned
+from . import compat as _jax_compat
+from . import ffi as _jax_ffi
+from .sharding import _partitioned
 
 
 def _dropped(label: str) -> RuntimeError:

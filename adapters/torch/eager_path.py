@@ -1,6 +1,6 @@
 """The eager fast path: plain eager calls of an op skip the dispatcher.
 
-The per-signature forward and adjoint it runs are written out by ``_torch_eager``; this module
+The per-signature forward and adjoint it runs are written out by ``torch/eager.py``; this module
 decides when a call may take it, remembers validated signatures, and wraps them in cached
 ``autograd.Function`` classes with the same ``setup_context`` and backward as the operators'.
 """
@@ -16,9 +16,9 @@ from interop import _cache
 from interop._codegen import compile_functions
 from interop._op import NOT_EAGER
 
-from ._torch_autograd import _backward_function_class, _make_backward, _make_setup_context
-from ._torch_binding import _OVERLOADS, _Binding, _current_stream, _Entry, _pointer
-from ._torch_compat import (
+from .autograd import _backward_function_class, _make_backward, _make_setup_context
+from .binding import _OVERLOADS, _Binding, _current_stream, _Entry, _pointer
+from .compat import (
     PLAIN_TENSOR_TYPES,
     any_wrapped,
     eager_context_source,
@@ -28,12 +28,12 @@ from ._torch_compat import (
     profiler_enabled_c,
     tensors_matcher,
 )
-from ._torch_eager import signature_function
+from .eager import signature_function
 
 # ---------------------------------------------------------------------------------------
 # the eager fast path: plain eager calls skip the dispatcher
 # ---------------------------------------------------------------------------------------
-# A call that nothing traces or intercepts (adapters._torch_compat.plain_eager) runs the
+# A call that nothing traces or intercepts (adapters.torch.compat.plain_eager) runs the
 # operator's own implementation (_Binding.run_forward / run_backward: the same plan, launch
 # record and backward code) directly, and, when a gradient is needed, through a cached
 # autograd.Function with the same setup_context and backward as register_autograd. The

@@ -4,7 +4,7 @@ An eager call costs what its Python costs: at n=1024 on a CPU a recorded Warp la
 about 4 us, and each loop over parameters, attribute lookup or helper call between the user's
 ``op(x, y, 2.0)`` and that launch adds a fraction of a microsecond that, inside autograd's
 backward, counts several times over. So for each validated signature (an ``_Entry`` of
-``adapters/torch.py``: one plan, one recorded launch, fixed argument kinds and layouts) the
+``adapters/torch/__init__.py``: one plan, one recorded launch, fixed argument kinds and layouts) the
 adapter writes the body of the call out, one line per parameter, and compiles it once:
 
 - :func:`entry_functions`: ``forward(a0, ..., stream) -> results`` and ``adjoint(a0, ...,
@@ -31,7 +31,7 @@ from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._description import IN_OUT
 from interop._launch import direct_env, direct_lines
 
-from ._torch_compat import ctx_statements, eager_context_source
+from .compat import ctx_statements, eager_context_source
 
 #: an expanded-scalar upstream gradient of at most this many elements is not copied (see _bodies)
 _READ_EXPANDED_UP_TO = 2048
@@ -250,7 +250,7 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
         env["ZSIZES"] = tuple(sizes)
         lines.append(f"    if {' and '.join(f'n{i}' for i in offsets)}:")
         lines.append(f"        _p = zeros(ZTOTAL, dtype=a{first}.dtype, device=tdev).split(ZSIZES)")
-        for i, (off, numel, shape) in offsets.items():
+        for i, (_off, _size, shape) in offsets.items():
             if len(shape) == 1:
                 lines.append(f"        t{i} = _p[{pos[i]}]")
             else:

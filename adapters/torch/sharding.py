@@ -26,7 +26,7 @@ refused with an error naming the op, the parameter and the placement.
 
 Registering a strategy needs ``torch.distributed.tensor``, whose import takes seconds: ops are
 registered when it is imported (now if it already is, else by a one-shot import hook), never
-by this module. The DTensor internals used live in ``_torch_compat`` with the version checked.
+by this module. The DTensor internals used live in ``torch/compat.py`` with the version checked.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 from interop._errors import ArgumentError, UnsupportedError
 from interop._plan import default_launch
 
-from . import _torch_compat
+from . import compat as _torch_compat
 
 __all__ = ["register", "strategies"]
 

@@ -4,31 +4,31 @@ How one call becomes XLA work:
 
 - The call's static configuration (argument shapes and dtypes, Python-number scalars,
   ``launch_dims``, ``output_dims``, ``vmap_method``, the x64 mode) is frozen into a hashable
-  key; static floats by their bits, dims with their types (:mod:`adapters._jax_operands`). Each
+  key; static floats by their bits, dims with their types (:mod:`adapters.jax.operands`). Each
   key gets, once, a :class:`_Entry`: the resolved plan, a ``jax.custom_vjp`` function of
   the dynamic operands (arrays and traced scalars), and its ``jax.jit`` for eager calls
-  (:mod:`adapters._jax_entry`).
-- The forward and the adjoint are each a :class:`_Launch` (:mod:`adapters._jax_launch`), called
+  (:mod:`adapters.jax.entry`).
+- The forward and the adjoint are each a :class:`_Launch` (:mod:`adapters.jax.launch`), called
   through one of the op's two FFI targets (``interop.<op name>.fwd`` / ``.bwd``, named from the
   description only and registered for ``cpu`` and ``CUDA`` when the op is described:
-  :mod:`adapters._jax_targets`, over XLA's FFI C API in :mod:`adapters._jax_ffi`). Each call
+  :mod:`adapters.jax.targets`, over XLA's FFI C API in :mod:`adapters.jax.ffi`). Each call
   carries its configuration as a JSON ``config`` attribute; the handler for it is built at trace time, or
   rebuilt from the attribute in a process that only described the op (``jax.export``). The
-  handler (:class:`_Handler`, :mod:`adapters._jax_launch`) reads XLA's buffers in place
+  handler (:class:`_Handler`, :mod:`adapters.jax.launch`) reads XLA's buffers in place
   (zero-copy), zero-fills the outputs and launches on XLA's stream. In-out arrays are aliased
   operand -> result; only then is the call marked as having a side effect, so unused
   outputs of a pure op are dead-code-eliminated.
-- Batching (``jax.vmap``) is a ``custom_vmap`` rule on each launch (:mod:`adapters._jax_launch`):
+- Batching (``jax.vmap``) is a ``custom_vmap`` rule on each launch (:mod:`adapters.jax.launch`):
   ``"loop"`` (default) makes one FFI call that launches the unbatched kernel once per batch
   element on offset pointers (correct for every kernel, unbatched operands are not
   copied); ``"sequential"`` uses ``lax.map``; ``"fold"`` (opt-in) folds the batch into the
   first launch dimension (one launch; valid only for row-independent kernels).
 - Sharding: batched ("loop") launches, and launches of ``partition="rows"`` ops, are
   ``custom_partitioning`` calls that XLA splits along their first dimension
-  (:mod:`adapters._jax_sharding`); inside ``shard_map`` results vary over the mesh axes of
+  (:mod:`adapters.jax.sharding`); inside ``shard_map`` results vary over the mesh axes of
   their operands (``check_vma=True``).
 - Gradients: ``custom_vjp`` with symbolic zeros, so the backward launch computes only the
-  gradients asked for (:mod:`adapters._jax_entry`). Inside ``shard_map`` it is called through
+  gradients asked for (:mod:`adapters.jax.entry`). Inside ``shard_map`` it is called through
   its own ``jax.jit``: an eager ``shard_map`` (not under jit) refuses a ``custom_vjp`` with
   symbolic zeros, but runs a jit. Traced scalars reach the kernel as one-element arrays, so their
   gradient is Warp's adjoint, summed over threads. A hand-written backward op is called
@@ -37,8 +37,8 @@ How one call becomes XLA work:
 This module is the adapter's front: :func:`call`, :func:`bind`, :func:`on_describe`, the op's
 binding :class:`JaxOp` (with the eager fast path, ``JaxOp._eager_call``), :func:`targets` and
 :func:`disabled_checks`. The rooms below it import one way, each only from those before it:
-``_jax_compat`` and ``_jax_ffi`` (JAX internals, XLA's FFI C API), then ``_jax_operands``,
-``_jax_sharding``, ``_jax_launch``, ``_jax_entry``, ``_jax_targets``, then this module. An object
+``jax/compat.py`` and ``jax/ffi.py`` (JAX internals, XLA's FFI C API), then ``jax/operands.py``,
+``jax/sharding.py``, ``jax/launch.py``, ``jax/entry.py``, ``jax/targets.py``, then this module. An object
 of a room above (the entry of a launch, the binding of an entry or a target) is handed down and
 used by its attributes, never imported.
 """
@@ -56,18 +56,20 @@ from interop import _cache, _dtypes
 from interop._errors import ArgumentError
 from interop._op import NOT_EAGER
 
+from .._common import unexpected_keywords
+
 # names read through this module but kept in the rooms below are re-exported with ``as``:
 # DEFAULT_VMAP_METHOD, and for the tests _jsonable, _unjson, _Handler and _targets
-from . import _jax_compat, _jax_ffi
-from ._common import unexpected_keywords
-from ._jax_entry import DEFAULT_VMAP_METHOD as DEFAULT_VMAP_METHOD
-from ._jax_entry import _Entry
-from ._jax_entry import _jsonable as _jsonable
-from ._jax_entry import _unjson as _unjson
-from ._jax_ffi import _interrupt
-from ._jax_launch import _dropped, _target
-from ._jax_launch import _Handler as _Handler
-from ._jax_operands import (
+from . import compat as _jax_compat
+from . import ffi as _jax_ffi
+from .entry import DEFAULT_VMAP_METHOD as DEFAULT_VMAP_METHOD
+from .entry import _Entry
+from .entry import _jsonable as _jsonable
+from .entry import _unjson as _unjson
+from .ffi import _interrupt
+from .launch import _dropped, _target
+from .launch import _Handler as _Handler
+from .operands import (
     _dims_key,
     _eager_scalar,
     _float_np,
@@ -80,8 +82,8 @@ from ._jax_operands import (
     _vector_operand,
     _x64,
 )
-from ._jax_targets import _register_targets, _Target
-from ._jax_targets import _targets as _targets
+from .targets import _register_targets, _Target
+from .targets import _targets as _targets
 
 _ArrayImpl = _jax_compat.array_impl_type()  # concrete (not traced) arrays
 

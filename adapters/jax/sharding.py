@@ -6,7 +6,7 @@ dimensions (:func:`_partitioned`; which operands and results split: :func:`_spli
 shard runs the launch of a local entry, sized for its part (:func:`_local_launch`). Inside
 ``shard_map`` the call already runs per shard and is not partitioned again.
 
-Below :mod:`adapters._jax_launch`, whose launches are built through :func:`_partitioned`: the
+Below :mod:`adapters.jax.launch`, whose launches are built through :func:`_partitioned`: the
 launches and entries here are the caller's objects, used by their attributes, and a shard's entry
 is made with the class of the launch's own entry, so this module imports neither.
 """
@@ -18,7 +18,7 @@ import math
 
 import jax
 
-from . import _jax_compat
+from . import compat as _jax_compat
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ weakly typed JAX value takes the type its parameter gives a Python number
 type and exact value (:func:`_static_scalar_key`), ``launch_dims``/``output_dims`` with the type of
 every value (:func:`_dims_key`).
 
-The bottom of the adapter: it imports none of its other modules but :mod:`adapters._jax_compat`.
+The bottom of the adapter: it imports none of its other modules but :mod:`adapters.jax.compat`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from interop import _cache, _dtypes
 from interop._errors import ArgumentError
 from interop._plan import check_scalar_value, number_type
 
-from . import _jax_compat
+from . import compat as _jax_compat
 
 _SCALAR_NP = {t: d for t, d in _dtypes._WP_TO_NP.items() if d.itemsize <= 4 or d.kind == "f"}
 

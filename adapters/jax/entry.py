@@ -1,8 +1,8 @@
 """JAX adapter: one static configuration of one op (:class:`_Entry`).
 
-Each key of a call's static configuration (:mod:`adapters._jax_operands`) gets, once, an entry:
+Each key of a call's static configuration (:mod:`adapters.jax.operands`) gets, once, an entry:
 the resolved plan, its forward launch and an adjoint launch per set of wanted gradients
-(:mod:`adapters._jax_launch`), the ``jax.custom_vjp`` function of the dynamic operands (symbolic
+(:mod:`adapters.jax.launch`), the ``jax.custom_vjp`` function of the dynamic operands (symbolic
 zeros, so the backward launch computes only the gradients asked for; a hand-written backward is
 called through the adapter; second order of Warp's adjoint is refused), and its ``jax.jit`` for
 eager calls. The entry's configuration as canonical JSON (:func:`_entry_config`) travels with
@@ -28,9 +28,9 @@ from interop._description import IN_OUT, OUTPUT, VMAP_METHODS
 from interop._errors import ArgumentError, UnsupportedError
 from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, vector_components
 
-from . import _jax_compat
-from ._jax_launch import _adjoint_launch, _dropped, _forward_launch, _Launch
-from ._jax_operands import _is_jax, _is_scalar_operand, _operand_dtype, _static_dims, _x64
+from . import compat as _jax_compat
+from .launch import _adjoint_launch, _dropped, _forward_launch, _Launch
+from .operands import _is_jax, _is_scalar_operand, _operand_dtype, _static_dims, _x64
 
 DEFAULT_VMAP_METHOD = "loop"
 

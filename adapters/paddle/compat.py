@@ -144,7 +144,7 @@ def _shape_template_maker():
 
 
 # A remembered call signature's shapes for the eager hook's comparison with the last one used
-# (adapters/_paddle_eager.py): SHAPE_TEMPLATE(shape) is what SAME_SHAPE.format(tensor, it) compares with
+# (adapters/paddle/eager.py): SHAPE_TEMPLATE(shape) is what SAME_SHAPE.format(tensor, it) compares with
 SHAPE_TEMPLATE, SAME_SHAPE = _shape_template_maker()
 
 
@@ -171,7 +171,7 @@ def _context_fields_direct() -> bool:
     return True
 
 
-# The PyLayer context of generated code (adapters/_paddle_eager.py). With CONTEXT_DIRECT, the
+# The PyLayer context of generated code (adapters/paddle/eager.py). With CONTEXT_DIRECT, the
 # saved tuple also carries the call's Python numbers when no saved-tensor hooks are active
 # (``container`` then stores any object; with hooks it takes tensors only and raises ValueError,
 # at the first item: the numbers go first, so no pack hook has run) - instead of attributes of

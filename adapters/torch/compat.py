@@ -8,7 +8,7 @@ Checked against torch 2.11.0, 2.12.1, 2.14.1, 2.15.0 (PyPI's CUDA builds, on the
   ``torch.library.custom_op`` generates for ``register_autograd`` has no ``setup_context``
   staticmethod, which ``torch.func`` requires; under those transforms the adapter applies
   an equivalent autograd.Function of its own around the same registered operators.
-- The eager fast path (see ``adapters/_torch_eager_path.py``) is taken only for plain eager work;
+- The eager fast path (see ``adapters/torch/eager_path.py``) is taken only for plain eager work;
   :func:`plain_eager` decides it from ``torch._C._len_torch_dispatch_stack`` (any
   TorchDispatchMode, FakeTensorMode, proxy/functionalization modes included),
   ``torch._C._is_torch_function_mode_enabled`` (any TorchFunctionMode, ``with
@@ -386,7 +386,7 @@ def function_apply(cls):
 
 
 # ---------------------------------------------------------------------------------------
-# DTensor (adapters/_torch_sharding.py): registering an operator's sharding strategy
+# DTensor (adapters/torch/sharding.py): registering an operator's sharding strategy
 # ---------------------------------------------------------------------------------------
 # Checked against torch 2.11.0, 2.12.1, 2.13.0, 2.14.1, 2.15.0. The public ``torch.distributed.tensor.experimental.register_sharding``
 # cannot serve: it takes the first int argument as where the cached static arguments start (ours

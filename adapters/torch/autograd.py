@@ -12,8 +12,8 @@ import torch
 from interop._description import IN_OUT
 from interop._errors import ArgumentError, UnsupportedError
 
-from ._torch_binding import _OVERLOADS, _Binding, _Entry, _forward_mode_error, _launch_dims
-from ._torch_compat import (
+from .binding import _OVERLOADS, _Binding, _Entry, _forward_mode_error, _launch_dims
+from .compat import (
     functorch_transforms_active,
     plain_eager,
     profiler_enabled,

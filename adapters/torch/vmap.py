@@ -6,7 +6,7 @@ import torch
 
 from interop._errors import ArgumentError
 
-from ._torch_binding import _OVERLOADS, _Binding
+from .binding import _OVERLOADS, _Binding
 
 
 def _make_vmap(b: _Binding, mask: tuple, kind: str):

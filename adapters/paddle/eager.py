@@ -1,7 +1,7 @@
 """Straight-line Python for the Paddle adapter's remembered call signatures.
 
-The Paddle counterpart of ``adapters/_torch_eager.py``. A remembered signature (``_Signature``
-of ``adapters/paddle.py``: one plan, Paddle tensors and Python numbers in fixed positions,
+The Paddle counterpart of ``adapters/torch/eager.py``. A remembered signature (``_Signature``
+of ``adapters/paddle/__init__.py``: one plan, Paddle tensors and Python numbers in fixed positions,
 no in-out parameter) gets its call written out, one line per parameter, and compiled once:
 
 :func:`signature_code` writes ``forward(a0, ...) -> result(s)`` (outputs allocated by Paddle's
@@ -26,7 +26,7 @@ from paddle.autograd import PyLayer
 from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._launch import direct_env, direct_lines
 
-from ._paddle_compat import (
+from .compat import (
     CONTEXT_DIRECT,
     DTYPE_KEY,
     DYNAMIC,
@@ -51,7 +51,7 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     - ``apply(*args)`` of the signature's ``PyLayer`` (None without ``recorded``): its forward is
       the body above, inlined; it saves the tensor arguments and detached aliases of the outputs
       that Warp's adjoint reads (``sig.kept``; a PyLayer that saves its own output is never freed
-      when no backward runs, see ``adapters/paddle.py``) with the Python numbers (first in the
+      when no backward runs, see ``adapters/paddle/__init__.py``) with the Python numbers (first in the
       saved tuple, or attributes of ``ctx``: ``_paddle_compat.CONTEXT_DIRECT``), and returns the
       outputs, then a weak reference to ``ctx`` (not a tensor: no gradient), which the op's hook
       gives the gradient hook that refuses a second ``Tensor.backward``. Its backward takes the
@@ -206,7 +206,7 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
             if sig.nondiff:
                 lines.append(f"    ctx.non_differentiable = {tuple_text([rs[j] for j in sig.nondiff])}")
         # after the outputs (no gradient: not a tensor), a weak reference to the node's context
-        # for the gradient hook the op's call registers (second_backward_guard, adapters/paddle.py)
+        # for the gradient hook the op's call registers (second_backward_guard, adapters/paddle/__init__.py)
         lines.append(f"    return {tuple_text(rs + ['wref(ctx)'])}")
         lines.append(f"def layer_backward(ctx, {', '.join(gs)}):")
         unpack = "".join(t + ", " for t in tensors + kept)
@@ -325,7 +325,7 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     else:  # the outputs, then the weak reference
         body += ["    out = layer(*args)", "    c = out[-1]", "    out = out[:-1]"]
         first = "out[0]"
-    # second_backward_guard (adapters/paddle.py) written out: no call to make the hook
+    # second_backward_guard (adapters/paddle/__init__.py) written out: no call to make the hook
     body += ["    def g(grad):", "        if c() is None:", "            raise guard(LABEL)"]
     body += [f"    {first}._register_grad_hook(g)"]
     body += ["    return out", "return sig.forward(*args)"]

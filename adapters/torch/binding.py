@@ -3,7 +3,7 @@ implementation and fake (meta) function every operator runs.
 
 A :class:`_Binding` holds everything the op's operators share (names, schemas, the cache of
 validated call signatures, the forward and adjoint they run); registering the operators with
-``torch.library`` is ``_torch_registration``'s, their autograd rules ``_torch_autograd``'s.
+``torch.library`` is ``torch/registration.py``'s, their autograd rules ``torch/autograd.py``'s.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from interop._launch import contiguous_strides, external_stream, get_device
 from interop._plan import ArraySpec, ScalarSpec, check_layout, default_launch
 from interop._warp_compat import type_size_in_bytes
 
-from ._common import EagerFramework
-from ._torch_compat import (
+from .._common import EagerFramework
+from .compat import (
     current_raw_stream,
     forward_ad_active,
 )
-from ._torch_eager import entry_functions
+from .eager import entry_functions
 
 # ---------------------------------------------------------------------------------------
 # dtypes and the EagerFramework view of tensors
