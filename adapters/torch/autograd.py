@@ -62,7 +62,7 @@ def _make_setup_context(b: _Binding, mask: tuple):
                 layout.append(("value", a))
         ctx.save_for_backward(*tensors, *[o for o, keep in zip(outs, kept) if keep])
         # the node keeps the op alive (its operators are unregistered once it is dropped, see
-        # _torch_registration._release_dropped): ``interop.op(k)(x).sum().backward()`` needs them
+        # registration._release_dropped): ``interop.op(k)(x).sum().backward()`` needs them
         ctx.op = b.op
         ctx.layout = tuple(layout)
         dims = tuple(inputs[n : n + 1 + nout])

@@ -188,7 +188,7 @@ class _Binding:
     def __init__(self, op):
         desc: OpDescription = op.description
         # weakly: the registered operators' implementations hold this binding, and an op the user
-        # drops must be freed, its operators with it (see _torch_registration._release_dropped)
+        # drops must be freed, its operators with it (see registration._release_dropped)
         self._op = weakref.ref(op)
         self.desc = desc
         self.label = desc.label
