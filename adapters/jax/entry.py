@@ -29,6 +29,7 @@ from interop._errors import ArgumentError, UnsupportedError
 from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, vector_components
 
 from . import compat as _jax_compat
+from . import ffi as _jax_ffi
 from .launch import _adjoint_launch, _dropped, _forward_launch, _Launch
 from .operands import _is_jax, _is_scalar_operand, _operand_dtype, _static_dims, _x64
 
@@ -204,7 +205,21 @@ class _Entry:
         def fn_bwd(res, cts):
             xs, outs, want = res
             want = tuple(sorted(int(k) for k in want))
-            return me()._backward(xs, outs, want, cts)
+            # an eager jax.grad runs this rule with concrete values, outside the forward call's
+            # translation of errors: the same translation here (Ctrl-C in the adjoint's handler
+            # raises KeyboardInterrupt, an exception raised in it its original type)
+            seen = _jax_ffi.interrupts()
+            try:
+                return me()._backward(xs, outs, want, cts)
+            except KeyboardInterrupt:
+                raise
+            except Exception as e:
+                if _jax_ffi.interrupts() != seen:
+                    raise KeyboardInterrupt from None
+                original = _jax_ffi.original_error(e)
+                if original is not None and not isinstance(original, KeyboardInterrupt):
+                    raise original from original.__cause__
+                raise
 
         fn.defvjp(fn_fwd, fn_bwd, symbolic_zeros=True)
         return fn
