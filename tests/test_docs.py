@@ -118,6 +118,7 @@ def test_readme_is_a_front_page():
     lines = text.splitlines()
     assert len(lines) < 300, len(lines)
     first_screen = "\n".join(lines[:30])
+    # the status says where CUDA stands: verified on which GPU, and what is not yet run
     assert "## Status" in first_screen and "CUDA" in first_screen and "not yet run" in first_screen
     assert text.index("## Status") < text.index("## Features") < text.index("## Installation")
     assert text.index("## Installation") < text.index("## Quick start") < text.index("## Try it")
