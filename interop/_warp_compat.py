@@ -390,7 +390,7 @@ def direct_cuda_launcher(launch: Any) -> Any:
         return None
     if getattr(launch, "det_meta", None) is not None:
         return None
-    rt = _context.runtime
+    rt: Any = _context.runtime
     try:
         hooks = launch.hooks
         core_launch = rt.core.wp_cuda_launch_kernel

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import warp as wp
+from _cuda import require_cuda
 
 import interop
-from _cuda import require_cuda
 
 
 class Refused(RuntimeError):
