@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import warp as wp
 
 from . import _backward, _dtypes, _structs, _warp_compat
+from ._blocks import CUDA_BLOCK_DIM, MAX_BLOCK_DIM, check_block_dim, tile_launch_given  # noqa: F401 (re-exported)
 from ._errors import ArgumentError, UnsupportedError
 from ._extent import arrays_written, direct_indexing, thread_domain, uses_tiles, written_outputs
 
@@ -306,54 +307,6 @@ def _check_vmap_method(value: Any, opname: str) -> str | None:
     if value not in VMAP_METHODS:
         raise ArgumentError(f"op {opname!r}: vmap_method must be one of {VMAP_METHODS}, got {value!r}")
     return value
-
-
-MAX_BLOCK_DIM = 1024  # CUDA's limit of threads per block, and Warp's limit on the CPU
-
-
-#: threads per block of a launch that names none on CUDA (Warp's default there; the CPU's is 1)
-CUDA_BLOCK_DIM = 256
-
-
-def tile_launch_given(desc: OpDescription, ld: tuple) -> tuple:
-    """A tile kernel's full launch dims from the ``launch_dims`` given (see ``_plan.tile_launch``):
-    the tile grid (one dim fewer than the kernel's thread indices) gets the block's lanes
-    appended; full dims must end with them. Raises ArgumentError naming the op, ``launch_dims``
-    and ``block_dim``."""
-    bd = desc.block_dim or CUDA_BLOCK_DIM
-    nd = len(desc.domain)
-    ld = tuple(ld)
-    if nd >= 2 and len(ld) == nd - 1:
-        return ld + (bd,)
-    if not ld or type(ld[-1]) is not int or ld[-1] != bd:
-        why = f"block_dim={desc.block_dim}" if desc.block_dim else f"block_dim unset: Warp's CUDA default {bd}"
-        raise ArgumentError(
-            f"op {desc.label!r}: a tile kernel launches whole blocks, as wp.launch_tiled does: launch_dims "
-            f"must be the tile grid ({max(nd - 1, 1)} dim(s)) or end with the block's {bd} threads "
-            f"({why}), got launch_dims={ld}; pass launch_dims=(*tile_grid, {bd}) or the tile grid alone"
-        )
-    return ld
-
-
-def check_block_dim(value: Any, opname: str, kind: str = "kernel") -> int | None:
-    """``block_dim`` as an int in 1..1024 (or None), else a clear error naming the op."""
-    if value is None:
-        return None
-    if kind != "kernel":
-        raise ArgumentError(
-            f"op {opname!r}: block_dim does not apply to a Python-function op (it launches its own kernels); "
-            "pass block_dim to the wp.launch calls inside it"
-        )
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            value = operator_index(value)
-        except ArgumentError:
-            raise ArgumentError(
-                f"op {opname!r}: block_dim must be an int from 1 to {MAX_BLOCK_DIM}, got {type(value).__name__} {value!r}"
-            ) from None
-    if not 1 <= value <= MAX_BLOCK_DIM:
-        raise ArgumentError(f"op {opname!r}: block_dim must be an int from 1 to {MAX_BLOCK_DIM}, got {value}")
-    return int(value)
 
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*$")
