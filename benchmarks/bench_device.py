@@ -75,6 +75,28 @@ def run(device: str = "cuda", quick: bool = False) -> dict:
 
 
 # ---- torch --------------------------------------------------------------------------------
+_EMPTY: list = []
+
+
+def empty_function() -> Any:
+    """An ``autograd.Function`` with nothing inside (the floor of any Python-level autograd node),
+    made on first use: torch is imported only when its rows run."""
+    if not _EMPTY:
+        import torch
+
+        class EmptyFunction(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, y, a):
+                return torch.empty_like(x)
+
+            @staticmethod
+            def backward(ctx, g):
+                return g, g, None
+
+        _EMPTY.append(EmptyFunction)
+    return _EMPTY[0]
+
+
 def _torch(device: str, quick: bool) -> dict[str, float]:
     import torch
 
@@ -82,15 +104,7 @@ def _torch(device: str, quick: bool) -> dict[str, float]:
     sync = torch.cuda.synchronize if dev.type == "cuda" else None
     op = interop.op(saxpy)
 
-    class EmptyFunction(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, y, a):
-            return torch.empty_like(x)
-
-        @staticmethod
-        def backward(ctx, g):
-            return g, g, None
-
+    EmptyFunction = empty_function()
     x = torch.rand(N, device=dev)
     y = torch.rand(N, device=dev)
     xr, yr = x.clone().requires_grad_(True), y.clone().requires_grad_(True)

@@ -22,14 +22,9 @@ import warp as wp
 
 import interop
 
-N = 1024
+from .bench_device import N, empty_function, saxpy
+
 CALLS = 2000
-
-
-@wp.kernel
-def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = a * x[i] + y[i]
 
 
 def _per_call(fn: Callable[[], Any], sync: Callable[[], Any], calls: int = CALLS) -> float:
@@ -73,15 +68,7 @@ def _torch(device: str) -> None:
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     op = interop.op(saxpy)
 
-    class Empty(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, y, a):
-            return torch.empty_like(x)
-
-        @staticmethod
-        def backward(ctx, g):
-            return g, g, None
-
+    Empty = empty_function()
     x = torch.rand(N, device=dev, requires_grad=True)
     y = torch.rand(N, device=dev, requires_grad=True)
 
