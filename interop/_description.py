@@ -148,6 +148,9 @@ class OpDescription:
     written: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
     # per generic output given one, the rule for its dtype: ((name, DtypeOf or a Warp type), ...), sorted
     output_dtypes: tuple = ()
+    # a hand-written tangent kernel (interop.op(..., jvp=)): the kernel's parameters, then one tangent
+    # per differentiable parameter (see interop._tangent); None: generated from the source when needed
+    jvp: Any = None
     # a kernel with @wp.struct parameters (see _structs): its original parameters in order, each a
     # plain parameter's name or the tree (_structs.Node) of a struct whose leaves are ``params``;
     # ``fn`` is then the flat kernel that takes the leaves. Empty for every other op.
@@ -364,9 +367,14 @@ def describe(
     block_dim: int | None = None,
     partition: str | None = None,
     output_dtypes: Any = None,
+    jvp: Any = None,
 ) -> OpDescription:
     """Build (and validate) the description of ``fn``. See :func:`interop.op`."""
     if _structs.has_struct_params(fn):
+        if jvp is not None:
+            raise ArgumentError(
+                f"op {name or getattr(fn, 'key', fn)!r}: jvp= is not supported for kernels with struct parameters"
+            )
         return _describe_structs(
             fn,
             output_dtypes=output_dtypes,
@@ -561,6 +569,7 @@ def describe(
                 vm,
                 None if bwd is None else bwd.name,
             )
+            + (() if jvp is None else (("jvp", str(getattr(jvp, "key", jvp))),))
             + (() if bd is None else (("block_dim", bd),))
             + (() if partition is None else (partition,))
             + (() if not odt else (("output_dtypes", tuple((n, _rule_text(r)) for n, r in odt)),))
@@ -596,6 +605,7 @@ def describe(
         block_dim=bd,
         partition=partition,
         output_dtypes=odt,
+        jvp=jvp,
         label=name or key.rsplit(".", 1)[-1],
         reads_returned=reads,
         adjoint_unread=(
@@ -611,6 +621,12 @@ def describe(
     )
     if desc.tiles and ld is not None:
         tile_launch_given(desc, ld)  # refused when described, not at the first call
+    if jvp is not None:
+        from ._tangent import check_jvp_kernel, tangent_params
+
+        if kind != "kernel":
+            raise ArgumentError(f"op {desc.label!r}: jvp= applies to kernels only (a Python-function op has none)")
+        check_jvp_kernel(jvp, fn, tangent_params(desc), desc.label)
     return desc
 
 

@@ -46,6 +46,7 @@ class Op:
         "eager_paths",
         "_block_dim_variants",
         "_structs",
+        "_tangent",
         "__weakref__",
     )
 
@@ -61,6 +62,7 @@ class Op:
         self._block_dim_variants: dict[int, Op] = {}
         # a kernel with struct parameters: its calls are taken apart into leaves (see _call_structs)
         self._structs = description.entries or None
+        self._tangent: Any = None  # the tangent op (forward mode), made on first use (see tangent())
 
     @property
     def name(self) -> str:
@@ -90,6 +92,60 @@ class Op:
             b = adapter(framework).bind(self)
             self._bound[framework] = b
         return b
+
+    def tangent(self) -> Op:
+        """The op's tangent op (forward mode), generated from the kernel's source on first use.
+
+        It takes the op's call parameters, then one tangent per differentiable call parameter
+        (``<name>__dot``, in order), and returns the op's in-out arrays and outputs, then their
+        tangents (Jacobian-vector products), in kernel order. Its reverse mode (Warp's adjoint of
+        the tangent kernel) gives second derivatives. Adapters build ``jax.jvp``, ``torch.func.jvp``,
+        ``jax.hessian``... on it; :meth:`jvp` calls it directly.
+
+        Raises:
+            UnsupportedError: naming the builtin and the source line the generator cannot
+                transform (and what to use instead); a Python-function op, a tile kernel.
+        """
+        t = self._tangent
+        if t is None:
+            from ._tangent import tangent_op
+
+            try:
+                t = tangent_op(self)
+            except Exception as e:
+                self._tangent = e
+                raise
+            self._tangent = t
+        elif isinstance(t, BaseException):
+            raise t
+        return t
+
+    def jvp(self, *args: Any, tangents: Sequence[Any], launch_dims: Any = None, output_dims: Any = None) -> tuple:
+        """The op's results and their tangents: ``(results, tangents)``, in any framework.
+
+        Args:
+            *args: the op's call parameters, as for a call.
+            tangents: one tangent per differentiable call parameter (float arrays and scalars,
+                inputs and in-outs, in order; ``None`` for a zero tangent): arrays of the same
+                shape, dtype and framework as their primal, numbers for scalars.
+            launch_dims, output_dims: as for a call.
+
+        Returns:
+            ``(results, tangents)``: each what a call returns (one array bare, several a tuple).
+
+        Example:
+            >>> import numpy as np, warp as wp, interop
+            >>> @wp.kernel
+            ... def cube(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
+            ...     i = wp.tid()
+            ...     out[i] = x[i] * x[i] * x[i]
+            >>> y, dy = interop.op(cube).jvp(np.array([1.0, 2.0]), tangents=[np.array([1.0, 1.0])])
+            >>> dy
+            array([ 3., 12.])
+        """
+        from ._tangent import jvp_call
+
+        return jvp_call(self, args, tangents, launch_dims, output_dims)
 
     def with_block_dim(self, block_dim: int) -> Op:
         """This op launched with ``block_dim`` threads per block (a cached op of its own).
@@ -281,6 +337,7 @@ def op(
     block_dim: int | None = None,
     partition: str | None = None,
     output_dtypes: Mapping[str, Any] | None = None,
+    jvp: Any = None,
 ) -> Op:
     """Describe a Warp kernel (or annotated Python function) once, as an op every framework can call.
 
@@ -331,6 +388,12 @@ def op(
             type of a parameter: float64 energies of float64 ``vec3`` positions),
             or a concrete Warp type. Part of the
             op's identity. Default: every generic output takes the first generic input's dtype.
+        jvp: a hand-written tangent kernel for forward mode (``jax.jvp``, ``torch.func.jvp``,
+            ``hessian``...), for kernels the generator refuses: it takes the kernel's parameters,
+            then one tangent per differentiable parameter (float arrays and scalars: inputs, in-outs
+            and outputs, in kernel order, of the primal's type), and writes the outputs and their
+            tangents. Default: generated from the kernel's source on first use (README, "Forward
+            mode"). Its own adjoint gives second derivatives.
 
     Returns:
         An :class:`Op`. Describing the same kernel with the same options again returns
@@ -368,6 +431,7 @@ def op(
         block_dim=block_dim,
         partition=partition,
         output_dtypes=output_dtypes,
+        jvp=jvp,
     )
     with _ops_lock:
         existing = _ops.get(desc)

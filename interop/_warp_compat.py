@@ -35,6 +35,14 @@ Also the description's array and struct tests:
 - ``context.ModuleBuilder`` / ``context.Module``: Warp's code generation front end run on one
   generic overload while planning (:func:`check_kernel_types`), so a body its argument types do
   not fit fails before any tracing or launch; skipped on Warp versions not in ``CHECKED``.
+
+Forward mode (``interop/_tangent.py``):
+
+- ``context.Function``: the class of ``wp.func`` functions and of Warp's builtins (``is_builtin()``,
+  ``key``, ``input_types``, ``adj``, ``custom_grad_func``, ``native_snippet``, ``user_overloads``);
+  :func:`make_function` builds a ``wp.func`` from generated source as the ``wp.func`` decorator does
+  (``Function(func=..., key=..., namespace="", module=..., source=...)``, then the module's
+  ``functions[key]`` group); ``context.builtin_functions``, the builtins as kernels resolve them. ``types.float_types`` / ``int_types`` / ``types_equal`` / ``type_repr``.
 """
 
 from __future__ import annotations
@@ -424,3 +432,21 @@ def direct_cuda_launcher(launch: Any) -> Any:
             raise_error(launch.kernel, device, hooks, adjoint)
 
     return run
+
+
+# -- forward mode (interop/_tangent.py) ------------------------------------------------------
+def warp_function_class() -> type:
+    """The class of ``wp.func`` functions and Warp's builtins."""
+    return _context.Function
+
+
+def builtin_function(name: str) -> Any:
+    """Warp's builtin ``name`` as kernels see it (``wp.tid`` and ``wp.tile_load`` exist only there)."""
+    return _context.builtin_functions.get(name)
+
+
+def make_function(fn: Any, key: str, module: Any, source: str) -> Any:
+    """A ``wp.func`` of the Python function ``fn`` whose source text is ``source`` (generated code,
+    which ``inspect`` cannot read), registered in ``module`` as the ``wp.func`` decorator does."""
+    _context.Function(func=fn, key=key, namespace="", module=module, value_func=None, source=source)
+    return module.functions[key]

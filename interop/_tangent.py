@@ -1,0 +1,1135 @@
+"""Forward mode: a Warp kernel's tangent kernel, generated from its Python source.
+
+:func:`tangent_kernel` turns a kernel into an ordinary Warp kernel ``T`` that computes the kernel's
+results and, alongside, their tangents (Jacobian-vector products): ``T`` takes the kernel's own
+parameters in order, then one tangent per differentiable parameter (arrays and float scalars;
+inputs, in-outs and outputs, in kernel order, each named ``<name>__dot`` with the primal's type).
+Each local that depends on a tangent gets a twin ``<local>__dot``; expressions are lowered to
+temporaries so no expression is evaluated twice; each builtin call takes its rule from
+:mod:`interop._tangent_rules`; loads, stores and ``atomic_add``/``atomic_sub`` are mirrored onto the
+tangent arrays; ``if``/``for``/``while``/``return`` keep their shape; a ``wp.func`` the kernel calls
+is transformed the same way (recursively, cached per function and per set of arguments carrying a
+tangent) into a function returning its results followed by their tangents.
+
+Since ``T`` is Warp code, Warp's generated adjoint of ``T`` is the second-order launch: with
+cotangents on the tangent outputs, its gradient with respect to the tangent inputs is ``J^T ct``
+and with respect to the primal inputs ``sum_k ct_k H_k v`` (``v`` the tangent inputs).
+
+Which values carry a tangent comes from the code itself: a kernel parameter that is a
+differentiable float array or scalar does, and so does every local assigned, anywhere, a value
+computed from one (a fixed point over the body); integer arithmetic, indices, ``wp.tid()`` and
+constants never do. What the generator cannot transform (a builtin without a rule, ``atomic_min``,
+tiles, a function with a custom gradient or native code...) raises :class:`UnsupportedError`
+naming the op, the builtin and the source line, when forward mode is first used.
+
+:func:`tangent_op` describes ``T`` as an op of its own (its outputs, in-outs and their tangents
+returned), which the adapters call through their usual bindings (and differentiate in reverse
+mode for the second order).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import textwrap
+import threading
+import types as _pytypes
+import weakref
+from typing import Any, Optional
+
+import warp as wp
+
+from . import _tangent_rules as R
+from ._errors import ArgumentError, UnsupportedError
+from ._scalar_ref import build_lock, retry_ast_race
+from ._warp_compat import builtin_function, make_function, warp_function_class
+
+SUFFIX = "__dot"
+_PY_ALIASES = {"abs": "abs", "min": "min", "max": "max", "round": "round", "pow": "pow"}
+
+
+class _Refusal(Exception):
+    """Raised inside the generator; :func:`tangent_kernel` turns it into an UnsupportedError."""
+
+    def __init__(self, what: str, node: ast.AST | None):
+        super().__init__(what)
+        self.what = what
+        self.node = node
+
+
+class _Source:
+    """Where a function's source came from, for messages naming a line."""
+
+    def __init__(self, fn_obj: Any, adj: Any):
+        self.text = textwrap.dedent(adj.source)
+        self.lines = self.text.splitlines()
+        code = getattr(adj.func, "__code__", None)
+        self.file = code.co_filename if code is not None else "<unknown>"
+        self.first = int(getattr(adj, "fun_lineno", 1) or 1)
+        self.name = getattr(fn_obj, "key", getattr(adj.func, "__name__", "?"))
+
+    def where(self, node: ast.AST | None) -> str:
+        if node is None or not hasattr(node, "lineno"):
+            return f"in {self.name} ({self.file})"
+        k = int(node.lineno)  # type: ignore[attr-defined]
+        text = self.lines[k - 1].strip() if 0 < k <= len(self.lines) else ""
+        return f"at {self.file}:{self.first + k - 1} in {self.name}: `{text}`"
+
+
+def _ns_of(func: Any) -> dict:
+    """The names a function's body sees: its globals, then its closure's cells."""
+    ns = dict(func.__globals__)
+    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+        try:
+            ns[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return ns
+
+
+def _resolve(node: ast.AST, ns: dict) -> Any:
+    """The object a call's function expression names (``wp.sin``, ``my_func``, ``wp.vec3``), or None."""
+    if isinstance(node, ast.Name):
+        if node.id in ns:
+            return ns[node.id]
+        return getattr(builtins, node.id, None)
+    if isinstance(node, ast.Attribute):
+        base = _resolve(node.value, ns)
+        if base is None:
+            return None
+        obj = getattr(base, node.attr, None)
+        if base is wp and not isinstance(obj, type):
+            # wp.tid, wp.tile_load, wp.vector... exist only as kernels see them
+            return builtin_function(node.attr) or obj
+        return obj
+    return None
+
+
+def _is_builtin(obj: Any) -> bool:
+    return isinstance(obj, warp_function_class()) and obj.is_builtin()
+
+
+def _is_user_function(obj: Any) -> bool:
+    return isinstance(obj, warp_function_class()) and not obj.is_builtin()
+
+
+_INT_TYPES = (int, bool)
+
+
+def _is_int_type(obj: Any) -> bool:
+    if obj in _INT_TYPES:
+        return True
+    return isinstance(obj, type) and wp.types.type_is_int(obj)
+
+
+def _is_value_type(obj: Any) -> bool:
+    """A Warp scalar, vector, matrix, quaternion or transform type, or Python's float."""
+    if obj is float:
+        return True
+    if not isinstance(obj, type):
+        return False
+    return wp.types.type_is_float(obj) or hasattr(obj, "_wp_scalar_type_")
+
+
+def _unparse(node: ast.AST) -> str:
+    return ast.unparse(node)
+
+
+class _Gen:
+    """Emits the tangent body of one function (kernel or ``wp.func``) as source lines."""
+
+    def __init__(self, owner: "_Generator", src: _Source, ns: dict, kind: str, arrays: dict, active: set):
+        self.owner = owner
+        self.src = src
+        self.ns = ns
+        self.kind = kind  # "kernel" or "func"
+        self.arrays = arrays  # array parameter -> its tangent's name or None
+        self.active = active  # names (scalars, locals) that carry a tangent
+        self.wants: set[str] = set()  # names assigned a tangent in this pass (the fixed point's next set)
+        self.lines: list[str] = []
+        self.depth = 1
+        self.n = 0
+        self.return_active: list[bool] = []  # per return statement of a func: its values' tangents
+        self.return_arity: Optional[int] = None
+
+    # -- emission -------------------------------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"_interop_t{self.n}"
+
+    def refuse(self, what: str, node: ast.AST | None):
+        raise _Refusal(what, node)
+
+    # -- names --------------------------------------------------------------------------------------
+    def tangent_of_name(self, name: str) -> Optional[str]:
+        if name in self.arrays:
+            return self.arrays[name]
+        if name in self.active:
+            return name + SUFFIX
+        return None
+
+    # -- expressions: (primal source, tangent source or None) ----------------------------------------
+    def expr(self, node: ast.AST) -> tuple[str, Optional[str]]:
+        if isinstance(node, ast.Constant):
+            return _unparse(node), None
+        if isinstance(node, ast.Name):
+            return node.id, self.tangent_of_name(node.id)
+        if isinstance(node, ast.Attribute):
+            return self.attribute(node)
+        if isinstance(node, ast.Subscript):
+            return self.subscript(node)
+        if isinstance(node, ast.BinOp):
+            return self.binop(node)
+        if isinstance(node, ast.UnaryOp):
+            return self.unaryop(node)
+        if isinstance(node, (ast.Compare, ast.BoolOp)):
+            return f"({_unparse(node)})", None
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        if isinstance(node, ast.IfExp):
+            return self.ifexp(node)
+        if isinstance(node, ast.Tuple):
+            self.refuse("a tuple value", node)
+        self.refuse(f"the expression {type(node).__name__}", node)
+        raise AssertionError
+
+    def simple(self, node: ast.AST) -> tuple[str, Optional[str]]:
+        """The expression's value as a name or constant (a temporary when it carries a tangent)."""
+        p, t = self.expr(node)
+        if t is None or _is_simple(p):
+            return p, t
+        v = self.tmp()
+        self.emit(f"{v} = {p}")
+        self.emit(f"{v}{SUFFIX} = {t}")
+        return v, f"{v}{SUFFIX}"
+
+    def bind(self, p: str, t: Optional[str]) -> tuple[str, Optional[str]]:
+        """A temporary holding the primal ``p`` and one holding its tangent ``t``."""
+        v = self.tmp()
+        self.emit(f"{v} = {p}")
+        if t is None:
+            return v, None
+        self.emit(f"{v}{SUFFIX} = {t}")
+        return v, v + SUFFIX
+
+    def attribute(self, node: ast.Attribute) -> tuple[str, Optional[str]]:
+        root = _root_name(node)
+        if isinstance(node.value, ast.Name) and root in self.arrays:
+            return _unparse(node), None  # x.shape, x.ndim...
+        if root and root not in self.active and root not in self.arrays:
+            return _unparse(node), None  # a constant (wp.pi, a global's field) or an undifferentiated local
+        base, tb = self.simple(node.value)
+        return f"{base}.{node.attr}", None if tb is None else f"{tb}.{node.attr}"
+
+    def subscript(self, node: ast.Subscript) -> tuple[str, Optional[str]]:
+        index = _unparse(node.slice)
+        if isinstance(node.value, ast.Name):
+            base, tb = node.value.id, self.tangent_of_name(node.value.id)
+        else:
+            base, tb = self.simple(node.value)
+        return f"{base}[{index}]", None if tb is None else f"{tb}[{index}]"
+
+    _BINOPS = {
+        ast.Add: ("add", "+"),
+        ast.Sub: ("sub", "-"),
+        ast.Mult: ("mul", "*"),
+        ast.Div: ("div", "/"),
+        ast.Mod: ("mod", "%"),
+        ast.Pow: ("pow", "**"),
+        ast.MatMult: ("mul", "@"),
+        ast.FloorDiv: ("floordiv", "//"),
+    }
+
+    def binop(self, node: ast.BinOp) -> tuple[str, Optional[str]]:
+        a = self.simple(node.left)
+        b = self.simple(node.right)
+        entry = self._BINOPS.get(type(node.op))
+        if a[1] is None and b[1] is None:
+            return f"({a[0]} {_op_text(node.op)} {b[0]})", None
+        if entry is None:
+            self.refuse(f"the operator {_op_text(node.op)!r}", node)
+        key, sym = entry  # type: ignore[misc]
+        y = self.tmp()
+        self.emit(f"{y} = {a[0]} {sym} {b[0]}")
+        if key == "pow" and isinstance(node.right, ast.Constant) and b[1] is None:
+            e = node.right.value
+            t = f"type({a[0]})({float(e)!r}) * {R.W}.pow({a[0]}, type({a[0]})({float(e) - 1.0!r})) * ({a[1]})"
+        else:
+            t = self.apply_rule(key, [a, b], y, node)
+        return self.finish(y, t)
+
+    def finish(self, y: str, t: Optional[str]) -> tuple[str, Optional[str]]:
+        if t is None:
+            return y, None
+        self.emit(f"{y}{SUFFIX} = {t}")
+        return y, y + SUFFIX
+
+    def unaryop(self, node: ast.UnaryOp) -> tuple[str, Optional[str]]:
+        p, t = self.simple(node.operand)
+        if isinstance(node.op, (ast.Not, ast.Invert)):
+            return f"({_op_text(node.op)} {p})", None
+        sign = "-" if isinstance(node.op, ast.USub) else "+"
+        if t is None:
+            return f"({sign}{p})", None
+        return f"({sign}{p})", f"({sign}{t})"
+
+    def ifexp(self, node: ast.IfExp) -> tuple[str, Optional[str]]:
+        # as an if statement, so each branch is evaluated only when taken (a guarded load)
+        y = self.tmp()
+        test = _unparse(node.test)
+        saved = self.lines
+        body: list[str] = []
+        self.lines = body
+        self.depth += 1
+        pa, ta = self.expr(node.body)
+        self.depth -= 1
+        orelse: list[str] = []
+        self.lines = orelse
+        self.depth += 1
+        pb, tb = self.expr(node.orelse)
+        self.depth -= 1
+        self.lines = saved
+        self.emit(f"if {test}:")
+        self.lines.extend(body)
+        self.emit(f"    {y} = {pa}")
+        if ta is not None or tb is not None:
+            self.emit(f"    {y}{SUFFIX} = {ta if ta is not None else R.zero(y)}")
+        self.emit("else:")
+        self.lines.extend(orelse)
+        self.emit(f"    {y} = {pb}")
+        if ta is not None or tb is not None:
+            self.emit(f"    {y}{SUFFIX} = {tb if tb is not None else R.zero(y)}")
+            return y, y + SUFFIX
+        return y, None
+
+    def apply_rule(self, key: str, args: list, y: str, node: ast.AST) -> Optional[str]:
+        rule = R.RULES.get(key)
+        if rule is None:
+            self.refuse(f"the builtin {key!r} has no tangent rule", node)
+        try:
+            return rule(args, y)  # type: ignore[misc]
+        except R.NoRule as e:
+            self.refuse(f"the builtin {key!r} has no tangent rule for {e}", node)
+        except (ValueError, TypeError):
+            self.refuse(f"the builtin {key!r} with {len(args)} argument(s) has no tangent rule", node)
+        raise AssertionError
+
+    def call(self, node: ast.Call) -> tuple[str, Optional[str]]:
+        obj = _resolve(node.func, self.ns)
+        fname = _unparse(node.func)
+        if obj is type:
+            return _unparse(node), None
+        if isinstance(node.func, ast.Call) and _resolve(node.func.func, self.ns) is type:
+            return self.constructor(fname, node)  # type(x)(...): x's type, a constructor
+        if _is_builtin(obj):
+            key = obj.key
+            if key in R.PASSTHROUGH or key.startswith("tile"):
+                if key.startswith("tile"):
+                    self.refuse(f"the tile builtin {fname!r} (tile kernels have no forward mode yet)", node)
+                return _unparse(node), None
+            if key in R.ATOMIC_LINEAR or key in R.ATOMIC_REFUSED:
+                self.refuse(f"the value returned by {fname!r} (an atomic's old value depends on thread order)", node)
+            return self.builtin_call(key, fname, node)
+        if _is_user_function(obj):
+            results = self.user_call(obj, fname, node, nret=1)
+            if results is None:
+                self.refuse(f"{fname!r} returns no value", node)
+            (p, t), = results  # type: ignore[misc]
+            return p, t
+        if _is_int_type(obj):
+            return _unparse(node), None
+        if _is_value_type(obj):
+            return self.constructor(fname, node)
+        if isinstance(node.func, ast.Name) and node.func.id in _PY_ALIASES and obj is getattr(builtins, node.func.id):
+            return self.builtin_call(_PY_ALIASES[node.func.id], fname, node)
+        if obj is len or obj is range:
+            return _unparse(node), None
+        self.refuse(f"the call {fname!r} (not a Warp builtin, type or wp.func)", node)
+        raise AssertionError
+
+    def builtin_call(self, key: str, fname: str, node: ast.Call) -> tuple[str, Optional[str]]:
+        args = [self.simple(a) for a in node.args]
+        kws = [(k.arg, self.simple(k.value)) for k in node.keywords]
+        if any(t is not None for _, (_, t) in kws):
+            self.refuse(f"a differentiated keyword argument of {fname!r}", node)
+        text = ", ".join([p for p, _ in args] + [f"{k}={p}" for k, (p, _) in kws])
+        if all(t is None for _, t in args):
+            return f"{fname}({text})", None
+        y = self.tmp()
+        self.emit(f"{y} = {fname}({text})")
+        if key in ("vector", "matrix", "quaternion", "transformation", "spatial_vector") and kws:
+            t = f"{fname}({', '.join([t if t is not None else R.zero(p) for p, t in args] + [f'{k}={p}' for k, (p, _) in kws])})"
+        else:
+            t = self.apply_rule(key, args, y, node)
+        return self.finish(y, t)
+
+    def constructor(self, fname: str, node: ast.Call) -> tuple[str, Optional[str]]:
+        """A float/vector/matrix/quaternion constructor or cast: linear in its arguments."""
+        args = [self.simple(a) for a in node.args]
+        kws = [(k.arg, self.simple(k.value)) for k in node.keywords]
+        text = ", ".join([p for p, _ in args] + [f"{k}={p}" for k, (p, _) in kws])
+        if all(t is None for _, t in args) and all(t is None for _, (_, t) in kws):
+            return f"{fname}({text})", None
+        y = self.tmp()
+        self.emit(f"{y} = {fname}({text})")
+        targs = [t if t is not None else R.zero(p) for p, t in args]
+        tkws = [f"{k}={t if t is not None else p}" for k, (p, t) in kws]
+        return self.finish(y, f"{fname}({', '.join(targs + tkws)})")
+
+    def user_call(self, obj: Any, fname: str, node: ast.Call, nret: int) -> Optional[list[tuple[str, Optional[str]]]]:
+        """Call of a ``wp.func``: its tangent function with each argument's tangent (where it has one).
+
+        Returns the results as (primal, tangent) names, or None for a function without results."""
+        if node.keywords:
+            self.refuse(f"keyword arguments to {fname!r}", node)
+        args = [self.simple(a) for a in node.args]
+        mask = tuple(t is not None for _, t in args)
+        if not any(mask):
+            # nothing carries a tangent into it: the function itself (it stores into no tangent array)
+            text = f"{fname}({', '.join(p for p, _ in args)})"
+            if nret == 0:
+                self.emit(text)
+                return None
+            return [(text, None)]
+        fj = self.owner.function(obj, mask, node, self)
+        call_args = []
+        for (p, t), m in zip(args, mask):
+            call_args.append(p)
+            if m:
+                call_args.append(t)  # type: ignore[arg-type]
+        self.ns[fj.name] = fj.function
+        text = f"{fj.name}({', '.join(call_args)})"
+        if fj.arity == 0 or nret == 0:
+            self.emit(text)
+            return None
+        if nret == 1 and fj.arity != 1:
+            self.refuse(f"{fname!r} returns {fj.arity} values, used as one", node)
+        outs = [self.tmp() for _ in range(fj.arity)]
+        touts = [o + SUFFIX for o in outs]
+        self.emit(f"{', '.join(outs + touts)} = {text}")
+        return [(o, to if active else None) for o, to, active in zip(outs, touts, fj.active_results)]
+
+    # -- statements --------------------------------------------------------------------------------
+    def body(self, stmts: list[ast.stmt]) -> None:
+        for s in stmts:
+            self.stmt(s)
+
+    def block(self, header: str, stmts: list[ast.stmt]) -> None:
+        self.emit(header)
+        self.depth += 1
+        start = len(self.lines)
+        self.body(stmts)
+        if len(self.lines) == start:
+            self.emit("pass")
+        self.depth -= 1
+
+    def stmt(self, s: ast.stmt) -> None:
+        if isinstance(s, ast.Assign):
+            if len(s.targets) != 1:
+                self.refuse("a chained assignment", s)
+            self.assign(s.targets[0], s.value, s)
+        elif isinstance(s, ast.AnnAssign):
+            if s.value is None:
+                self.emit(_unparse(s))
+            else:
+                self.assign(s.target, s.value, s, annotation=_unparse(s.annotation))
+        elif isinstance(s, ast.AugAssign):
+            self.augassign(s)
+        elif isinstance(s, ast.Expr):
+            self.expr_stmt(s)
+        elif isinstance(s, ast.If):
+            self.emit(f"if {_unparse(s.test)}:")
+            self.depth += 1
+            start = len(self.lines)
+            self.body(s.body)
+            if len(self.lines) == start:
+                self.emit("pass")
+            self.depth -= 1
+            if s.orelse:
+                self.block("else:", s.orelse)
+        elif isinstance(s, ast.For):
+            if s.orelse:
+                self.refuse("a for loop with an else branch", s)
+            it_p, it_t = self.expr(s.iter) if not isinstance(s.iter, ast.Call) else (_unparse(s.iter), None)
+            if it_t is not None:
+                self.refuse("a loop over a differentiated value", s)
+            self.block(f"for {_unparse(s.target)} in {it_p}:", s.body)
+        elif isinstance(s, ast.While):
+            if s.orelse:
+                self.refuse("a while loop with an else branch", s)
+            self.block(f"while {_unparse(s.test)}:", s.body)
+        elif isinstance(s, ast.Return):
+            self.ret(s)
+        elif isinstance(s, (ast.Break, ast.Continue, ast.Pass)):
+            self.emit(_unparse(s))
+        else:
+            self.refuse(f"the statement {type(s).__name__}", s)
+
+    def assign(self, target: ast.AST, value: ast.AST, s: ast.stmt, annotation: str | None = None) -> None:
+        if isinstance(target, ast.Tuple):
+            self.assign_tuple(target, value, s)
+            return
+        ann = f": {annotation}" if annotation else ""
+        if isinstance(target, ast.Name):
+            p, t = self.expr(value)
+            n = target.id
+            if n in self.arrays:
+                self.refuse(f"assigning to the array parameter {n!r}", s)
+            self.emit(f"{n}{ann} = {p}")
+            if t is not None:
+                self.wants.add(n)
+            if n in self.active:
+                self.emit(f"{n}{SUFFIX}{ann} = {t if t is not None else R.zero(n)}")
+            return
+        if isinstance(target, (ast.Subscript, ast.Attribute)):
+            p, t = self.simple(value)
+            text = _unparse(target)
+            self.emit(f"{text} = {p}")
+            tt = self.tangent_target(target, s)
+            if tt is not None:
+                self.emit(f"{tt} = {t if t is not None else R.zero(text)}")
+            elif t is not None and isinstance(_root(target), ast.Name):
+                root = _root_name(target)
+                if root not in self.arrays:
+                    self.wants.add(root)  # a local vector's component: the vector carries a tangent
+            return
+        self.refuse(f"assigning to {type(target).__name__}", s)
+
+    def tangent_target(self, target: ast.AST, s: ast.stmt) -> Optional[str]:
+        """``out__dot[i]`` for ``out[i]``, ``v__dot.x`` for ``v.x``; None where the root has no tangent."""
+        root = _root(target)
+        if not isinstance(root, ast.Name):
+            self.refuse("a store through an expression (not a named array or local)", s)
+        rt = self.tangent_of_name(root.id)  # type: ignore[union-attr]
+        if rt is None:
+            return None
+
+        twin = copy.deepcopy(target)
+        _root(twin).id = rt  # type: ignore[attr-defined]
+        return _unparse(twin)
+
+    def assign_tuple(self, target: ast.Tuple, value: ast.AST, s: ast.stmt) -> None:
+        names = target.elts
+        if not all(isinstance(e, ast.Name) for e in names):
+            self.refuse("unpacking into something other than names", s)
+        if isinstance(value, ast.Tuple):
+            if len(value.elts) != len(names):
+                self.refuse("unpacking a tuple of another length", s)
+            vals = [self.simple(v) for v in value.elts]
+            # bind all values first: ``a, b = b, a``
+            bound = [self.bind(p, t) if t is not None or not _is_simple(p) else (p, t) for p, t in vals]
+            for n, (p, t) in zip(names, bound):
+                self.emit(f"{n.id} = {p}")  # type: ignore[attr-defined]
+                self.tangent_store_name(n.id, t)  # type: ignore[attr-defined]
+            return
+        if isinstance(value, ast.Call):
+            obj = _resolve(value.func, self.ns)
+            if _is_user_function(obj):
+                results = self.user_call(obj, _unparse(value.func), value, nret=len(names))
+                if results is None or len(results) != len(names):
+                    self.refuse("unpacking a function's results into another number of names", s)
+                if len(results) == 1 and results[0][1] is None and len(names) > 1:  # type: ignore[index]
+                    self.emit(f"{_unparse(target)} = {results[0][0]}")  # type: ignore[index]
+                    return
+                for n, (p, t) in zip(names, results):  # type: ignore[arg-type]
+                    self.emit(f"{n.id} = {p}")  # type: ignore[attr-defined]
+                    self.tangent_store_name(n.id, t)  # type: ignore[attr-defined]
+                return
+            p, t = self.expr(value) if not (_is_builtin(obj) and obj.key == "tid") else (_unparse(value), None)
+            if t is not None:
+                self.refuse("unpacking a differentiated builtin's results", s)
+            self.emit(f"{_unparse(target)} = {p}")
+            return
+        self.refuse("this unpacking assignment", s)
+
+    def tangent_store_name(self, n: str, t: Optional[str]) -> None:
+        if t is not None:
+            self.wants.add(n)
+        if n in self.active:
+            self.emit(f"{n}{SUFFIX} = {t if t is not None else R.zero(n)}")
+
+    def augassign(self, s: ast.AugAssign) -> None:
+        target = s.target
+        op = type(s.op)
+        p, t = self.simple(s.value)
+        text = _unparse(target)
+        if isinstance(target, ast.Name):
+            if target.id in self.arrays:
+                self.refuse(f"assigning to the array parameter {target.id!r}", s)
+            tt = target.id + SUFFIX if target.id in self.active else None
+            if t is not None:
+                self.wants.add(target.id)
+        elif isinstance(target, (ast.Subscript, ast.Attribute)):
+            tt = self.tangent_target(target, s)
+            if tt is None and t is not None and _root_name(target) not in self.arrays:
+                self.wants.add(_root_name(target))
+        else:
+            self.refuse(f"augmented assignment to {type(target).__name__}", s)
+        sym = _op_text(s.op)
+        if op in (ast.Add, ast.Sub):
+            self.emit(f"{text} {sym}= {p}")
+            if tt is not None and t is not None:
+                self.emit(f"{tt} {sym}= {t}")
+            return
+        if tt is None:
+            if t is not None and op not in (ast.Mult, ast.Div):
+                self.refuse(f"the operator {sym}= on a differentiated value", s)
+            self.emit(f"{text} {sym}= {p}")
+            return
+        if op is ast.Mult:
+            parts = [f"({tt}) * ({p})"] + ([f"({text}) * ({t})"] if t is not None else [])
+            self.emit(f"{tt} = {' + '.join(parts)}")
+        elif op is ast.Div:
+            rhs = f"(({tt}) - (({text}) / ({p})) * ({t})) / ({p})" if t is not None else f"({tt}) / ({p})"
+            self.emit(f"{tt} = {rhs}")
+        else:
+            self.refuse(f"the operator {sym}= on a differentiated value", s)
+        self.emit(f"{text} {sym}= {p}")
+
+    def expr_stmt(self, s: ast.Expr) -> None:
+        v = s.value
+        if isinstance(v, ast.Constant):
+            return  # a docstring
+        if not isinstance(v, ast.Call):
+            self.refuse("an expression statement that is not a call", s)
+        obj = _resolve(v.func, self.ns)  # type: ignore[union-attr]
+        fname = _unparse(v.func)  # type: ignore[union-attr]
+        if _is_builtin(obj):
+            key = obj.key
+            if key in R.ATOMIC_LINEAR:
+                self.atomic(key, fname, v, s)  # type: ignore[arg-type]
+                return
+            if key in R.ATOMIC_REFUSED:
+                arr = v.args[0] if v.args else None  # type: ignore[union-attr]
+                if isinstance(arr, ast.Name) and self.arrays.get(arr.id) is not None:
+                    self.refuse(
+                        f"{fname!r} into a differentiated array (the tangent belongs to the thread that wins, "
+                        "known only once all threads are done)",
+                        s,
+                    )
+                self.emit(_unparse(s))
+                return
+            if key.startswith("tile"):
+                self.refuse(f"the tile builtin {fname!r} (tile kernels have no forward mode yet)", s)
+            self.emit(_unparse(s))
+            return
+        if _is_user_function(obj):
+            self.user_call(obj, fname, v, nret=0)  # type: ignore[arg-type]
+            return
+        if obj is print:
+            self.emit(_unparse(s))
+            return
+        self.refuse(f"the call {fname!r}", s)
+
+    def atomic(self, key: str, fname: str, v: ast.Call, s: ast.stmt) -> None:
+        if v.keywords or len(v.args) < 3:
+            self.refuse(f"{fname!r} with keyword arguments", s)
+        arr = v.args[0]
+        idx = [_unparse(a) for a in v.args[1:-1]]
+        p, t = self.simple(v.args[-1])
+        self.emit(f"{fname}({', '.join([_unparse(arr)] + idx + [p])})")
+        if isinstance(arr, ast.Name):
+            ta = self.tangent_of_name(arr.id)
+        else:
+            root = _root(arr)
+            if not isinstance(root, ast.Name):
+                self.refuse(f"{fname!r} into an expression", s)
+            ta = self.tangent_target(arr, s) if self.tangent_of_name(root.id) else None  # type: ignore[union-attr]
+        if ta is not None and t is not None:
+            self.emit(f"{R.W}.{key}({', '.join([ta] + idx + [t])})")
+
+    def ret(self, s: ast.Return) -> None:
+        if self.kind == "kernel":
+            if s.value is not None:
+                self.refuse("a kernel returning a value", s)
+            self.emit("return")
+            return
+        if s.value is None:
+            self.return_arity = 0
+            self.emit("return")
+            return
+        elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
+        vals = [self.simple(e) for e in elts]
+        if self.return_arity not in (None, len(vals)):
+            self.refuse("returns with different numbers of values", s)
+        self.return_arity = len(vals)
+        self.return_active.append(any(t is not None for _, t in vals))
+        for k, (_, t) in enumerate(vals):
+            if t is not None:
+                self.wants.add(f"__return{k}")
+        ts = []
+        for k, (p, t) in enumerate(vals):
+            if t is None:
+                if p.isidentifier() or _is_simple(p):
+                    t = R.zero(p)
+                else:
+                    p, _ = self.bind(p, None)
+                    t = R.zero(p)
+            ts.append(t)
+        self.emit(f"return {', '.join([p for p, _ in vals] + ts)}")
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node
+
+
+def _root_name(node: ast.AST) -> str:
+    r = _root(node)
+    return r.id if isinstance(r, ast.Name) else ""
+
+
+def _is_simple(p: str) -> bool:
+    return p.isidentifier() or _is_number(p)
+
+
+def _is_number(p: str) -> bool:
+    try:
+        float(p)
+        return True
+    except ValueError:
+        return False
+
+
+_OPS = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.Mod: "%",
+    ast.Pow: "**",
+    ast.MatMult: "@",
+    ast.FloorDiv: "//",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.Not: "not",
+    ast.Invert: "~",
+    ast.USub: "-",
+    ast.UAdd: "+",
+}
+
+
+def _op_text(op: ast.AST) -> str:
+    return _OPS.get(type(op), type(op).__name__)
+
+
+class _FunctionJvp:
+    """The tangent variant of one ``wp.func`` for one set of arguments carrying a tangent."""
+
+    def __init__(self, name: str, function: Any, arity: int, active_results: tuple[bool, ...]):
+        self.name = name
+        self.function = function
+        self.arity = arity
+        self.active_results = active_results
+
+
+class _Generator:
+    """Generates tangent code for one kernel and the functions it calls."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def function(self, fobj: Any, mask: tuple[bool, ...], node: ast.AST, caller: _Gen) -> _FunctionJvp:
+        return _function_jvp(fobj, mask, self.label, caller.src.where(node))
+
+    def transform(self, fdef: ast.FunctionDef, src: _Source, ns: dict, kind: str, arrays: dict, active: set) -> _Gen:
+        """Run the body to a fixed point of the names carrying tangents."""
+        for _ in range(50):
+            g = _Gen(self, src, ns, kind, arrays, set(active))
+            g.body(fdef.body)
+            grown = {w for w in g.wants if not w.startswith("__return")} - active
+            if not grown:
+                return g
+            active |= grown
+        raise _Refusal("the tangent analysis did not settle", fdef)
+
+
+def _parse_def(adj: Any) -> ast.FunctionDef:
+    tree = ast.parse(textwrap.dedent(adj.source))
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        raise _Refusal("a source that is not a function definition", None)
+    return fdef
+
+
+def _annotation_is_array(ann: Any) -> bool:
+    return wp.types.is_array(ann)
+
+
+def _annotation_dtype(ann: Any) -> Any:
+    return getattr(ann, "dtype", ann)
+
+
+def _float_like(t: Any) -> bool:
+    """A Warp type that may carry a tangent: floats, float vectors/matrices, generic types."""
+    if t is Any or t is float or getattr(t, "__name__", "") in ("Any", "Float", "Scalar"):
+        return True
+    if isinstance(t, type) and wp.types.type_is_float(t):
+        return True
+    scalar = getattr(t, "_wp_scalar_type_", None)
+    if scalar is not None:
+        return scalar is Any or wp.types.type_is_float(scalar)
+    return False
+
+
+# ---- wp.func tangents (cached per function and mask) ----------------------------------------------
+_fn_cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_fn_lock = threading.RLock()
+
+
+def _function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: str) -> _FunctionJvp:
+    with _fn_lock:
+        per = _fn_cache.get(fobj)
+        if per is None:
+            per = _fn_cache[fobj] = {}
+        hit = per.get(mask)
+        if isinstance(hit, _FunctionJvp):
+            return hit
+        if hit == "building":
+            raise _Refusal(f"the recursive function {fobj.key!r}", None)
+        per[mask] = "building"
+        try:
+            fj = _build_function_jvp(fobj, mask, label, where)
+        except BaseException:
+            per.pop(mask, None)
+            raise
+        per[mask] = fj
+        return fj
+
+
+def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: str) -> _FunctionJvp:
+    if getattr(fobj, "custom_grad_func", None) is not None or getattr(fobj, "custom_replay_func", None) is not None:
+        raise _Refusal(
+            f"the function {fobj.key!r} (called {where}) has a custom gradient (wp.func_grad/func_replay); "
+            "forward mode would differentiate its body, which the custom gradient replaces",
+            None,
+        )
+    if getattr(fobj, "native_snippet", None) is not None or fobj.func is None:
+        raise _Refusal(f"the native function {fobj.key!r} (called {where}) has no Python source to transform", None)
+    if len(getattr(fobj, "user_overloads", {}) or {}) > 1 and len({id(f.func) for f in fobj.user_overloads.values()}) > 1:
+        raise _Refusal(f"the function {fobj.key!r} (called {where}) has several overloads with different bodies", None)
+    adj = fobj.adj
+    src = _Source(fobj, adj)
+    fdef = _parse_def(adj)
+    names = [a.arg for a in fdef.args.args]
+    if len(names) != len(mask):
+        raise _Refusal(f"a call of {fobj.key!r} with {len(mask)} arguments ({len(names)} parameters)", None)
+    ann = dict(fobj.input_types or {})
+    arrays: dict[str, Optional[str]] = {}
+    active: set[str] = set()
+    params = []
+    annotations: dict[str, Any] = {}
+    for n, m in zip(names, mask):
+        a = ann.get(n, Any)
+        params.append(n)
+        annotations[n] = a
+        if _annotation_is_array(a):
+            arrays[n] = n + SUFFIX if m else None
+        elif m:
+            active.add(n)
+        if m:
+            params.append(n + SUFFIX)
+            annotations[n + SUFFIX] = a
+    ns = _ns_of(fobj.func)
+    ns.update(R.HELPERS)
+    ns[R.W] = wp
+    gen = _Generator(label)
+    g = gen.transform(fdef, src, ns, "func", arrays, active)
+    arity = g.return_arity or 0
+    active_results = tuple(f"__return{k}" in g.wants for k in range(arity))
+    digest = "".join("1" if m else "0" for m in mask)
+    name = f"_interop_jvp_{fobj.key.replace('.', '_')}_{digest}"
+    text = f"def {name}({', '.join(params)}):\n" + "\n".join(g.lines or ["    pass"]) + "\n"
+    fn = _compile(text, name, ns, annotations)
+    module = wp.get_module(f"interop_tangent_fn.{fobj.key}")
+    function = retry_ast_race(lambda: make_function(fn, name, module, text))
+    return _FunctionJvp(name, function, arity, active_results)
+
+
+def _compile(text: str, name: str, ns: dict, annotations: dict) -> Any:
+    code = compile(text, f"<interop tangent {name}>", "exec")
+    exec(code, ns)  # noqa: S102 (source generated here from the kernel's own)
+    fn = ns[name]
+    fn.__annotations__ = annotations
+    return fn
+
+
+# ---- kernels ---------------------------------------------------------------------------------------
+class TangentKernel:
+    """A generated tangent kernel and its parameter layout."""
+
+    def __init__(self, kernel: Any, tangent_of: dict[str, str], source: str):
+        self.kernel = kernel
+        self.tangent_of = tangent_of  # primal parameter -> its tangent parameter, in kernel order
+        self.source = source
+
+
+_kernels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_kernel_lock = threading.Lock()
+
+
+def tangent_kernel(kernel: Any, differentiable: dict[str, bool], label: str) -> TangentKernel:
+    """The tangent kernel of ``kernel`` (cached): ``differentiable`` says which parameters carry a
+    tangent (name -> bool, kernel order). Raises UnsupportedError naming what cannot be transformed."""
+    key = tuple(sorted(differentiable.items()))
+    with build_lock, _kernel_lock:
+        per = _kernels.get(kernel)
+        if per is None:
+            per = _kernels[kernel] = {}
+        hit = per.get(key)
+        if hit is not None:
+            if isinstance(hit, BaseException):
+                raise hit
+            return hit
+        try:
+            tk = _build_tangent_kernel(kernel, differentiable, label)
+        except _Refusal as r:
+            err = _refusal_error(r, kernel, label)
+            per[key] = err
+            raise err from None
+        per[key] = tk
+        return tk
+
+
+def _refusal_error(r: _Refusal, kernel: Any, label: str) -> UnsupportedError:
+    src = _Source(kernel, kernel.adj)
+    where = src.where(r.node) if r.node is not None else ""
+    return UnsupportedError(
+        f"op {label!r}: forward-mode differentiation is not available: {r.what}"
+        + (f" {where}" if where else "")
+        + ". Forward mode (jvp, jacfwd, hessian, grad of grad) needs a tangent of every differentiated "
+        "value; describe the op with a hand-written tangent (interop.op(..., jvp=<kernel>)), or use reverse "
+        "mode (grad, vjp, jacrev)"
+    )
+
+
+def _build_tangent_kernel(kernel: Any, differentiable: dict[str, bool], label: str) -> TangentKernel:
+    adj = kernel.adj
+    src = _Source(kernel, adj)
+    fdef = _parse_def(adj)
+    arg_types = dict(adj.arg_types)
+    names = [a.arg for a in fdef.args.args]
+    arrays: dict[str, Optional[str]] = {}
+    active: set[str] = set()
+    tangent_of: dict[str, str] = {}
+    for n in names:
+        t = arg_types[n]
+        d = differentiable.get(n, False)
+        if _annotation_is_array(t):
+            arrays[n] = n + SUFFIX if d else None
+        elif d:
+            active.add(n)
+        if d:
+            tangent_of[n] = n + SUFFIX
+    f = kernel.func
+    ns = _ns_of(f)
+    for n in list(ns):
+        if n.endswith(SUFFIX) and n[: -len(SUFFIX)] in names:
+            raise _Refusal(f"the name {n!r} (reserved for the tangent of {n[: -len(SUFFIX)]!r})", None)
+    ns.update(R.HELPERS)
+    ns[R.W] = wp
+    gen = _Generator(label)
+    g = gen.transform(fdef, src, ns, "kernel", arrays, active)
+    params = names + [tangent_of[n] for n in names if n in tangent_of]
+    fname = f"{fdef.name}__tangent"
+    text = f"def {fname}({', '.join(params)}):\n" + "\n".join(g.lines or ["    pass"]) + "\n"
+    annotations = {n: arg_types[n] for n in names}
+    for n, tn in tangent_of.items():
+        annotations[tn] = arg_types[n]
+    fn = _compile(text, fname, ns, annotations)
+    fn.__module__ = f.__module__
+    parent = getattr(kernel, "generic_parent", None)
+    sig = next((s for s, k in (parent.overloads.items() if parent else ()) if k is kernel), "")
+    suffix = "".join("1" if differentiable.get(n) else "0" for n in names) + (f"__{sig}" if sig else "")
+    module = wp.get_module(f"interop_tangent.{kernel.key}.{suffix}")
+    module.options.update(kernel.module.options)
+    k = retry_ast_race(
+        lambda: wp.Kernel(
+            fn,
+            key=f"{kernel.key}__tangent_{suffix}",
+            module=module,
+            options=dict(kernel.options or {}),
+            source=text,
+        )
+    )
+    return TangentKernel(k, tangent_of, text)
+
+
+def check_jvp_kernel(jvp: Any, kernel: Any, tangent_of: dict[str, str], label: str) -> None:
+    """A hand-written tangent kernel must take the kernel's parameters, then one tangent per
+    differentiable parameter, in order, of the same types."""
+    if not isinstance(jvp, wp.Kernel):
+        raise ArgumentError(f"op {label!r}: jvp must be a wp.kernel, got {type(jvp).__name__}")
+    want = list(kernel.adj.arg_types.items())
+    want += [(tangent_of[n], t) for n, t in kernel.adj.arg_types.items() if n in tangent_of]
+    got = list(jvp.adj.arg_types.items())
+    if len(got) != len(want):
+        raise ArgumentError(
+            f"op {label!r}: jvp kernel {jvp.key!r} must take {len(want)} parameters (the kernel's own, then one "
+            f"tangent per differentiable parameter: {[n for n, _ in want]}), got {len(got)}: {[n for n, _ in got]}"
+        )
+    for (wn, wt), (gn, gt) in zip(want, got):
+        if not wp.types.types_equal(wt, gt, match_generic=True):
+            raise ArgumentError(
+                f"op {label!r}: jvp kernel {jvp.key!r}, parameter {gn!r} (in the place of {wn!r}): expected "
+                f"{wp.types.type_repr(wt)}, got {wp.types.type_repr(gt)}"
+            )
+
+
+
+
+# ---- the tangent op ---------------------------------------------------------------------------------
+def tangent_params(desc: Any) -> dict[str, str]:
+    """Each differentiable parameter (float arrays and scalars, any role) -> its tangent's name."""
+    return {p.name: p.name + SUFFIX for p in desc.params if p.differentiable}
+
+
+def _refused(label: str, why: str) -> UnsupportedError:
+    return UnsupportedError(
+        f"op {label!r}: forward-mode differentiation (jvp, jacfwd, hessian, grad of grad) is not available: {why}; "
+        "use reverse mode (grad, vjp, jacrev)"
+    )
+
+
+def tangent_op(op: Any) -> Any:
+    """The op whose kernel is ``op``'s tangent kernel (generated, or the hand-written ``jvp=``)."""
+    from ._description import IN_OUT, OUTPUT
+    from ._op import op as describe_op
+
+    desc = op.description
+    label = desc.label
+    if desc.kind != "kernel":
+        raise _refused(label, "it is a Python-function op (wp.Tape records reverse mode only)")
+    if desc.entries:
+        raise _refused(label, "its kernel has struct parameters")
+    if desc.tiles and desc.jvp is None:
+        raise _refused(label, "it is a tile kernel (no tangent rules for tiles yet); give it jvp=<kernel>")
+    tangent_of = tangent_params(desc)
+    if not tangent_of:
+        raise _refused(label, "it has no differentiable parameter")
+    if desc.jvp is not None:
+        kernel = desc.jvp
+        names = [a.label for a in kernel.adj.args]
+        n = len(desc.params)
+        tangent_of = dict(zip([p.name for p in desc.params if p.name in tangent_of], names[n:]))
+    else:
+        kernel = tangent_kernel(desc.fn, {name: True for name in tangent_of}, label).kernel
+    outputs = [p.name for p in desc.params if p.role == OUTPUT]
+    outputs += [tangent_of[p.name] for p in desc.params if p.role == OUTPUT and p.name in tangent_of]
+    in_out = [p.name for p in desc.params if p.role == IN_OUT]
+    in_out += [tangent_of[p.name] for p in desc.params if p.role == IN_OUT and p.name in tangent_of]
+    nondiff = [p.name for p in desc.params if not p.differentiable and _float_like(p.dtype)]
+    odt = {}
+    for n, rule in desc.output_dtypes:
+        odt[n] = rule
+        if n in tangent_of:
+            odt[tangent_of[n]] = rule
+    od: Any = None
+    if desc.output_dims is not None:
+        how, dims = desc.output_dims
+        if how == "all":
+            od = dims
+        else:
+            od = {}
+            for n, d in dims:
+                od[n] = d
+                if n in tangent_of:
+                    od[tangent_of[n]] = d
+    name = None if desc.name.startswith("interop::") else f"{desc.name}__jvp"
+    return describe_op(
+        kernel,
+        outputs=outputs,
+        in_out=in_out,
+        launch_dims=desc.launch_dims,
+        output_dims=od,
+        name=name,
+        zero_outputs=desc.zero_outputs,
+        nondifferentiable=nondiff,
+        vmap_method=desc.vmap_method,
+        block_dim=desc.block_dim,
+        partition=desc.partition,
+        output_dtypes=odt or None,
+    )
+
+
+def _zeros_like(x: Any) -> Any:
+    """A zero tangent for ``x`` in its own framework (a number for a number)."""
+    import numbers
+
+    if isinstance(x, bool) or isinstance(x, numbers.Number):
+        return type(x)(0)
+    mod = type(x).__module__.split(".")[0]
+    if mod == "numpy":
+        import numpy as np
+
+        return np.zeros_like(x)
+    if mod == "torch":
+        import torch
+
+        return torch.zeros_like(x)
+    if mod in ("jax", "jaxlib"):
+        import jax.numpy as jnp
+
+        return jnp.zeros_like(x)
+    if mod == "cupy":
+        import cupy
+
+        return cupy.zeros_like(x)
+    if mod == "paddle":
+        import paddle
+
+        return paddle.zeros_like(x)
+    if mod == "warp":
+        return wp.zeros_like(x)
+    if hasattr(x, "_wp_scalar_type_"):
+        return type(x)()
+    raise ArgumentError(f"cannot make a zero tangent like a {type(x).__name__}; pass the tangent explicitly")
+
+
+def jvp_call(op: Any, args: tuple, tangents: Any, launch_dims: Any, output_dims: Any) -> tuple:
+    """:meth:`interop.Op.jvp`: call the tangent op, split its results into results and tangents."""
+    desc = op.description
+    label = desc.label
+    diff = [p for p in desc.call_params if p.differentiable]
+    if isinstance(tangents, (str, bytes)) or not isinstance(tangents, (list, tuple)):
+        raise ArgumentError(
+            f"op {label!r}, jvp: tangents must be a list with one tangent per differentiable call parameter "
+            f"{[p.name for p in diff]}, got {type(tangents).__name__}"
+        )
+    if len(tangents) != len(diff):
+        raise ArgumentError(
+            f"op {label!r}, jvp: expected {len(diff)} tangent(s), one per differentiable call parameter "
+            f"{[p.name for p in diff]}, got {len(tangents)}"
+        )
+    if len(args) != len(desc.call_params):
+        raise ArgumentError(
+            f"op {label!r}, jvp: expected {len(desc.call_params)} argument(s) "
+            f"{[p.name for p in desc.call_params]}, got {len(args)}"
+        )
+    top = op.tangent()
+    by_name = dict(zip([p.name for p in desc.call_params], args))
+    ts = [_zeros_like(by_name[p.name]) if t is None else t for p, t in zip(diff, tangents)]
+    tangent_of = tangent_params(desc)
+    od = output_dims
+    if isinstance(output_dims, dict):
+        od = dict(output_dims)
+        for n, d in output_dims.items():
+            if n in tangent_of:
+                od[tangent_of[n]] = d
+    res = top(*args, *ts, launch_dims=launch_dims, output_dims=od)
+    res = res if isinstance(res, tuple) else (res,)
+    k = len(desc.returned_params)
+    prim, rest = res[:k], list(res[k:])
+    touts = []
+    for p in desc.returned_params:
+        touts.append(rest.pop(0) if p.differentiable else None)
+    bare = (lambda r: r[0] if len(r) == 1 else tuple(r))
+    return bare(prim), bare(touts)

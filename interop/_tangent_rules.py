@@ -1,0 +1,428 @@
+"""Tangent rules of Warp's builtins, for the tangent-kernel generator (:mod:`interop._tangent`).
+
+A rule takes the lowered arguments of one builtin call, each ``(primal, tangent)`` as source text
+(``tangent`` is ``None`` where it is structurally zero), and the name ``y`` of the temporary that
+holds the call's result, and returns the tangent of the result as source text (``None``: zero).
+Every rule is written in Warp's own language, so Warp can differentiate the tangent kernel again
+(its adjoint gives second derivatives). Piecewise rules choose the branch Warp's adjoint chooses
+(``native/builtin.h``: ``adj_min``, ``adj_max``, ``adj_clamp``, ``adj_abs``, ``adj_length``), so
+forward and reverse mode agree at kinks too.
+
+The rules' names for Warp and for the helpers below are reserved in the generated kernel's
+namespace: ``_interop_wp`` (the ``warp`` module) and ``_interop_*``.
+
+Builtins that have no rule here are refused by the generator when an argument carries a tangent
+(naming the builtin and the source line); a builtin whose arguments carry no tangent needs no rule.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import warp as wp
+
+W = "_interop_wp"
+Arg = tuple[str, Optional[str]]
+Rule = Callable[[list[Arg], str], Optional[str]]
+
+
+# ---- helpers the generated code calls (Warp functions: differentiable again) ----------------------
+@wp.func
+def _interop_zero(x: wp.float16):
+    return wp.float16(0.0)
+
+
+@wp.func
+def _interop_zero(x: wp.float32):  # noqa: F811 (a Warp overload)
+    return wp.float32(0.0)
+
+
+@wp.func
+def _interop_zero(x: wp.float64):  # noqa: F811
+    return wp.float64(0.0)
+
+
+@wp.func
+def _interop_zero(x: wp.int32):  # noqa: F811
+    return wp.int32(0)
+
+
+@wp.func
+def _interop_zero(x: wp.int64):  # noqa: F811
+    return wp.int64(0)
+
+
+@wp.func
+def _interop_zero(x: Any):  # noqa: F811  (vectors, matrices, quaternions, transforms)
+    return type(x)()
+
+
+@wp.func
+def _interop_min_t(a: Any, b: Any, ta: Any, tb: Any):
+    # adj_min: NaN a -> b; NaN b -> a; a < b -> a; else b
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a < b:
+        return ta
+    return tb
+
+
+@wp.func
+def _interop_max_t(a: Any, b: Any, ta: Any, tb: Any):
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a > b:
+        return ta
+    return tb
+
+
+@wp.func
+def _interop_clamp_t(x: Any, a: Any, b: Any, tx: Any, ta: Any, tb: Any):
+    # adj_clamp: m = max(a, x) then min(m, b), each routed as adj_max / adj_min
+    m = wp.max(a, x)
+    tm = _interop_max_t(a, x, ta, tx)
+    return _interop_min_t(m, b, tm, tb)
+
+
+@wp.func
+def _interop_abs_t(x: Any, tx: Any):
+    if x < type(x)(0.0):
+        return -tx
+    return tx
+
+
+@wp.func
+def _interop_length_t(a: Any, ta: Any, y: Any):
+    if y > type(y)(0.0):
+        return wp.dot(a, ta) / y
+    return type(y)(0.0)
+
+
+@wp.func
+def _interop_normalize_t(a: Any, ta: Any, y: Any):
+    n = wp.length(a)
+    if n > type(n)(0.0):
+        return (ta - y * wp.dot(y, ta)) / n
+    return type(ta)()
+
+
+HELPERS = {
+    "_interop_zero": _interop_zero,
+    "_interop_min_t": _interop_min_t,
+    "_interop_max_t": _interop_max_t,
+    "_interop_clamp_t": _interop_clamp_t,
+    "_interop_abs_t": _interop_abs_t,
+    "_interop_length_t": _interop_length_t,
+    "_interop_normalize_t": _interop_normalize_t,
+}
+
+
+# ---- building blocks -------------------------------------------------------------------------------
+def zero(p: str) -> str:
+    return f"_interop_zero({p})"
+
+
+def _or_zero(a: Arg) -> str:
+    return a[1] if a[1] is not None else zero(a[0])
+
+
+def _sum(*terms: Optional[str]) -> Optional[str]:
+    live = [t for t in terms if t is not None]
+    if not live:
+        return None
+    return " + ".join(f"({t})" for t in live)
+
+
+def _c(p: str, v: float) -> str:
+    """The constant ``v`` typed like the scalar ``p``."""
+    return f"type({p})({v!r})"
+
+
+def _linear(fn: str) -> Rule:
+    """f(ta, tb, ...) for a builtin linear in all of its arguments (zeros where no tangent)."""
+
+    def rule(args: list[Arg], y: str) -> Optional[str]:
+        if all(t is None for _, t in args):
+            return None
+        return f"{fn}({', '.join(_or_zero(a) for a in args)})"
+
+    return rule
+
+
+class NoRule(Exception):
+    """A rule exists for the builtin but not for this use of it (the message says which)."""
+
+
+def _bilinear(fn: str) -> Rule:
+    """Product rule: f(ta, b) + f(a, tb)."""
+
+    def rule(args: list[Arg], y: str) -> Optional[str]:
+        (a, ta), (b, tb) = args
+        return _sum(None if ta is None else f"{fn}({ta}, {b})", None if tb is None else f"{fn}({a}, {tb})")
+
+    return rule
+
+
+def _unary(derivative: Callable[[str, str], str]) -> Rule:
+    """f'(a) * ta, ``derivative(a, y)`` the source of f'(a) given the result ``y``."""
+
+    def rule(args: list[Arg], y: str) -> Optional[str]:
+        (a, ta), *rest = args
+        if any(t is not None for _, t in rest):
+            raise NoRule("a differentiated second argument")
+        return None if ta is None else f"({derivative(a, y)}) * ({ta})"
+
+    return rule
+
+
+def _zero_rule(args: list[Arg], y: str) -> Optional[str]:
+    return None
+
+
+# ---- arithmetic ----------------------------------------------------------------------------------
+def _add(args: list[Arg], y: str) -> Optional[str]:
+    (_, ta), (_, tb) = args
+    return _sum(ta, tb)
+
+
+def _sub(args: list[Arg], y: str) -> Optional[str]:
+    (_, ta), (_, tb) = args
+    if tb is None:
+        return ta
+    if ta is None:
+        return f"-({tb})"
+    return f"({ta}) - ({tb})"
+
+
+def _neg(args: list[Arg], y: str) -> Optional[str]:
+    t = args[0][1]
+    return None if t is None else f"-({t})"
+
+
+def _pos(args: list[Arg], y: str) -> Optional[str]:
+    return args[0][1]
+
+
+def _div(args: list[Arg], y: str) -> Optional[str]:
+    (a, ta), (b, tb) = args
+    if tb is None:
+        return None if ta is None else f"({ta}) / ({b})"
+    if ta is None:
+        return f"-(({y}) * ({tb})) / ({b})"
+    return f"(({ta}) - ({y}) * ({tb})) / ({b})"
+
+
+def _mod(args: list[Arg], y: str) -> Optional[str]:
+    # fmod(a, b) = a - b * trunc(a / b): d/da = 1, d/db = -trunc(a / b)
+    (a, ta), (b, tb) = args
+    if tb is None:
+        return ta
+    return _sum(ta, f"-({tb}) * {W}.trunc(({a}) / ({b}))")
+
+
+def _pow(args: list[Arg], y: str) -> Optional[str]:
+    (a, ta), (b, tb) = args
+    da = None if ta is None else f"({b}) * {W}.pow({a}, ({b}) - {_c(b, 1.0)}) * ({ta})"
+    db = None if tb is None else f"({y}) * {W}.log({a}) * ({tb})"
+    return _sum(da, db)
+
+
+def _atan2(args: list[Arg], y: str) -> Optional[str]:
+    # atan2(u, v): d = (v du - u dv) / (u^2 + v^2)
+    (u, tu), (v, tv) = args
+    den = f"(({u}) * ({u}) + ({v}) * ({v}))"
+    return _sum(
+        None if tu is None else f"({v}) * ({tu}) / {den}",
+        None if tv is None else f"-({u}) * ({tv}) / {den}",
+    )
+
+
+def _where(args: list[Arg], y: str) -> Optional[str]:
+    (c, _), a, b = args
+    if a[1] is None and b[1] is None:
+        return None
+    return f"{W}.where({c}, {_or_zero(a)}, {_or_zero(b)})"
+
+
+def _select(args: list[Arg], y: str) -> Optional[str]:
+    (c, _), a, b = args
+    if a[1] is None and b[1] is None:
+        return None
+    return f"{W}.select({c}, {_or_zero(a)}, {_or_zero(b)})"
+
+
+def _piecewise2(helper: str) -> Rule:
+    def rule(args: list[Arg], y: str) -> Optional[str]:
+        if len(args) != 2:
+            raise NoRule("the one-argument form (a reduction over components)")
+        a, b = args
+        if a[1] is None and b[1] is None:
+            return None
+        return f"{helper}({a[0]}, {b[0]}, {_or_zero(a)}, {_or_zero(b)})"
+
+    return rule
+
+
+def _clamp(args: list[Arg], y: str) -> Optional[str]:
+    x, a, b = args
+    if all(t is None for _, t in args):
+        return None
+    return f"_interop_clamp_t({x[0]}, {a[0]}, {b[0]}, {_or_zero(x)}, {_or_zero(a)}, {_or_zero(b)})"
+
+
+def _abs(args: list[Arg], y: str) -> Optional[str]:
+    (a, ta), = args
+    return None if ta is None else f"_interop_abs_t({a}, {ta})"
+
+
+def _lerp(args: list[Arg], y: str) -> Optional[str]:
+    # a + t (b - a): da (1 - t) + db t + (b - a) dt
+    (a, ta), (b, tb), (t, tt) = args
+    return _sum(
+        None if ta is None else f"({ta}) * ({_c(t, 1.0)} - ({t}))",
+        None if tb is None else f"({tb}) * ({t})",
+        None if tt is None else f"(({b}) - ({a})) * ({tt})",
+    )
+
+
+def _length(args: list[Arg], y: str) -> Optional[str]:
+    (a, ta), = args
+    return None if ta is None else f"_interop_length_t({a}, {ta}, {y})"
+
+
+def _length_sq(args: list[Arg], y: str) -> Optional[str]:
+    (a, ta), = args
+    return None if ta is None else f"{_c(y, 2.0)} * {W}.dot({a}, {ta})"
+
+
+def _normalize(args: list[Arg], y: str) -> Optional[str]:
+    (a, ta), = args
+    return None if ta is None else f"_interop_normalize_t({a}, {ta}, {y})"
+
+
+def _inverse(args: list[Arg], y: str) -> Optional[str]:
+    (a, ta), = args
+    return None if ta is None else f"-(({y}) * ({ta}) * ({y}))"
+
+
+def _determinant(args: list[Arg], y: str) -> Optional[str]:
+    (a, ta), = args
+    return None if ta is None else f"({y}) * {W}.trace({W}.inverse({a}) * ({ta}))"
+
+
+def _cw_div(args: list[Arg], y: str) -> Optional[str]:
+    (a, ta), (b, tb) = args
+    if tb is None:
+        return None if ta is None else f"{W}.cw_div({ta}, {b})"
+    num = f"{W}.cw_mul({y}, {tb})"
+    return f"{W}.cw_div({num if ta is None else f'({ta}) - {num}'}, {b})" if ta is not None else f"-{W}.cw_div({num}, {b})"
+
+
+def _erf(sign: str) -> Rule:
+    # d erf(a) = 2 / sqrt(pi) exp(-a^2); erfc = 1 - erf
+    return _unary(lambda a, y: f"{sign}{_c(a, 1.1283791670955126)} * {W}.exp(-({a}) * ({a}))")
+
+
+LN2 = 0.6931471805599453
+LN10 = 2.302585092994046
+
+RULES: dict[str, Rule] = {
+    # linear
+    "add": _add,
+    "sub": _sub,
+    "neg": _neg,
+    "pos": _pos,
+    "transpose": _linear(f"{W}.transpose"),
+    "trace": _linear(f"{W}.trace"),
+    "diag": _linear(f"{W}.diag"),
+    "get_diag": _linear(f"{W}.get_diag"),
+    "skew": _linear(f"{W}.skew"),
+    "quat_inverse": _linear(f"{W}.quat_inverse"),
+    "frac": lambda args, y: args[0][1],
+    "radians": _unary(lambda a, y: _c(a, 0.017453292519943295)),
+    "degrees": _unary(lambda a, y: _c(a, 57.29577951308232)),
+    "vector": _linear(f"{W}.vector"),
+    "matrix": _linear(f"{W}.matrix"),
+    "quaternion": _linear(f"{W}.quaternion"),
+    "transformation": _linear(f"{W}.transformation"),
+    "spatial_vector": _linear(f"{W}.spatial_vector"),
+    "spatial_top": _linear(f"{W}.spatial_top"),
+    "spatial_bottom": _linear(f"{W}.spatial_bottom"),
+    # bilinear (product rule)
+    "mul": _bilinear(f"{W}.mul"),
+    "dot": _bilinear(f"{W}.dot"),
+    "cross": _bilinear(f"{W}.cross"),
+    "outer": _bilinear(f"{W}.outer"),
+    "cw_mul": _bilinear(f"{W}.cw_mul"),
+    "ddot": _bilinear(f"{W}.ddot"),
+    "spatial_cross": _bilinear(f"{W}.spatial_cross"),
+    "spatial_dot": _bilinear(f"{W}.spatial_dot"),
+    # quotient, powers, two-argument functions
+    "div": _div,
+    "cw_div": _cw_div,
+    "mod": _mod,
+    "pow": _pow,
+    "atan2": _atan2,
+    # one-argument scalar functions: f'(a) * ta
+    "sin": _unary(lambda a, y: f"{W}.cos({a})"),
+    "cos": _unary(lambda a, y: f"-{W}.sin({a})"),
+    "tan": _unary(lambda a, y: f"{_c(y, 1.0)} + ({y}) * ({y})"),
+    "asin": _unary(lambda a, y: f"{_c(a, 1.0)} / {W}.sqrt({_c(a, 1.0)} - ({a}) * ({a}))"),
+    "acos": _unary(lambda a, y: f"-{_c(a, 1.0)} / {W}.sqrt({_c(a, 1.0)} - ({a}) * ({a}))"),
+    "atan": _unary(lambda a, y: f"{_c(a, 1.0)} / ({_c(a, 1.0)} + ({a}) * ({a}))"),
+    "sinh": _unary(lambda a, y: f"{W}.cosh({a})"),
+    "cosh": _unary(lambda a, y: f"{W}.sinh({a})"),
+    "tanh": _unary(lambda a, y: f"{_c(y, 1.0)} - ({y}) * ({y})"),
+    "exp": _unary(lambda a, y: y),
+    "log": _unary(lambda a, y: f"{_c(a, 1.0)} / ({a})"),
+    "log2": _unary(lambda a, y: f"{_c(a, 1.0)} / (({a}) * {_c(a, LN2)})"),
+    "log10": _unary(lambda a, y: f"{_c(a, 1.0)} / (({a}) * {_c(a, LN10)})"),
+    "sqrt": _unary(lambda a, y: f"{_c(y, 0.5)} / ({y})"),
+    "cbrt": _unary(lambda a, y: f"{_c(y, 1.0)} / ({_c(y, 3.0)} * ({y}) * ({y}))"),
+    "erf": _erf(""),
+    "erfc": _erf("-"),
+    # piecewise: the branch Warp's adjoint takes
+    "min": _piecewise2("_interop_min_t"),
+    "max": _piecewise2("_interop_max_t"),
+    "clamp": _clamp,
+    "abs": _abs,
+    "where": _where,
+    "select": _select,
+    # vectors, matrices
+    "length": _length,
+    "length_sq": _length_sq,
+    "normalize": _normalize,
+    "inverse": _inverse,
+    "determinant": _determinant,
+    "lerp": _lerp,
+    # piecewise constant: zero tangent
+    "sign": _zero_rule,
+    "step": _zero_rule,
+    "nonzero": _zero_rule,
+    "floor": _zero_rule,
+    "ceil": _zero_rule,
+    "round": _zero_rule,
+    "rint": _zero_rule,
+    "trunc": _zero_rule,
+    "isnan": _zero_rule,
+    "isinf": _zero_rule,
+    "isfinite": _zero_rule,
+    "floordiv": _zero_rule,
+}
+
+# builtins that write into an array (handled by the generator as statements)
+ATOMIC_LINEAR = {"atomic_add": "atomic_add", "atomic_sub": "atomic_sub"}
+ATOMIC_REFUSED = ("atomic_min", "atomic_max", "atomic_exch", "atomic_cas", "atomic_and", "atomic_or", "atomic_xor")
+# builtins run as they are in the tangent kernel whatever their arguments (no value to differentiate)
+PASSTHROUGH = frozenset(
+    {"tid", "printf", "print", "expect_eq", "expect_neq", "expect_near", "assert", "static", "len", "block_dim"}
+)
+
+
+def supported_builtins() -> list[str]:
+    """The builtins with a tangent rule (README, "Forward mode")."""
+    return sorted(RULES)
