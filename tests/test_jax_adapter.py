@@ -10,7 +10,7 @@ import typing
 import numpy as np
 import pytest
 import warp as wp
-from catalogue import cube64, multi_kernel, reads_output_hand_written, reads_output_kernel
+from catalogue import cube64, function_op_fn, multi_kernel, reads_output_hand_written, reads_output_kernel
 from catalogue import square_axpy_kernel as saxpy
 from catalogue import square_backward_kernel as square_bwd
 from catalogue import square_kernel as square_fwd
@@ -380,14 +380,21 @@ def test_hand_written_backward():
     np.testing.assert_allclose(np.asarray(g), 2 * np.stack([X, 2 * X]), rtol=1e-6)
 
 
-def test_forward_mode_is_refused_with_the_op_name():
+def test_forward_mode_of_a_kernel_op_is_its_tangent_kernel():
+    """jax.jvp and jax.jacfwd of a kernel op: the generated tangent kernel, equal to reverse mode."""
     op = interop.op(saxpy)
-    with pytest.raises(
-        TypeError, match=r"op 'square_axpy_kernel': forward-mode differentiation \(jax.jvp.*Use jax.grad"
-    ):
-        jax.jvp(lambda x: op(x, Y, 2.0), (X,), (X,))
-    with pytest.raises(TypeError, match=r"op 'square_axpy_kernel': forward-mode"):
-        jax.jacfwd(lambda x: op(x, Y, 2.0))(X)
+    f = lambda x: op(x, Y, 2.0)  # noqa: E731  (a x^2 + y)
+    out, t = jax.jvp(f, (X,), (2 * X,))
+    np.testing.assert_allclose(np.asarray(t), 2.0 * 2 * np.asarray(X) * 2 * np.asarray(X), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.jacfwd(f)(X)), np.asarray(jax.jacrev(f)(X)), rtol=1e-6)
+
+
+def test_forward_mode_of_a_python_function_op_is_refused_with_the_op_name():
+    op = interop.op(function_op_fn)
+    with pytest.raises(TypeError, match=r"op 'function_op_fn': forward-mode differentiation \(jax.jvp.*Use jax.grad"):
+        jax.jvp(lambda x: op(x, Y), (X,), (X,))
+    with pytest.raises(TypeError, match=r"op 'function_op_fn': forward-mode"):
+        jax.jacfwd(lambda x: op(x, Y))(X)
 
 
 # ---- bad input -----------------------------------------------------------------------------

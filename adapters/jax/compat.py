@@ -82,3 +82,29 @@ def manual_axes() -> frozenset:
 
     mesh = get_abstract_mesh()
     return frozenset(getattr(mesh, "manual_axes", ()) or ())
+
+
+def register_lowering_with_devices(prim, rule) -> None:
+    """``mlir.register_lowering(prim, rule)`` for a primitive whose lowering may expand into
+    ``custom_partitioning`` calls (a batched launch): such a lowering needs the computation's
+    devices, which JAX provides only to jaxprs holding a primitive of
+    ``jax._src.dispatch.prim_requires_devices_during_lowering`` (checked on jax 0.10.2)."""
+    from jax._src import dispatch
+    from jax.interpreters import mlir
+
+    mlir.register_lowering(prim, rule)
+    dispatch.prim_requires_devices_during_lowering.add(prim)
+
+
+def shaped_array(shape: tuple, dtype, like=None):
+    """A ``ShapedArray`` of ``shape``/``dtype`` varying over the same mesh axes as the abstract value
+    ``like`` (inside ``shard_map``), with no sharding of its own: jax 0.10-0.12 keep the axes in
+    ``manual_axis_type``, older releases in ``vma``."""
+    a = jax.core.ShapedArray(shape, dtype)
+    if like is None:
+        return a
+    mat = getattr(like, "manual_axis_type", None)
+    if mat is not None:
+        return a.update(manual_axis_type=mat) if mat.varying else a
+    vma = getattr(like, "vma", None)
+    return a.update(vma=vma) if vma else a

@@ -30,6 +30,7 @@ from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, vector_comp
 
 from . import compat as _jax_compat
 from . import ffi as _jax_ffi
+from . import forward as _forward
 from .launch import _adjoint_launch, _dropped, _forward_launch, _Launch
 from .operands import _is_jax, _is_scalar_operand, _operand_dtype, _static_dims, _x64
 
@@ -119,7 +120,11 @@ class _Entry:
         self._bwd: dict[tuple, Any] = {}
         self._bwd_fns: dict[Any, Any] = {}  # adjoint launch -> its custom_vjp (no second order)
         self._folded: dict[int, Any] = {}
-        self.fn = self._make_vjp()
+        # a kernel op's function is a custom_jvp over the primitives of adapters/jax/forward.py
+        # (forward mode, reverse mode, second order); a Python-function op's a custom_vjp
+        self.forward_mode = desc.kind == "kernel"
+        self._ref = _forward._Ref(self)
+        self.fn = self._make_jvp() if self.forward_mode else self._make_vjp()
         self.jitted = jax.jit(self.fn)
         self._eager_jits: dict[tuple, Any] = {}
 
@@ -168,6 +173,64 @@ class _Entry:
         return plan
 
     # -- autodiff -------------------------------------------------------------------
+    def _make_jvp(self):
+        """The op's function as a ``custom_jvp``: its tangent is the ``tan`` primitive (the tangent
+        op, launched only when a tangent is computed), whose transpose is Warp's adjoint."""
+        desc = self.desc
+        fwd_launch = self.fwd
+        n = len(self.dyn)
+        unread = self._unread_outputs()
+        kept = tuple(k for k, p in enumerate(desc.returned_params) if p.role == OUTPUT and k not in unread)
+        diff_in = tuple(self.plan.differentiable[p.index] for p in self.dyn)
+        diff_out = tuple(self.plan.differentiable[p.index] for p in desc.returned_params)
+        label, ref = desc.label, weakref.ref(self)
+
+        def me() -> _Entry:
+            entry = ref()
+            if entry is None:
+                raise _dropped(label)
+            return entry
+
+        @jax.custom_jvp
+        def fn(*xs):
+            return tuple(fwd_launch(*xs))
+
+        def fn_jvp(primals, tangents):
+            entry = me()
+            # through fn itself: a derivative of this rule meets fn's rule again (second order)
+            outs = tuple(entry.fn(*primals))
+            vpos = tuple(
+                k
+                for k, t in enumerate(tangents)
+                if diff_in[k] and not isinstance(t, jax.custom_derivatives.SymbolicZero)
+            )
+            touts = iter(())
+            if vpos:
+                touts = iter(
+                    _forward.tan_p.bind(
+                        *primals,
+                        *[outs[k] for k in kept],
+                        *[tangents[k] for k in vpos],
+                        ref=entry._ref,
+                        n=n,
+                        kept=kept,
+                        vpos=vpos,
+                        levels=(),
+                    )
+                )
+            result = []
+            for o, d in zip(outs, diff_out):
+                if not d:
+                    result.append(_forward.float0_zeros(jnp.shape(o)))
+                elif vpos:
+                    result.append(next(touts))
+                else:
+                    result.append(jnp.zeros_like(o))
+            return outs, tuple(result)
+
+        fn.defjvp(fn_jvp, symbolic_zeros=True)
+        return fn
+
     def _make_vjp(self):
         desc = self.desc
         fwd_launch = self.fwd
@@ -283,7 +346,15 @@ class _Entry:
         stand_in = [ct for ct, p in zip(ct_vals, ret) if p.role == OUTPUT]
         outs = [o if o is not None else c for o, c in zip(outs, stand_in)]
         operands = list(xs) + outs + [c for c in ct_vals if c is not None]
-        results = self._no_second_order(launch)(*operands) if launch.results else ()
+        if not launch.results:
+            results: Any = ()
+        elif self.forward_mode and desc.backward is None:
+            # a primitive: differentiable again (second order through the tangent op)
+            results = _forward.adj_p.bind(
+                *operands, ref=self._ref, want=want, n=len(xs), nouts=len(outs), levels=()
+            )
+        else:
+            results = self._no_second_order(launch)(*operands)
         for i, r in zip(launch.grad_for, results):
             grads[i] = r
         for i, k in launch.ct_passthrough:
