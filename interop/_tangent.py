@@ -43,9 +43,22 @@ import warp as wp
 from . import _tangent_rules as R
 from ._errors import ArgumentError, UnsupportedError
 from ._scalar_ref import build_lock, retry_ast_race
-from ._warp_compat import builtin_function, make_function, warp_function_class
+from ._warp_compat import builtin_function, is_struct, make_function, struct_name, warp_function_class
 
 SUFFIX = "__dot"
+
+
+def _fresh_level(text: str) -> int:
+    k = 2
+    while f"{SUFFIX}{k}" in text or f"_interop_{k}t" in text:
+        k += 1
+    return k
+
+
+def fresh_suffix(text: str) -> str:
+    """The tangent suffix for a source: ``__dot``, or ``__dot<k>`` where the source has ``__dot``
+    already (a generated tangent kernel)."""
+    return SUFFIX if SUFFIX not in text else f"{SUFFIX}{_fresh_level(text)}"
 _PY_ALIASES = {"abs": "abs", "min": "min", "max": "max", "round": "round", "pow": "pow"}
 
 
@@ -141,6 +154,10 @@ class _Gen:
 
     def __init__(self, owner: "_Generator", src: _Source, ns: dict, kind: str, arrays: dict, active: set):
         self.owner = owner
+        # the tangent twin's suffix and the temporaries' prefix: fresh in this source (a tangent
+        # kernel's own tangent kernel, for forward over forward, gets "__dot2", "_interop_2t")
+        self.sfx = fresh_suffix(src.text)
+        self.tp = "_interop_t" if "_interop_t" not in src.text else f"_interop_{_fresh_level(src.text)}t"
         self.src = src
         self.ns = ns
         self.kind = kind  # "kernel" or "func"
@@ -159,7 +176,7 @@ class _Gen:
 
     def tmp(self) -> str:
         self.n += 1
-        return f"_interop_t{self.n}"
+        return f"{self.tp}{self.n}"
 
     def refuse(self, what: str, node: ast.AST | None):
         raise _Refusal(what, node)
@@ -169,7 +186,7 @@ class _Gen:
         if name in self.arrays:
             return self.arrays[name]
         if name in self.active:
-            return name + SUFFIX
+            return name + self.sfx
         return None
 
     # -- expressions: (primal source, tangent source or None) ----------------------------------------
@@ -204,8 +221,8 @@ class _Gen:
             return p, t
         v = self.tmp()
         self.emit(f"{v} = {p}")
-        self.emit(f"{v}{SUFFIX} = {t}")
-        return v, f"{v}{SUFFIX}"
+        self.emit(f"{v}{self.sfx} = {t}")
+        return v, f"{v}{self.sfx}"
 
     def bind(self, p: str, t: Optional[str]) -> tuple[str, Optional[str]]:
         """A temporary holding the primal ``p`` and one holding its tangent ``t``."""
@@ -213,8 +230,8 @@ class _Gen:
         self.emit(f"{v} = {p}")
         if t is None:
             return v, None
-        self.emit(f"{v}{SUFFIX} = {t}")
-        return v, v + SUFFIX
+        self.emit(f"{v}{self.sfx} = {t}")
+        return v, v + self.sfx
 
     def attribute(self, node: ast.Attribute) -> tuple[str, Optional[str]]:
         root = _root_name(node)
@@ -265,8 +282,8 @@ class _Gen:
     def finish(self, y: str, t: Optional[str]) -> tuple[str, Optional[str]]:
         if t is None:
             return y, None
-        self.emit(f"{y}{SUFFIX} = {t}")
-        return y, y + SUFFIX
+        self.emit(f"{y}{self.sfx} = {t}")
+        return y, y + self.sfx
 
     def unaryop(self, node: ast.UnaryOp) -> tuple[str, Optional[str]]:
         p, t = self.simple(node.operand)
@@ -297,13 +314,13 @@ class _Gen:
         self.lines.extend(body)
         self.emit(f"    {y} = {pa}")
         if ta is not None or tb is not None:
-            self.emit(f"    {y}{SUFFIX} = {ta if ta is not None else R.zero(y)}")
+            self.emit(f"    {y}{self.sfx} = {ta if ta is not None else R.zero(y)}")
         self.emit("else:")
         self.lines.extend(orelse)
         self.emit(f"    {y} = {pb}")
         if ta is not None or tb is not None:
-            self.emit(f"    {y}{SUFFIX} = {tb if tb is not None else R.zero(y)}")
-            return y, y + SUFFIX
+            self.emit(f"    {y}{self.sfx} = {tb if tb is not None else R.zero(y)}")
+            return y, y + self.sfx
         return y, None
 
     def apply_rule(self, key: str, args: list, y: str, node: ast.AST) -> Optional[str]:
@@ -348,6 +365,12 @@ class _Gen:
             return self.builtin_call(_PY_ALIASES[node.func.id], fname, node)
         if obj is len or obj is range:
             return _unparse(node), None
+        if is_struct(obj):
+            self.refuse(
+                f"a value of struct {struct_name(obj)} (struct values, e.g. handed to a wp.func, have no tangent "
+                "yet; a kernel reading struct fields directly is transformed)",
+                node,
+            )
         self.refuse(f"the call {fname!r} (not a Warp builtin, type or wp.func)", node)
         raise AssertionError
 
@@ -409,7 +432,7 @@ class _Gen:
         if nret == 1 and fj.arity != 1:
             self.refuse(f"{fname!r} returns {fj.arity} values, used as one", node)
         outs = [self.tmp() for _ in range(fj.arity)]
-        touts = [o + SUFFIX for o in outs]
+        touts = [o + self.sfx for o in outs]
         self.emit(f"{', '.join(outs + touts)} = {text}")
         return [(o, to if active else None) for o, to, active in zip(outs, touts, fj.active_results)]
 
@@ -483,7 +506,7 @@ class _Gen:
             if t is not None:
                 self.wants.add(n)
             if n in self.active:
-                self.emit(f"{n}{SUFFIX}{ann} = {t if t is not None else R.zero(n)}")
+                self.emit(f"{n}{self.sfx}{ann} = {t if t is not None else R.zero(n)}")
             return
         if isinstance(target, (ast.Subscript, ast.Attribute)):
             p, t = self.simple(value)
@@ -550,7 +573,7 @@ class _Gen:
         if t is not None:
             self.wants.add(n)
         if n in self.active:
-            self.emit(f"{n}{SUFFIX} = {t if t is not None else R.zero(n)}")
+            self.emit(f"{n}{self.sfx} = {t if t is not None else R.zero(n)}")
 
     def augassign(self, s: ast.AugAssign) -> None:
         target = s.target
@@ -560,7 +583,7 @@ class _Gen:
         if isinstance(target, ast.Name):
             if target.id in self.arrays:
                 self.refuse(f"assigning to the array parameter {target.id!r}", s)
-            tt = target.id + SUFFIX if target.id in self.active else None
+            tt = target.id + self.sfx if target.id in self.active else None
             if t is not None:
                 self.wants.add(target.id)
         elif isinstance(target, (ast.Subscript, ast.Attribute)):
@@ -823,6 +846,7 @@ def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: st
     if len(names) != len(mask):
         raise _Refusal(f"a call of {fobj.key!r} with {len(mask)} arguments ({len(names)} parameters)", None)
     ann = dict(fobj.input_types or {})
+    sfx = fresh_suffix(src.text)
     arrays: dict[str, Optional[str]] = {}
     active: set[str] = set()
     params = []
@@ -832,12 +856,12 @@ def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: st
         params.append(n)
         annotations[n] = a
         if _annotation_is_array(a):
-            arrays[n] = n + SUFFIX if m else None
+            arrays[n] = n + sfx if m else None
         elif m:
             active.add(n)
         if m:
-            params.append(n + SUFFIX)
-            annotations[n + SUFFIX] = a
+            params.append(n + sfx)
+            annotations[n + sfx] = a
     ns = _ns_of(fobj.func)
     ns.update(R.HELPERS)
     ns[R.W] = wp
@@ -917,6 +941,7 @@ def _build_tangent_kernel(kernel: Any, differentiable: dict[str, bool], label: s
     fdef = _parse_def(adj)
     arg_types = dict(adj.arg_types)
     names = [a.arg for a in fdef.args.args]
+    sfx = fresh_suffix(src.text)
     arrays: dict[str, Optional[str]] = {}
     active: set[str] = set()
     tangent_of: dict[str, str] = {}
@@ -924,16 +949,16 @@ def _build_tangent_kernel(kernel: Any, differentiable: dict[str, bool], label: s
         t = arg_types[n]
         d = differentiable.get(n, False)
         if _annotation_is_array(t):
-            arrays[n] = n + SUFFIX if d else None
+            arrays[n] = n + sfx if d else None
         elif d:
             active.add(n)
         if d:
-            tangent_of[n] = n + SUFFIX
+            tangent_of[n] = n + sfx
     f = kernel.func
     ns = _ns_of(f)
     for n in list(ns):
-        if n.endswith(SUFFIX) and n[: -len(SUFFIX)] in names:
-            raise _Refusal(f"the name {n!r} (reserved for the tangent of {n[: -len(SUFFIX)]!r})", None)
+        if n.endswith(sfx) and n[: -len(sfx)] in names:
+            raise _Refusal(f"the global name {n!r} (the tangent of {n[: -len(sfx)]!r} takes that name)", None)
     ns.update(R.HELPERS)
     ns[R.W] = wp
     gen = _Generator(label)
@@ -977,7 +1002,7 @@ def check_jvp_kernel(jvp: Any, kernel: Any, tangent_of: dict[str, str], label: s
             f"tangent per differentiable parameter: {[n for n, _ in want]}), got {len(got)}: {[n for n, _ in got]}"
         )
     for (wn, wt), (gn, gt) in zip(want, got):
-        if not wp.types.types_equal(wt, gt, match_generic=True):
+        if not wp.types.types_equal(wt, gt):
             raise ArgumentError(
                 f"op {label!r}: jvp kernel {jvp.key!r}, parameter {gn!r} (in the place of {wn!r}): expected "
                 f"{wp.types.type_repr(wt)}, got {wp.types.type_repr(gt)}"
@@ -988,8 +1013,16 @@ def check_jvp_kernel(jvp: Any, kernel: Any, tangent_of: dict[str, str], label: s
 
 # ---- the tangent op ---------------------------------------------------------------------------------
 def tangent_params(desc: Any) -> dict[str, str]:
-    """Each differentiable parameter (float arrays and scalars, any role) -> its tangent's name."""
+    """Each differentiable parameter (float arrays and scalars, any role) -> its tangent's default
+    name (that of a generated tangent kernel of a kernel without ``__dot`` in its source)."""
     return {p.name: p.name + SUFFIX for p in desc.params if p.differentiable}
+
+
+def tangent_names(op: Any) -> dict[str, str]:
+    """Each differentiable parameter of ``op`` -> the name of its tangent in ``op``'s tangent op."""
+    desc = op.description
+    names = [p.name for p in op.tangent().description.params]
+    return dict(zip([p.name for p in desc.params if p.differentiable], names[len(desc.params) :]))
 
 
 def _refused(label: str, why: str) -> UnsupportedError:
@@ -1008,20 +1041,20 @@ def tangent_op(op: Any) -> Any:
     label = desc.label
     if desc.kind != "kernel":
         raise _refused(label, "it is a Python-function op (wp.Tape records reverse mode only)")
-    if desc.entries:
-        raise _refused(label, "its kernel has struct parameters")
+    # a kernel with struct parameters: its flat kernel (the struct fields as parameters) is
+    # transformed; struct values the flat kernel rebuilds for a wp.func are refused by the generator
     if desc.tiles and desc.jvp is None:
         raise _refused(label, "it is a tile kernel (no tangent rules for tiles yet); give it jvp=<kernel>")
-    tangent_of = tangent_params(desc)
-    if not tangent_of:
+    diff = [p.name for p in desc.params if p.differentiable]
+    if not diff:
         raise _refused(label, "it has no differentiable parameter")
     if desc.jvp is not None:
         kernel = desc.jvp
         names = [a.label for a in kernel.adj.args]
-        n = len(desc.params)
-        tangent_of = dict(zip([p.name for p in desc.params if p.name in tangent_of], names[n:]))
+        tangent_of = dict(zip(diff, names[len(desc.params) :]))
     else:
-        kernel = tangent_kernel(desc.fn, {name: True for name in tangent_of}, label).kernel
+        tk = tangent_kernel(desc.fn, {name: True for name in diff}, label)
+        kernel, tangent_of = tk.kernel, tk.tangent_of
     outputs = [p.name for p in desc.params if p.role == OUTPUT]
     outputs += [tangent_of[p.name] for p in desc.params if p.role == OUTPUT and p.name in tangent_of]
     in_out = [p.name for p in desc.params if p.role == IN_OUT]
@@ -1117,7 +1150,7 @@ def jvp_call(op: Any, args: tuple, tangents: Any, launch_dims: Any, output_dims:
     top = op.tangent()
     by_name = dict(zip([p.name for p in desc.call_params], args))
     ts = [_zeros_like(by_name[p.name]) if t is None else t for p, t in zip(diff, tangents)]
-    tangent_of = tangent_params(desc)
+    tangent_of = tangent_names(op)
     od = output_dims
     if isinstance(output_dims, dict):
         od = dict(output_dims)

@@ -53,7 +53,7 @@ import jax
 from jax.errors import JaxRuntimeError as _JaxRuntimeError
 
 from interop import _cache, _dtypes
-from interop._errors import ArgumentError
+from interop._errors import ArgumentError, UnsupportedError
 from interop._op import NOT_EAGER
 
 from .._common import unexpected_keywords
@@ -335,19 +335,28 @@ def _register_described() -> None:
 
 
 def targets(*ops) -> list[str]:
-    """The FFI target names of ``ops`` (forward, adjoint, and those of a hand-written backward).
+    """The FFI target names of ``ops`` (forward, adjoint, those of a hand-written backward, and those
+    of a kernel op's tangent op: forward mode and second order).
 
-    They depend only on each op's description, so they are the same in every process.
+    They depend only on each op's description, so they are the same in every process. A process
+    that runs a deserialized function taking forward-mode derivatives describes the op and calls
+    this (or :meth:`interop.Op.tangent`) first, which registers the tangent op's targets.
     """
     out: list[str] = []
     for op in ops:
-        desc = op.description
-        while desc is not None:
-            for direction in ("fwd", "bwd"):
-                name = _target(desc, direction)
-                if name not in out:
-                    out.append(name)
-            desc = desc.backward
+        descs = [op.description]
+        if op.description.kind == "kernel":
+            try:  # forward mode and second order call the tangent op (made now if not yet)
+                descs.append(op.tangent().description)
+            except UnsupportedError:
+                pass
+        for desc in descs:
+            while desc is not None:
+                for direction in ("fwd", "bwd"):
+                    name = _target(desc, direction)
+                    if name not in out:
+                        out.append(name)
+                desc = desc.backward
     return out
 
 

@@ -97,14 +97,16 @@ def register_lowering_with_devices(prim, rule) -> None:
 
 
 def shaped_array(shape: tuple, dtype, like=None):
-    """A ``ShapedArray`` of ``shape``/``dtype`` varying over the same mesh axes as the abstract value
-    ``like`` (inside ``shard_map``), with no sharding of its own: jax 0.10-0.12 keep the axes in
-    ``manual_axis_type``, older releases in ``vma``."""
-    a = jax.core.ShapedArray(shape, dtype)
+    """A ``ShapedArray`` of ``shape``/``dtype`` typed like the abstract value ``like``: on the same
+    (abstract) mesh and varying over the same manual axes inside ``shard_map``, replicated
+    otherwise. jax 0.10-0.12 keep the axes in ``manual_axis_type`` with a ``NamedSharding`` whose
+    mesh names them; older releases in ``vma``."""
     if like is None:
-        return a
-    mat = getattr(like, "manual_axis_type", None)
-    if mat is not None:
-        return a.update(manual_axis_type=mat) if mat.varying else a
-    vma = getattr(like, "vma", None)
-    return a.update(vma=vma) if vma else a
+        return jax.core.ShapedArray(shape, dtype)
+    sharding = getattr(like, "sharding", None)
+    if sharding is not None and hasattr(sharding, "update"):
+        from jax.sharding import PartitionSpec
+
+        sharding = sharding.update(spec=PartitionSpec(*([None] * len(shape))))
+        return like.update(shape=shape, dtype=dtype, weak_type=False, sharding=sharding)
+    return like.update(shape=shape, dtype=dtype, weak_type=False)

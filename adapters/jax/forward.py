@@ -213,7 +213,7 @@ def _define(prim, base_impl, base_abstract, base_jvp, base_transpose):
 def tangent_outs(entry, xs, vpos: tuple, vs) -> list:
     """The tangents of the op's differentiable results: the tangent op with tangents ``vs`` on
     operands ``vpos`` (zero elsewhere)."""
-    from interop._tangent import _zeros_like, tangent_params
+    from interop._tangent import _zeros_like, tangent_names
 
     desc = entry.desc
     plan = entry.plan
@@ -234,7 +234,7 @@ def tangent_outs(entry, xs, vpos: tuple, vs) -> list:
             tans.append(type(x)(0.0 for _ in x))
         else:
             tans.append(_zeros_like(x))
-    tangent_of = tangent_params(desc)
+    tangent_of = tangent_names(entry.jop.op)
     od = {}
     for p in desc.output_params:
         od[p.name] = plan.framework_shape(p)
@@ -435,12 +435,17 @@ def _sec_jvp(primals, tangents, *, ref, n, vpos, opos, levels):
     outs = sec_p.bind(*primals, ref=ref, n=n, vpos=vpos, opos=opos, levels=())
     xs, vs, cts = _split_sec(primals, n, len(vpos))
     dxs, dvs, dcts = _split_sec(tangents, n, len(vpos))
-    if any(type(t) is not ad.Zero for t in dxs):
-        raise UnsupportedError(
-            f"op {ref().desc.label!r}: third derivatives are not available (the second-order launch, Warp's "
-            "adjoint of the generated tangent kernel, has no derivative with respect to the inputs)"
-        )
     terms = []
+    if any(type(t) is not ad.Zero for t in dxs):
+        # third order: JAX's jvp of the second-order launch (the tangent op's reverse mode), i.e.
+        # the tangent op's own tangent op (generated from the generated tangent kernel)
+        entry = ref()
+
+        def f(*ys):
+            return tuple(second_order(entry, list(ys), vpos, vs, cts, opos))
+
+        _, t = jax.jvp(f, tuple(xs), tuple(_instantiate(t, x) for t, x in zip(dxs, xs)))
+        terms.append(list(t))
     if any(type(t) is not ad.Zero for t in dvs):
         lin = [_instantiate(t, v) for t, v in zip(dvs, vs)]
         terms.append(sec_p.bind(*xs, *lin, *cts, ref=ref, n=n, vpos=vpos, opos=opos, levels=()))
