@@ -34,9 +34,8 @@ import builtins
 import copy
 import textwrap
 import threading
-import types as _pytypes
 import weakref
-from typing import Any, Optional
+from typing import Any
 
 import warp as wp
 
@@ -59,6 +58,8 @@ def fresh_suffix(text: str) -> str:
     """The tangent suffix for a source: ``__dot``, or ``__dot<k>`` where the source has ``__dot``
     already (a generated tangent kernel)."""
     return SUFFIX if SUFFIX not in text else f"{SUFFIX}{_fresh_level(text)}"
+
+
 _PY_ALIASES = {"abs": "abs", "min": "min", "max": "max", "round": "round", "pow": "pow"}
 
 
@@ -152,7 +153,7 @@ def _unparse(node: ast.AST) -> str:
 class _Gen:
     """Emits the tangent body of one function (kernel or ``wp.func``) as source lines."""
 
-    def __init__(self, owner: "_Generator", src: _Source, ns: dict, kind: str, arrays: dict, active: set):
+    def __init__(self, owner: _Generator, src: _Source, ns: dict, kind: str, arrays: dict, active: set):
         self.owner = owner
         # the tangent twin's suffix and the temporaries' prefix: fresh in this source (a tangent
         # kernel's own tangent kernel, for forward over forward, gets "__dot2", "_interop_2t")
@@ -168,7 +169,7 @@ class _Gen:
         self.depth = 1
         self.n = 0
         self.return_active: list[bool] = []  # per return statement of a func: its values' tangents
-        self.return_arity: Optional[int] = None
+        self.return_arity: int | None = None
 
     # -- emission -------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -182,7 +183,7 @@ class _Gen:
         raise _Refusal(what, node)
 
     # -- names --------------------------------------------------------------------------------------
-    def tangent_of_name(self, name: str) -> Optional[str]:
+    def tangent_of_name(self, name: str) -> str | None:
         if name in self.arrays:
             return self.arrays[name]
         if name in self.active:
@@ -190,7 +191,7 @@ class _Gen:
         return None
 
     # -- expressions: (primal source, tangent source or None) ----------------------------------------
-    def expr(self, node: ast.AST) -> tuple[str, Optional[str]]:
+    def expr(self, node: ast.AST) -> tuple[str, str | None]:
         if isinstance(node, ast.Constant):
             return _unparse(node), None
         if isinstance(node, ast.Name):
@@ -214,7 +215,7 @@ class _Gen:
         self.refuse(f"the expression {type(node).__name__}", node)
         raise AssertionError
 
-    def simple(self, node: ast.AST) -> tuple[str, Optional[str]]:
+    def simple(self, node: ast.AST) -> tuple[str, str | None]:
         """The expression's value as a name or constant (a temporary when it carries a tangent)."""
         p, t = self.expr(node)
         if t is None or _is_simple(p):
@@ -224,7 +225,7 @@ class _Gen:
         self.emit(f"{v}{self.sfx} = {t}")
         return v, f"{v}{self.sfx}"
 
-    def bind(self, p: str, t: Optional[str]) -> tuple[str, Optional[str]]:
+    def bind(self, p: str, t: str | None) -> tuple[str, str | None]:
         """A temporary holding the primal ``p`` and one holding its tangent ``t``."""
         v = self.tmp()
         self.emit(f"{v} = {p}")
@@ -233,7 +234,7 @@ class _Gen:
         self.emit(f"{v}{self.sfx} = {t}")
         return v, v + self.sfx
 
-    def attribute(self, node: ast.Attribute) -> tuple[str, Optional[str]]:
+    def attribute(self, node: ast.Attribute) -> tuple[str, str | None]:
         root = _root_name(node)
         if isinstance(node.value, ast.Name) and root in self.arrays:
             return _unparse(node), None  # x.shape, x.ndim...
@@ -242,7 +243,7 @@ class _Gen:
         base, tb = self.simple(node.value)
         return f"{base}.{node.attr}", None if tb is None else f"{tb}.{node.attr}"
 
-    def subscript(self, node: ast.Subscript) -> tuple[str, Optional[str]]:
+    def subscript(self, node: ast.Subscript) -> tuple[str, str | None]:
         index = _unparse(node.slice)
         if isinstance(node.value, ast.Name):
             base, tb = node.value.id, self.tangent_of_name(node.value.id)
@@ -261,7 +262,7 @@ class _Gen:
         ast.FloorDiv: ("floordiv", "//"),
     }
 
-    def binop(self, node: ast.BinOp) -> tuple[str, Optional[str]]:
+    def binop(self, node: ast.BinOp) -> tuple[str, str | None]:
         a = self.simple(node.left)
         b = self.simple(node.right)
         entry = self._BINOPS.get(type(node.op))
@@ -279,13 +280,13 @@ class _Gen:
             t = self.apply_rule(key, [a, b], y, node)
         return self.finish(y, t)
 
-    def finish(self, y: str, t: Optional[str]) -> tuple[str, Optional[str]]:
+    def finish(self, y: str, t: str | None) -> tuple[str, str | None]:
         if t is None:
             return y, None
         self.emit(f"{y}{self.sfx} = {t}")
         return y, y + self.sfx
 
-    def unaryop(self, node: ast.UnaryOp) -> tuple[str, Optional[str]]:
+    def unaryop(self, node: ast.UnaryOp) -> tuple[str, str | None]:
         p, t = self.simple(node.operand)
         if isinstance(node.op, (ast.Not, ast.Invert)):
             return f"({_op_text(node.op)} {p})", None
@@ -294,7 +295,7 @@ class _Gen:
             return f"({sign}{p})", None
         return f"({sign}{p})", f"({sign}{t})"
 
-    def ifexp(self, node: ast.IfExp) -> tuple[str, Optional[str]]:
+    def ifexp(self, node: ast.IfExp) -> tuple[str, str | None]:
         # as an if statement, so each branch is evaluated only when taken (a guarded load)
         y = self.tmp()
         test = _unparse(node.test)
@@ -323,7 +324,7 @@ class _Gen:
             return y, y + self.sfx
         return y, None
 
-    def apply_rule(self, key: str, args: list, y: str, node: ast.AST) -> Optional[str]:
+    def apply_rule(self, key: str, args: list, y: str, node: ast.AST) -> str | None:
         rule = R.RULES.get(key)
         if rule is None:
             self.refuse(f"the builtin {key!r} has no tangent rule", node)
@@ -335,7 +336,7 @@ class _Gen:
             self.refuse(f"the builtin {key!r} with {len(args)} argument(s) has no tangent rule", node)
         raise AssertionError
 
-    def call(self, node: ast.Call) -> tuple[str, Optional[str]]:
+    def call(self, node: ast.Call) -> tuple[str, str | None]:
         obj = _resolve(node.func, self.ns)
         fname = _unparse(node.func)
         if obj is type:
@@ -355,7 +356,7 @@ class _Gen:
             results = self.user_call(obj, fname, node, nret=1)
             if results is None:
                 self.refuse(f"{fname!r} returns no value", node)
-            (p, t), = results  # type: ignore[misc]
+            ((p, t),) = results  # type: ignore[misc]
             return p, t
         if _is_int_type(obj):
             return _unparse(node), None
@@ -374,7 +375,7 @@ class _Gen:
         self.refuse(f"the call {fname!r} (not a Warp builtin, type or wp.func)", node)
         raise AssertionError
 
-    def builtin_call(self, key: str, fname: str, node: ast.Call) -> tuple[str, Optional[str]]:
+    def builtin_call(self, key: str, fname: str, node: ast.Call) -> tuple[str, str | None]:
         args = [self.simple(a) for a in node.args]
         kws = [(k.arg, self.simple(k.value)) for k in node.keywords]
         if any(t is not None for _, (_, t) in kws):
@@ -390,7 +391,7 @@ class _Gen:
             t = self.apply_rule(key, args, y, node)
         return self.finish(y, t)
 
-    def constructor(self, fname: str, node: ast.Call) -> tuple[str, Optional[str]]:
+    def constructor(self, fname: str, node: ast.Call) -> tuple[str, str | None]:
         """A float/vector/matrix/quaternion constructor or cast: linear in its arguments."""
         args = [self.simple(a) for a in node.args]
         kws = [(k.arg, self.simple(k.value)) for k in node.keywords]
@@ -403,7 +404,7 @@ class _Gen:
         tkws = [f"{k}={t if t is not None else p}" for k, (p, t) in kws]
         return self.finish(y, f"{fname}({', '.join(targs + tkws)})")
 
-    def user_call(self, obj: Any, fname: str, node: ast.Call, nret: int) -> Optional[list[tuple[str, Optional[str]]]]:
+    def user_call(self, obj: Any, fname: str, node: ast.Call, nret: int) -> list[tuple[str, str | None]] | None:
         """Call of a ``wp.func``: its tangent function with each argument's tangent (where it has one).
 
         Returns the results as (primal, tangent) names, or None for a function without results."""
@@ -522,7 +523,7 @@ class _Gen:
             return
         self.refuse(f"assigning to {type(target).__name__}", s)
 
-    def tangent_target(self, target: ast.AST, s: ast.stmt) -> Optional[str]:
+    def tangent_target(self, target: ast.AST, s: ast.stmt) -> str | None:
         """``out__dot[i]`` for ``out[i]``, ``v__dot.x`` for ``v.x``; None where the root has no tangent."""
         root = _root(target)
         if not isinstance(root, ast.Name):
@@ -569,7 +570,7 @@ class _Gen:
             return
         self.refuse("this unpacking assignment", s)
 
-    def tangent_store_name(self, n: str, t: Optional[str]) -> None:
+    def tangent_store_name(self, n: str, t: str | None) -> None:
         if t is not None:
             self.wants.add(n)
         if n in self.active:
@@ -684,16 +685,13 @@ class _Gen:
         for k, (_, t) in enumerate(vals):
             if t is not None:
                 self.wants.add(f"__return{k}")
-        ts = []
-        for k, (p, t) in enumerate(vals):
-            if t is None:
-                if p.isidentifier() or _is_simple(p):
-                    t = R.zero(p)
-                else:
-                    p, _ = self.bind(p, None)
-                    t = R.zero(p)
-            ts.append(t)
-        self.emit(f"return {', '.join([p for p, _ in vals] + ts)}")
+        prims, ts = [], []
+        for p, t in vals:
+            if t is None and not _is_simple(p):
+                p, _ = self.bind(p, None)  # evaluated once, its zero typed like it
+            prims.append(p)
+            ts.append(t if t is not None else R.zero(p))
+        self.emit(f"return {', '.join(prims + ts)}")
 
 
 def _root(node: ast.AST) -> ast.AST:
@@ -837,7 +835,10 @@ def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: st
         )
     if getattr(fobj, "native_snippet", None) is not None or fobj.func is None:
         raise _Refusal(f"the native function {fobj.key!r} (called {where}) has no Python source to transform", None)
-    if len(getattr(fobj, "user_overloads", {}) or {}) > 1 and len({id(f.func) for f in fobj.user_overloads.values()}) > 1:
+    if (
+        len(getattr(fobj, "user_overloads", {}) or {}) > 1
+        and len({id(f.func) for f in fobj.user_overloads.values()}) > 1
+    ):
         raise _Refusal(f"the function {fobj.key!r} (called {where}) has several overloads with different bodies", None)
     adj = fobj.adj
     src = _Source(fobj, adj)
@@ -847,7 +848,7 @@ def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: st
         raise _Refusal(f"a call of {fobj.key!r} with {len(mask)} arguments ({len(names)} parameters)", None)
     ann = dict(fobj.input_types or {})
     sfx = fresh_suffix(src.text)
-    arrays: dict[str, Optional[str]] = {}
+    arrays: dict[str, str | None] = {}
     active: set[str] = set()
     params = []
     annotations: dict[str, Any] = {}
@@ -942,7 +943,7 @@ def _build_tangent_kernel(kernel: Any, differentiable: dict[str, bool], label: s
     arg_types = dict(adj.arg_types)
     names = [a.arg for a in fdef.args.args]
     sfx = fresh_suffix(src.text)
-    arrays: dict[str, Optional[str]] = {}
+    arrays: dict[str, str | None] = {}
     active: set[str] = set()
     tangent_of: dict[str, str] = {}
     for n in names:
@@ -1007,8 +1008,6 @@ def check_jvp_kernel(jvp: Any, kernel: Any, tangent_of: dict[str, str], label: s
                 f"op {label!r}: jvp kernel {jvp.key!r}, parameter {gn!r} (in the place of {wn!r}): expected "
                 f"{wp.types.type_repr(wt)}, got {wp.types.type_repr(gt)}"
             )
-
-
 
 
 # ---- the tangent op ---------------------------------------------------------------------------------
@@ -1164,5 +1163,8 @@ def jvp_call(op: Any, args: tuple, tangents: Any, launch_dims: Any, output_dims:
     touts = []
     for p in desc.returned_params:
         touts.append(rest.pop(0) if p.differentiable else None)
-    bare = (lambda r: r[0] if len(r) == 1 else tuple(r))
+
+    def bare(r):
+        return r[0] if len(r) == 1 else tuple(r)
+
     return bare(prim), bare(touts)

@@ -17,13 +17,13 @@ Builtins that have no rule here are refused by the generator when an argument ca
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import warp as wp
 
 W = "_interop_wp"
-Arg = tuple[str, Optional[str]]
-Rule = Callable[[list[Arg], str], Optional[str]]
+Arg = tuple[str, str | None]
+Rule = Callable[[list[Arg], str], str | None]
 
 
 # ---- helpers the generated code calls (Warp functions: differentiable again) ----------------------
@@ -130,7 +130,7 @@ def _or_zero(a: Arg) -> str:
     return a[1] if a[1] is not None else zero(a[0])
 
 
-def _sum(*terms: Optional[str]) -> Optional[str]:
+def _sum(*terms: str | None) -> str | None:
     live = [t for t in terms if t is not None]
     if not live:
         return None
@@ -145,7 +145,7 @@ def _c(p: str, v: float) -> str:
 def _linear(fn: str) -> Rule:
     """f(ta, tb, ...) for a builtin linear in all of its arguments (zeros where no tangent)."""
 
-    def rule(args: list[Arg], y: str) -> Optional[str]:
+    def rule(args: list[Arg], y: str) -> str | None:
         if all(t is None for _, t in args):
             return None
         return f"{fn}({', '.join(_or_zero(a) for a in args)})"
@@ -160,7 +160,7 @@ class NoRule(Exception):
 def _bilinear(fn: str) -> Rule:
     """Product rule: f(ta, b) + f(a, tb)."""
 
-    def rule(args: list[Arg], y: str) -> Optional[str]:
+    def rule(args: list[Arg], y: str) -> str | None:
         (a, ta), (b, tb) = args
         return _sum(None if ta is None else f"{fn}({ta}, {b})", None if tb is None else f"{fn}({a}, {tb})")
 
@@ -170,7 +170,7 @@ def _bilinear(fn: str) -> Rule:
 def _unary(derivative: Callable[[str, str], str]) -> Rule:
     """f'(a) * ta, ``derivative(a, y)`` the source of f'(a) given the result ``y``."""
 
-    def rule(args: list[Arg], y: str) -> Optional[str]:
+    def rule(args: list[Arg], y: str) -> str | None:
         (a, ta), *rest = args
         if any(t is not None for _, t in rest):
             raise NoRule("a differentiated second argument")
@@ -179,17 +179,17 @@ def _unary(derivative: Callable[[str, str], str]) -> Rule:
     return rule
 
 
-def _zero_rule(args: list[Arg], y: str) -> Optional[str]:
+def _zero_rule(args: list[Arg], y: str) -> str | None:
     return None
 
 
 # ---- arithmetic ----------------------------------------------------------------------------------
-def _add(args: list[Arg], y: str) -> Optional[str]:
+def _add(args: list[Arg], y: str) -> str | None:
     (_, ta), (_, tb) = args
     return _sum(ta, tb)
 
 
-def _sub(args: list[Arg], y: str) -> Optional[str]:
+def _sub(args: list[Arg], y: str) -> str | None:
     (_, ta), (_, tb) = args
     if tb is None:
         return ta
@@ -198,16 +198,16 @@ def _sub(args: list[Arg], y: str) -> Optional[str]:
     return f"({ta}) - ({tb})"
 
 
-def _neg(args: list[Arg], y: str) -> Optional[str]:
+def _neg(args: list[Arg], y: str) -> str | None:
     t = args[0][1]
     return None if t is None else f"-({t})"
 
 
-def _pos(args: list[Arg], y: str) -> Optional[str]:
+def _pos(args: list[Arg], y: str) -> str | None:
     return args[0][1]
 
 
-def _div(args: list[Arg], y: str) -> Optional[str]:
+def _div(args: list[Arg], y: str) -> str | None:
     (a, ta), (b, tb) = args
     if tb is None:
         return None if ta is None else f"({ta}) / ({b})"
@@ -216,7 +216,7 @@ def _div(args: list[Arg], y: str) -> Optional[str]:
     return f"(({ta}) - ({y}) * ({tb})) / ({b})"
 
 
-def _mod(args: list[Arg], y: str) -> Optional[str]:
+def _mod(args: list[Arg], y: str) -> str | None:
     # fmod(a, b) = a - b * trunc(a / b): d/da = 1, d/db = -trunc(a / b)
     (a, ta), (b, tb) = args
     if tb is None:
@@ -224,14 +224,14 @@ def _mod(args: list[Arg], y: str) -> Optional[str]:
     return _sum(ta, f"-({tb}) * {W}.trunc(({a}) / ({b}))")
 
 
-def _pow(args: list[Arg], y: str) -> Optional[str]:
+def _pow(args: list[Arg], y: str) -> str | None:
     (a, ta), (b, tb) = args
     da = None if ta is None else f"({b}) * {W}.pow({a}, ({b}) - {_c(b, 1.0)}) * ({ta})"
     db = None if tb is None else f"({y}) * {W}.log({a}) * ({tb})"
     return _sum(da, db)
 
 
-def _atan2(args: list[Arg], y: str) -> Optional[str]:
+def _atan2(args: list[Arg], y: str) -> str | None:
     # atan2(u, v): d = (v du - u dv) / (u^2 + v^2)
     (u, tu), (v, tv) = args
     den = f"(({u}) * ({u}) + ({v}) * ({v}))"
@@ -241,14 +241,14 @@ def _atan2(args: list[Arg], y: str) -> Optional[str]:
     )
 
 
-def _where(args: list[Arg], y: str) -> Optional[str]:
+def _where(args: list[Arg], y: str) -> str | None:
     (c, _), a, b = args
     if a[1] is None and b[1] is None:
         return None
     return f"{W}.where({c}, {_or_zero(a)}, {_or_zero(b)})"
 
 
-def _select(args: list[Arg], y: str) -> Optional[str]:
+def _select(args: list[Arg], y: str) -> str | None:
     (c, _), a, b = args
     if a[1] is None and b[1] is None:
         return None
@@ -256,7 +256,7 @@ def _select(args: list[Arg], y: str) -> Optional[str]:
 
 
 def _piecewise2(helper: str) -> Rule:
-    def rule(args: list[Arg], y: str) -> Optional[str]:
+    def rule(args: list[Arg], y: str) -> str | None:
         if len(args) != 2:
             raise NoRule("the one-argument form (a reduction over components)")
         a, b = args
@@ -267,19 +267,19 @@ def _piecewise2(helper: str) -> Rule:
     return rule
 
 
-def _clamp(args: list[Arg], y: str) -> Optional[str]:
+def _clamp(args: list[Arg], y: str) -> str | None:
     x, a, b = args
     if all(t is None for _, t in args):
         return None
     return f"_interop_clamp_t({x[0]}, {a[0]}, {b[0]}, {_or_zero(x)}, {_or_zero(a)}, {_or_zero(b)})"
 
 
-def _abs(args: list[Arg], y: str) -> Optional[str]:
-    (a, ta), = args
+def _abs(args: list[Arg], y: str) -> str | None:
+    ((a, ta),) = args
     return None if ta is None else f"_interop_abs_t({a}, {ta})"
 
 
-def _lerp(args: list[Arg], y: str) -> Optional[str]:
+def _lerp(args: list[Arg], y: str) -> str | None:
     # a + t (b - a): da (1 - t) + db t + (b - a) dt
     (a, ta), (b, tb), (t, tt) = args
     return _sum(
@@ -289,37 +289,39 @@ def _lerp(args: list[Arg], y: str) -> Optional[str]:
     )
 
 
-def _length(args: list[Arg], y: str) -> Optional[str]:
-    (a, ta), = args
+def _length(args: list[Arg], y: str) -> str | None:
+    ((a, ta),) = args
     return None if ta is None else f"_interop_length_t({a}, {ta}, {y})"
 
 
-def _length_sq(args: list[Arg], y: str) -> Optional[str]:
-    (a, ta), = args
+def _length_sq(args: list[Arg], y: str) -> str | None:
+    ((a, ta),) = args
     return None if ta is None else f"{_c(y, 2.0)} * {W}.dot({a}, {ta})"
 
 
-def _normalize(args: list[Arg], y: str) -> Optional[str]:
-    (a, ta), = args
+def _normalize(args: list[Arg], y: str) -> str | None:
+    ((a, ta),) = args
     return None if ta is None else f"_interop_normalize_t({a}, {ta}, {y})"
 
 
-def _inverse(args: list[Arg], y: str) -> Optional[str]:
-    (a, ta), = args
+def _inverse(args: list[Arg], y: str) -> str | None:
+    ((a, ta),) = args
     return None if ta is None else f"-(({y}) * ({ta}) * ({y}))"
 
 
-def _determinant(args: list[Arg], y: str) -> Optional[str]:
-    (a, ta), = args
+def _determinant(args: list[Arg], y: str) -> str | None:
+    ((a, ta),) = args
     return None if ta is None else f"({y}) * {W}.trace({W}.inverse({a}) * ({ta}))"
 
 
-def _cw_div(args: list[Arg], y: str) -> Optional[str]:
+def _cw_div(args: list[Arg], y: str) -> str | None:
     (a, ta), (b, tb) = args
     if tb is None:
         return None if ta is None else f"{W}.cw_div({ta}, {b})"
     num = f"{W}.cw_mul({y}, {tb})"
-    return f"{W}.cw_div({num if ta is None else f'({ta}) - {num}'}, {b})" if ta is not None else f"-{W}.cw_div({num}, {b})"
+    return (
+        f"{W}.cw_div({num if ta is None else f'({ta}) - {num}'}, {b})" if ta is not None else f"-{W}.cw_div({num}, {b})"
+    )
 
 
 def _erf(sign: str) -> Rule:

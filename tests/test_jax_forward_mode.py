@@ -39,7 +39,9 @@ def _arr(rng, shape, device, dtype=np.float64):
 
 
 # ---- every differentiable kernel of the catalogue: jvp and jacfwd equal reverse mode ------------
-KERNEL_CASES = [c for c in CASES if c.differentiable and c.op.description.kind == "kernel" and not c.op.description.tiles]
+KERNEL_CASES = [
+    c for c in CASES if c.differentiable and c.op.description.kind == "kernel" and not c.op.description.tiles
+]
 
 
 @pytest.mark.parametrize("case", KERNEL_CASES, ids=[c.id for c in KERNEL_CASES])
@@ -70,7 +72,9 @@ def test_catalogue_jacfwd_equals_jacrev(case, device):
         with pytest.raises(UnsupportedError, match=r"forward-mode differentiation is not available: a value of struct"):
             jax.jvp(fn, xs, xs)
         return
-    tol = {np.float64: dict(rtol=1e-10, atol=1e-12), np.float32: dict(rtol=2e-5, atol=2e-5)}.get(dt, dict(rtol=2e-2, atol=2e-2))
+    tol = {np.float64: dict(rtol=1e-10, atol=1e-12), np.float32: dict(rtol=2e-5, atol=2e-5)}.get(
+        dt, dict(rtol=2e-2, atol=2e-2)
+    )
     fwd = jax.jacfwd(fn, argnums=tuple(range(len(xs))))(*xs)
     rev = jax.jacrev(fn, argnums=tuple(range(len(xs))))(*xs)
     for a, b in zip(jax.tree.leaves(fwd), jax.tree.leaves(rev)):
@@ -175,7 +179,9 @@ def test_jvp_under_vmap_and_vmap_under_jvp(vmap_method, device):
     want = 3 * x * x * v
     np.testing.assert_allclose(np.asarray(jax.vmap(lambda x, v: jax.jvp(f, (x,), (v,))[1])(x, v)), want, rtol=1e-12)
     np.testing.assert_allclose(np.asarray(jax.jvp(jax.vmap(f), (x,), (v,))[1]), want, rtol=1e-12)
-    np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(lambda x, v: jax.jvp(f, (x,), (v,))[1]))(x, v)), want, rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(jax.vmap(lambda x, v: jax.jvp(f, (x,), (v,))[1]))(x, v)), want, rtol=1e-12
+    )
     h = jax.vmap(jax.hessian(lambda x: jnp.sum(f(x) ** 2)))(x)
     np.testing.assert_allclose(np.asarray(h), np.asarray(jax.vmap(jax.hessian(lambda x: jnp.sum(x**6)))(x)), rtol=1e-10)
 
@@ -287,7 +293,9 @@ def test_a_hand_written_jvp_serves_forward_mode_and_second_order(device):
 
 
 def test_jvp_kernel_with_the_wrong_signature_is_refused_when_described():
-    with pytest.raises(TypeError, match=r"op '_clipped': jvp kernel '.*_max_into_output' must take 4 parameters.*got 2"):
+    with pytest.raises(
+        TypeError, match=r"op '_clipped': jvp kernel '.*_max_into_output' must take 4 parameters.*got 2"
+    ):
         interop.op(_clipped, jvp=_max_into_output)
 
 

@@ -350,9 +350,7 @@ class _Entry:
             results: Any = ()
         elif self.forward_mode and desc.backward is None:
             # a primitive: differentiable again (second order through the tangent op)
-            results = _forward.adj_p.bind(
-                *operands, ref=self._ref, want=want, n=len(xs), nouts=len(outs), levels=()
-            )
+            results = _forward.adj_p.bind(*operands, ref=self._ref, want=want, n=len(xs), nouts=len(outs), levels=())
         else:
             results = self._no_second_order(launch)(*operands)
         for i, r in zip(launch.grad_for, results):

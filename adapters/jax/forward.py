@@ -296,7 +296,9 @@ def _tan_jvp(primals, tangents, *, ref, n, kept, vpos, levels):
     live = [k for k, t in zip(vpos, dvs) if type(t) is not ad.Zero]
     if live:
         lin = [t for t in dvs if type(t) is not ad.Zero]
-        terms.append(tan_p.bind(*xs, *primals[n : n + len(kept)], *lin, ref=ref, n=n, kept=kept, vpos=tuple(live), levels=()))
+        terms.append(
+            tan_p.bind(*xs, *primals[n : n + len(kept)], *lin, ref=ref, n=n, kept=kept, vpos=tuple(live), levels=())
+        )
     if any(type(t) is not ad.Zero for t in dxs):
         # forward over forward: the tangent op's own forward mode, x moving
         def f(*ys):
@@ -475,7 +477,9 @@ def _sec_transpose(gs, *args, ref, n, vpos, opos, levels):
         # symmetric in v: the same launch with the roles of the in and out positions swapped
         if not live:
             return res + [ad.Zero(v.aval) for v in vs] + [None] * len(cts)
-        out = sec_p.bind(*xs, *[g for _, g in live], *cts, ref=ref, n=n, vpos=tuple(k for k, _ in live), opos=vpos, levels=())
+        out = sec_p.bind(
+            *xs, *[g for _, g in live], *cts, ref=ref, n=n, vpos=tuple(k for k, _ in live), opos=vpos, levels=()
+        )
         return res + list(out) + [None] * len(cts)
     # in ct: d/de J(x + e g) v, the tangent op's own forward mode in direction g
     entry = ref()
