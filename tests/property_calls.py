@@ -284,10 +284,12 @@ SCALAR_KINDS = ("py_float", "py_int", "np_same", "np_f32", "np_f64", "0d", "0d_g
 PATHS = {
     "numpy": ("eager",),
     "torch": ("eager", "no_grad", "compile", "vmap", "func_grad"),
-    "jax": ("eager", "jit", "grad", "jit_grad", "vmap", "jit_vmap"),
+    "jax": ("eager", "jit", "grad", "jit_grad", "fwd_grad", "vmap", "jit_vmap"),
     "paddle": ("eager", "no_grad"),
     "cupy": ("eager",),
 }
+# "fwd_grad": the gradients by forward mode (jax.jacfwd of the weighted loss: the generated tangent
+# kernel), for ops that have one (kernels; not tiles, not Python functions)
 # how a struct argument is packed ("warp": a Warp struct instance, whose array fields are Warp arrays
 # over the NumPy memory; every array of that call is then a Warp array)
 PACKINGS = {
@@ -300,10 +302,23 @@ PACKINGS = {
 SEQUENCE_PATHS = {
     "numpy": ("eager",),
     "torch": ("eager", "no_grad"),
-    "jax": ("eager", "jit", "grad"),
+    "jax": ("eager", "jit", "grad", "fwd_grad"),
     "paddle": ("eager", "no_grad"),
     "cupy": ("eager",),
 }
+
+
+def has_tangent(pop: PropertyOp) -> bool:
+    """The op has a tangent op (forward mode): a kernel the generator transforms."""
+    from interop._errors import UnsupportedError
+
+    if pop.op.description.kind != "kernel":
+        return False
+    try:
+        pop.op.tangent()
+    except UnsupportedError:
+        return False
+    return True
 
 
 @dataclass
@@ -343,6 +358,8 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     """One generated call of ``pop`` (drawn from the catalogue's property ops when None) in ``fw``."""
     pop = pop or draw(st.sampled_from(PROPERTY_OPS))
     path = draw(st.sampled_from(paths or PATHS[fw]))
+    if path == "fwd_grad" and not has_tangent(pop):
+        path = "grad"  # (drawn again as reverse mode: the op has no forward mode)
     x64 = fw == "jax" and draw(st.booleans())
     dts = _dtypes(fw, pop, x64)
     assume(dts != [None])
@@ -1076,6 +1093,7 @@ def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
             views = [view("jax", a, lay, shp) for a, lay, shp in zip(arrs, c.layouts, shapes)]
             r = (jax.jit(vm) if c.path == "jit_vmap" else vm)(*views)
         else:  # grad, jit_grad: the returned arrays and the gradients from one value_and_grad
+            # fwd_grad: the same gradients by forward mode (jacfwd of the loss: tangent kernels)
             diff = [k for k in range(len(arrs)) if c.grads[k]]
             want_s = c.scalar_kind == "0d_grad"
 
@@ -1092,6 +1110,14 @@ def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
                 return total, rr
 
             g = jax.value_and_grad(loss, argnums=(0, 1) if want_s else 0, has_aux=True)
+            if c.path == "fwd_grad":
+
+                def g(dd, s):
+                    if not dd and not want_s:  # nothing to differentiate (jacfwd needs an argument)
+                        return (None, loss(dd, s)[1]), []
+                    jf = jax.jacfwd(lambda dd, s: loss(dd, s)[0], argnums=(0, 1) if want_s else 0)
+                    return (None, loss(dd, s)[1]), jf(dd, s)
+
             if c.path == "jit_grad":
                 g = jit(g)
             (_, r), gr = g([arrs[k] for k in diff], s_arg)
