@@ -23,8 +23,19 @@ first-class operator:
   ``<name>_backward``, that runs Warp's adjoint (or a ``wp.Tape`` replay for Python-function
   ops) on saved tensors, with gradient buffers allocated by torch, only for the inputs that
   need them. An op described with ``backward=`` calls its hand-written backward op instead,
-  which is differentiable in turn (second order). Warp's generated adjoint is not: a second
-  derivative through it raises an error naming the op.
+  which is differentiable in turn (second order).
+- **Forward mode and second order** (``torch/forward_mode.py``): from the op's tangent op
+  (:meth:`interop.Op.tangent`, generated from the kernel's source). Under forward-mode AD and
+  ``torch.func`` a call goes through an autograd.Function whose ``jvp`` launches the tangent
+  kernel (``torch.func.jvp``, ``jacfwd``, ``hessian``, ``torch.autograd.forward_ad``); the
+  backward operator's own derivative (``create_graph=True``, ``gradgradcheck``, forward over
+  reverse) comes from the tangent kernel and Warp's adjoint of it. Where the generator refuses a
+  kernel (and for Python-function ops), forward mode raises its error (the builtin and the line)
+  and so does a second derivative through Warp's adjoint. Third order and forward over forward
+  (``jacfwd(jacfwd(f))``) raise. PyTorch's ``custom_op`` has no forward-mode rule: a direct
+  ``torch.ops.<ns>.<name>`` call under ``torch.func.jvp`` gives a zero tangent (with
+  ``forward_ad`` dual tensors it raises); calls through the op object carry tangents. Under
+  ``torch.compile`` a forward-mode call is a graph break (the transform runs eagerly).
 - **vmap** (``register_vmap``): a loop over the batch, correct for every kernel.
 - **Speed**: each operator caches, per input signature (shapes, strides, dtypes, device),
   the validated plan, the launch record and the forward/adjoint implementation written out
@@ -67,10 +78,19 @@ from interop._errors import ArgumentError, UnsupportedError
 from interop._plan import vector_components
 
 from .._common import pack_result, unexpected_keywords
+from . import forward_mode as _forward_mode
 from . import sharding as _torch_sharding
-from .autograd import _check_grad_supported, _function_class
+from .autograd import _apply, _backward_call, _check_grad_supported, _function_class
 from .binding import _BINDINGS, _OVERLOADS, _Binding, _current_stream  # noqa: F401  (_current_stream: tests)
-from .compat import any_wrapped, forward_ad_active, functorch_transforms_active, plain_eager, unwrap_dead
+from .compat import (
+    any_wrapped,
+    forward_ad_active,
+    functorch_grad_levels,
+    functorch_transforms_active,
+    leave_graph,
+    plain_eager,
+    unwrap_dead,
+)
 from .eager_path import _EAGER_DEVICES, _eager_apply, _eager_forward, _remember_signature, _signature  # noqa: F401
 from .registration import _binding, _resolve, variant
 
@@ -121,15 +141,45 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
     """Run ``op`` on torch tensors through its registered operator (see :meth:`interop.Op.__call__`)."""
     if kwargs:
         raise ArgumentError(unexpected_keywords(op.description, kwargs))
-    # first: registers the op if needed (at trace time under Dynamo), so that the binding
-    # read below already exists when Dynamo first reads the registry
-    base = _resolve(op, None, "functional")
+    return _call(op, args, launch_dims, output_dims, False)
+
+
+def _call_functional(op, args: Sequence[Any], launch_dims: Any, output_dims: Any) -> tuple:
+    """Every returned array of a call of ``op`` (kernel order), in-out values as new tensors: the
+    caller's in-out tensors are left as they are (forward mode calls tangent ops so, see
+    ``torch/forward_mode.py``: under torch.func an in-out tensor may be batched where its value is not)."""
+    res = _call(op, args, launch_dims, output_dims, True)
+    return res if isinstance(res, tuple) else (res,)
+
+
+def _call_adjoint(
+    op,
+    args: Sequence[Any],
+    results: Sequence[Any],
+    grads: Sequence[Any],
+    needs: Sequence[bool],
+    launch_dims,
+    output_dims,
+) -> list:
+    """Warp's adjoint of a call of ``op`` (its backward operator, through its Function where a transform
+    may differentiate it): the gradients of the call arguments ``needs`` marks, in order. ``results``:
+    every returned array of the call; ``grads``: one upstream gradient per returned array."""
+    _resolve(op, None, "functional")
     b = _BINDINGS[op.description.name]
-    if len(args) != b.ncall:
-        raise ArgumentError(
-            f"op {b.label!r} takes {b.ncall} argument(s) {[p.name for p in b.call_params]} "
-            f"(outputs are returned, not passed), got {len(args)}"
-        )
+    mask, sargs = _scalar_args(b, args)
+    qual = _resolve(op, mask, "backward")
+    ld = _sym_dims(launch_dims, "launch_dims", b.label)
+    ods = _normalize_output_dims(b, output_dims)
+    return _backward_call(b, mask, qual, (*sargs, *results, *grads, ld, *ods, list(needs)))
+
+
+_forward_mode.FRONT["call_functional"] = _call_functional
+_forward_mode.FRONT["call_adjoint"] = _call_adjoint
+
+
+def _scalar_args(b: _Binding, args: Sequence[Any]) -> tuple[tuple, list]:
+    """Which scalar parameters are tensors (the operator's signature), and the arguments as the
+    operator takes them (vec/mat values as flat components, NumPy numbers as Python numbers)."""
     sargs = list(args)
     mask = []
     for pos in b.scalar_pos:
@@ -156,7 +206,24 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
                 sargs[pos] = vector_components(b.desc, p, x)
             elif isinstance(x, np.generic):
                 sargs[pos] = x.item()
-    mask = tuple(mask)
+    return tuple(mask), sargs
+
+
+def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functional: bool) -> Any:
+    if torch.compiler.is_compiling() and forward_ad_active():
+        # Dynamo cannot trace an autograd.Function's jvp rule: the call leaves the graph (a graph
+        # break; under torch.func.jvp/jacfwd/hessian the whole transform then runs eagerly)
+        return _call_eagerly(op, args, launch_dims, output_dims, functional)
+    # first: registers the op if needed (at trace time under Dynamo), so that the binding
+    # read below already exists when Dynamo first reads the registry
+    base = _resolve(op, None, "functional")
+    b = _BINDINGS[op.description.name]
+    if len(args) != b.ncall:
+        raise ArgumentError(
+            f"op {b.label!r} takes {b.ncall} argument(s) {[p.name for p in b.call_params]} "
+            f"(outputs are returned, not passed), got {len(args)}"
+        )
+    mask, sargs = _scalar_args(b, args)
     grad = False
     device = None
     dev_pos = None
@@ -179,6 +246,10 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
                 f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a tensor), got {type(x).__name__}"
             )
     grad = grad and torch.is_grad_enabled()
+    if functional and not grad and torch.is_grad_enabled() and functorch_grad_levels():
+        # forward mode's calls inside a vmap inside a reverse-mode transform (jacrev(jacfwd(f))): the
+        # batched tensors hide that the transform tracks them; the Function serves both cases
+        grad = True
     if grad:
         _check_grad_supported(b, args)
     ld = _sym_dims(launch_dims, "launch_dims", b.label)
@@ -202,11 +273,17 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         # a lazily negated/conjugated view (z.conj().imag): its memory holds other values than the
         # tensor's; the operator's dispatcher resolves it before the kernel runs
         eager = False
-    # forward-mode AD: the operator would drop the tangents; the Function's jvp refuses them
+    # forward-mode AD: the operator would drop the tangents; the Function's jvp computes them
     forward_ad = not eager and forward_ad_active()
     # an in-out DTensor: the functional operator and a copy_ into it, which DTensor redistributes
     # (the mutating operator would need the array where it lies, which an undeclared op cannot take)
-    if b.inout_pos and not grad and not forward_ad and not _torch_sharding.any_dtensor(args, b.inout_pos):
+    if (
+        b.inout_pos
+        and not functional
+        and not grad
+        and not forward_ad
+        and not _torch_sharding.any_dtensor(args, b.inout_pos)
+    ):
         if eager:
             res = _eager_forward(b, mask, "mutable", sargs, args)
         else:
@@ -220,10 +297,10 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         if not b.inout_pos and mask == b.base_mask and len(sargs) == b.ncall:
             _remember_signature(b, args)
     elif (grad and functorch_transforms_active()) or forward_ad:
-        res = _function_class(b, mask, qual).apply(*sargs)
+        res = _apply(_function_class(b, mask, qual), sargs)
     else:
         res = _OVERLOADS[qual](*sargs)
-    if not b.inout_pos:
+    if not b.inout_pos or functional:
         return res
     res = res if isinstance(res, tuple) else (res,)
     returned = []
@@ -244,6 +321,13 @@ def call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, kwargs: di
         else:
             returned.append(r)
     return pack_result(returned)
+
+
+_call_eagerly = leave_graph(
+    _call,
+    "warp-interop: forward-mode AD (torch.func.jvp, jacfwd, hessian, forward_ad) of an op runs an "
+    "autograd.Function's jvp rule, which Dynamo cannot trace; the transform runs eagerly",
+)
 
 
 def _check_tensor(b: _Binding, p: Param, x: torch.Tensor) -> None:

@@ -1,6 +1,7 @@
 """Autograd of an op's torch operators: ``setup_context`` and ``backward`` (Warp's adjoint through
-the backward operator, or the op's hand-written backward op), the second-order refusal, and the
-``autograd.Function`` classes that ``torch.func`` transforms and forward-mode AD need.
+the backward operator, or the op's hand-written backward op), and the ``autograd.Function`` classes
+that ``torch.func`` transforms and forward-mode AD need (their jvp and second-order rules are
+``torch/forward_mode.py``'s).
 """
 
 from __future__ import annotations
@@ -12,31 +13,19 @@ import torch
 from interop._description import IN_OUT
 from interop._errors import ArgumentError, UnsupportedError
 
-from .binding import _OVERLOADS, _Binding, _Entry, _forward_mode_error, _launch_dims
+from .binding import _OVERLOADS, _Binding, _Entry, _launch_dims
 from .compat import (
+    forward_ad_active,
     functorch_transforms_active,
     plain_eager,
     profiler_enabled,
     unwrap_dead,
 )
+from .forward_mode import make_backward_jvp, make_backward_setup, make_double_backward, make_jvp
 
 
-def _no_setup(ctx, inputs, output):
-    return None
-
-
-def _make_second_order_error(b: _Binding):
-    def no_second_order(ctx, *grads):
-        raise UnsupportedError(
-            f"op {b.label!r}: second derivatives are not available: its backward is Warp's generated adjoint, "
-            "which has no derivative of its own. For second order (create_graph=True, gradgradcheck, "
-            "torch.func.hessian), describe the op with a hand-written backward: interop.op(..., backward=<kernel or op>)"
-        )
-
-    return no_second_order
-
-
-def _make_setup_context(b: _Binding, mask: tuple):
+def _make_setup_context(b: _Binding, mask: tuple, for_jvp: bool = False):
+    """``for_jvp``: the Function's, which saves the same tensors for its jvp (see :func:`_make_call_args`)."""
     n = b.ncall
     nout = len(b.outputs)
     inout = set(b.inout_pos)
@@ -60,7 +49,15 @@ def _make_setup_context(b: _Binding, mask: tuple):
                 tensors.append(a)
             else:
                 layout.append(("value", a))
-        ctx.save_for_backward(*tensors, *[o for o, keep in zip(outs, kept) if keep])
+        saved = (*tensors, *[o for o, keep in zip(outs, kept) if keep])
+        ctx.save_for_backward(*saved)
+        if for_jvp:
+            # the same tensors: under torch.func's generated vmap rule one record of batch dims
+            # serves both; an in-out result not saved stands in by its shape (its value is not read)
+            ctx.save_for_forward(*saved)
+            ctx.unsaved_like = {
+                j: (o.shape, o.dtype, o.device) for j, (o, keep) in enumerate(zip(outs, kept)) if not keep
+            }
         # the node keeps the op alive (its operators are unregistered once it is dropped, see
         # registration._release_dropped): ``interop.op(k)(x).sum().backward()`` needs them
         ctx.op = b.op
@@ -73,6 +70,34 @@ def _make_setup_context(b: _Binding, mask: tuple):
             ctx.mark_non_differentiable(*nondiff)
 
     return setup_context
+
+
+def _make_call_args(b: _Binding):
+    """``call_args(ctx)``: the call arguments of the Function's call, from what its setup_context saved
+    (an in-out argument is its result: the tangent of an in-out result does not depend on its value)."""
+    unread = set(b.desc.adjoint_unread)
+    kept = tuple(p.name not in unread for p in b.returned)
+    nkept = sum(kept)
+
+    def call_args(ctx):
+        saved = ctx.saved_tensors
+        it = iter(saved[len(saved) - nkept :])
+        results = [next(it) if keep else None for keep in kept]
+        args = []
+        for where, v in ctx.layout:
+            if where == "saved":
+                args.append(saved[v])
+            elif where == "result":
+                r = results[v]
+                if r is None:
+                    shape, dtype, device = ctx.unsaved_like[v]
+                    r = torch.zeros(shape, dtype=dtype, device=device)
+                args.append(r)
+            else:
+                args.append(v)
+        return args
+
+    return call_args
 
 
 def _make_backward(b: _Binding, mask: tuple, direct: bool = False):
@@ -112,12 +137,10 @@ def _make_backward(b: _Binding, mask: tuple, direct: bool = False):
                 if need[i]:
                     ret[i] = g
             return tuple(ret)
-        if functorch_transforms_active() and torch.is_grad_enabled():
-            got = _backward_function_class(b, mask, qual).apply(*args, *results, *grads, *dims, need)
-        elif direct and not torch.is_grad_enabled() and plain_eager(grads):
+        if direct and not torch.is_grad_enabled() and plain_eager(grads):
             got = _eager_backward(b, mask, qual, (*args, *results, *grads, *dims, need), ctx.entry)
         else:
-            got = _OVERLOADS[qual](*args, *results, *grads, *dims, need)
+            got = _backward_call(b, mask, qual, (*args, *results, *grads, *dims, need))
         it = iter(got)
         for i in range(n):
             if need[i]:
@@ -152,23 +175,51 @@ def _hand_written_backward(b: _Binding, args, grads, ld, ods) -> dict[int, torch
     return {b._pos_of_index(p.index): g for p, g in zip(diff, res)}
 
 
+class _Leaf:
+    """A list argument of a Function (vec/mat components, dims, needs) as one pytree leaf: torch.func's
+    generated vmap rule flattens a list into its items and then pairs the inputs' batch dims with the
+    wrong tangents (torch 2.13, ``get_tangents_in_dims``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+def _leaves(args) -> list:
+    return [_Leaf(a) if isinstance(a, (list, tuple)) else a for a in args]
+
+
+def _values(args) -> list:
+    return [a.value if isinstance(a, _Leaf) else a for a in args]
+
+
+def _apply(cls, args) -> Any:
+    """``cls.apply`` with the list arguments as leaves (see :class:`_Leaf`)."""
+    return cls.apply(*_leaves(args))
+
+
 def _function_class(b: _Binding, mask: tuple, qual: str):
     """An autograd.Function around the registered operators, for torch.func transforms and
     forward-mode AD.
 
-    Same forward operator, same setup_context and backward as ``register_autograd``; it
-    exists because torch.func needs a ``setup_context`` staticmethod on the Function, and so
-    that tangents reach a ``jvp`` that refuses them (the operator would drop them silently).
+    Same forward operator, same setup_context and backward as ``register_autograd``, and a jvp:
+    the op's tangent op (``torch/forward_mode.py``). It exists because torch.library's
+    ``custom_op`` has no forward-mode rule and torch.func needs a ``setup_context`` staticmethod
+    on the Function: calls through the op object (``op(x)``) take it under forward-mode AD and
+    torch.func, while a direct ``torch.ops.<ns>.<name>(x)`` call under ``torch.func.jvp`` still
+    gives a zero tangent (PyTorch's custom_op; with ``forward_ad`` dual tensors it raises).
     """
     cls = b.functions.get(mask)
     if cls is None:
         ovl = _OVERLOADS[qual]
+        setup = _make_setup_context(b, mask, for_jvp=True)
 
         def forward(*args):
-            return ovl(*args)
+            return ovl(*_values(args))
 
-        def jvp(ctx, *tangents):
-            raise _forward_mode_error(b)
+        def setup_context(ctx, inputs, output):
+            setup(ctx, _values(inputs), output)
 
         cls = type(
             f"{b.base}_function",
@@ -176,9 +227,9 @@ def _function_class(b: _Binding, mask: tuple, qual: str):
             {
                 "generate_vmap_rule": True,
                 "forward": staticmethod(forward),
-                "setup_context": staticmethod(_make_setup_context(b, mask)),
+                "setup_context": staticmethod(setup_context),
                 "backward": staticmethod(_make_backward(b, mask)),
-                "jvp": staticmethod(jvp),
+                "jvp": staticmethod(make_jvp(b, _make_call_args(b))),
             },
         )
         b.functions[mask] = cls
@@ -186,14 +237,20 @@ def _function_class(b: _Binding, mask: tuple, qual: str):
 
 
 def _backward_function_class(b: _Binding, mask: tuple, qual: str):
-    """The backward operator as an autograd.Function for torch.func (see :func:`_function_class`)."""
+    """The backward operator as an autograd.Function for torch.func and forward-mode AD (see
+    :func:`_function_class`): its jvp and backward are the second-order rules."""
     key = ("backward", mask)
     cls = b.functions.get(key)
     if cls is None:
         ovl = _OVERLOADS[qual]
 
+        setup = make_backward_setup(b, for_jvp=True)
+
         def forward(*args):
-            return tuple(ovl(*args))
+            return tuple(ovl(*_values(args)))
+
+        def setup_context(ctx, inputs, output):
+            setup(ctx, _values(inputs), output)
 
         cls = type(
             f"{b.base}_backward_function",
@@ -201,12 +258,21 @@ def _backward_function_class(b: _Binding, mask: tuple, qual: str):
             {
                 "generate_vmap_rule": True,
                 "forward": staticmethod(forward),
-                "setup_context": staticmethod(_no_setup),
-                "backward": staticmethod(_make_second_order_error(b)),
+                "setup_context": staticmethod(setup_context),
+                "backward": staticmethod(make_double_backward(b)),
+                "jvp": staticmethod(make_backward_jvp(b, lambda bargs: _backward_call(b, mask, qual, bargs))),
             },
         )
         b.functions[key] = cls
     return cls
+
+
+def _backward_call(b: _Binding, mask: tuple, qual: str, bargs: tuple):
+    """The backward operator on ``bargs``; through its Function where forward-mode AD or a torch.func
+    transform may differentiate it (the operator's registered autograd serves plain reverse mode)."""
+    if forward_ad_active() or (functorch_transforms_active() and torch.is_grad_enabled()):
+        return _apply(_backward_function_class(b, mask, qual), bargs)
+    return _OVERLOADS[qual](*bargs)
 
 
 def _eager_backward(b: _Binding, mask: tuple, qual: str, bargs: tuple, e: _Entry | None):

@@ -458,7 +458,12 @@ def _refuse_tangents(b: _Binding, args: Sequence[Any]) -> None:
     take its autograd.Function instead, see :func:`_function_class`.)"""
     for x in args:
         if isinstance(x, torch.Tensor) and torch.autograd.forward_ad.unpack_dual(x).tangent is not None:
-            raise _forward_mode_error(b)
+            raise UnsupportedError(
+                f"op {b.label!r}: forward-mode differentiation through its registered operator "
+                f"torch.ops.{b.ns}.{b.base} is not supported (torch.library.custom_op has no forward-mode "
+                "rule, the tangent would be dropped); call the op object instead, op(...), whose calls carry "
+                "tangents"
+            )
 
 
 def _forward_mode_error(b: _Binding) -> UnsupportedError:

@@ -19,7 +19,15 @@ Checked against torch 2.11.0, 2.12.1, 2.14.1, 2.15.0 (PyPI's CUDA builds, on the
   ``torch.func.jvp``/``jacfwd``/``hessian`` (which open such a level) alike. The operator
   that ``custom_op`` + ``register_autograd`` makes drops tangents silently (its autograd
   kernel runs the forward without the autograd.Function when no input requires grad), so the
-  adapter routes such calls through its own autograd.Function, whose ``jvp`` raises.
+  adapter routes such calls through its own autograd.Function, whose ``jvp`` runs the op's tangent
+  op (``adapters/torch/forward_mode.py``). ``torch._C._is_fwd_grad_enabled`` is off while torch
+  runs such a ``jvp`` rule (the tangent op's calls inside it take the operator, not the
+  Function); Dynamo cannot trace it, so under ``torch.compile`` a forward-mode call leaves the
+  graph (:func:`leave_graph`).
+- ``torch._C._functorch.get_interpreter_stack`` and ``TransformType`` count the active
+  ``torch.func`` transforms by kind: :func:`functorch_jvp_levels` (two forward-mode levels: the
+  outer one would get a zero from a jvp rule, refused) and :func:`functorch_grad_levels` (a
+  ``vmap`` inside ``grad``/``jacrev`` hides ``requires_grad``).
 - ``torch._C._cuda_getCurrentRawStream(index)`` is torch's current CUDA stream on device
   ``index`` as a raw handle (what ``torch.cuda.current_stream(index).cuda_stream`` reads after
   building a ``torch.cuda.Stream`` object per call): :func:`current_raw_stream`, with that public
@@ -120,6 +128,8 @@ _active = getattr(_C, "_are_functorch_transforms_active", None)
 _dispatch_stack_len = getattr(_C, "_len_torch_dispatch_stack", None)
 _function_mode_enabled = getattr(_C, "_is_torch_function_mode_enabled", None)
 _is_tracing = getattr(_C, "_is_tracing", None)
+# forward grad mode: off while torch runs an autograd.Function's jvp (checked on torch 2.11-2.15)
+_fwd_grad_enabled = getattr(_C, "_is_fwd_grad_enabled", lambda: True)
 _profiler_enabled = getattr(getattr(_C, "_autograd", None), "_profiler_enabled", None)
 _is_compiling = torch.compiler.is_compiling
 try:
@@ -144,8 +154,46 @@ def functorch_transforms_active() -> bool:
 
 
 def forward_ad_active() -> bool:
-    """True while forward-mode AD runs (a ``dual_level``, ``torch.func.jvp``/``jacfwd``/``hessian``)."""
-    return getattr(_fwad, "_current_level", -1) >= 0
+    """True while forward-mode AD runs (a ``dual_level``, ``torch.func.jvp``/``jacfwd``/``hessian``) and
+    tangents propagate (not inside an autograd.Function's jvp, which torch runs with forward grad off)."""
+    # Dynamo cannot trace the forward grad mode (a torch.* call returning a bool): compiling, it is on
+    return getattr(_fwad, "_current_level", -1) >= 0 and (_is_compiling() or _fwd_grad_enabled())
+
+
+# torch.func's stack of transforms (torch._C._functorch.get_interpreter_stack, TransformType.Jvp: checked
+# on torch 2.11-2.15): an autograd.Function's jvp runs with forward grad off, so under two forward-mode
+# transforms (jacfwd(jacfwd(f))) the outer one's tangent of the jvp's result is silently zero in torch
+_functorch_c = getattr(_C, "_functorch", None)
+_interpreter_stack = getattr(_functorch_c, "get_interpreter_stack", None)
+_JVP_TRANSFORM = getattr(getattr(_functorch_c, "TransformType", None), "Jvp", None)
+_GRAD_TRANSFORM = getattr(getattr(_functorch_c, "TransformType", None), "Grad", None)
+
+
+def _transforms(kind: Any) -> int:
+    if _interpreter_stack is None or kind is None:
+        return 0
+    return sum(1 for ci in _interpreter_stack() or () if ci.key() == kind)
+
+
+def functorch_jvp_levels() -> int:
+    """How many torch.func forward-mode transforms (``jvp``, ``jacfwd``) are active now (0 where torch
+    cannot say)."""
+    return _transforms(_JVP_TRANSFORM)
+
+
+def functorch_grad_levels() -> int:
+    """How many torch.func reverse-mode transforms (``grad``, ``vjp``, ``jacrev``) are active now (0 where
+    torch cannot say). Under a ``vmap`` inside one, a tensor that the transform tracks says
+    ``requires_grad=False``."""
+    return _transforms(_GRAD_TRANSFORM)
+
+
+def leave_graph(fn, reason: str):
+    """``fn`` wrapped with ``torch.compiler.disable``: a call from a traced function is a graph break
+    that runs it eagerly (``reason`` in Dynamo's message where this torch takes one: 2.13 and newer)."""
+    if TORCH_VERSION >= (2, 13):
+        return torch.compiler.disable(fn, reason=reason)
+    return torch.compiler.disable(fn)
 
 
 def plain_eager(tensors) -> bool:

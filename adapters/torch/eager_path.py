@@ -16,14 +16,13 @@ from interop import _cache
 from interop._codegen import compile_functions
 from interop._op import NOT_EAGER
 
-from .autograd import _backward_function_class, _make_backward, _make_setup_context
+from .autograd import _backward_call, _make_backward, _make_setup_context
 from .binding import _OVERLOADS, _Binding, _current_stream, _Entry, _pointer
 from .compat import (
     PLAIN_TENSOR_TYPES,
     any_wrapped,
     eager_context_source,
     function_apply,
-    functorch_transforms_active,
     profiler_enabled,
     profiler_enabled_c,
     tensors_matcher,
@@ -275,9 +274,7 @@ def helpers(b: _Binding) -> dict[str, Any]:
                     "the op's backward operator, which was unregistered when the op was dropped; keep "
                     "the op alive until the backward"
                 )
-            if functorch_transforms_active() and torch.is_grad_enabled():
-                return _backward_function_class(b, mask, qual).apply(*args, *results, *grads, *dims, need)
-            return _OVERLOADS[qual](*args, *results, *grads, *dims, need)
+            return _backward_call(b, mask, qual, (*args, *results, *grads, *dims, need))
 
         h = b._helpers = {
             "slow": slow,

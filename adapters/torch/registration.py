@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from . import sharding as _torch_sharding
-from .autograd import _make_backward, _make_second_order_error, _make_setup_context, _no_setup
+from .autograd import _make_backward, _make_setup_context
 from .binding import _BINDINGS, _OVERLOADS, _bind_lock, _Binding, _make_fake, _make_impl
 from .compat import (
     PLAIN_TENSOR_TYPES,
@@ -20,6 +20,7 @@ from .compat import (
     unregister,
 )
 from .eager_path import _eager_hook
+from .forward_mode import make_backward_setup, make_double_backward
 from .vmap import _make_vmap
 
 
@@ -115,7 +116,8 @@ def _register(b: _Binding, mask: tuple) -> dict[str, Any]:
         if kind == "functional":
             cdef.register_autograd(_make_backward(b, mask), setup_context=_make_setup_context(b, mask))
         elif kind == "backward":
-            cdef.register_autograd(_make_second_order_error(b), setup_context=_no_setup)
+            # second order through the op's tangent op (or its error, raised then)
+            cdef.register_autograd(make_double_backward(b), setup_context=make_backward_setup(b))
         cdef.register_vmap(_make_vmap(b, mask, kind))
         ops[kind] = cdef
         _OVERLOADS[qual] = cdef._opoverload

@@ -1,0 +1,307 @@
+"""PyTorch forward mode and second order through generated tangent kernels (issue 34): torch.func.jvp,
+jacfwd, hessian, forward_ad dual tensors, gradcheck(check_forward_ad=True) and gradgradcheck without a
+hand-written backward, torch.compile; and the refusals (a builtin without a tangent rule, a
+Python-function op, third order, forward over forward). float64 on the CPU, against plain torch."""
+
+from __future__ import annotations
+
+import pytest
+import warp as wp
+
+torch = pytest.importorskip("torch")
+
+import torch.autograd.forward_ad as fwAD  # noqa: E402
+from catalogue import (  # noqa: E402
+    cube64,
+    cube64_backward,
+    function64_fn,
+    inout64_kernel,
+    mat33d_kernel,
+    multi64_kernel,
+    vec3d_kernel,
+)
+
+import adapters.torch as atorch  # noqa: E402
+import interop  # noqa: E402
+from interop._errors import UnsupportedError  # noqa: E402
+
+f64 = wp.float64
+DEVICE = "cpu"
+
+
+@wp.kernel
+def square_axpy64(x: wp.array(dtype=f64), y: wp.array(dtype=f64), a: f64, out: wp.array(dtype=f64)):
+    # catalogue.square_axpy_kernel in float64: out = a x^2 + y, with a float scalar parameter
+    i = wp.tid()
+    out[i] = a * x[i] * x[i] + y[i]
+
+
+@wp.kernel
+def scatter_max64(x: wp.array(dtype=f64), idx: wp.array(dtype=wp.int32), out: wp.array(dtype=f64)):
+    i = wp.tid()
+    wp.atomic_max(out, idx[i], x[i])  # no tangent rule: the winning thread is known only at the end
+
+
+CUBE = interop.op(cube64, name="tt_fm::cube")
+VEC3 = interop.op(vec3d_kernel, name="tt_fm::vec3d")
+MAT33 = interop.op(mat33d_kernel, name="tt_fm::mat33d")
+MULTI = interop.op(multi64_kernel, outputs=2, name="tt_fm::multi")
+INOUT = interop.op(inout64_kernel, outputs=2, in_out=["acc"], name="tt_fm::inout")
+SAXPY = interop.op(square_axpy64, name="tt_fm::square_axpy")
+MAX = interop.op(scatter_max64, output_dims={"out": 3}, name="tt_fm::scatter_max")
+FUNC = interop.op(function64_fn, name="tt_fm::two_launches")
+CUBE_HW = interop.op(cube64, backward=cube64_backward, name="tt_fm::cube_hand_written")
+
+
+def _r(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(shape, generator=g, dtype=torch.float64, device=DEVICE) * 2 - 1
+
+
+def _mv(m, v):
+    return torch.einsum("nij,nj->ni", m, v)
+
+
+# (the op as a function of its differentiable inputs, the same in plain torch, example inputs)
+CASES = {
+    "cube": (CUBE, lambda x: x**3, lambda: (_r(5),)),
+    "vec3d": (
+        VEC3,
+        lambda a, b: torch.linalg.cross(a, b) + a * (a * b).sum(-1, keepdim=True),
+        lambda: (_r(4, 3), _r(4, 3, seed=1)),
+    ),
+    "mat33d": (
+        MAT33,
+        lambda m, v: _mv(m, v) + _mv(m.transpose(1, 2), _mv(m, v)),
+        lambda: (_r(3, 3, 3), _r(3, 3, seed=1)),
+    ),
+    "multi64": (MULTI, lambda a: (torch.sin(a), a**3), lambda: (_r(5),)),
+    # in-out: the accumulator is an input of the transformed function (a copy is updated)
+    "inout64": (
+        lambda x, acc: INOUT(x, acc.clone()),
+        lambda x, acc: (acc + (x * x).sum(1), 2 * x),
+        lambda: (_r(3, 4), _r(3, seed=1)),
+    ),
+    # a float scalar as a 0-d tensor (differentiable), and as a Python number
+    "square_axpy_scalar_tensor": (
+        SAXPY,
+        lambda x, y, a: a * x * x + y,
+        lambda: (_r(5), _r(5, seed=1), torch.tensor(1.5, dtype=torch.float64, device=DEVICE)),
+    ),
+    "square_axpy_number": (
+        lambda x, y: SAXPY(x, y, 1.5),
+        lambda x, y: 1.5 * x * x + y,
+        lambda: (_r(5), _r(5, seed=1)),
+    ),
+}
+IDS = list(CASES)
+
+
+def _tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _leaves(x):
+    """The tensors of a nested tuple of Jacobians or Hessians, in order."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    return [t for y in x for t in _leaves(y)]
+
+
+def _max_err(got, want) -> float:
+    got, want = _leaves(got), _leaves(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+    return max(float((g - w).abs().max()) for g, w in zip(got, want))
+
+
+def _loss(f):
+    return lambda *xs: sum((torch.tanh(o) ** 2).sum() for o in _tuple(f(*xs)))
+
+
+def _case(name):
+    f, ref, make = CASES[name]
+    xs = make()
+    return f, ref, xs, tuple(_r(*x.shape, seed=7 + k) for k, x in enumerate(xs))
+
+
+# ---- first order ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", IDS)
+def test_jvp_equals_jacobian_times_tangent_from_reverse_mode(name):
+    f, ref, xs, ts = _case(name)
+    out, tangent = torch.func.jvp(f, xs, ts)
+    argnums = tuple(range(len(xs)))
+    jac = torch.func.jacrev(f, argnums=argnums)(*xs)  # per output (several), per input
+    jac = jac if isinstance(out, tuple) else (jac,)
+    jt = tuple(sum(torch.tensordot(j, t, dims=t.dim()) for j, t in zip(row, ts)) for row in jac)
+    assert _max_err(_tuple(tangent), jt) < 1e-13
+    assert _max_err(_tuple(out), _tuple(ref(*xs))) < 1e-13
+    assert _max_err(_tuple(tangent), _tuple(torch.func.jvp(ref, xs, ts)[1])) < 1e-13
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_jacfwd_equals_jacrev(name):
+    f, _, xs, _ = _case(name)
+    argnums = tuple(range(len(xs)))
+    fwd = torch.func.jacfwd(f, argnums=argnums)(*xs)
+    rev = torch.func.jacrev(f, argnums=argnums)(*xs)
+    assert _max_err(fwd, rev) < 1e-13
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_forward_ad_dual_tensors(name):
+    f, ref, xs, ts = _case(name)
+    with fwAD.dual_level():
+        out = f(*[fwAD.make_dual(x, t) for x, t in zip(xs, ts)])
+        tangents = tuple(fwAD.unpack_dual(o).tangent for o in _tuple(out))
+    assert _max_err(tangents, _tuple(torch.func.jvp(ref, xs, ts)[1])) < 1e-13
+
+
+def test_forward_ad_updates_the_in_out_tensor_with_its_tangent():
+    x, acc, tx, tacc = _r(3, 4), _r(3, seed=1), _r(3, 4, seed=2), _r(3, seed=3)
+    with fwAD.dual_level():
+        # (make_dual keeps the tangent tensor itself: the in-place update writes the new tangent into it)
+        a = fwAD.make_dual(acc.clone(), tacc.clone())
+        got, _ = INOUT(fwAD.make_dual(x, tx), a)
+        assert got is a  # updated in place, as a call without tangents
+        tangent = fwAD.unpack_dual(a).tangent
+    torch.testing.assert_close(fwAD.unpack_dual(got).primal, acc + (x * x).sum(1))
+    torch.testing.assert_close(tangent, tacc + (2 * x * tx).sum(1))
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_gradcheck_with_forward_ad(name):
+    f, _, xs, _ = _case(name)
+    assert torch.autograd.gradcheck(f, tuple(x.clone().requires_grad_() for x in xs), check_forward_ad=True)
+
+
+def test_a_hand_written_backward_keeps_its_second_order_and_gets_a_tangent():
+    x, v = _r(5), _r(5, seed=1)
+    _, tangent = torch.func.jvp(CUBE_HW, (x,), (v,))
+    torch.testing.assert_close(tangent, 3 * x * x * v)
+    torch.testing.assert_close(torch.func.hessian(lambda x: CUBE_HW(x).sum())(x), torch.diag(6 * x))
+    assert torch.autograd.gradgradcheck(CUBE_HW, (x.clone().requires_grad_(),))
+
+
+# ---- second order ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", IDS)
+def test_hessian_of_a_scalar_loss_matches_plain_torch(name):
+    f, ref, xs, _ = _case(name)
+    argnums = tuple(range(len(xs)))
+    got = torch.func.hessian(_loss(f), argnums=argnums)(*xs)
+    want = torch.func.hessian(_loss(ref), argnums=argnums)(*xs)
+    assert _max_err(got, want) < 1e-12
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_gradgradcheck_without_a_hand_written_backward(name):
+    f, _, xs, _ = _case(name)
+    # both second-order rules of the backward: reverse over reverse and forward over reverse
+    assert torch.autograd.gradgradcheck(f, tuple(x.clone().requires_grad_() for x in xs), check_fwd_over_rev=True)
+
+
+@pytest.mark.parametrize("name", ["vec3d", "inout64", "square_axpy_scalar_tensor"])
+def test_grad_of_grad_with_create_graph(name):
+    f, ref, xs, ts = _case(name)
+
+    def hvp(fn):
+        leaves = [x.clone().requires_grad_() for x in xs]
+        grads = torch.autograd.grad(_loss(fn)(*leaves), leaves, create_graph=True)
+        return torch.autograd.grad(sum((g * t).sum() for g, t in zip(grads, ts)), leaves)
+
+    assert _max_err(hvp(f), hvp(ref)) < 1e-12
+
+
+@pytest.mark.parametrize("name", ["cube", "mat33d", "multi64"])
+def test_other_second_order_compositions(name):
+    f, ref, xs, ts = _case(name)
+    loss, ref_loss = _loss(f), _loss(ref)
+    # Hessian-vector product as forward over reverse, and both reverse over forward and reverse over reverse
+    hvp = torch.func.jvp(torch.func.grad(loss, argnums=0), xs, ts)[1]
+    assert _max_err(hvp, torch.func.jvp(torch.func.grad(ref_loss, argnums=0), xs, ts)[1]) < 1e-12
+    want = torch.func.jacrev(torch.func.jacrev(f))(*xs)
+    assert _max_err(torch.func.jacrev(torch.func.jacfwd(f))(*xs), want) < 1e-12
+    assert _max_err(torch.func.jacrev(torch.func.jacrev(ref))(*xs), want) < 1e-12
+
+
+# ---- torch.compile -----------------------------------------------------------------------------
+def test_compiled_jvp_equals_eager_by_running_the_transform_eagerly():
+    x, v = _r(5), _r(5, seed=1)
+
+    def f(x, v):
+        out, tangent = torch.func.jvp(CUBE, (x,), (v,))
+        return out.sin() + tangent * 2
+
+    torch.compiler.reset()
+    torch.testing.assert_close(torch.compile(f)(x, v), f(x, v), rtol=0, atol=1e-14)
+    h = torch.compile(torch.func.hessian(_loss(CUBE)))(x)
+    torch.testing.assert_close(h, torch.func.hessian(_loss(lambda x: x**3))(x), rtol=0, atol=1e-12)
+    # Dynamo cannot trace an autograd.Function's jvp rule: the call is a graph break that says so
+    torch.compiler.reset()
+    with pytest.raises(Exception, match=r"forward-mode AD .* runs eagerly"):
+        torch.compile(f, fullgraph=True)(x, v)
+    torch.compiler.reset()
+
+
+def test_the_tangent_operators_pass_opcheck():
+    x, v = _r(5), _r(5, seed=1)
+    ops = atorch.operators(CUBE.tangent())
+    torch.library.opcheck(ops["functional"], (x, v))
+
+
+# ---- refusals ----------------------------------------------------------------------------------
+_ATOMIC_MAX = r"op 'tt_fm::scatter_max'.*'wp\.atomic_max'.*test_torch_forward_mode\.py:\d+"
+
+
+def test_a_kernel_the_generator_refuses_raises_at_jvp_naming_the_builtin_and_line():
+    x, v = _r(5), _r(5, seed=1)
+    idx = torch.tensor([0, 1, 2, 0, 1], dtype=torch.int32, device=DEVICE)
+    torch.testing.assert_close(
+        MAX(x, idx), torch.zeros(3, dtype=torch.float64).scatter_reduce(0, idx.long(), x, "amax")
+    )
+    with pytest.raises(UnsupportedError, match=_ATOMIC_MAX):
+        torch.func.jvp(lambda x: MAX(x, idx), (x,), (v,))
+    with pytest.raises(UnsupportedError, match=_ATOMIC_MAX):
+        torch.func.jacfwd(lambda x: MAX(x, idx))(x)
+    with fwAD.dual_level(), pytest.raises(UnsupportedError, match=_ATOMIC_MAX):
+        MAX(fwAD.make_dual(x, v), idx)
+    # reverse mode is unchanged; a second derivative through Warp's adjoint names the builtin too
+    xg = x.clone().requires_grad_()
+    (g,) = torch.autograd.grad((MAX(xg, idx) ** 2).sum(), xg, create_graph=True)
+    with pytest.raises(UnsupportedError, match=r"second derivatives are not available.*'wp\.atomic_max'"):
+        g.sum().backward()
+    with pytest.raises(UnsupportedError, match=_ATOMIC_MAX):
+        torch.func.hessian(lambda x: (MAX(x, idx) ** 2).sum())(x)
+
+
+def test_a_python_function_op_keeps_the_forward_mode_error():
+    a, b, v = _r(5), _r(5, seed=1), _r(5, seed=2)
+    forward = r"op 'tt_fm::two_launches': forward-mode differentiation .* not supported"
+    with pytest.raises(UnsupportedError, match=forward):
+        torch.func.jvp(lambda a: FUNC(a, b), (a,), (v,))
+    with fwAD.dual_level(), pytest.raises(UnsupportedError, match=forward):
+        FUNC(fwAD.make_dual(a, v), b)
+    ag = a.clone().requires_grad_()
+    (g,) = torch.autograd.grad(FUNC(ag, b).sum(), ag, create_graph=True)
+    with pytest.raises(UnsupportedError, match=r"op 'tt_fm::two_launches': second derivatives .* backward="):
+        g.sum().backward()
+
+
+def test_third_order_and_forward_over_forward_raise():
+    x = _r(4)
+    with pytest.raises(UnsupportedError, match=r"op 'tt_fm::cube': forward mode over forward mode"):
+        torch.func.jacfwd(torch.func.jacfwd(CUBE))(x)
+    with pytest.raises(UnsupportedError, match=r"third derivatives"):
+        torch.func.jacrev(torch.func.hessian(lambda x: CUBE(x).sum()))(x)
+    xg = x.clone().requires_grad_()
+    (g,) = torch.autograd.grad(CUBE(xg).sum(), xg, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), xg, create_graph=True)
+    with pytest.raises(UnsupportedError, match=r"third derivatives"):
+        h.sum().backward()
+
+
+def test_a_direct_operator_call_with_dual_tensors_is_refused_naming_the_fix():
+    x, v = _r(4), _r(4, seed=1)
+    with fwAD.dual_level(), pytest.raises(UnsupportedError, match=r"torch\.ops\.tt_fm\.cube .* call the op object"):
+        torch.ops.tt_fm.cube(fwAD.make_dual(x, v))
