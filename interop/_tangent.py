@@ -377,9 +377,8 @@ class _Gen:
 
     def builtin_call(self, key: str, fname: str, node: ast.Call) -> tuple[str, str | None]:
         args = [self.simple(a) for a in node.args]
-        kws = [(k.arg, self.simple(k.value)) for k in node.keywords]
-        if any(t is not None for _, (_, t) in kws):
-            self.refuse(f"a differentiated keyword argument of {fname!r}", node)
+        # keyword arguments of builtins are static (shape=, dtype=, length=): passed as written
+        kws = [(k.arg, (_unparse(k.value), None)) for k in node.keywords]
         text = ", ".join([p for p, _ in args] + [f"{k}={p}" for k, (p, _) in kws])
         if all(t is None for _, t in args):
             return f"{fname}({text})", None
@@ -394,9 +393,9 @@ class _Gen:
     def constructor(self, fname: str, node: ast.Call) -> tuple[str, str | None]:
         """A float/vector/matrix/quaternion constructor or cast: linear in its arguments."""
         args = [self.simple(a) for a in node.args]
-        kws = [(k.arg, self.simple(k.value)) for k in node.keywords]
+        kws = [(k.arg, (_unparse(k.value), None)) for k in node.keywords]  # static (dtype=, shape=...)
         text = ", ".join([p for p, _ in args] + [f"{k}={p}" for k, (p, _) in kws])
-        if all(t is None for _, t in args) and all(t is None for _, (_, t) in kws):
+        if all(t is None for _, t in args):
             return f"{fname}({text})", None
         y = self.tmp()
         self.emit(f"{y} = {fname}({text})")
@@ -554,11 +553,14 @@ class _Gen:
             obj = _resolve(value.func, self.ns)
             if _is_user_function(obj):
                 results = self.user_call(obj, _unparse(value.func), value, nret=len(names))
+                if results is not None and len(results) == 1 and results[0][1] is None and len(names) > 1:
+                    # no argument carries a tangent: the function itself, unpacked as written
+                    self.emit(f"{_unparse(target)} = {results[0][0]}")
+                    for n in names:
+                        self.tangent_store_name(n.id, None)  # type: ignore[attr-defined]
+                    return
                 if results is None or len(results) != len(names):
                     self.refuse("unpacking a function's results into another number of names", s)
-                if len(results) == 1 and results[0][1] is None and len(names) > 1:  # type: ignore[index]
-                    self.emit(f"{_unparse(target)} = {results[0][0]}")  # type: ignore[index]
-                    return
                 for n, (p, t) in zip(names, results):  # type: ignore[arg-type]
                     self.emit(f"{n.id} = {p}")  # type: ignore[attr-defined]
                     self.tangent_store_name(n.id, t)  # type: ignore[attr-defined]
@@ -910,16 +912,15 @@ def tangent_kernel(kernel: Any, differentiable: dict[str, bool], label: str) -> 
         if per is None:
             per = _kernels[kernel] = {}
         hit = per.get(key)
+        if isinstance(hit, _Refusal):  # refused before: raised again, in the name of the op asking
+            raise _refusal_error(hit, kernel, label) from None
         if hit is not None:
-            if isinstance(hit, BaseException):
-                raise hit
             return hit
         try:
             tk = _build_tangent_kernel(kernel, differentiable, label)
         except _Refusal as r:
-            err = _refusal_error(r, kernel, label)
-            per[key] = err
-            raise err from None
+            per[key] = r
+            raise _refusal_error(r, kernel, label) from None
         per[key] = tk
         return tk
 

@@ -57,9 +57,13 @@ def _interop_zero(x: Any):  # noqa: F811  (vectors, matrices, quaternions, trans
     return type(x)()
 
 
+# min/max/abs tangents: one overload per float scalar type (the branch Warp's adjoint takes:
+# adj_min/adj_max route NaN to the other operand, then a < b / a > b; adj_abs: x < 0 -> -1), then a
+# generic one for vectors, component by component (Warp's min/max/abs of vectors)
+
+
 @wp.func
-def _interop_min_t(a: Any, b: Any, ta: Any, tb: Any):
-    # adj_min: NaN a -> b; NaN b -> a; a < b -> a; else b
+def _interop_min_t(a: wp.float16, b: wp.float16, ta: wp.float16, tb: wp.float16):
     if wp.isnan(a):
         return tb
     if wp.isnan(b):
@@ -70,7 +74,7 @@ def _interop_min_t(a: Any, b: Any, ta: Any, tb: Any):
 
 
 @wp.func
-def _interop_max_t(a: Any, b: Any, ta: Any, tb: Any):
+def _interop_max_t(a: wp.float16, b: wp.float16, ta: wp.float16, tb: wp.float16):
     if wp.isnan(a):
         return tb
     if wp.isnan(b):
@@ -81,6 +85,95 @@ def _interop_max_t(a: Any, b: Any, ta: Any, tb: Any):
 
 
 @wp.func
+def _interop_abs_t(x: wp.float16, tx: wp.float16):
+    if x < wp.float16(0.0):
+        return -tx
+    return tx
+
+
+@wp.func
+def _interop_min_t(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a < b:
+        return ta
+    return tb
+
+
+@wp.func
+def _interop_max_t(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a > b:
+        return ta
+    return tb
+
+
+@wp.func
+def _interop_abs_t(x: wp.float32, tx: wp.float32):  # noqa: F811
+    if x < wp.float32(0.0):
+        return -tx
+    return tx
+
+
+@wp.func
+def _interop_min_t(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a < b:
+        return ta
+    return tb
+
+
+@wp.func
+def _interop_max_t(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a > b:
+        return ta
+    return tb
+
+
+@wp.func
+def _interop_abs_t(x: wp.float64, tx: wp.float64):  # noqa: F811
+    if x < wp.float64(0.0):
+        return -tx
+    return tx
+
+
+@wp.func
+def _interop_min_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811  (vectors: per component)
+    r = type(ta)()
+    for k in range(len(a)):
+        r[k] = _interop_min_t(a[k], b[k], ta[k], tb[k])
+    return r
+
+
+@wp.func
+def _interop_max_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811
+    r = type(ta)()
+    for k in range(len(a)):
+        r[k] = _interop_max_t(a[k], b[k], ta[k], tb[k])
+    return r
+
+
+@wp.func
+def _interop_abs_t(x: Any, tx: Any):  # noqa: F811
+    r = type(tx)()
+    for k in range(len(x)):
+        r[k] = _interop_abs_t(x[k], tx[k])
+    return r
+
+
+@wp.func
 def _interop_clamp_t(x: Any, a: Any, b: Any, tx: Any, ta: Any, tb: Any):
     # adj_clamp: m = max(a, x) then min(m, b), each routed as adj_max / adj_min
     m = wp.max(a, x)
@@ -88,11 +181,47 @@ def _interop_clamp_t(x: Any, a: Any, b: Any, tx: Any, ta: Any, tb: Any):
     return _interop_min_t(m, b, tm, tb)
 
 
+# d det(A): 2x2 and 3x3 by the determinant's multilinearity in the rows (right at a singular A too,
+# as Warp's adj_determinant with its cofactors), larger by det(A) trace(A^-1 dA)
 @wp.func
-def _interop_abs_t(x: Any, tx: Any):
-    if x < type(x)(0.0):
-        return -tx
-    return tx
+def _interop_det_t(a: wp.mat22h, ta: wp.mat22h):
+    return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
+
+
+@wp.func
+def _interop_det_t(a: wp.mat33h, ta: wp.mat33h):  # noqa: F811
+    return (
+        wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
+    )
+
+
+@wp.func
+def _interop_det_t(a: wp.mat22, ta: wp.mat22):  # noqa: F811
+    return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
+
+
+@wp.func
+def _interop_det_t(a: wp.mat33, ta: wp.mat33):  # noqa: F811
+    return (
+        wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
+    )
+
+
+@wp.func
+def _interop_det_t(a: wp.mat22d, ta: wp.mat22d):  # noqa: F811
+    return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
+
+
+@wp.func
+def _interop_det_t(a: wp.mat33d, ta: wp.mat33d):  # noqa: F811
+    return (
+        wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
+    )
+
+
+@wp.func
+def _interop_det_t(a: Any, ta: Any):  # noqa: F811
+    return wp.determinant(a) * wp.trace(wp.inverse(a) * ta)
 
 
 @wp.func
@@ -118,6 +247,7 @@ HELPERS = {
     "_interop_abs_t": _interop_abs_t,
     "_interop_length_t": _interop_length_t,
     "_interop_normalize_t": _interop_normalize_t,
+    "_interop_det_t": _interop_det_t,
 }
 
 
@@ -311,7 +441,7 @@ def _inverse(args: list[Arg], y: str) -> str | None:
 
 def _determinant(args: list[Arg], y: str) -> str | None:
     ((a, ta),) = args
-    return None if ta is None else f"({y}) * {W}.trace({W}.inverse({a}) * ({ta}))"
+    return None if ta is None else f"_interop_det_t({a}, {ta})"
 
 
 def _cw_div(args: list[Arg], y: str) -> str | None:

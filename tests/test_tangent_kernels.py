@@ -636,6 +636,10 @@ VECTOR_PIECEWISE = Case(
     domains={"u": (-1.0, 1.0), "v": (-1.0, 1.0)},
     shapes={"u": (N, 3), "v": (N, 3), "vo": (N, 3, 3)},
     outputs=("vo",),
+    # componentwise min/max/abs: off their kinks (ties, zeros) for finite differences
+    smooth=lambda inputs: bool(
+        np.all(np.abs(inputs["u"] - inputs["v"]) > 1e-4) and np.all(np.abs(inputs["u"]) > 1e-4)
+    ),
 )
 
 
@@ -669,19 +673,7 @@ _VECTOR_COMPARE = (
     "(C++: invalid operands to binary expression vec_t < vec_t); Warp's {} of vectors is componentwise"
 )
 #: column -> (what is wrong, what it raises)
-GENERATOR_BUGS = {
-    "vector-piecewise-min:vector": (_VECTOR_COMPARE.format("_interop_min_t(a, b, ta, tb)", "min"), Exception),
-    "vector-piecewise-max:vector": (_VECTOR_COMPARE.format("_interop_max_t(a, b, ta, tb)", "max"), Exception),
-    "vector-piecewise-abs:vector": (
-        _VECTOR_COMPARE.format("_interop_abs_t(x, tx) (x < type(x)(0.0))", "abs"),
-        Exception,
-    ),
-    "matrix-shape-matrix:shape": (
-        "wp.matrix(..., shape=(2, 2)) is refused: 'a tuple value' (the generator lowers the static keyword "
-        "argument shape=(2, 2) as an expression)",
-        interop.UnsupportedError,
-    ),
-}
+GENERATOR_BUGS: dict = {}  # (the generator's known faults, by case; none at present)
 # Warp's own adjoint differs from the derivative (native/builtin.h); the rule follows the mathematics
 # (it matches finite differences), so J t assembled from reverse mode cannot match it
 WARP_ADJOINT_DIFFERS = {
@@ -1138,15 +1130,6 @@ TUPLE_FROM_LOCALS = Case(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=interop.UnsupportedError,
-    reason=(
-        "`r, th = polar(a, b)` with locals a, b is refused ('unpacking a function's results into another number of "
-        "names'): in the fixed point's first pass a, b carry no tangent yet, user_call returns the call as one "
-        "result, and assign_tuple checks len(results) != len(names) before its own one-result case"
-    ),
-)
 def test_tuple_returned_by_a_func_unpacked_from_locals():
     check_tangent(TUPLE_FROM_LOCALS, *seeded_inputs(TUPLE_FROM_LOCALS))
 
@@ -1190,15 +1173,6 @@ def test_tangent_kernels_are_cached():
     assert case.tangent() is case.tangent()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "the determinant's rule y * trace(inverse(A) * dA) is 0 at a singular A (det 0 times Warp's zero inverse); "
-        "d det(A) = trace(adj(A) dA) is not (A of rank 2: adj(A) != 0), which Warp's adj_determinant computes "
-        "(cofactors)"
-    ),
-)
 @pytest.mark.parametrize("check", ["fd", "reverse"])
 def test_determinant_at_a_singular_matrix(check):
     case = STRUCTURE["vec-mat-quat"]
@@ -1455,7 +1429,7 @@ def test_a_refused_kernel_raises_again_without_rebuilding(monkeypatch, fresh_tan
         with pytest.raises(interop.UnsupportedError, match="smoothstep") as info:
             _tangent.tangent_kernel(refuse_smoothstep, diff, "twice")
         errors.append(info.value)
-    assert len(built) == 1 and errors[0] is errors[1]
+    assert len(built) == 1 and str(errors[0]) == str(errors[1])
     op = interop.op(refuse_smoothstep)
     for _ in range(2):
         with pytest.raises(interop.UnsupportedError, match="smoothstep"):
@@ -1463,14 +1437,6 @@ def test_a_refused_kernel_raises_again_without_rebuilding(monkeypatch, fresh_tan
     assert len(built) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "tangent_kernel caches a refusal per (kernel, differentiable) without the label and re-raises the cached "
-        "UnsupportedError, so a second op over the same kernel is refused in the first op's name"
-    ),
-)
 def test_a_refusal_names_the_op_that_asked(fresh_tangent_cache):
     first = interop.op(refuse_smoothstep, name="tangent_tests::first")
     second = interop.op(refuse_smoothstep, name="tangent_tests::second")
