@@ -7,8 +7,10 @@ import threading
 import weakref
 from typing import Any, Mapping, Sequence
 
-from . import _cache, _structs
-from ._description import DtypeOf, OpDescription, check_block_dim, describe
+import warp as wp
+
+from . import _cache, _structs, _tangent
+from ._description import IN_OUT, OUTPUT, DtypeOf, OpDescription, check_block_dim, describe
 from ._errors import ArgumentError, UnsupportedError
 from ._frameworks import adapter, framework_of, watch_framework_imports
 from ._launch import Runner
@@ -108,8 +110,6 @@ class Op:
         """
         t = self._tangent
         if t is None:
-            from ._tangent import tangent_op
-
             try:
                 t = tangent_op(self)
             except Exception as e:
@@ -143,8 +143,6 @@ class Op:
             >>> dy
             array([ 3., 12.])
         """
-        from ._tangent import jvp_call
-
         return jvp_call(self, args, tangents, launch_dims, output_dims)
 
     def with_block_dim(self, block_dim: int) -> Op:
@@ -493,3 +491,154 @@ def _notify_adapters(o: Op) -> None:
             hook = getattr(mod, "on_describe", None)
             if hook is not None:
                 hook(o)
+
+
+# ---- forward mode: the tangent op (interop._tangent generates its kernel) ----------------------------
+def tangent_names(o: Op) -> dict[str, str]:
+    """Each differentiable parameter of ``o`` -> the name of its tangent in ``o``'s tangent op."""
+    desc = o.description
+    names = [p.name for p in o.tangent().description.params]
+    return dict(zip([p.name for p in desc.params if p.differentiable], names[len(desc.params) :]))
+
+
+def _refused(label: str, why: str) -> UnsupportedError:
+    return UnsupportedError(
+        f"op {label!r}: forward-mode differentiation (jvp, jacfwd, hessian, grad of grad) is not available: {why}; "
+        "use reverse mode (grad, vjp, jacrev)"
+    )
+
+
+def tangent_op(o: Op) -> Op:
+    """The op whose kernel is ``o``'s tangent kernel (generated, or the hand-written ``jvp=``)."""
+    desc = o.description
+    label = desc.label
+    if desc.kind != "kernel":
+        raise _refused(label, "it is a Python-function op (wp.Tape records reverse mode only)")
+    # a kernel with struct parameters: its flat kernel (the struct fields as parameters) is
+    # transformed; struct values the flat kernel rebuilds for a wp.func are refused by the generator
+    if desc.tiles and desc.jvp is None:
+        raise _refused(label, "it is a tile kernel (no tangent rules for tiles yet); give it jvp=<kernel>")
+    diff = [p.name for p in desc.params if p.differentiable]
+    if not diff:
+        raise _refused(label, "it has no differentiable parameter")
+    if desc.jvp is not None:
+        kernel = desc.jvp
+        names = [a.label for a in kernel.adj.args]
+        tangent_of = dict(zip(diff, names[len(desc.params) :]))
+    else:
+        tk = _tangent.tangent_kernel(desc.fn, {name: True for name in diff}, label)
+        kernel, tangent_of = tk.kernel, tk.tangent_of
+    outputs = [p.name for p in desc.params if p.role == OUTPUT]
+    outputs += [tangent_of[p.name] for p in desc.params if p.role == OUTPUT and p.name in tangent_of]
+    in_out = [p.name for p in desc.params if p.role == IN_OUT]
+    in_out += [tangent_of[p.name] for p in desc.params if p.role == IN_OUT and p.name in tangent_of]
+    nondiff = [p.name for p in desc.params if not p.differentiable and _tangent.float_like(p.dtype)]
+    odt = {}
+    for n, rule in desc.output_dtypes:
+        odt[n] = rule
+        if n in tangent_of:
+            odt[tangent_of[n]] = rule
+    od: Any = None
+    if desc.output_dims is not None:
+        how, dims = desc.output_dims
+        if how == "all":
+            od = dims
+        else:
+            od = {}
+            for n, d in dims:
+                od[n] = d
+                if n in tangent_of:
+                    od[tangent_of[n]] = d
+    name = None if desc.name.startswith("interop::") else f"{desc.name}__jvp"
+    return op(
+        kernel,
+        outputs=outputs,
+        in_out=in_out,
+        launch_dims=desc.launch_dims,
+        output_dims=od,
+        name=name,
+        zero_outputs=desc.zero_outputs,
+        nondifferentiable=nondiff,
+        vmap_method=desc.vmap_method,
+        block_dim=desc.block_dim,
+        partition=desc.partition,
+        output_dtypes=odt or None,
+    )
+
+
+def _zeros_like(x: Any) -> Any:
+    """A zero tangent for ``x`` in its own framework (a number for a number)."""
+    import numbers
+
+    if isinstance(x, bool) or isinstance(x, numbers.Number):
+        return type(x)(0)
+    mod = type(x).__module__.split(".")[0]
+    if mod == "numpy":
+        import numpy as np
+
+        return np.zeros_like(x)
+    if mod == "torch":
+        import torch
+
+        return torch.zeros_like(x)
+    if mod in ("jax", "jaxlib"):
+        import jax.numpy as jnp
+
+        return jnp.zeros_like(x)
+    if mod == "cupy":
+        import cupy
+
+        return cupy.zeros_like(x)
+    if mod == "paddle":
+        import paddle
+
+        return paddle.zeros_like(x)
+    if mod == "warp":
+        return wp.zeros_like(x)
+    if hasattr(x, "_wp_scalar_type_"):
+        return type(x)()
+    raise ArgumentError(f"cannot make a zero tangent like a {type(x).__name__}; pass the tangent explicitly")
+
+
+def jvp_call(o: Op, args: tuple, tangents: Any, launch_dims: Any, output_dims: Any) -> tuple:
+    """:meth:`interop.Op.jvp`: call the tangent op, split its results into results and tangents."""
+    desc = o.description
+    label = desc.label
+    diff = [p for p in desc.call_params if p.differentiable]
+    if isinstance(tangents, (str, bytes)) or not isinstance(tangents, (list, tuple)):
+        raise ArgumentError(
+            f"op {label!r}, jvp: tangents must be a list with one tangent per differentiable call parameter "
+            f"{[p.name for p in diff]}, got {type(tangents).__name__}"
+        )
+    if len(tangents) != len(diff):
+        raise ArgumentError(
+            f"op {label!r}, jvp: expected {len(diff)} tangent(s), one per differentiable call parameter "
+            f"{[p.name for p in diff]}, got {len(tangents)}"
+        )
+    if len(args) != len(desc.call_params):
+        raise ArgumentError(
+            f"op {label!r}, jvp: expected {len(desc.call_params)} argument(s) "
+            f"{[p.name for p in desc.call_params]}, got {len(args)}"
+        )
+    top = o.tangent()
+    by_name = dict(zip([p.name for p in desc.call_params], args))
+    ts = [_zeros_like(by_name[p.name]) if t is None else t for p, t in zip(diff, tangents)]
+    tangent_of = tangent_names(o)
+    od = output_dims
+    if isinstance(output_dims, dict):
+        od = dict(output_dims)
+        for n, d in output_dims.items():
+            if n in tangent_of:
+                od[tangent_of[n]] = d
+    res = top(*args, *ts, launch_dims=launch_dims, output_dims=od)
+    res = res if isinstance(res, tuple) else (res,)
+    k = len(desc.returned_params)
+    prim, rest = res[:k], list(res[k:])
+    touts = []
+    for p in desc.returned_params:
+        touts.append(rest.pop(0) if p.differentiable else None)
+
+    def bare(r):
+        return r[0] if len(r) == 1 else tuple(r)
+
+    return bare(prim), bare(touts)

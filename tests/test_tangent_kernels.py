@@ -95,7 +95,7 @@ class Case:
     @property
     def differentiable(self) -> dict[str, bool]:
         """What interop would mark differentiable: float arrays and scalars that are not fixed."""
-        return {n: n not in self.fixed and _tangent._float_like(getattr(t, "dtype", t)) for n, t in self.params}
+        return {n: n not in self.fixed and _tangent.float_like(getattr(t, "dtype", t)) for n, t in self.params}
 
     def tangent(self) -> _tangent.TangentKernel:
         return _tangent.tangent_kernel(self.kernel, self.differentiable, self.label or self.kernel.key)
@@ -1196,7 +1196,7 @@ def second_order(case: Case, inputs: dict, v: dict, ct: dict) -> tuple[dict, dic
     tk = case.tangent()
     types = dict(case.params)
     values = _start_values(case, inputs)
-    grad = lambda n, t: _is_array(t) and _tangent._float_like(t.dtype) and n not in case.fixed  # noqa: E731
+    grad = lambda n, t: _is_array(t) and _tangent.float_like(t.dtype) and n not in case.fixed  # noqa: E731
     args = {n: _to_wp(t, values[n], requires_grad=grad(n, t)) for n, t in case.params}
     targs = {}
     for n in tk.tangent_of:
@@ -1371,7 +1371,7 @@ def _line_of(kernel: Any, text: str) -> tuple[str, int]:
 
 
 def _differentiable(kernel: Any) -> dict[str, bool]:
-    return {a.label: _tangent._float_like(getattr(a.type, "dtype", a.type)) for a in kernel.adj.args}
+    return {a.label: _tangent.float_like(getattr(a.type, "dtype", a.type)) for a in kernel.adj.args}
 
 
 @pytest.mark.parametrize("name", list(REFUSALS))

@@ -213,7 +213,7 @@ def _define(prim, base_impl, base_abstract, base_jvp, base_transpose):
 def tangent_outs(entry, xs, vpos: tuple, vs) -> list:
     """The tangents of the op's differentiable results: the tangent op with tangents ``vs`` on
     operands ``vpos`` (zero elsewhere)."""
-    from interop._tangent import _zeros_like, tangent_names
+    from interop._op import _zeros_like, tangent_names
 
     desc = entry.desc
     plan = entry.plan
