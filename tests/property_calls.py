@@ -668,7 +668,7 @@ def _scalar_value(fw: str, c: Call):
     if fw == "paddle":
         import paddle
 
-        t = paddle.to_tensor(a)
+        t = paddle.to_tensor(a, place=_paddle_place(c.device))
         t.stop_gradient = not grad
         return t, dt.type(v)
     if fw == "cupy":
@@ -994,13 +994,21 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     return o
 
 
+def _paddle_place(device: str):
+    """The Paddle place of a call's device ("cpu", "cuda" or "cuda:N")."""
+    import paddle
+
+    platform, _, index = device.partition(":")
+    return paddle.CPUPlace() if platform == "cpu" else paddle.CUDAPlace(int(index or 0))
+
+
 def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     import paddle
 
     pop, opf = c.op, op_callable(c)
     leaves = []
     for b, g in zip(bases, c.grads):
-        t = paddle.to_tensor(b)
+        t = paddle.to_tensor(b, place=_paddle_place(c.device))
         t.stop_gradient = not g
         leaves.append(t)
     srcs = [lf.clone() if (k in pop.in_out and c.grads[k]) else lf for k, lf in enumerate(leaves)]
@@ -1028,7 +1036,7 @@ def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
         if c.inplace is not None:
             with paddle.no_grad():
                 srcs[c.inplace].scale_(3.0)
-        loss = sum((x * paddle.to_tensor(w)).sum() for x, w in zip(rs, weights))
+        loss = sum((x * paddle.to_tensor(w, place=_paddle_place(c.device))).sum() for x, w in zip(rs, weights))
         try:
             loss.backward()
         except Exception as e:  # noqa: BLE001
