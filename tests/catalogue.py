@@ -1146,6 +1146,9 @@ class PropertyOp:
     scalar_dtype: Any = None  # the scalar parameter's type (None: the arrays' dtype)
     ranges: tuple = ()  # per array argument: (low, high) of its values (default (-1, 1))
     scalar_degree: int = 1  # the outputs are polynomials of this degree (1 or 2) in the scalar
+    # a tile kernel's threads per block: the reference launches it as wp.launch_tiled(fn, dim=launch,
+    # block_dim=...) does, ``launch`` being the tile grid (docs/contract.md, "Devices")
+    block_dim: int | None = None
 
     @property
     def kind(self) -> str:
@@ -1223,6 +1226,9 @@ def _rows(n, m):
     return (n, m)
 
 
+tile_rows_op = interop.op(tile_kernel, block_dim=TILE_BLOCK, name="catalogue::tile_rows")
+
+
 PROPERTY_OPS = [
     PropertyOp("affine2d", affine2d_op, affine2d_kernel, ("in", "in", "scalar", "out"), lambda n, m: ((n, m), (n, m)),
                _rows, dtypes=(np.float32, np.float64)),
@@ -1252,5 +1258,10 @@ PROPERTY_OPS = [
     PropertyOp("struct_in_out", interop.op(struct_in_out_kernel, outputs=["acc", "sq"], in_out=["acc"],
                                            name="catalogue::struct_in_out"),
                struct_in_out_kernel, ("in", "io", "scalar", "out"), lambda n, m: ((n, m), (n,)), _rows),
+    # a tile kernel: out[i] = sum(x[i, :] ** 2), one tile of TILE values per row (its launch and
+    # launch_dims are the tile grid; Warp's tile adjoints write through each array's own gradient
+    # pointer: a gradient of a strided input is refused, see property_calls.expected_error)
+    PropertyOp("tile_rows", tile_rows_op, tile_kernel, ("in", "out"), lambda n, m: ((n, TILE),), lambda n, m: (n,),
+               block_dim=TILE_BLOCK),
 ]  # fmt: skip
 PROPERTY_OP_IDS = [p.id for p in PROPERTY_OPS]

@@ -9,8 +9,8 @@ NamedTuple, a registered JAX pytree: the array and scalar arguments above are th
 fields), the path (eager, ``torch.no_grad``, ``torch.compile``, ``torch.func``, ``jax.jit``,
 ``jax.vmap``, ``jax.grad``, ``paddle.no_grad``), JAX's x64 mode, ``launch_dims``, and an in-place
 modification of an input after the forward. :func:`run_call` runs it and compares the returned arrays
-and the gradients with Warp itself: ``wp.launch`` and ``wp.Tape`` on contiguous copies of the values
-(:func:`warp_reference`). A call that the package documents as refused (:func:`expected_error`) must
+and the gradients with Warp itself: ``wp.launch`` (``wp.launch_tiled`` for the tile kernel) and ``wp.Tape``
+on contiguous copies of the values (:func:`warp_reference`). A call that the package documents as refused (:func:`expected_error`) must
 raise that error, naming the op.
 
 The device is one more dimension (issue 31): a call is drawn on the CPU or, where INTEROP_TEST_DEVICES
@@ -27,6 +27,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib.util
+import math
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -502,7 +503,9 @@ def warp_reference(
                     returned.append(a)
         tape = wp.Tape()
         with tape:
-            if pop.kind == "kernel":  # struct kernels: on Warp struct instances of the leaves
+            if pop.block_dim is not None:  # a tile kernel: the tile grid, then the block's lanes
+                wp.launch_tiled(pop.fn, dim=launch, inputs=args, block_dim=pop.block_dim, device=device)
+            elif pop.kind == "kernel":  # struct kernels: on Warp struct instances of the leaves
                 wp.launch(pop.fn, dim=launch, inputs=pop.kernel_args(args), device=device)
             else:
                 with wp.ScopedDevice(device):  # a Python function launches on the device of its arrays
@@ -542,12 +545,15 @@ def _strides(fw: str, x) -> tuple:
     return ()
 
 
-GRAD_LAYOUT = "the adjoint of a struct value built from a strided array"
+GRAD_LAYOUT = "an adjoint through a strided array's own gradient pointer (tiles, struct values)"
 
 
 def _grad_pointer_arrays(pop: PropertyOp) -> list[int]:
-    """The array arguments that the flat kernel builds struct values from (a struct passed whole to
-    a ``wp.func``): Warp's adjoint accumulates through their own gradient pointer."""
+    """The array arguments whose adjoint Warp accumulates through their own gradient pointer: every
+    one of a tile kernel (``adj_tile_load``), those the flat kernel builds struct values from (a
+    struct passed whole to a ``wp.func``)."""
+    if pop.block_dim is not None:
+        return list(range(len(pop.array_ndims)))
     if not pop.structs:
         return []
     from interop._structs import grad_pointer_params
@@ -618,14 +624,15 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
         if fw == "numpy" and not v.flags.writeable and c.packing != "warp":
             return "read-only in-out"  # np.broadcast_to (a Warp array over its memory is writable)
     grad_paths = {"torch": ("eager", "compile", "func_grad"), "paddle": ("eager",)}.get(fw, ())
+    launched = math.prod(c.launch or pop.launch(c.n, c.m)) > 0  # an empty launch has no adjoint to run
     for k in _grad_pointer_arrays(pop):
         # (a negated view reaches the op as torch's packed copy of it)
-        if c.path not in grad_paths or not c.grads[k] or c.layouts[k].negated:
+        if c.path not in grad_paths or not c.grads[k] or c.layouts[k].negated or not launched:
             continue
-        if views[k].size and not _contiguous(fw, views[k]):
+        if math.prod(shapes[k]) and not _contiguous(fw, views[k]):
             # Warp's adjoint writes through the array's own gradient pointer with the array's strides,
-            # into the packed gradient the framework gives: refused at the backward, as for tiles
-            # (docs/contract.md, docs/structs.md)
+            # into the packed gradient the framework gives: refused at the backward (a tile kernel's
+            # tile_load, a struct value built from the array; docs/contract.md, docs/structs.md)
             return GRAD_LAYOUT
     if fw == "torch" and c.path == "func_grad" and any(c.grads) and any(not c.grads[k] for k in pop.in_out):
         # the in-out is not an input of the transformed function: torch refuses to update it (a
@@ -685,7 +692,7 @@ def _scalar_value(fw: str, c: Call):
     if fw == "paddle":
         import paddle
 
-        t = paddle.to_tensor(a)
+        t = paddle.to_tensor(a, place=_paddle_place(c.device))
         t.stop_gradient = not grad
         return t, dt.type(v)
     if fw == "cupy":
@@ -1011,13 +1018,21 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     return o
 
 
+def _paddle_place(device: str):
+    """The Paddle place of a call's device ("cpu", "cuda" or "cuda:N")."""
+    import paddle
+
+    platform, _, index = device.partition(":")
+    return paddle.CPUPlace() if platform == "cpu" else paddle.CUDAPlace(int(index or 0))
+
+
 def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     import paddle
 
     pop, opf = c.op, op_callable(c)
     leaves = []
     for b, g in zip(bases, c.grads):
-        t = paddle.to_tensor(b)
+        t = paddle.to_tensor(b, place=_paddle_place(c.device))
         t.stop_gradient = not g
         leaves.append(t)
     srcs = [lf.clone() if (k in pop.in_out and c.grads[k]) else lf for k, lf in enumerate(leaves)]
@@ -1045,7 +1060,7 @@ def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
         if c.inplace is not None:
             with paddle.no_grad():
                 srcs[c.inplace].scale_(3.0)
-        loss = sum((x * paddle.to_tensor(w)).sum() for x, w in zip(rs, weights))
+        loss = sum((x * paddle.to_tensor(w, place=_paddle_place(c.device))).sum() for x, w in zip(rs, weights))
         try:
             loss.backward()
         except Exception as e:  # noqa: BLE001

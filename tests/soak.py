@@ -58,8 +58,8 @@ def run(fw: str, n: int) -> tuple[float, float, float]:
             xj, yj = jnp.asarray(x, device=jax_device("cpu")), jnp.asarray(y, device=jax_device("cpu"))
             out, g = np.asarray(op(xj, yj, 2.0)), np.asarray(grad(xj, yj))
         else:
-            xp = paddle.to_tensor(x, stop_gradient=False)
-            out = op(xp, paddle.to_tensor(y), 2.0)
+            xp = paddle.to_tensor(x, stop_gradient=False, place=paddle.CPUPlace())
+            out = op(xp, paddle.to_tensor(y, place=paddle.CPUPlace()), 2.0)
             out.sum().backward()
             out, g = out.numpy(), xp.grad.numpy()
         if k % 1000 == 0:

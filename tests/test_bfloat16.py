@@ -76,7 +76,7 @@ def make(fw: str, values: np.ndarray, dtype: str = "bfloat16"):
     if fw == "paddle":
         import paddle
 
-        return paddle.to_tensor(v).astype(dtype)
+        return paddle.to_tensor(v, place=paddle.CPUPlace()).astype(dtype)
     raise AssertionError(fw)
 
 
@@ -183,9 +183,9 @@ def test_paddle_array_and_scalar_gradients():
     paddle = pytest.importorskip("paddle")
     x = make("paddle", X)
     x.stop_gradient = False
-    s = paddle.to_tensor(S).astype("bfloat16")
+    s = paddle.to_tensor(S, place=paddle.CPUPlace()).astype("bfloat16")
     s.stop_gradient = False
-    loss = (paddle.to_tensor(W).astype("bfloat16") * SCALE(x, s)).sum()
+    loss = (paddle.to_tensor(W, place=paddle.CPUPlace()).astype("bfloat16") * SCALE(x, s)).sum()
     loss.backward()
     assert x.grad.dtype == s.grad.dtype == paddle.bfloat16
     ex, es = _expected_grads()

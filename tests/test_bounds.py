@@ -57,14 +57,14 @@ for k in range(1, N + 1):
     if fw == "numpy":
         got = op(x, y, 2.0)
     elif fw == "paddle":
-        xp = paddle.to_tensor(x, stop_gradient=False)
-        out = op(xp, paddle.to_tensor(y), 2.0)
+        xp = paddle.to_tensor(x, stop_gradient=False, place=paddle.CPUPlace())
+        out = op(xp, paddle.to_tensor(y, place=paddle.CPUPlace()), 2.0)
         out.sum().backward()
         assert np.allclose(xp.grad.numpy(), 2.0 * np.cos(x), atol=1e-5)
         got = out.numpy()
     else:
-        xt = torch.tensor(x, requires_grad=True)
-        out = op(xt, torch.tensor(y), 2.0)
+        xt = torch.tensor(x, requires_grad=True, device="cpu")
+        out = op(xt, torch.tensor(y, device="cpu"), 2.0)
         out.sum().backward()
         assert np.allclose(xt.grad.numpy(), 2.0 * np.cos(x), atol=1e-5)
         got = out.detach().numpy()
@@ -119,7 +119,7 @@ def scale(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
 def make(k):
     if kind == "function":
         def scaled(a: wp.array(dtype=float), out: wp.array(dtype=float)):
-            wp.launch(scale, dim=a.shape, inputs=[a, 2.0], outputs=[out])
+            wp.launch(scale, dim=a.shape, inputs=[a, 2.0], outputs=[out], device=a.device)
     else:
         @wp.kernel(module="unique")
         def scaled(a: wp.array(dtype=float), out: wp.array(dtype=float)):
@@ -132,15 +132,15 @@ def use(o):
     if fw == "numpy":
         assert np.array_equal(o(xn), 2 * xn)
     elif fw == "torch":
-        x = torch.tensor(xn, requires_grad=True)
+        x = torch.tensor(xn, requires_grad=True, device="cpu")
         o(x).sum().backward()
         assert np.array_equal(x.grad.numpy(), np.full(8, 2.0, np.float32))
     elif fw == "paddle":
-        x = paddle.to_tensor(xn, stop_gradient=False)
+        x = paddle.to_tensor(xn, stop_gradient=False, place=paddle.CPUPlace())
         o(x).sum().backward()
         assert np.array_equal(x.grad.numpy(), np.full(8, 2.0, np.float32))
     else:
-        x = jnp.asarray(xn)
+        x = jnp.asarray(xn, device=jax.devices("cpu")[0])
         assert np.array_equal(np.asarray(jax.jit(o)(x)), 2 * xn)
         assert np.array_equal(np.asarray(jax.grad(lambda v: o(v).sum())(x)), np.full(8, 2.0, np.float32))
 
@@ -193,10 +193,10 @@ x = np.linspace(-1, 1, 1000, dtype=np.float32)
 y = np.full(1000, 0.5, np.float32)
 if fw == "torch":
     import torch
-    xt, yt = torch.tensor(x, requires_grad=True), torch.tensor(y)
+    xt, yt = torch.tensor(x, requires_grad=True, device="cpu"), torch.tensor(y, device="cpu")
 else:
     import paddle
-    xt, yt = paddle.to_tensor(x, stop_gradient=False), paddle.to_tensor(y)
+    xt, yt = paddle.to_tensor(x, stop_gradient=False, place=paddle.CPUPlace()), paddle.to_tensor(y, place=paddle.CPUPlace())
 marks = {{}}
 for k in range(1, 4001):
     out = op(xt, yt, 2.0)

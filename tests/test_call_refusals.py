@@ -41,18 +41,19 @@ ACCUMULATE = interop.op(_accumulate, in_out=["acc"], outputs=1)
 def test_paddle_function_op_scalar_requiring_grad_is_refused_at_the_call():
     paddle = pytest.importorskip("paddle")
     op, runs = _counting_function_op()
-    a = paddle.to_tensor(np.arange(4, dtype=np.float32), stop_gradient=False)
-    s = paddle.to_tensor(2.0, stop_gradient=False)
+    a = paddle.to_tensor(np.arange(4, dtype=np.float32), stop_gradient=False, place=paddle.CPUPlace())
+    s = paddle.to_tensor(2.0, stop_gradient=False, place=paddle.CPUPlace())
     with pytest.raises(
         interop.UnsupportedError, match=r"op 'scaled': no gradient for scalar 's' of a Python-function op"
     ):
         op(a, s)  # before: ran, then paddle.grad(out, [a]) failed in the backward as OSError
     with pytest.raises(interop.UnsupportedError, match=r"no gradient for scalar 's'"):
-        op(paddle.to_tensor(np.arange(4, dtype=np.float32)), s)  # only the scalar requires grad
+        b = paddle.to_tensor(np.arange(4, dtype=np.float32), place=paddle.CPUPlace())
+        op(b, s)  # only the scalar requires grad
     assert runs == []
     # after a remembered signature with a scalar that does not require grad: still refused
     for _ in range(3):
-        out = op(a, paddle.to_tensor(2.0))
+        out = op(a, paddle.to_tensor(2.0, place=paddle.CPUPlace()))
     (ga,) = paddle.grad(out.sum(), [a])
     np.testing.assert_array_equal(ga.numpy(), np.full(4, 2.0, np.float32))
     with pytest.raises(interop.UnsupportedError, match=r"no gradient for scalar 's'"):
@@ -84,9 +85,9 @@ def test_paddle_hand_written_backward_scalar_requiring_grad_is_refused_as_unsupp
         grad_a[wp.tid()] = s * adj_out[wp.tid()]
 
     op = interop.op(scale_kernel, backward=scale_backward)
-    a = paddle.to_tensor(np.arange(4, dtype=np.float32), stop_gradient=False)
+    a = paddle.to_tensor(np.arange(4, dtype=np.float32), stop_gradient=False, place=paddle.CPUPlace())
     with pytest.raises(interop.UnsupportedError, match=r"op 'scale_kernel': no gradient for scalar 's'"):
-        op(a, paddle.to_tensor(2.0, stop_gradient=False))
+        op(a, paddle.to_tensor(2.0, stop_gradient=False, place=paddle.CPUPlace()))
 
 
 # ---- row d: an in-out leaf that requires grad ------------------------------------------------------
@@ -115,7 +116,7 @@ def test_torch_in_out_leaf_requiring_grad_is_refused_before_the_launch():
 
 def test_paddle_in_out_leaf_requiring_grad_is_refused_before_the_launch():
     paddle = pytest.importorskip("paddle")
-    acc = paddle.to_tensor(np.zeros(4, np.float32), stop_gradient=False)
+    acc = paddle.to_tensor(np.zeros(4, np.float32), stop_gradient=False, place=paddle.CPUPlace())
     with pytest.raises(
         interop.ArgumentError,
         match=r"op '_accumulate', parameter 'acc': the in-out tensor is a leaf with stop_gradient=False",

@@ -119,7 +119,8 @@ def test_every_framework_refuses_before_launching(fw):
         call = lambda: f(jax.numpy.asarray(x, device=jax_device("cpu")), jax.numpy.asarray(y, device=jax_device("cpu")))  # noqa: E731
     else:
         paddle = pytest.importorskip("paddle")
-        call = lambda: op(paddle.to_tensor(x), paddle.to_tensor(y), 2.0)  # noqa: E731
+        cpu = paddle.CPUPlace()
+        call = lambda: op(paddle.to_tensor(x, place=cpu), paddle.to_tensor(y, place=cpu), 2.0)  # noqa: E731
     with pytest.raises(interop.ArgumentError, match=r"parameter 'y'.*launch extent 8.*got extent 4"):
         call()
 

@@ -84,7 +84,7 @@ def _make(framework, x):
     if framework == "paddle":
         import paddle
 
-        return paddle.to_tensor(x)
+        return paddle.to_tensor(x, place=paddle.CPUPlace())
     import jax.numpy as jnp
 
     return jnp.asarray(x, device=jax_device("cpu"))
@@ -146,13 +146,13 @@ def test_fork_after_use():
         x, y = np.linspace(0, 1, 9, dtype=np.float32), np.full(9, 0.5, np.float32)
         want = c.reference(x, y, 2.0)[0]
         assert np.allclose(c.op(x, y, 2.0), want, atol=1e-6)
-        xt = torch.tensor(x, requires_grad=True)
-        c.op(xt, torch.tensor(y), 2.0).sum().backward()
+        xt = torch.tensor(x, requires_grad=True, device="cpu")
+        c.op(xt, torch.tensor(y, device="cpu"), 2.0).sum().backward()
         pid = os.fork()
         if pid == 0:
             ok = np.allclose(c.op(x, y, 2.0), want, atol=1e-6)
-            xt = torch.tensor(x, requires_grad=True)
-            out = c.op(xt, torch.tensor(y), 2.0)
+            xt = torch.tensor(x, requires_grad=True, device="cpu")
+            out = c.op(xt, torch.tensor(y, device="cpu"), 2.0)
             out.sum().backward()
             ok = ok and np.allclose(xt.grad.numpy(), 2.0 * np.cos(x), atol=1e-5)
             ok = ok and np.allclose(c.op(x[:5], y[:5], 2.0), want[:5], atol=1e-6)  # a new plan in the child

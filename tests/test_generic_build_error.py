@@ -70,7 +70,7 @@ def _fw_call(fw: str, op, x, *rest):
         return out
     import paddle
 
-    t = paddle.to_tensor(x, stop_gradient=fw != "paddle.grad")
+    t = paddle.to_tensor(x, stop_gradient=fw != "paddle.grad", place=paddle.CPUPlace())
     out = op(t, *rest)
     if fw == "paddle.grad":
         out.sum().backward()

@@ -127,9 +127,9 @@ def test_ctrl_c_during_jax_handler_surfaces_as_keyboard_interrupt():
             state["n"] += 1
             if state["n"] == 2:
                 signal.raise_signal(signal.SIGINT)  # Ctrl-C while the FFI handler runs
-            wp.launch(cat.scale_kernel, dim=a.shape, inputs=[a, s], outputs=[out])
+            wp.launch(cat.scale_kernel, dim=a.shape, inputs=[a, s], outputs=[out], device=a.device)
         op = interop.op(interrupted)
-        a = jnp.arange(4.0, dtype=jnp.float32)
+        a = jnp.arange(4.0, dtype=jnp.float32, device=jax.devices("cpu")[0])
         assert np.asarray(op(a, 2.0)).tolist() == [0, 2, 4, 6]
         try:
             op(a, 2.0)
@@ -160,7 +160,7 @@ def test_ctrl_c_during_jax_handler_surfaces_as_keyboard_interrupt():
 def test_convert_negative_stride_paddle_view_to_torch_is_refused():
     import paddle
 
-    x = paddle.to_tensor(np.arange(6.0))[::-1]  # was SIGABRT inside Paddle
+    x = paddle.to_tensor(np.arange(6.0), place=paddle.CPUPlace())[::-1]  # was SIGABRT inside Paddle
     with pytest.raises(interop.ArgumentError, match=r"convert: a paddle array .* negative strides .*copy=True"):
         interop.convert(x, to="torch")
     np.testing.assert_array_equal(interop.convert(x, to="torch", copy=True).numpy(), np.arange(6.0)[::-1])
@@ -388,7 +388,7 @@ def test_sparse_tensor_is_refused(fw):
     else:
         import paddle
 
-        x = paddle.to_tensor(np.ones(4, F)).to_sparse_coo(1)
+        x = paddle.to_tensor(np.ones(4, F), place=paddle.CPUPlace()).to_sparse_coo(1)
     with pytest.raises(interop.ArgumentError, match=r"parameter 'a': a .*sparse.* tensor has no dense strided memory"):
         op(x, 2.0)
 
@@ -428,7 +428,7 @@ def test_function_op_strided_input_backward_paddle():
 
     op = cat.case("function").op
     an = np.random.default_rng(0).random(16).astype(F)
-    a = paddle.to_tensor(an, stop_gradient=False)
+    a = paddle.to_tensor(an, stop_gradient=False, place=paddle.CPUPlace())
     op(a[::2], paddle.ones([8])).sum().backward()
     expected = np.zeros(16, F)
     expected[::2] = 6 * an[::2]
@@ -479,7 +479,7 @@ def test_backward_that_is_a_python_function_op(fw):
     else:
         import paddle
 
-        a = paddle.to_tensor(an, stop_gradient=False)
+        a = paddle.to_tensor(an, stop_gradient=False, place=paddle.CPUPlace())
         op(a).sum().backward()
         g = a.grad.numpy()
     np.testing.assert_array_equal(g, 2 * an)

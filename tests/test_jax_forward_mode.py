@@ -114,7 +114,7 @@ HESSIAN_CASES = {
     "loop": (
         loop_kernel,
         lambda rng, d: (_arr(rng, 5, d),),
-        lambda a: jnp.full(a.shape, jnp.sum(a)),
+        lambda a: jnp.full_like(a, jnp.sum(a)),
         {},
     ),
     "cube": (cube64, lambda rng, d: (_arr(rng, 6, d),), lambda x: x**3, {}),
@@ -230,7 +230,8 @@ def test_in_out_and_scalars(device):
     op2 = interop.op(square_axpy_kernel)
     g = op2.bound("jax")
     x32, y32 = x[0].astype(jnp.float32), acc.astype(jnp.float32)[:1].repeat(3)
-    _, t = jax.jvp(lambda a: g(x32, y32, a), (jnp.float32(2.0),), (jnp.float32(1.0),))
+    two, one = (jax.device_put(jnp.float32(v), jax_device(device)) for v in (2.0, 1.0))
+    _, t = jax.jvp(lambda a: g(x32, y32, a), (two,), (one,))
     np.testing.assert_allclose(np.asarray(t), np.asarray(x32 * x32), rtol=1e-6)
 
 

@@ -41,8 +41,9 @@ def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.
 
 
 op = interop.op(saxpy)
-x = jnp.arange(256.0, dtype=jnp.float32)
-y = jnp.ones(256, jnp.float32)
+cpu = jax.devices("cpu")[0]
+x = jnp.arange(256.0, dtype=jnp.float32, device=cpu)
+y = jnp.ones(256, jnp.float32, device=cpu)
 grad = jax.grad(lambda x, y: jnp.sum(op(x, y, 2.0) ** 2), argnums=(0, 1))
 jitted = jax.jit(lambda x, y: op(x, y, 2.0))
 jitted_grad = jax.jit(grad)

@@ -134,7 +134,7 @@ SHARDING = textwrap.dedent(
     xm = put(M, P(("a", "b"), None), mesh2)
     case("rows_2d_launch_2d_mesh_forward", rows_2d, (xm,), M * M * col)
     case("rows_2d_launch_2d_mesh_grad", jax.grad(lambda m: jnp.sum(rows_2d(m))), (xm,), 2 * M * col)
-    case("rows_traced_scalar_forward", lambda b, s: rows(b, s), (xa, jnp.float32(3.0)), 3.0 * a * a)
+    case("rows_traced_scalar_forward", lambda b, s: rows(b, s), (xa, put(np.float32(3.0), P())), 3.0 * a * a)
     # -- partition="elementwise": any launch dimension may be split ----------------------------
     E = np.linspace(-1, 1, 8 * 8).astype(np.float32).reshape(8, 8)
     cole = np.arange(1, 9, dtype=np.float32)
@@ -163,9 +163,10 @@ EXPORT = textwrap.dedent(
 
     op = interop.op(scale_square)
     wop = interop.op(weighted)
-    a = jnp.linspace(-1, 1, 12, dtype=jnp.float32)
-    w = jnp.array([0.5, -2.0], jnp.float32)
-    B = jnp.linspace(-2, 2, 3 * 4, dtype=jnp.float32).reshape(3, 4)
+    with jax.default_device(jax.devices("cpu")[0]):  # uncommitted: the shard_map case shards `a`
+        a = jnp.linspace(-1, 1, 12, dtype=jnp.float32)
+        w = jnp.array([0.5, -2.0], jnp.float32)
+        B = jnp.linspace(-2, 2, 3 * 4, dtype=jnp.float32).reshape(3, 4)
     functions = {
         "forward": (lambda x: op(x, 2.5), (a,)),
         "grad": (jax.grad(lambda x, v: jnp.sum(wop(x, v) ** 2), argnums=(0, 1)), (a, w)),
@@ -384,7 +385,8 @@ CUDA_GRAPHS = textwrap.dedent(
         errs.append(float(np.max(np.abs(np.asarray(gx) - (w[0] + 2 * w[1] * s) * 4 * x))))
         errs.append(float(np.max(np.abs(np.asarray(gw) - [s.sum(), (s * s).sum()]) / (1 + np.abs(s * s).sum()))))
     # the same device buffers again: a replayed graph runs the kernels without the handler
-    xd, wd = jax.device_put(x), jax.device_put(w)
+    gpu = jax.devices("gpu")[0]
+    xd, wd = jax.device_put(x, gpu), jax.device_put(w, gpu)
     jax.block_until_ready(f(xd, wd))
     before = runs[0]
     for _ in range(3):

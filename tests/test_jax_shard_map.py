@@ -113,7 +113,10 @@ EAGER_SCRIPT = textwrap.dedent(
     b_np = np.linspace(0.5, 2.0, 8, dtype=np.float32)
     w_np = np.linspace(1.0, 3.0, 8, dtype=np.float32)
     a, b = jax.device_put(a_np, row), jax.device_put(b_np, row)
-    w = jnp.asarray(w_np)
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):  # uncommitted: multiplies the sharded results and the unsharded ones
+        w = jnp.asarray(w_np)
+        a0, b0 = jnp.asarray(a_np), jnp.asarray(b_np)  # unsharded: the reference
     results = {}
 
     def smap(f, n_in, n_out=1, scalar_last=False):
@@ -132,7 +135,6 @@ EAGER_SCRIPT = textwrap.dedent(
     loss = lambda f: (lambda *xs: jnp.sum(w * f(*xs)))
     sharded = smap(lambda a, b: op(a, b, 2.0), 2)
     plain = lambda a, b: op(a, b, 2.0)
-    a0, b0 = jnp.asarray(a_np), jnp.asarray(b_np)  # unsharded: the reference
     record("forward", lambda: sharded(a, b), lambda: plain(a0, b0))
     for argnums in ((0,), (1,), (0, 1)):
         record(
@@ -168,7 +170,7 @@ EAGER_SCRIPT = textwrap.dedent(
         "grad_vmap_inside",
         lambda: jax.grad(lambda x: jnp.sum(batched(x)))(A),
         lambda: jax.grad(lambda x: jnp.sum(jax.vmap(lambda a: op(a, a, 2.0), in_axes=1, out_axes=1)(x)))(
-            jnp.asarray(np.asarray(A))
+            jax.device_put(np.asarray(A), cpu)
         ),
     )
     # symbolic zeros kept: a gradient asked for `a` alone launches the adjoint for `a` alone

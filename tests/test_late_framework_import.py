@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent(
     assert "adapters.torch" in sys.modules
     assert hasattr(torch.ops.late, "saxpy")
     f = torch.compile(lambda a, b: op(a, b, 2.0), fullgraph=True)
-    print(f(torch.ones(3), torch.ones(3)).tolist())
+    print(f(torch.ones(3, device="cpu"), torch.ones(3, device="cpu")).tolist())
     """
 )
 

@@ -183,7 +183,7 @@ def test_jax_exported_call_of_a_dropped_named_op():
 def test_paddle_binding_of_a_dropped_named_op_is_kept():
     paddle = pytest.importorskip("paddle")
     op = interop.op(_scaled_square, name="named_ops::sq_paddle")
-    x = paddle.to_tensor(np.arange(4, dtype=np.float32), stop_gradient=False)
+    x = paddle.to_tensor(np.arange(4, dtype=np.float32), stop_gradient=False, place=paddle.CPUPlace())
     op(x, 2.0).sum().backward()
     ref, bound = weakref.ref(op), weakref.ref(op.bound("paddle"))
     del op

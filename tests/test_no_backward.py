@@ -90,7 +90,7 @@ def _run(fw: str, op, grad: bool):
     if fw == "paddle":
         import paddle
 
-        x = paddle.to_tensor(X.copy())
+        x = paddle.to_tensor(X.copy(), place=paddle.CPUPlace())
         x.stop_gradient = not grad
         out = op(x, S)
         value = out.numpy()

@@ -49,7 +49,7 @@ def _rand(shape, seed):
 
 
 def _leaf(a, stop_gradient=False):
-    t = paddle.to_tensor(np.asarray(a, np.float64))
+    t = paddle.to_tensor(np.asarray(a, np.float64), place=paddle.CPUPlace())
     t.stop_gradient = stop_gradient
     return t
 

@@ -76,7 +76,7 @@ def test_scalar_tensor_wrong_dtype():
         TypeError,
         match=r"op 'paddle_errors::saxpy', parameter 'a': expected a float32 value \(a 0-d array of float32 or a Python number\), got an array of shape \(\) and dtype float64",
     ):
-        SAXPY(f32(4), f32(4), paddle.to_tensor(2.0, dtype="float64"))
+        SAXPY(f32(4), f32(4), paddle.to_tensor(2.0, dtype="float64", place=paddle.CPUPlace()))
 
 
 def test_not_a_tensor_for_an_array_parameter():
@@ -134,7 +134,7 @@ def test_error_in_a_backward_reaches_the_user_as_oserror_with_its_type_and_text(
     """Paddle turns every exception raised in a PyLayer's backward into its own OSError (any
     PyLayer, not only this package's): the message keeps the original type and text (README,
     Limitations)."""
-    x = paddle.to_tensor(np.arange(1.0, 4.0))
+    x = paddle.to_tensor(np.arange(1.0, 4.0), place=paddle.CPUPlace())
     x.stop_gradient = False
     if where == "user_backward":
         loss = FAILING(x.astype("float32")).sum()

@@ -91,8 +91,8 @@ SAXPY = interop.op(_saxpy, name="tp_paths::saxpy")
 
 def _xy(n=9, seed=0):
     rng = np.random.default_rng(seed)
-    x = paddle.to_tensor(rng.random(n, dtype=np.float32))
-    y = paddle.to_tensor(rng.random(n, dtype=np.float32))
+    x = paddle.to_tensor(rng.random(n, dtype=np.float32), place=paddle.CPUPlace())
+    y = paddle.to_tensor(rng.random(n, dtype=np.float32), place=paddle.CPUPlace())
     return x, y
 
 
@@ -129,7 +129,7 @@ def test_any_other_signature_takes_the_full_path(change):
             SAXPY(x.astype("float64"), y, 1.5)
         out = None
     elif change == "strides":
-        base = paddle.to_tensor(np.random.default_rng(1).random(18, dtype=np.float32))
+        base = paddle.to_tensor(np.random.default_rng(1).random(18, dtype=np.float32), place=paddle.CPUPlace())
         xs = base[::2]
         if xs.is_contiguous():  # Paddle copied the slice: make a strided view another way
             xs = paddle.as_strided(base, [9], [2])
@@ -143,7 +143,7 @@ def test_any_other_signature_takes_the_full_path(change):
     elif change == "int_scalar":
         out = SAXPY(x, y, 2)
     elif change == "tensor_scalar":
-        out = SAXPY(x, y, paddle.to_tensor(1.5))
+        out = SAXPY(x, y, paddle.to_tensor(1.5, place=paddle.CPUPlace()))
     else:
         out = SAXPY(x, y, 1.5, launch_dims=9)
     assert _calls() == before
@@ -155,7 +155,7 @@ def _variant(change: str, pos: int):
     """The arguments of a remembered ``SAXPY(x, y, 1.5)`` call with one field of argument ``pos``
     changed (each field the hook compares with the last signature it used)."""
     args = [*_xy(), 1.5]
-    base = paddle.to_tensor(np.random.default_rng(1).random(18, dtype=np.float32))
+    base = paddle.to_tensor(np.random.default_rng(1).random(18, dtype=np.float32), place=paddle.CPUPlace())
     if change == "scalar":
         args[2] = 2  # an int for the float
         return args
@@ -169,7 +169,7 @@ def _variant(change: str, pos: int):
     elif change == "stop_gradient":
         t.stop_gradient = False
     elif change == "sparse":
-        t = paddle.to_tensor(np.eye(3, dtype=np.float32)).reshape([9]).to_sparse_coo(1)
+        t = paddle.to_tensor(np.eye(3, dtype=np.float32), place=paddle.CPUPlace()).reshape([9]).to_sparse_coo(1)
     args[pos] = t
     return args
 
@@ -213,7 +213,7 @@ def test_hook_checks_arguments_it_never_validated():
     before = _calls()
     with pytest.raises(interop.ArgumentError, match="takes 3 argument"):
         SAXPY(x, y)
-    sparse = paddle.to_tensor(np.eye(3, dtype=np.float32)).reshape([9]).to_sparse_coo(1)
+    sparse = paddle.to_tensor(np.eye(3, dtype=np.float32), place=paddle.CPUPlace()).reshape([9]).to_sparse_coo(1)
     with pytest.raises(interop.ArgumentError, match="sparse"):
         SAXPY(sparse, y, 1.5)
     assert _calls() == before
@@ -228,7 +228,7 @@ def test_gradients_on_the_hook_path_and_retain_graph():
     before = _calls()
     out = SAXPY(x, y, 1.5)
     assert _calls() == before + 1
-    g1 = paddle.to_tensor(np.random.default_rng(2).random(9, dtype=np.float32))
+    g1 = paddle.to_tensor(np.random.default_rng(2).random(9, dtype=np.float32), place=paddle.CPUPlace())
     g2 = g1 * 2.0 + 1.0
     for g in (g1, g2):
         gx, gy = paddle.grad(out, [x, y], g, retain_graph=True)
@@ -263,7 +263,7 @@ def test_hook_path_second_derivative_raises():
 
 def test_hook_path_hand_written_backward_is_differentiable_twice():
     op = interop.op(catalogue.cube64, backward=catalogue.cube64_backward, name="tp_paths::cube")
-    x = paddle.to_tensor(np.random.default_rng(3).random(6))
+    x = paddle.to_tensor(np.random.default_rng(3).random(6), place=paddle.CPUPlace())
     x.stop_gradient = False
     op(x)
     before = _hook(op).calls[0]
@@ -297,7 +297,7 @@ def test_hook_path_checks_each_integer_value():
     """The hook skips the checks of the signature, not of the values: an int32 scalar out of range
     is refused as on the full path (Warp would wrap it)."""
     op = interop.op(catalogue.int_offset_kernel, name="tp_paths::int_offset")
-    a = paddle.to_tensor(np.arange(4, dtype=np.int32))
+    a = paddle.to_tensor(np.arange(4, dtype=np.int32), place=paddle.CPUPlace())
     op(a, 1)
     before = _hook(op).calls[0]
     np.testing.assert_array_equal(op(a, 7).numpy(), np.arange(4) + 7)
@@ -318,7 +318,7 @@ def _sig(op, *args):
 def test_unused_output_of_several_has_no_upstream_gradient(used):
     """One of two outputs in the loss: the other's upstream gradient is None (no pointer), on the
     hook path as on the full path, and the gradient is that of the used output alone."""
-    a = paddle.to_tensor(np.linspace(0.1, 1.0, 7, dtype=np.float32))
+    a = paddle.to_tensor(np.linspace(0.1, 1.0, 7, dtype=np.float32), place=paddle.CPUPlace())
     a.stop_gradient = False
     MULTI(a)[used].sum().backward()  # full path: remembered
     full = a.grad.numpy().copy()
@@ -338,7 +338,7 @@ def test_strided_upstream_gradient_on_the_hook_path():
     x, y = _xy(16)
     x.stop_gradient = y.stop_gradient = False
     SAXPY(x, y, 1.5).sum().backward()
-    base = paddle.to_tensor(np.arange(32, dtype=np.float32))
+    base = paddle.to_tensor(np.arange(32, dtype=np.float32), place=paddle.CPUPlace())
     g = base[::2]
     before = _calls()
     out = SAXPY(x, y, 1.5)
@@ -390,10 +390,10 @@ def test_threads_share_one_signature():
 
     def worker(k):
         rng = np.random.default_rng(k)
-        ok = True
+        ok, cpu = True, paddle.CPUPlace()
         for _ in range(500):
             xn, yn = rng.random(257, dtype=np.float32), rng.random(257, dtype=np.float32)
-            out = SAXPY(paddle.to_tensor(xn), paddle.to_tensor(yn), 1.5)
+            out = SAXPY(paddle.to_tensor(xn, place=cpu), paddle.to_tensor(yn, place=cpu), 1.5)
             ok &= np.allclose(out.numpy(), 1.5 * xn**2 + yn, rtol=1e-6)
         return ok
 
@@ -455,7 +455,7 @@ def test_nodes_keep_only_the_outputs_warps_adjoint_reads(which, path, create_gra
     on both paths the node saves the tensor arguments and the outputs the kernel reads back, no
     more (Paddle's saved-tensor hooks see them), and the gradients are right either way. A
     hand-written backward reads no output at all: only the arguments are saved."""
-    x = paddle.to_tensor(np.random.default_rng(1).random(9, dtype=np.float32))
+    x = paddle.to_tensor(np.random.default_rng(1).random(9, dtype=np.float32), place=paddle.CPUPlace())
     x.stop_gradient = False
     xn = x.numpy().astype(np.float64)
     if which == "write_only":  # out = s * a
@@ -492,7 +492,7 @@ def test_write_only_outputs_follow_warps_adjoint():
     Python-function ops keep every output."""
     from interop import _warp_compat
 
-    x = paddle.to_tensor(np.arange(4, dtype=np.float32))
+    x = paddle.to_tensor(np.arange(4, dtype=np.float32), place=paddle.CPUPlace())
     x.stop_gradient = False
     READS_OUTPUT(x)
     SCALE(x, 2.0)
@@ -585,9 +585,9 @@ MUL_HW = interop.op(catalogue.reads_output_kernel, outputs=2, backward=catalogue
 def _modified_setup(which: str):
     """(op, args, the leaf a, the tensor to modify (from the outputs), how the message names it,
     d loss / d a when unmodified)."""
-    a = paddle.to_tensor([1.0, 2.0, 3.0])
+    a = paddle.to_tensor([1.0, 2.0, 3.0], place=paddle.CPUPlace())
     a.stop_gradient = False
-    b = paddle.to_tensor([4.0, 5.0, 6.0])
+    b = paddle.to_tensor([4.0, 5.0, 6.0], place=paddle.CPUPlace())
     if which == "input_without_gradient":  # plain Paddle's own case: d(a*b)/da reads b
         return MUL, (a, b), a, lambda out, args: args[1], "parameter 'b'", b.numpy()
     if which == "input_with_gradient":  # a non-leaf that requires grad, read by d/db

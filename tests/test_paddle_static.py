@@ -25,8 +25,8 @@ def model(x, y):
 
 
 def _inputs():
-    x = paddle.to_tensor(np.linspace(-1, 1, 7).astype(np.float32))
-    y = paddle.to_tensor(np.linspace(0, 1, 7).astype(np.float32))
+    x = paddle.to_tensor(np.linspace(-1, 1, 7).astype(np.float32), place=paddle.CPUPlace())
+    y = paddle.to_tensor(np.linspace(0, 1, 7).astype(np.float32), place=paddle.CPUPlace())
     x.stop_gradient = y.stop_gradient = False
     return x, y
 

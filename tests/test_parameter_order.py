@@ -88,10 +88,10 @@ def test_jax():
 
 def test_paddle():
     paddle = pytest.importorskip("paddle")
-    x = paddle.to_tensor(X.copy(), stop_gradient=False)
-    y = paddle.to_tensor(Y.copy(), stop_gradient=False)
+    x = paddle.to_tensor(X.copy(), stop_gradient=False, place=paddle.CPUPlace())
+    y = paddle.to_tensor(Y.copy(), stop_gradient=False, place=paddle.CPUPlace())
     out = OP(x, y, S)
-    (out * paddle.to_tensor(W)).sum().backward()
+    (out * paddle.to_tensor(W, place=paddle.CPUPlace())).sum().backward()
     ref, gx, gy = _expected()
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6)
     np.testing.assert_allclose(x.grad.numpy(), gx, rtol=1e-5)

@@ -248,9 +248,9 @@ def _grads(fw, la, lb, a_base, b_base, s, w):
     import paddle
 
     A, B = to_fw(fw, a_base, requires_grad=True), to_fw(fw, b_base, requires_grad=True)
-    S = paddle.to_tensor(np.asarray(s, a_base.dtype), stop_gradient=False)
+    S = paddle.to_tensor(np.asarray(s, a_base.dtype), stop_gradient=False, place=paddle.CPUPlace())
     out = affine2d_op(view(fw, A, la), view(fw, B, lb), S)
-    (out * paddle.to_tensor(w)).sum().backward()
+    (out * paddle.to_tensor(w, place=paddle.CPUPlace())).sum().backward()
     return to_np(out), to_np(A.grad), to_np(B.grad), float(S.grad)
 
 

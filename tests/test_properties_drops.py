@@ -5,12 +5,18 @@ within a bound: 4 MiB above what the framework keeps of the same registrations b
 keeps about 17 KiB of each custom op it destroyed, measured in the same process). (tests/test_bounds.py checks NumPy's drop loop at its soak size; this is the same
 property in every framework.)
 
+The device is one more dimension (issue 31), as in the generated calls (tests/property_calls.py): the
+ops of a loop are used on the CPU and, where INTEROP_TEST_DEVICES names CUDA and the framework has it
+here (tests/_devices.py ``devices_for``), on CUDA, in turns (both kinds of op on every device). Where
+CUDA is absent every op runs on the CPU, as before.
+
 INTEROP_PROPERTY_EXAMPLES // 10 ops per framework (at least 30), in a fresh process each.
 """
 
 from __future__ import annotations
 
 import pytest
+from _devices import devices_for
 from _subprocess import run_for_results
 from property_calls import EXAMPLES, FRAMEWORKS, count
 
@@ -40,10 +46,10 @@ def make(k):
         return interop.op(scaled)  # anonymous: a named op lives for the process
     factor = 2.0
     def scaled_fn(a: wp.array(dtype=float), out: wp.array(dtype=float)):
-        wp.launch(scaled_shared, dim=a.shape, inputs=[a, factor], outputs=[out])
+        wp.launch(scaled_shared, dim=a.shape, inputs=[a, factor], outputs=[out], device=a.device)
     return interop.op(scaled_fn)
 
-fw, n = sys.argv[1], int(sys.argv[2])
+fw, n, devices = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
 x = np.arange(8, dtype=np.float32)
 if fw == "torch":
     import torch
@@ -52,27 +58,32 @@ if fw == "jax":
 if fw == "paddle":
     import paddle
 
-def use(o):
+def device_of(k):
+    return devices[(k // 2) % len(devices)]  # both kinds of op (k % 2) on every device
+
+def use(o, device):
     if fw == "numpy":
         assert np.array_equal(o(x), 2 * x)
     elif fw == "torch":
-        t = torch.tensor(x, requires_grad=True)
+        t = torch.tensor(x, requires_grad=True, device=device)
         o(t).sum().backward()
-        assert np.array_equal(t.grad.numpy(), np.full(8, 2.0, np.float32))
+        assert np.array_equal(t.grad.cpu().numpy(), np.full(8, 2.0, np.float32))
     elif fw == "jax":
-        g = jax.grad(lambda a: o(a).sum())(jnp.asarray(x))
+        a = jnp.asarray(x, device=jax.devices("cpu" if device == "cpu" else "gpu")[0])
+        g = jax.grad(lambda a: o(a).sum())(a)
         assert np.array_equal(np.asarray(g), np.full(8, 2.0, np.float32))
-        assert np.array_equal(np.asarray(jax.jit(o)(jnp.asarray(x))), 2 * x)
+        assert np.array_equal(np.asarray(jax.jit(o)(a)), 2 * x)
     else:
-        t = paddle.to_tensor(x)
+        t = paddle.to_tensor(x, place=paddle.CPUPlace() if device == "cpu" else paddle.CUDAPlace(0))
         t.stop_gradient = False
         o(t).sum().backward()
         assert np.array_equal(t.grad.numpy(), np.full(8, 2.0, np.float32))
 
-refs, marks = [], {}
+refs, marks, on = [], {}, {}
 for k in range(n):
     o = make(k)
-    use(o)
+    use(o, device_of(k))
+    on[device_of(k)] = on.get(device_of(k), 0) + 1
     refs.append(weakref.ref(o))
     del o
     if k + 1 in (n // 2, n):
@@ -100,7 +111,7 @@ if fw == "torch":
     for k in range(n):
         for name in (f"plain::f{k}", f"plain::f{k}_backward"):
             f = plain_op(name)
-            t = torch.tensor(x, requires_grad=True)
+            t = torch.tensor(x, requires_grad=True, device=device_of(k))
             f(t).sum().backward()
             custom_ops.OPDEF_TO_LIB.pop(name)._destroy()
             simple_registry.singleton._data.pop(name, None)
@@ -109,14 +120,17 @@ if fw == "torch":
             gc.collect()
             floor_marks[k + 1] = rss_mib()
     floor = floor_marks[n] - floor_marks[n // 2]
-print("RESULTS " + json.dumps({"alive": alive, "growth_mib": marks[n] - marks[n // 2], "n": n, "floor_mib": floor}))
+print("RESULTS " + json.dumps({"alive": alive, "growth_mib": marks[n] - marks[n // 2], "n": n, "floor_mib": floor,
+                              "devices": on}))
 """
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 def test_described_and_dropped_ops_are_freed(fw):
-    r = run_for_results(CHILD, fw, str(N), timeout=1800)
+    r = run_for_results(CHILD, fw, str(N), ",".join(devices_for(fw)), timeout=1800)
     count(fw, "described and dropped ops", "total", r["n"])
+    for device, n in r["devices"].items():
+        count(fw, "described and dropped ops on device", device, n)
     # the bound over the second half: 4 MiB above what the framework itself keeps of the same
     # registrations (torch: see the child, about 9 MiB for 340 ops; the others keep nothing). A kept
     # op costs ~100 KiB here (500 torch ops kept: +61.6 MiB)

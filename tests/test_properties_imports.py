@@ -60,40 +60,43 @@ assert close(op(x, y, 2.0), want)
 if "torch" in sys.modules:
     import torch
     res["torch.ops registered"] = hasattr(torch.ops.order, "axpy")
-    xt = torch.tensor(x, requires_grad=True)
-    out = op(xt, torch.tensor(y), 2.0)
+    xt = torch.tensor(x, requires_grad=True, device="cpu")
+    out = op(xt, torch.tensor(y, device="cpu"), 2.0)
     out.sum().backward()
     res["torch eager"] = close(out.detach(), want) and close(xt.grad, gx)
     xt.grad = None
     torch.compiler.reset()
     f = torch.compile(lambda a, b: op(a, b, 2.0), backend="aot_eager", fullgraph=True)
-    out = f(xt, torch.tensor(y))
+    out = f(xt, torch.tensor(y, device="cpu"))
     out.sum().backward()
     res["torch.compile fullgraph"] = close(out.detach(), want) and close(xt.grad, gx)
-    vm = torch.func.vmap(lambda a, b: op(a, b, 2.0))(torch.tensor(np.stack([x, x])), torch.tensor(np.stack([y, y])))
+    xx, yy = torch.tensor(np.stack([x, x]), device="cpu"), torch.tensor(np.stack([y, y]), device="cpu")
+    vm = torch.func.vmap(lambda a, b: op(a, b, 2.0))(xx, yy)
     res["torch.func.vmap"] = close(vm, [want, want])
 if "jax" in sys.modules:
     import jax, jax.numpy as jnp
     from adapters import jax as ijax
-    a, b = jnp.asarray(x), jnp.asarray(y)
+    cpu = jax.devices("cpu")[0]
+    a, b = jnp.asarray(x, device=cpu), jnp.asarray(y, device=cpu)
     res["jax eager"] = close(op(a, b, 2.0), want)
     res["jax.jit"] = close(jax.jit(lambda a, b, s: op(a, b, s))(a, b, 2.0), want)
     res["jax.grad"] = close(jax.grad(lambda a: op(a, b, 2.0).sum())(a), gx)
     res["jax.vmap"] = close(jax.vmap(lambda a: op(a, b, 2.0))(jnp.stack([a, a])), [want, want])
     fn = jax.jit(lambda a: op(a, b, 2.0))
-    exp = jax.export.export(fn, disabled_checks=ijax.disabled_checks(op))(a)
+    exp = jax.export.export(fn, platforms=["cpu"], disabled_checks=ijax.disabled_checks(op))(a)
     res["jax.export round trip"] = close(jax.export.deserialize(exp.serialize()).call(a), want)
 if "paddle" in sys.modules:
     import paddle
-    xp = paddle.to_tensor(x)
+    xp = paddle.to_tensor(x, place=paddle.CPUPlace())
     xp.stop_gradient = False
-    out = op(xp, paddle.to_tensor(y), 2.0)
+    out = op(xp, paddle.to_tensor(y, place=paddle.CPUPlace()), 2.0)
     out.sum().backward()
     res["paddle eager"] = close(out.numpy(), want) and close(xp.grad.numpy(), gx)
     def g(a, b):
         return op(a, b, 2.0) * 1.0
     st = paddle.jit.to_static(g, full_graph=False)
-    res["paddle to_static (SOT)"] = close(st(paddle.to_tensor(x), paddle.to_tensor(y)).numpy(), want)
+    xp, yp = paddle.to_tensor(x, place=paddle.CPUPlace()), paddle.to_tensor(y, place=paddle.CPUPlace())
+    res["paddle to_static (SOT)"] = close(st(xp, yp).numpy(), want)
 print("RESULTS " + json.dumps(res))
 """
 )
@@ -107,10 +110,13 @@ if mode == "export":
     import jax, jax.numpy as jnp, interop
     from adapters import jax as ijax
     op = interop.op(order_axpy, name="order::axpy")
-    b = jnp.asarray(y)
+    cpu = jax.devices("cpu")[0]
+    b = jnp.asarray(y, device=cpu)
     f = jax.jit(lambda a: op(a, b, 2.0))
     g = jax.jit(jax.grad(lambda a: op(a, b, 2.0).sum()))
-    blobs = [jax.export.export(h, disabled_checks=ijax.disabled_checks(op))(jnp.asarray(x)).serialize() for h in (f, g)]
+    checks = ijax.disabled_checks(op)
+    a = jnp.asarray(x, device=cpu)
+    blobs = [jax.export.export(h, platforms=["cpu"], disabled_checks=checks)(a).serialize() for h in (f, g)]
     with open(path, "w") as fh:
         json.dump([base64.b64encode(bytes(bl)).decode() for bl in blobs], fh)
     print("RESULTS {}")
@@ -124,9 +130,10 @@ else:
             __import__(step)
     import jax, jax.numpy as jnp
     blobs = [base64.b64decode(s) for s in json.load(open(path))]
+    a = jnp.asarray(x, device=jax.devices("cpu")[0])
     for what, blob, expect in zip(("forward", "grad"), blobs, (want, gx)):
         try:
-            res[what] = close(jax.export.deserialize(bytearray(blob)).call(jnp.asarray(x)), expect)
+            res[what] = close(jax.export.deserialize(bytearray(blob)).call(a), expect)
         except Exception as e:
             res[what] = f"{type(e).__name__}: {str(e)[:300]}"
     print("RESULTS " + json.dumps(res))

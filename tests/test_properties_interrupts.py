@@ -7,6 +7,11 @@ Each run is a child process that sets its own SIGINT disposition (so it works wh
 ignores SIGINT, e.g. in a background shell); a thread sends ``os.kill(getpid(), SIGINT)`` every
 1-4 ms (seeded). INTEROP_PROPERTY_EXAMPLES // 500 seeds per framework (at least 1), each storm
 INTEROP_PROPERTY_INTERRUPT_SECONDS long (default 1.5).
+
+The device is one more dimension (issue 31), as in the generated calls (tests/property_calls.py): the
+calls run on the CPU and, where INTEROP_TEST_DEVICES names CUDA and the framework has it here
+(tests/_devices.py ``devices_for``), on CUDA, in turns (every kind of call on every device, warmed on
+each before the storm). Where CUDA is absent every call runs on the CPU, as before.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from _devices import devices_for
 from _subprocess import run_for_results
 from property_calls import EXAMPLES, FRAMEWORKS, count
 
@@ -29,7 +35,12 @@ wp.config.quiet = True
 from catalogue import case
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
-fw, seed, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+fw, seed, seconds, devices = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4].split(",")
+KINDS = {"torch": 4, "jax": 5, "paddle": 4}.get(fw, 2)  # the kinds of call step(k) makes, by k % KINDS
+
+def device_of(k):
+    return devices[(k // KINDS) % len(devices)]  # every kind of call on every device
+
 rng = random.Random(seed)
 sc, fn, io = case("scalar"), case("function"), case("in_out")
 x = np.linspace(-1, 1, 64, dtype=np.float32)
@@ -42,12 +53,12 @@ gx, gx_fn = 2.0 * np.cos(x), 6.0 * x
 
 if fw == "torch":
     import torch
-    def T(a, g=False):
-        return torch.tensor(a, requires_grad=g)
-    def N(t):
-        return t.detach().numpy()
     def step(k):
-        kind = k % 4
+        kind, device = k % 4, device_of(k)
+        def T(a, g=False):
+            return torch.tensor(a, requires_grad=g, device=device)
+        def N(t):
+            return t.detach().cpu().numpy()
         if kind == 0:
             with torch.no_grad():
                 assert np.allclose(N(sc.op(T(x), T(y), 2.0)), want, atol=1e-5)
@@ -70,8 +81,8 @@ elif fw == "jax":
     jf = jax.jit(lambda a, b: sc.op(a, b, 2.0))
     jg = jax.grad(lambda a, b: sc.op(a, b, 2.0).sum())
     def step(k):
-        kind = k % 5
-        a, b = jnp.asarray(x), jnp.asarray(y)
+        kind, device = k % 5, jax.devices("cpu" if device_of(k) == "cpu" else "gpu")[0]
+        a, b = jnp.asarray(x, device=device), jnp.asarray(y, device=device)
         if kind == 0:
             assert np.allclose(np.asarray(sc.op(a, b, 2.0)), want, atol=1e-5)
         elif kind == 1:
@@ -82,16 +93,16 @@ elif fw == "jax":
             g = jax.grad(lambda a: fn.op(a, b).sum())(a)
             assert np.allclose(np.asarray(g), gx_fn, atol=1e-5)
         else:
-            acc2, sq = io.op(jnp.asarray(X2), jnp.ones(3, jnp.float32))
+            acc2, sq = io.op(jnp.asarray(X2, device=device), jnp.ones(3, jnp.float32, device=device))
             assert np.allclose(np.asarray(acc2), want_io[0], atol=1e-5)
 elif fw == "paddle":
     import paddle
-    def T(a, g=False):
-        t = paddle.to_tensor(a)
-        t.stop_gradient = not g
-        return t
     def step(k):
-        kind = k % 4
+        kind, device = k % 4, device_of(k)
+        def T(a, g=False):
+            t = paddle.to_tensor(a, place=paddle.CPUPlace() if device == "cpu" else paddle.CUDAPlace(0))
+            t.stop_gradient = not g
+            return t
         if kind == 0:
             with paddle.no_grad():
                 assert np.allclose(sc.op(T(x), T(y), 2.0).numpy(), want, atol=1e-5)
@@ -118,7 +129,7 @@ else:
             acc2, sq = io.op(X2, acc)
             assert acc2 is acc and np.allclose(acc, want_io[0], atol=1e-5)
 
-for k in range(8):  # warm: every module loaded, every signature seen once
+for k in range(max(8, 2 * KINDS * len(devices))):  # warm: every module loaded, every signature seen once, on each device
     step(k)
 
 stop = threading.Event()
@@ -140,6 +151,7 @@ def storm():
                 time.sleep(0.0005)
 
 done = interrupted = interrupted_in_paddle_backward = interrupted_in_jax_jit = 0
+on = {}  # completed calls per device
 t = threading.Thread(target=storm, daemon=True)
 end = time.monotonic() + seconds
 t.start()
@@ -150,6 +162,7 @@ while True:
         try:
             while time.monotonic() < end:
                 step(k)
+                on[device_of(k)] = on.get(device_of(k), 0) + 1
                 k += 1
                 done += 1
         except OSError as e:
@@ -182,18 +195,19 @@ try:
     time.sleep(0.05)
 except KeyboardInterrupt:
     interrupted += 1
-for k in range(40):  # after the storm: every kind of call is right again
+for k in range(max(40, 2 * KINDS * len(devices))):  # after the storm: every kind of call is right again
     step(k)
 print("RESULTS " + json.dumps({"sent": sent[0], "completed": done, "interrupted": interrupted,
                               "interrupted (Paddle's OSError)": interrupted_in_paddle_backward,
-                              "interrupted (JAX runtime error under jit)": interrupted_in_jax_jit}))
+                              "interrupted (JAX runtime error under jit)": interrupted_in_jax_jit,
+                              "devices": on}))
 """
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 def test_interrupts_during_forward_and_backward(fw, seed):
-    r = run_for_results(CHILD, fw, str(seed), str(SECONDS), timeout=900)
+    r = run_for_results(CHILD, fw, str(seed), str(SECONDS), ",".join(devices_for(fw)), timeout=900)
     for key in (
         "sent",
         "completed",
@@ -202,4 +216,6 @@ def test_interrupts_during_forward_and_backward(fw, seed):
         "interrupted (JAX runtime error under jit)",
     ):
         count(fw, "interrupt storms", key, r[key])
+    for device, n in r["devices"].items():
+        count(fw, "interrupt storm calls completed on device", device, n)
     assert r["interrupted"] > 0 and r["completed"] > 0, r

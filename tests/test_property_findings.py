@@ -63,7 +63,7 @@ def test_paddle_in_out_requiring_grad_with_no_input_requiring_grad():
         from catalogue import case
         op = case("in_out_first").op  # acc += x^2, out = 3 x
         for view in (lambda t: t[0:3], lambda t: t[0:6:2], lambda t: t[0:3].clone()):
-            leaf = paddle.to_tensor(np.arange(6, dtype=np.float32))
+            leaf = paddle.to_tensor(np.arange(6, dtype=np.float32), place=paddle.CPUPlace())
             leaf.stop_gradient = False
             acc = view(leaf.clone())
             acc2, out = op(acc, paddle.full([3], 2.0))

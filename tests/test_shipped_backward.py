@@ -42,8 +42,9 @@ def _grad(fw: str, op, field: np.ndarray, weights: list[np.ndarray], inv_dx=INV_
     if fw == "paddle":
         import paddle
 
-        t = paddle.to_tensor(field, stop_gradient=False)
-        sum((o * paddle.to_tensor(w)).sum() for o, w in zip(op(t, *inv_dx), weights)).backward()
+        cpu = paddle.CPUPlace()
+        t = paddle.to_tensor(field, stop_gradient=False, place=cpu)
+        sum((o * paddle.to_tensor(w, place=cpu)).sum() for o, w in zip(op(t, *inv_dx), weights)).backward()
         return t.grad.numpy()
     import jax
     import jax.numpy as jnp

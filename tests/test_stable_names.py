@@ -43,7 +43,7 @@ TORCH_EXPORT = textwrap.dedent(
         def forward(self, x):
             return op(x, 2.0) + 1.0
 
-    x = torch.linspace(-1, 1, 6)
+    x = torch.linspace(-1, 1, 6, device="cpu")
     if sys.argv[1] == "save":
         torch.export.save(torch.export.export(M(), (x,)), sys.argv[2])
     ep = torch.export.load(sys.argv[2])  # in the second process: after describing the op again

@@ -139,13 +139,13 @@ def test_paddle_strided_in_out_matches_warp_on_contiguous_copies(case_id, grad):
         args, k, buf = _inputs(c, rng)
         weights = [rng.uniform(0.5, 1.5, size=np.shape(r)) for r in c.reference(*[np.array(a) for a in args])]
         want, want_grads = _warp_reference(c, args, weights)
-        pbuf = paddle.to_tensor(buf.copy())
+        pbuf = paddle.to_tensor(buf.copy(), place=paddle.CPUPlace())
         pargs = []
         for j, a in enumerate(args):
             if j == k:
                 pargs.append(pbuf[1::STEP])
             else:
-                t = paddle.to_tensor(np.ascontiguousarray(a))
+                t = paddle.to_tensor(np.ascontiguousarray(a), place=paddle.CPUPlace())
                 t.stop_gradient = not grad
                 pargs.append(t)
         got = c.op(*pargs)
@@ -154,7 +154,8 @@ def test_paddle_strided_in_out_matches_warp_on_contiguous_copies(case_id, grad):
             np.testing.assert_allclose(r.numpy(), w, rtol=1e-5, atol=1e-6, err_msg=f"call {call}")
         _check_buffer(pbuf.numpy(), buf, want[_in_out_result(c)])
         if grad:
-            loss = sum((r * paddle.to_tensor(w.astype(np.float32))).sum() for r, w in zip(got, weights))
+            ws = [paddle.to_tensor(w.astype(np.float32), place=paddle.CPUPlace()) for w in weights]
+            loss = sum((r * w).sum() for r, w in zip(got, ws))
             loss.backward()
             gi = iter(want_grads)
             for j, t in enumerate(pargs):

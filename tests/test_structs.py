@@ -182,11 +182,12 @@ def test_jax_jit_and_grad_return_the_structure(reference):
 def test_paddle_eager_gradients(reference):
     paddle = pytest.importorskip("paddle")
     (x, v, m, wx, wv), (xo, vo), (gx, gv, gm) = reference
-    px, pv, pm = (paddle.to_tensor(a, stop_gradient=False) for a in (x, v, m))
+    cpu = paddle.CPUPlace()
+    px, pv, pm = (paddle.to_tensor(a, stop_gradient=False, place=cpu) for a in (x, v, m))
     out = STEP({"x": px, "v": pv}, ModelNT(DT, GRAVITY, pm))
     _close(out["x"].numpy(), xo)
     _close(out["v"].numpy(), vo)
-    ((out["x"] * paddle.to_tensor(wx)).sum() + (out["v"] * paddle.to_tensor(wv)).sum()).backward()
+    ((out["x"] * paddle.to_tensor(wx, place=cpu)).sum() + (out["v"] * paddle.to_tensor(wv, place=cpu)).sum()).backward()
     for t, g in ((px, gx), (pv, gv), (pm, gm)):
         _close(t.grad.numpy(), g)
 

@@ -76,7 +76,7 @@ def _base(fw: str, a: np.ndarray, grad: bool = False):
         return torch.tensor(a, requires_grad=grad, device="cpu")
     import paddle
 
-    t = paddle.to_tensor(a.copy())
+    t = paddle.to_tensor(a.copy(), place=paddle.CPUPlace())
     t.stop_gradient = not grad
     return t
 

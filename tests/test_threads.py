@@ -110,30 +110,36 @@ def check(tag, got, want, tol=1e-5):
         errors.append((tag, got, want))
 
 
+def pd(a):
+    return paddle.to_tensor(a, place=paddle.CPUPlace())
+
+
 def worker(k):
     try:
         barrier.wait()
+        cpu = jax.devices("cpu")[0]
         check("numpy", saxpy(x, y, 2.0), expect)
-        xt = torch.tensor(x, requires_grad=True)
-        out = saxpy(xt, torch.tensor(y), 2.0)
+        xt = torch.tensor(x, requires_grad=True, device="cpu")
+        out = saxpy(xt, torch.tensor(y, device="cpu"), 2.0)
         out.sum().backward()
         check("torch", out.detach().numpy(), expect)
         check("torch grad", xt.grad.numpy(), np.cos(x) * 2.0)
-        check("jax eager", saxpy(jnp.asarray(x), jnp.asarray(y), 2.0), expect)
+        xj, yj = jnp.asarray(x, device=cpu), jnp.asarray(y, device=cpu)
+        check("jax eager", saxpy(xj, yj, 2.0), expect)
         f = jax.jit(lambda a, b: saxpy(a, b, 2.0))
-        check("jax jit", f(jnp.asarray(x), jnp.asarray(y)), expect)
+        check("jax jit", f(xj, yj), expect)
         g = jax.jit(jax.grad(lambda a, b: saxpy(a, b, 2.0).sum()))
-        check("jax grad", g(jnp.asarray(x), jnp.asarray(y)), np.cos(x) * 2.0)
+        check("jax grad", g(xj, yj), np.cos(x) * 2.0)
         if paddle is not None:
-            check("paddle", saxpy(paddle.to_tensor(x), paddle.to_tensor(y), 2.0).numpy(), expect)
+            check("paddle", saxpy(pd(x), pd(y), 2.0).numpy(), expect)
         op = make_scaled(k % 4)
         check("new numpy", op(x), x * (k % 4 + 1))
-        xt = torch.tensor(x, requires_grad=True)
+        xt = torch.tensor(x, requires_grad=True, device="cpu")
         op(xt).sum().backward()
         check("new torch grad", xt.grad.numpy(), np.full_like(x, k % 4 + 1))
-        check("new jax jit", jax.jit(op)(jnp.asarray(x)), x * (k % 4 + 1))
+        check("new jax jit", jax.jit(op)(xj), x * (k % 4 + 1))
         if paddle is not None:
-            check("new paddle", op(paddle.to_tensor(x)).numpy(), x * (k % 4 + 1))
+            check("new paddle", op(pd(x)).numpy(), x * (k % 4 + 1))
     except BaseException as e:  # reported by the main thread
         errors.append(("raised", k, repr(e)))
 
@@ -202,9 +208,9 @@ def test_a_parse_broken_by_cpythons_ast_race_is_parsed_again():
         print("BROKEN", broken, sys.version_info[:2])
 
         op = interop.op(scalar_kernel, name="threads::astrace")
-        x = torch.linspace(-1, 1, 9, requires_grad=True)
-        y = torch.linspace(0, 2, 9)
-        s = torch.tensor(1.5, requires_grad=True)  # a tensor scalar: passed by reference
+        x = torch.linspace(-1, 1, 9, requires_grad=True, device="cpu")
+        y = torch.linspace(0, 2, 9, device="cpu")
+        s = torch.tensor(1.5, requires_grad=True, device="cpu")  # a tensor scalar: passed by reference
         state["armed"], state["fired"] = True, []
         out = op(x, y, s)
         out.sum().backward()

@@ -214,7 +214,7 @@ import torch, interop
 from catalogue import cube64, cube64_backward
 
 op = interop.op(cube64, backward=cube64_backward, name="tt_cached::cube")
-x = torch.rand(6, dtype=torch.float64, requires_grad=True)
+x = torch.rand(6, dtype=torch.float64, requires_grad=True, device="cpu")
 (g,) = torch.autograd.grad(torch.compile(op, fullgraph=True, dynamic=False)(x).sum(), x)
 torch.testing.assert_close(g, 3 * x.detach() ** 2)
 print("ok")

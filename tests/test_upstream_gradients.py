@@ -77,9 +77,9 @@ def test_upstream_gradient_is_not_written_and_gradient_is_right(fw):
     else:
         import paddle
 
-        x = paddle.to_tensor(xn, stop_gradient=False)
+        x = paddle.to_tensor(xn, stop_gradient=False, place=paddle.CPUPlace())
         out, twice = op(x)
-        go, gt = paddle.to_tensor(g_out), paddle.to_tensor(g_twice)
+        go, gt = paddle.to_tensor(g_out, place=paddle.CPUPlace()), paddle.to_tensor(g_twice, place=paddle.CPUPlace())
         (gx,) = paddle.grad([out, twice], [x], [go, gt])
         np.testing.assert_array_equal(go.numpy(), g_out)
         np.testing.assert_allclose(gx.numpy(), expected, rtol=1e-5)

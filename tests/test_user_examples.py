@@ -41,7 +41,7 @@ def _to(fw, a, grad=False):
     if fw == "paddle":
         import paddle
 
-        t = paddle.to_tensor(a.copy())
+        t = paddle.to_tensor(a.copy(), place=paddle.CPUPlace())
         t.stop_gradient = not grad
         return t
     import jax.numpy as jnp
@@ -128,7 +128,10 @@ def _grads(fw, case, args, weights):
         leaves = [_to(fw, a, grad=k in diff) for k, a in enumerate(args)]
         pargs = [t * 1.0 if k in case.in_out else t for k, t in enumerate(leaves)]
         out = _tuple(case.op(*pargs, **case.call_kwargs))
-        loss = sum((o * paddle.to_tensor(w.astype(np.dtype(o.numpy().dtype)))).sum() for w, o in zip(weights, out))
+        ws = [
+            paddle.to_tensor(w.astype(np.dtype(o.numpy().dtype)), place=paddle.CPUPlace()) for w, o in zip(weights, out)
+        ]
+        loss = sum((o * w).sum() for w, o in zip(ws, out))
         loss.backward()
         return diff, [leaves[k].grad.numpy() for k in diff]
     import jax
@@ -204,9 +207,10 @@ def test_gradient_wrt_lj_parameters_passed_as_0d_arrays(fw):
     elif fw == "paddle":
         import paddle
 
-        e, s = paddle.to_tensor(eps, dtype="float32"), paddle.to_tensor(sig, dtype="float32")
+        cpu = paddle.CPUPlace()
+        e, s = paddle.to_tensor(eps, dtype="float32", place=cpu), paddle.to_tensor(sig, dtype="float32", place=cpu)
         e.stop_gradient = s.stop_gradient = False
-        en, _ = case.op(paddle.to_tensor(pos), paddle.to_tensor(pairs), e, s, **kw)
+        en, _ = case.op(paddle.to_tensor(pos, place=cpu), paddle.to_tensor(pairs, place=cpu), e, s, **kw)
         en.sum().backward()
         got = [float(e.grad), float(s.grad)]
     else:
@@ -336,7 +340,7 @@ def test_second_derivative_through_a_hand_written_backward(fw):
     elif fw == "paddle":
         import paddle
 
-        t = paddle.to_tensor(x)
+        t = paddle.to_tensor(x, place=paddle.CPUPlace())
         t.stop_gradient = False
         (g,) = paddle.grad(op(t).sum(), [t], create_graph=True)
         g.sum().backward()  # paddle.grad(g.sum(), [t]) meets Paddle's PyLayer rule, see the report
@@ -389,9 +393,9 @@ def test_paddle_grad_listing_every_input_that_requires_grad():
     paddle = pytest.importorskip("paddle")
     case = uk.user_case("coulomb")
     args = case.make(np.random.default_rng(7), np.float32)
-    pos, q = (paddle.to_tensor(a) for a in args[:2])
+    pos, q = (paddle.to_tensor(a, place=paddle.CPUPlace()) for a in args[:2])
     pos.stop_gradient = q.stop_gradient = False
-    energy, _ = case.op(pos, q, paddle.to_tensor(args[2]), args[3], **case.call_kwargs)
+    energy, _ = case.op(pos, q, paddle.to_tensor(args[2], place=paddle.CPUPlace()), args[3], **case.call_kwargs)
     grads = paddle.grad(energy.sum(), [pos, q])
     weights = [np.ones(uk.NATOMS), np.zeros((uk.NATOMS, 3))]
     fd = fd_grad(case, args, weights)
