@@ -637,9 +637,7 @@ VECTOR_PIECEWISE = Case(
     shapes={"u": (N, 3), "v": (N, 3), "vo": (N, 3, 3)},
     outputs=("vo",),
     # componentwise min/max/abs: off their kinks (ties, zeros) for finite differences
-    smooth=lambda inputs: bool(
-        np.all(np.abs(inputs["u"] - inputs["v"]) > 1e-4) and np.all(np.abs(inputs["u"]) > 1e-4)
-    ),
+    smooth=lambda inputs: bool(np.all(np.abs(inputs["u"] - inputs["v"]) > 1e-4) and np.all(np.abs(inputs["u"]) > 1e-4)),
 )
 
 

@@ -206,7 +206,9 @@ def test_forward_mode_gives_the_tangent_not_a_zero(op_name):
     torch.testing.assert_close(torch.func.jacfwd(f)(x), torch.diag(df(x)))
     with fwAD.dual_level():
         torch.testing.assert_close(fwAD.unpack_dual(f(fwAD.make_dual(x, v))).tangent, df(x) * v)
-        torch.testing.assert_close(fwAD.unpack_dual(f(fwAD.make_dual(x.clone().requires_grad_(), v))).tangent, df(x) * v)
+        torch.testing.assert_close(
+            fwAD.unpack_dual(f(fwAD.make_dual(x.clone().requires_grad_(), v))).tangent, df(x) * v
+        )
 
 
 def test_forward_mode_through_the_operator_is_refused_and_an_in_out_op_carries_tangents():

@@ -5,7 +5,8 @@ How one call becomes XLA work:
 - The call's static configuration (argument shapes and dtypes, Python-number scalars,
   ``launch_dims``, ``output_dims``, ``vmap_method``, the x64 mode) is frozen into a hashable
   key; static floats by their bits, dims with their types (:mod:`adapters.jax.operands`). Each
-  key gets, once, a :class:`_Entry`: the resolved plan, a ``jax.custom_vjp`` function of
+  key gets, once, a :class:`_Entry`: the resolved plan, a ``jax.custom_jvp`` function (a
+  Python-function op's: a ``jax.custom_vjp``) of
   the dynamic operands (arrays and traced scalars), and its ``jax.jit`` for eager calls
   (:mod:`adapters.jax.entry`).
 - The forward and the adjoint are each a :class:`_Launch` (:mod:`adapters.jax.launch`), called
@@ -27,7 +28,10 @@ How one call becomes XLA work:
   ``custom_partitioning`` calls that XLA splits along their first dimension
   (:mod:`adapters.jax.sharding`); inside ``shard_map`` results vary over the mesh axes of
   their operands (``check_vma=True``).
-- Gradients: ``custom_vjp`` with symbolic zeros, so the backward launch computes only the
+- Forward mode and second order: the kernel op's ``custom_jvp`` tangent is a primitive launching the
+  op's generated tangent kernel, transposed to Warp's adjoint; the adjoint's own JVP adds Warp's
+  adjoint of the tangent kernel (:mod:`adapters.jax.forward`).
+- Gradients: symbolic zeros, so the backward launch computes only the
   gradients asked for (:mod:`adapters.jax.entry`). Inside ``shard_map`` it is called through
   its own ``jax.jit``: an eager ``shard_map`` (not under jit) refuses a ``custom_vjp`` with
   symbolic zeros, but runs a jit. Traced scalars reach the kernel as one-element arrays, so their
@@ -38,7 +42,7 @@ This module is the adapter's front: :func:`call`, :func:`bind`, :func:`on_descri
 binding :class:`JaxOp` (with the eager fast path, ``JaxOp._eager_call``), :func:`targets` and
 :func:`disabled_checks`. The rooms below it import one way, each only from those before it:
 ``jax/compat.py`` and ``jax/ffi.py`` (JAX internals, XLA's FFI C API), then ``jax/operands.py``,
-``jax/sharding.py``, ``jax/launch.py``, ``jax/entry.py``, ``jax/targets.py``, then this module. An object
+``jax/sharding.py``, ``jax/launch.py``, ``jax/forward.py``, ``jax/entry.py``, ``jax/targets.py``, then this module. An object
 of a room above (the entry of a launch, the binding of an entry or a target) is handed down and
 used by its attributes, never imported.
 """

@@ -2,7 +2,9 @@
 
 Each key of a call's static configuration (:mod:`adapters.jax.operands`) gets, once, an entry:
 the resolved plan, its forward launch and an adjoint launch per set of wanted gradients
-(:mod:`adapters.jax.launch`), the ``jax.custom_vjp`` function of the dynamic operands (symbolic
+(:mod:`adapters.jax.launch`), the function of the dynamic operands: a kernel op's ``jax.custom_jvp``
+over the primitives of :mod:`adapters.jax.forward` (forward mode, reverse mode, second order), a
+Python-function op's ``jax.custom_vjp`` (symbolic
 zeros, so the backward launch computes only the gradients asked for; a hand-written backward is
 called through the adapter; second order of Warp's adjoint is refused), and its ``jax.jit`` for
 eager calls. The entry's configuration as canonical JSON (:func:`_entry_config`) travels with
