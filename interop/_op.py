@@ -128,7 +128,8 @@ class Op:
             tangents: one tangent per differentiable call parameter (float arrays and scalars,
                 inputs and in-outs, in order; ``None`` for a zero tangent): arrays of the same
                 shape, dtype and framework as their primal, numbers for scalars.
-            launch_dims, output_dims: as for a call.
+            launch_dims: as for a call.
+            output_dims: as for a call (the tangents take their outputs' shapes).
 
         Returns:
             ``(results, tangents)``: each what a call returns (one array bare, several a tuple).
@@ -571,7 +572,8 @@ def _zeros_like(x: Any) -> Any:
     import numbers
 
     if isinstance(x, bool) or isinstance(x, numbers.Number):
-        return type(x)(0)
+        kind: Any = type(x)
+        return kind(0)
     mod = type(x).__module__.split(".")[0]
     if mod == "numpy":
         import numpy as np

@@ -35,7 +35,7 @@ import copy
 import textwrap
 import threading
 import weakref
-from typing import Any
+from typing import Any, NoReturn
 
 import warp as wp
 
@@ -121,7 +121,7 @@ def _resolve(node: ast.AST, ns: dict) -> Any:
 
 
 def _is_builtin(obj: Any) -> bool:
-    return isinstance(obj, warp_function_class()) and obj.is_builtin()
+    return isinstance(obj, warp_function_class()) and bool(obj.is_builtin())
 
 
 def _is_user_function(obj: Any) -> bool:
@@ -179,7 +179,7 @@ class _Gen:
         self.n += 1
         return f"{self.tp}{self.n}"
 
-    def refuse(self, what: str, node: ast.AST | None):
+    def refuse(self, what: str, node: ast.AST | None) -> NoReturn:
         raise _Refusal(what, node)
 
     # -- names --------------------------------------------------------------------------------------
@@ -274,8 +274,10 @@ class _Gen:
         y = self.tmp()
         self.emit(f"{y} = {a[0]} {sym} {b[0]}")
         if key == "pow" and isinstance(node.right, ast.Constant) and b[1] is None:
-            e = node.right.value
-            t = f"type({a[0]})({float(e)!r}) * {R.W}.pow({a[0]}, type({a[0]})({float(e) - 1.0!r})) * ({a[1]})"
+            e: Any = node.right.value
+            t: str | None = (
+                f"type({a[0]})({float(e)!r}) * {R.W}.pow({a[0]}, type({a[0]})({float(e) - 1.0!r})) * ({a[1]})"
+            )
         else:
             t = self.apply_rule(key, [a, b], y, node)
         return self.finish(y, t)
@@ -384,6 +386,7 @@ class _Gen:
             return f"{fname}({text})", None
         y = self.tmp()
         self.emit(f"{y} = {fname}({text})")
+        t: str | None
         if key in ("vector", "matrix", "quaternion", "transformation", "spatial_vector") and kws:
             t = f"{fname}({', '.join([t if t is not None else R.zero(p) for p, t in args] + [f'{k}={p}' for k, (p, _) in kws])})"
         else:
@@ -527,7 +530,7 @@ class _Gen:
         root = _root(target)
         if not isinstance(root, ast.Name):
             self.refuse("a store through an expression (not a named array or local)", s)
-        rt = self.tangent_of_name(root.id)  # type: ignore[union-attr]
+        rt = self.tangent_of_name(root.id)
         if rt is None:
             return None
 
@@ -664,7 +667,7 @@ class _Gen:
             root = _root(arr)
             if not isinstance(root, ast.Name):
                 self.refuse(f"{fname!r} into an expression", s)
-            ta = self.tangent_target(arr, s) if self.tangent_of_name(root.id) else None  # type: ignore[union-attr]
+            ta = self.tangent_target(arr, s) if self.tangent_of_name(root.id) else None
         if ta is not None and t is not None:
             self.emit(f"{R.W}.{key}({', '.join([ta] + idx + [t])})")
 

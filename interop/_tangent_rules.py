@@ -32,28 +32,28 @@ def _interop_zero(x: wp.float16):
     return wp.float16(0.0)
 
 
-@wp.func
-def _interop_zero(x: wp.float32):  # noqa: F811 (a Warp overload)
+@wp.func  # type: ignore[no-redef]
+def _interop_zero(x: wp.float32):  # noqa: F811
     return wp.float32(0.0)
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_zero(x: wp.float64):  # noqa: F811
     return wp.float64(0.0)
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_zero(x: wp.int32):  # noqa: F811
     return wp.int32(0)
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_zero(x: wp.int64):  # noqa: F811
     return wp.int64(0)
 
 
-@wp.func
-def _interop_zero(x: Any):  # noqa: F811  (vectors, matrices, quaternions, transforms)
+@wp.func  # type: ignore[no-redef]
+def _interop_zero(x: Any):  # noqa: F811
     return type(x)()
 
 
@@ -91,7 +91,7 @@ def _interop_abs_t(x: wp.float16, tx: wp.float16):
     return tx
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_min_t(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
     if wp.isnan(a):
         return tb
@@ -102,7 +102,7 @@ def _interop_min_t(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32)
     return tb
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_max_t(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
     if wp.isnan(a):
         return tb
@@ -113,14 +113,14 @@ def _interop_max_t(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32)
     return tb
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_abs_t(x: wp.float32, tx: wp.float32):  # noqa: F811
     if x < wp.float32(0.0):
         return -tx
     return tx
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_min_t(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
     if wp.isnan(a):
         return tb
@@ -131,7 +131,7 @@ def _interop_min_t(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64)
     return tb
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_max_t(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
     if wp.isnan(a):
         return tb
@@ -142,22 +142,22 @@ def _interop_max_t(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64)
     return tb
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_abs_t(x: wp.float64, tx: wp.float64):  # noqa: F811
     if x < wp.float64(0.0):
         return -tx
     return tx
 
 
-@wp.func
-def _interop_min_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811  (vectors: per component)
+@wp.func  # type: ignore[no-redef]
+def _interop_min_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811
     r = type(ta)()
     for k in range(len(a)):
         r[k] = _interop_min_t(a[k], b[k], ta[k], tb[k])
     return r
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_max_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811
     r = type(ta)()
     for k in range(len(a)):
@@ -165,7 +165,7 @@ def _interop_max_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811
     return r
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_abs_t(x: Any, tx: Any):  # noqa: F811
     r = type(tx)()
     for k in range(len(x)):
@@ -188,38 +188,38 @@ def _interop_det_t(a: wp.mat22h, ta: wp.mat22h):
     return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_det_t(a: wp.mat33h, ta: wp.mat33h):  # noqa: F811
     return (
         wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
     )
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_det_t(a: wp.mat22, ta: wp.mat22):  # noqa: F811
     return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_det_t(a: wp.mat33, ta: wp.mat33):  # noqa: F811
     return (
         wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
     )
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_det_t(a: wp.mat22d, ta: wp.mat22d):  # noqa: F811
     return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_det_t(a: wp.mat33d, ta: wp.mat33d):  # noqa: F811
     return (
         wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
     )
 
 
-@wp.func
+@wp.func  # type: ignore[no-redef]
 def _interop_det_t(a: Any, ta: Any):  # noqa: F811
     return wp.determinant(a) * wp.trace(wp.inverse(a) * ta)
 

@@ -435,7 +435,7 @@ def direct_cuda_launcher(launch: Any) -> Any:
 
 
 # -- forward mode (interop/_tangent.py) ------------------------------------------------------
-def warp_function_class() -> type:
+def warp_function_class() -> Any:
     """The class of ``wp.func`` functions and Warp's builtins."""
     return _context.Function
 
