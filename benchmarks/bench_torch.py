@@ -147,6 +147,10 @@ class EmptyFunction(torch.autograd.Function):
         return g, g, None
 
 
+JVP = "interop op, torch.func.jvp (tangent kernel)"
+PLAIN_JVP = "plain torch (2*x+y), torch.func.jvp"
+
+
 def run(quick: bool = False) -> dict:
     threads = torch.get_num_threads()
     # Warp's CPU kernels run on one thread: so does torch here, so that every row is one thread's
@@ -211,6 +215,8 @@ def _run(quick: bool) -> dict:
             f(xr, yr, 2.0).backward(g)
             torch.testing.assert_close(xr.grad, 2.0 * g)
             torch.testing.assert_close(yr.grad, g)
+        # forward mode (issue 34): the generated tangent kernel through the op's autograd.Function
+        torch.testing.assert_close(torch.func.jvp(lambda a: op(a, y, 2.0), (x,), (y,))[1], 2.0 * y)
         before = atorch._binding(op).eager_calls
         op(x, y, 2.0)
         assert atorch._binding(op).eager_calls == before + 1, "the eager row must take the fast path"
@@ -239,6 +245,8 @@ def _run(quick: bool) -> dict:
             ("interop via torch.ops (registered operator), fwd+bwd", fwd_bwd(registered)),
             ("interop in torch.compile(fullgraph=True), forward", lambda: compiled(x, y)),
             ("interop in torch.compile(fullgraph=True), fwd+bwd", fwd_bwd(lambda a, b, s: compiled(a, b))),
+            (JVP, lambda: torch.func.jvp(lambda a: op(a, y, 2.0), (x,), (y,))),
+            (PLAIN_JVP, lambda: torch.func.jvp(lambda a: 2.0 * a + y, (x,), (y,))),
             ("guide custom op, forward", lambda: guide_saxpy(x, y, 2.0)),
             ("guide custom op, forward+backward", fwd_bwd(guide_saxpy)),
         ]
@@ -265,6 +273,15 @@ def _run(quick: bool) -> dict:
                     "interop in torch.compile(fullgraph=True), fwd+bwd",
                     "interop via torch.ops (registered operator), fwd+bwd",
                 ),
+            ],
+        )
+        ratios(
+            "forward mode (printed, not gated): a JVP against the forward, the VJP and plain torch's JVP",
+            table,
+            [
+                (JVP, "interop op, eager forward (no grad)"),
+                (JVP, "interop op, eager forward+backward"),
+                (JVP, PLAIN_JVP),
             ],
         )
         if n == 1024:
