@@ -136,7 +136,7 @@ class Op:
 
         Example:
             >>> import numpy as np, warp as wp, interop
-            >>> @wp.kernel
+            >>> @wp.kernel(module="unique")
             ... def cube(x: wp.array(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
             ...     i = wp.tid()
             ...     out[i] = x[i] * x[i] * x[i]

@@ -75,9 +75,13 @@ def test_one_target_per_op_and_direction_one_handler_per_configuration():
 
     op = interop.op(saxpy)
     fwd = interop_jax._targets[interop_jax._target(op.description, "fwd")]
+    # the op's forward and adjoint, then its tangent op's (forward mode, second order)
+    tangent = op.tangent().name.replace("::", ".")
     assert interop_jax.targets(op) == [
         f"interop.{op.name.replace('::', '.')}.fwd",
         f"interop.{op.name.replace('::', '.')}.bwd",
+        f"interop.{tangent}.fwd",
+        f"interop.{tangent}.bwd",
     ]
     assert all((t, "cpu") in _jax_ffi._keep_alive for t in interop_jax.targets(op))  # registered when described
     op(X, Y, 2.0)

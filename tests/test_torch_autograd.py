@@ -172,7 +172,7 @@ def test_second_order_through_the_generated_tangent_kernel():
     (out = s sin x + s^2 y^2: d2/dx2 = -s sin x, d2/dy2 = 2 s^2)."""
     x, y = _r(4), _r(4, seed=1)
     (gx, gy) = torch.autograd.grad(SCALAR(x, y, 1.5).sum(), (x, y), create_graph=True)
-    (hx,) = torch.autograd.grad(gx.sum(), x)
+    (hx,) = torch.autograd.grad(gx.sum(), x, retain_graph=True)
     (hy,) = torch.autograd.grad(gy.sum(), y)
     torch.testing.assert_close(hx, -1.5 * torch.sin(x.detach()))
     torch.testing.assert_close(hy, torch.full_like(y, 2 * 1.5**2).detach())

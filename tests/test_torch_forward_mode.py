@@ -258,7 +258,7 @@ def test_a_kernel_the_generator_refuses_raises_at_jvp_naming_the_builtin_and_lin
     x, v = _r(5), _r(5, seed=1)
     idx = torch.tensor([0, 1, 2, 0, 1], dtype=torch.int32, device=DEVICE)
     torch.testing.assert_close(
-        MAX(x, idx), torch.zeros(3, dtype=torch.float64).scatter_reduce(0, idx.long(), x, "amax")
+        MAX(x, idx), torch.zeros(3, dtype=torch.float64, device=DEVICE).scatter_reduce(0, idx.long(), x, "amax")
     )
     with pytest.raises(UnsupportedError, match=_ATOMIC_MAX):
         torch.func.jvp(lambda x: MAX(x, idx), (x,), (v,))
