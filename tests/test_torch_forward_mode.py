@@ -26,7 +26,16 @@ import interop  # noqa: E402
 from interop._errors import UnsupportedError  # noqa: E402
 
 f64 = wp.float64
-DEVICE = "cpu"
+DEVICE = "cpu"  # the current test's device (set by _on_device below)
+
+
+@pytest.fixture(autouse=True)
+def _on_device(device):
+    """Every test runs on each device of INTEROP_TEST_DEVICES (CUDA ones skipped without a GPU)."""
+    global DEVICE
+    DEVICE = device
+    yield
+    DEVICE = "cpu"
 
 
 @wp.kernel
@@ -55,7 +64,7 @@ CUBE_HW = interop.op(cube64, backward=cube64_backward, name="tt_fm::cube_hand_wr
 
 def _r(*shape, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.rand(shape, generator=g, dtype=torch.float64, device=DEVICE) * 2 - 1
+    return (torch.rand(shape, generator=g, dtype=torch.float64, device="cpu") * 2 - 1).to(DEVICE)
 
 
 def _mv(m, v):
