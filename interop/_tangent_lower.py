@@ -1,0 +1,726 @@
+"""Forward mode, the lowering: one function's body (a kernel's or a ``wp.func``'s) as its tangent body.
+
+:class:`_Gen` walks the body's AST once per pass of the fixed point that :mod:`interop._tangent` runs
+over the names carrying a tangent, and emits the tangent body as source lines: expressions lowered
+to temporaries (each evaluated once), each with its tangent expression (``None``: structurally zero)
+from the rules of :mod:`interop._tangent_rules`; statements mirrored (assignments, augmented
+assignments, stores, atomics, ``if``/``for``/``while``/``return``); a ``wp.func`` call through the
+function's tangent variant, which :mod:`interop._tangent` makes (``owner.function``). What cannot be
+transformed raises :class:`_Refusal` with the node, which the caller turns into an
+``UnsupportedError`` naming the op and the source line.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import textwrap
+from typing import Any, NoReturn
+
+import warp as wp
+
+from . import _tangent_rules as R
+from ._warp_compat import builtin_function, is_struct, struct_name, warp_function_class
+
+SUFFIX = "__dot"
+
+
+def _fresh_level(text: str) -> int:
+    k = 2
+    while f"{SUFFIX}{k}" in text or f"_interop_{k}t" in text:
+        k += 1
+    return k
+
+
+def fresh_suffix(text: str) -> str:
+    """The tangent suffix for a source: ``__dot``, or ``__dot<k>`` where the source has ``__dot``
+    already (a generated tangent kernel)."""
+    return SUFFIX if SUFFIX not in text else f"{SUFFIX}{_fresh_level(text)}"
+
+
+_PY_ALIASES = {"abs": "abs", "min": "min", "max": "max", "round": "round", "pow": "pow"}
+
+
+class _Refusal(Exception):
+    """Raised inside the generator; :func:`tangent_kernel` turns it into an UnsupportedError."""
+
+    def __init__(self, what: str, node: ast.AST | None):
+        super().__init__(what)
+        self.what = what
+        self.node = node
+
+
+class _Source:
+    """Where a function's source came from, for messages naming a line."""
+
+    def __init__(self, fn_obj: Any, adj: Any):
+        self.text = textwrap.dedent(adj.source)
+        self.lines = self.text.splitlines()
+        code = getattr(adj.func, "__code__", None)
+        self.file = code.co_filename if code is not None else "<unknown>"
+        self.first = int(getattr(adj, "fun_lineno", 1) or 1)
+        self.name = getattr(fn_obj, "key", getattr(adj.func, "__name__", "?"))
+
+    def where(self, node: ast.AST | None) -> str:
+        if node is None or not hasattr(node, "lineno"):
+            return f"in {self.name} ({self.file})"
+        k = int(node.lineno)  # type: ignore[attr-defined]
+        text = self.lines[k - 1].strip() if 0 < k <= len(self.lines) else ""
+        return f"at {self.file}:{self.first + k - 1} in {self.name}: `{text}`"
+
+
+def _ns_of(func: Any) -> dict:
+    """The names a function's body sees: its globals, then its closure's cells."""
+    ns = dict(func.__globals__)
+    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
+        try:
+            ns[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return ns
+
+
+def _resolve(node: ast.AST, ns: dict) -> Any:
+    """The object a call's function expression names (``wp.sin``, ``my_func``, ``wp.vec3``), or None."""
+    if isinstance(node, ast.Name):
+        if node.id in ns:
+            return ns[node.id]
+        return getattr(builtins, node.id, None)
+    if isinstance(node, ast.Attribute):
+        base = _resolve(node.value, ns)
+        if base is None:
+            return None
+        obj = getattr(base, node.attr, None)
+        if base is wp and not isinstance(obj, type):
+            # wp.tid, wp.tile_load, wp.vector... exist only as kernels see them
+            return builtin_function(node.attr) or obj
+        return obj
+    return None
+
+
+def _is_builtin(obj: Any) -> bool:
+    return isinstance(obj, warp_function_class()) and bool(obj.is_builtin())
+
+
+def _is_user_function(obj: Any) -> bool:
+    return isinstance(obj, warp_function_class()) and not obj.is_builtin()
+
+
+_INT_TYPES = (int, bool)
+
+
+def _is_int_type(obj: Any) -> bool:
+    if obj in _INT_TYPES:
+        return True
+    return isinstance(obj, type) and wp.types.type_is_int(obj)
+
+
+def _is_value_type(obj: Any) -> bool:
+    """A Warp scalar, vector, matrix, quaternion or transform type, or Python's float."""
+    if obj is float:
+        return True
+    if not isinstance(obj, type):
+        return False
+    return wp.types.type_is_float(obj) or hasattr(obj, "_wp_scalar_type_")
+
+
+def _unparse(node: ast.AST) -> str:
+    return ast.unparse(node)
+
+
+class _Gen:
+    """Emits the tangent body of one function (kernel or ``wp.func``) as source lines."""
+
+    def __init__(self, owner: Any, src: _Source, ns: dict, kind: str, arrays: dict, active: set):
+        self.owner = owner  # the _Generator (interop._tangent): owner.function() makes a wp.func's tangent
+        # the tangent twin's suffix and the temporaries' prefix: fresh in this source (a tangent
+        # kernel's own tangent kernel, for forward over forward, gets "__dot2", "_interop_2t")
+        self.sfx = fresh_suffix(src.text)
+        self.tp = "_interop_t" if "_interop_t" not in src.text else f"_interop_{_fresh_level(src.text)}t"
+        self.src = src
+        self.ns = ns
+        self.kind = kind  # "kernel" or "func"
+        self.arrays = arrays  # array parameter -> its tangent's name or None
+        self.active = active  # names (scalars, locals) that carry a tangent
+        self.wants: set[str] = set()  # names assigned a tangent in this pass (the fixed point's next set)
+        self.lines: list[str] = []
+        self.depth = 1
+        self.n = 0
+        self.return_active: list[bool] = []  # per return statement of a func: its values' tangents
+        self.return_arity: int | None = None
+
+    # -- emission -------------------------------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"{self.tp}{self.n}"
+
+    def refuse(self, what: str, node: ast.AST | None) -> NoReturn:
+        raise _Refusal(what, node)
+
+    # -- names --------------------------------------------------------------------------------------
+    def tangent_of_name(self, name: str) -> str | None:
+        if name in self.arrays:
+            return self.arrays[name]
+        if name in self.active:
+            return name + self.sfx
+        return None
+
+    # -- expressions: (primal source, tangent source or None) ----------------------------------------
+    def expr(self, node: ast.AST) -> tuple[str, str | None]:
+        if isinstance(node, ast.Constant):
+            return _unparse(node), None
+        if isinstance(node, ast.Name):
+            return node.id, self.tangent_of_name(node.id)
+        if isinstance(node, ast.Attribute):
+            return self.attribute(node)
+        if isinstance(node, ast.Subscript):
+            return self.subscript(node)
+        if isinstance(node, ast.BinOp):
+            return self.binop(node)
+        if isinstance(node, ast.UnaryOp):
+            return self.unaryop(node)
+        if isinstance(node, (ast.Compare, ast.BoolOp)):
+            return f"({_unparse(node)})", None
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        if isinstance(node, ast.IfExp):
+            return self.ifexp(node)
+        if isinstance(node, ast.Tuple):
+            self.refuse("a tuple value", node)
+        self.refuse(f"the expression {type(node).__name__}", node)
+        raise AssertionError
+
+    def simple(self, node: ast.AST) -> tuple[str, str | None]:
+        """The expression's value as a name or constant (a temporary when it carries a tangent)."""
+        p, t = self.expr(node)
+        if t is None or _is_simple(p):
+            return p, t
+        v = self.tmp()
+        self.emit(f"{v} = {p}")
+        self.emit(f"{v}{self.sfx} = {t}")
+        return v, f"{v}{self.sfx}"
+
+    def bind(self, p: str, t: str | None) -> tuple[str, str | None]:
+        """A temporary holding the primal ``p`` and one holding its tangent ``t``."""
+        v = self.tmp()
+        self.emit(f"{v} = {p}")
+        if t is None:
+            return v, None
+        self.emit(f"{v}{self.sfx} = {t}")
+        return v, v + self.sfx
+
+    def attribute(self, node: ast.Attribute) -> tuple[str, str | None]:
+        root = _root_name(node)
+        if isinstance(node.value, ast.Name) and root in self.arrays:
+            return _unparse(node), None  # x.shape, x.ndim...
+        if root and root not in self.active and root not in self.arrays:
+            return _unparse(node), None  # a constant (wp.pi, a global's field) or an undifferentiated local
+        base, tb = self.simple(node.value)
+        return f"{base}.{node.attr}", None if tb is None else f"{tb}.{node.attr}"
+
+    def subscript(self, node: ast.Subscript) -> tuple[str, str | None]:
+        index = _unparse(node.slice)
+        if isinstance(node.value, ast.Name):
+            base, tb = node.value.id, self.tangent_of_name(node.value.id)
+        else:
+            base, tb = self.simple(node.value)
+        return f"{base}[{index}]", None if tb is None else f"{tb}[{index}]"
+
+    _BINOPS = {
+        ast.Add: ("add", "+"),
+        ast.Sub: ("sub", "-"),
+        ast.Mult: ("mul", "*"),
+        ast.Div: ("div", "/"),
+        ast.Mod: ("mod", "%"),
+        ast.Pow: ("pow", "**"),
+        ast.MatMult: ("mul", "@"),
+        ast.FloorDiv: ("floordiv", "//"),
+    }
+
+    def binop(self, node: ast.BinOp) -> tuple[str, str | None]:
+        a = self.simple(node.left)
+        b = self.simple(node.right)
+        entry = self._BINOPS.get(type(node.op))
+        if a[1] is None and b[1] is None:
+            return f"({a[0]} {_op_text(node.op)} {b[0]})", None
+        if entry is None:
+            self.refuse(f"the operator {_op_text(node.op)!r}", node)
+        key, sym = entry  # type: ignore[misc]
+        y = self.tmp()
+        self.emit(f"{y} = {a[0]} {sym} {b[0]}")
+        if key == "pow" and isinstance(node.right, ast.Constant) and b[1] is None:
+            e: Any = node.right.value
+            t: str | None = (
+                f"type({a[0]})({float(e)!r}) * {R.W}.pow({a[0]}, type({a[0]})({float(e) - 1.0!r})) * ({a[1]})"
+            )
+        else:
+            t = self.apply_rule(key, [a, b], y, node)
+        return self.finish(y, t)
+
+    def finish(self, y: str, t: str | None) -> tuple[str, str | None]:
+        if t is None:
+            return y, None
+        self.emit(f"{y}{self.sfx} = {t}")
+        return y, y + self.sfx
+
+    def unaryop(self, node: ast.UnaryOp) -> tuple[str, str | None]:
+        p, t = self.simple(node.operand)
+        if isinstance(node.op, (ast.Not, ast.Invert)):
+            return f"({_op_text(node.op)} {p})", None
+        sign = "-" if isinstance(node.op, ast.USub) else "+"
+        if t is None:
+            return f"({sign}{p})", None
+        return f"({sign}{p})", f"({sign}{t})"
+
+    def ifexp(self, node: ast.IfExp) -> tuple[str, str | None]:
+        # as an if statement, so each branch is evaluated only when taken (a guarded load)
+        y = self.tmp()
+        test = _unparse(node.test)
+        saved = self.lines
+        body: list[str] = []
+        self.lines = body
+        self.depth += 1
+        pa, ta = self.expr(node.body)
+        self.depth -= 1
+        orelse: list[str] = []
+        self.lines = orelse
+        self.depth += 1
+        pb, tb = self.expr(node.orelse)
+        self.depth -= 1
+        self.lines = saved
+        self.emit(f"if {test}:")
+        self.lines.extend(body)
+        self.emit(f"    {y} = {pa}")
+        if ta is not None or tb is not None:
+            self.emit(f"    {y}{self.sfx} = {ta if ta is not None else R.zero(y)}")
+        self.emit("else:")
+        self.lines.extend(orelse)
+        self.emit(f"    {y} = {pb}")
+        if ta is not None or tb is not None:
+            self.emit(f"    {y}{self.sfx} = {tb if tb is not None else R.zero(y)}")
+            return y, y + self.sfx
+        return y, None
+
+    def apply_rule(self, key: str, args: list, y: str, node: ast.AST) -> str | None:
+        rule = R.RULES.get(key)
+        if rule is None:
+            self.refuse(f"the builtin {key!r} has no tangent rule", node)
+        try:
+            return rule(args, y)  # type: ignore[misc]
+        except R.NoRule as e:
+            self.refuse(f"the builtin {key!r} has no tangent rule for {e}", node)
+        except (ValueError, TypeError):
+            self.refuse(f"the builtin {key!r} with {len(args)} argument(s) has no tangent rule", node)
+        raise AssertionError
+
+    def call(self, node: ast.Call) -> tuple[str, str | None]:
+        obj = _resolve(node.func, self.ns)
+        fname = _unparse(node.func)
+        if obj is type:
+            return _unparse(node), None
+        if isinstance(node.func, ast.Call) and _resolve(node.func.func, self.ns) is type:
+            return self.constructor(fname, node)  # type(x)(...): x's type, a constructor
+        if _is_builtin(obj):
+            key = obj.key
+            if key in R.PASSTHROUGH or key.startswith("tile"):
+                if key.startswith("tile"):
+                    self.refuse(f"the tile builtin {fname!r} (tile kernels have no forward mode yet)", node)
+                return _unparse(node), None
+            if key in R.ATOMIC_LINEAR or key in R.ATOMIC_REFUSED:
+                self.refuse(f"the value returned by {fname!r} (an atomic's old value depends on thread order)", node)
+            return self.builtin_call(key, fname, node)
+        if _is_user_function(obj):
+            results = self.user_call(obj, fname, node, nret=1)
+            if results is None:
+                self.refuse(f"{fname!r} returns no value", node)
+            ((p, t),) = results  # type: ignore[misc]
+            return p, t
+        if _is_int_type(obj):
+            return _unparse(node), None
+        if _is_value_type(obj):
+            return self.constructor(fname, node)
+        if isinstance(node.func, ast.Name) and node.func.id in _PY_ALIASES and obj is getattr(builtins, node.func.id):
+            return self.builtin_call(_PY_ALIASES[node.func.id], fname, node)
+        if obj is len or obj is range:
+            return _unparse(node), None
+        if is_struct(obj):
+            self.refuse(
+                f"a value of struct {struct_name(obj)} (struct values, e.g. handed to a wp.func, have no tangent "
+                "yet; a kernel reading struct fields directly is transformed)",
+                node,
+            )
+        self.refuse(f"the call {fname!r} (not a Warp builtin, type or wp.func)", node)
+        raise AssertionError
+
+    def builtin_call(self, key: str, fname: str, node: ast.Call) -> tuple[str, str | None]:
+        args = [self.simple(a) for a in node.args]
+        # keyword arguments of builtins are static (shape=, dtype=, length=): passed as written
+        kws = [(k.arg, (_unparse(k.value), None)) for k in node.keywords]
+        text = ", ".join([p for p, _ in args] + [f"{k}={p}" for k, (p, _) in kws])
+        if all(t is None for _, t in args):
+            return f"{fname}({text})", None
+        y = self.tmp()
+        self.emit(f"{y} = {fname}({text})")
+        t: str | None
+        if key in ("vector", "matrix", "quaternion", "transformation", "spatial_vector") and kws:
+            t = f"{fname}({', '.join([t if t is not None else R.zero(p) for p, t in args] + [f'{k}={p}' for k, (p, _) in kws])})"
+        else:
+            t = self.apply_rule(key, args, y, node)
+        return self.finish(y, t)
+
+    def constructor(self, fname: str, node: ast.Call) -> tuple[str, str | None]:
+        """A float/vector/matrix/quaternion constructor or cast: linear in its arguments."""
+        args = [self.simple(a) for a in node.args]
+        kws = [(k.arg, (_unparse(k.value), None)) for k in node.keywords]  # static (dtype=, shape=...)
+        text = ", ".join([p for p, _ in args] + [f"{k}={p}" for k, (p, _) in kws])
+        if all(t is None for _, t in args):
+            return f"{fname}({text})", None
+        y = self.tmp()
+        self.emit(f"{y} = {fname}({text})")
+        targs = [t if t is not None else R.zero(p) for p, t in args]
+        tkws = [f"{k}={t if t is not None else p}" for k, (p, t) in kws]
+        return self.finish(y, f"{fname}({', '.join(targs + tkws)})")
+
+    def user_call(self, obj: Any, fname: str, node: ast.Call, nret: int) -> list[tuple[str, str | None]] | None:
+        """Call of a ``wp.func``: its tangent function with each argument's tangent (where it has one).
+
+        Returns the results as (primal, tangent) names, or None for a function without results."""
+        if node.keywords:
+            self.refuse(f"keyword arguments to {fname!r}", node)
+        args = [self.simple(a) for a in node.args]
+        mask = tuple(t is not None for _, t in args)
+        if not any(mask):
+            # nothing carries a tangent into it: the function itself (it stores into no tangent array)
+            text = f"{fname}({', '.join(p for p, _ in args)})"
+            if nret == 0:
+                self.emit(text)
+                return None
+            return [(text, None)]
+        fj = self.owner.function(obj, mask, node, self)
+        call_args = []
+        for (p, t), m in zip(args, mask):
+            call_args.append(p)
+            if m:
+                call_args.append(t)  # type: ignore[arg-type]
+        self.ns[fj.name] = fj.function
+        text = f"{fj.name}({', '.join(call_args)})"
+        if fj.arity == 0 or nret == 0:
+            self.emit(text)
+            return None
+        if nret == 1 and fj.arity != 1:
+            self.refuse(f"{fname!r} returns {fj.arity} values, used as one", node)
+        outs = [self.tmp() for _ in range(fj.arity)]
+        touts = [o + self.sfx for o in outs]
+        self.emit(f"{', '.join(outs + touts)} = {text}")
+        return [(o, to if active else None) for o, to, active in zip(outs, touts, fj.active_results)]
+
+    # -- statements --------------------------------------------------------------------------------
+    def body(self, stmts: list[ast.stmt]) -> None:
+        for s in stmts:
+            self.stmt(s)
+
+    def block(self, header: str, stmts: list[ast.stmt]) -> None:
+        self.emit(header)
+        self.depth += 1
+        start = len(self.lines)
+        self.body(stmts)
+        if len(self.lines) == start:
+            self.emit("pass")
+        self.depth -= 1
+
+    def stmt(self, s: ast.stmt) -> None:
+        if isinstance(s, ast.Assign):
+            if len(s.targets) != 1:
+                self.refuse("a chained assignment", s)
+            self.assign(s.targets[0], s.value, s)
+        elif isinstance(s, ast.AnnAssign):
+            if s.value is None:
+                self.emit(_unparse(s))
+            else:
+                self.assign(s.target, s.value, s, annotation=_unparse(s.annotation))
+        elif isinstance(s, ast.AugAssign):
+            self.augassign(s)
+        elif isinstance(s, ast.Expr):
+            self.expr_stmt(s)
+        elif isinstance(s, ast.If):
+            self.emit(f"if {_unparse(s.test)}:")
+            self.depth += 1
+            start = len(self.lines)
+            self.body(s.body)
+            if len(self.lines) == start:
+                self.emit("pass")
+            self.depth -= 1
+            if s.orelse:
+                self.block("else:", s.orelse)
+        elif isinstance(s, ast.For):
+            if s.orelse:
+                self.refuse("a for loop with an else branch", s)
+            it_p, it_t = self.expr(s.iter) if not isinstance(s.iter, ast.Call) else (_unparse(s.iter), None)
+            if it_t is not None:
+                self.refuse("a loop over a differentiated value", s)
+            self.block(f"for {_unparse(s.target)} in {it_p}:", s.body)
+        elif isinstance(s, ast.While):
+            if s.orelse:
+                self.refuse("a while loop with an else branch", s)
+            self.block(f"while {_unparse(s.test)}:", s.body)
+        elif isinstance(s, ast.Return):
+            self.ret(s)
+        elif isinstance(s, (ast.Break, ast.Continue, ast.Pass)):
+            self.emit(_unparse(s))
+        else:
+            self.refuse(f"the statement {type(s).__name__}", s)
+
+    def assign(self, target: ast.AST, value: ast.AST, s: ast.stmt, annotation: str | None = None) -> None:
+        if isinstance(target, ast.Tuple):
+            self.assign_tuple(target, value, s)
+            return
+        ann = f": {annotation}" if annotation else ""
+        if isinstance(target, ast.Name):
+            p, t = self.expr(value)
+            n = target.id
+            if n in self.arrays:
+                self.refuse(f"assigning to the array parameter {n!r}", s)
+            self.emit(f"{n}{ann} = {p}")
+            if t is not None:
+                self.wants.add(n)
+            if n in self.active:
+                self.emit(f"{n}{self.sfx}{ann} = {t if t is not None else R.zero(n)}")
+            return
+        if isinstance(target, (ast.Subscript, ast.Attribute)):
+            p, t = self.simple(value)
+            text = _unparse(target)
+            self.emit(f"{text} = {p}")
+            tt = self.tangent_target(target, s)
+            if tt is not None:
+                self.emit(f"{tt} = {t if t is not None else R.zero(text)}")
+            elif t is not None and isinstance(_root(target), ast.Name):
+                root = _root_name(target)
+                if root not in self.arrays:
+                    self.wants.add(root)  # a local vector's component: the vector carries a tangent
+            return
+        self.refuse(f"assigning to {type(target).__name__}", s)
+
+    def tangent_target(self, target: ast.AST, s: ast.stmt) -> str | None:
+        """``out__dot[i]`` for ``out[i]``, ``v__dot.x`` for ``v.x``; None where the root has no tangent."""
+        root = _root(target)
+        if not isinstance(root, ast.Name):
+            self.refuse("a store through an expression (not a named array or local)", s)
+        rt = self.tangent_of_name(root.id)
+        if rt is None:
+            return None
+
+        twin = copy.deepcopy(target)
+        _root(twin).id = rt  # type: ignore[attr-defined]
+        return _unparse(twin)
+
+    def assign_tuple(self, target: ast.Tuple, value: ast.AST, s: ast.stmt) -> None:
+        names = target.elts
+        if not all(isinstance(e, ast.Name) for e in names):
+            self.refuse("unpacking into something other than names", s)
+        if isinstance(value, ast.Tuple):
+            if len(value.elts) != len(names):
+                self.refuse("unpacking a tuple of another length", s)
+            vals = [self.simple(v) for v in value.elts]
+            # bind all values first: ``a, b = b, a``
+            bound = [self.bind(p, t) if t is not None or not _is_simple(p) else (p, t) for p, t in vals]
+            for n, (p, t) in zip(names, bound):
+                self.emit(f"{n.id} = {p}")  # type: ignore[attr-defined]
+                self.tangent_store_name(n.id, t)  # type: ignore[attr-defined]
+            return
+        if isinstance(value, ast.Call):
+            obj = _resolve(value.func, self.ns)
+            if _is_user_function(obj):
+                results = self.user_call(obj, _unparse(value.func), value, nret=len(names))
+                if results is not None and len(results) == 1 and results[0][1] is None and len(names) > 1:
+                    # no argument carries a tangent: the function itself, unpacked as written
+                    self.emit(f"{_unparse(target)} = {results[0][0]}")
+                    for n in names:
+                        self.tangent_store_name(n.id, None)  # type: ignore[attr-defined]
+                    return
+                if results is None or len(results) != len(names):
+                    self.refuse("unpacking a function's results into another number of names", s)
+                for n, (p, t) in zip(names, results):  # type: ignore[arg-type]
+                    self.emit(f"{n.id} = {p}")  # type: ignore[attr-defined]
+                    self.tangent_store_name(n.id, t)  # type: ignore[attr-defined]
+                return
+            p, t = self.expr(value) if not (_is_builtin(obj) and obj.key == "tid") else (_unparse(value), None)
+            if t is not None:
+                self.refuse("unpacking a differentiated builtin's results", s)
+            self.emit(f"{_unparse(target)} = {p}")
+            return
+        self.refuse("this unpacking assignment", s)
+
+    def tangent_store_name(self, n: str, t: str | None) -> None:
+        if t is not None:
+            self.wants.add(n)
+        if n in self.active:
+            self.emit(f"{n}{self.sfx} = {t if t is not None else R.zero(n)}")
+
+    def augassign(self, s: ast.AugAssign) -> None:
+        target = s.target
+        op = type(s.op)
+        p, t = self.simple(s.value)
+        text = _unparse(target)
+        if isinstance(target, ast.Name):
+            if target.id in self.arrays:
+                self.refuse(f"assigning to the array parameter {target.id!r}", s)
+            tt = target.id + self.sfx if target.id in self.active else None
+            if t is not None:
+                self.wants.add(target.id)
+        elif isinstance(target, (ast.Subscript, ast.Attribute)):
+            tt = self.tangent_target(target, s)
+            if tt is None and t is not None and _root_name(target) not in self.arrays:
+                self.wants.add(_root_name(target))
+        else:
+            self.refuse(f"augmented assignment to {type(target).__name__}", s)
+        sym = _op_text(s.op)
+        if op in (ast.Add, ast.Sub):
+            self.emit(f"{text} {sym}= {p}")
+            if tt is not None and t is not None:
+                self.emit(f"{tt} {sym}= {t}")
+            return
+        if tt is None:
+            if t is not None and op not in (ast.Mult, ast.Div):
+                self.refuse(f"the operator {sym}= on a differentiated value", s)
+            self.emit(f"{text} {sym}= {p}")
+            return
+        if op is ast.Mult:
+            parts = [f"({tt}) * ({p})"] + ([f"({text}) * ({t})"] if t is not None else [])
+            self.emit(f"{tt} = {' + '.join(parts)}")
+        elif op is ast.Div:
+            rhs = f"(({tt}) - (({text}) / ({p})) * ({t})) / ({p})" if t is not None else f"({tt}) / ({p})"
+            self.emit(f"{tt} = {rhs}")
+        else:
+            self.refuse(f"the operator {sym}= on a differentiated value", s)
+        self.emit(f"{text} {sym}= {p}")
+
+    def expr_stmt(self, s: ast.Expr) -> None:
+        v = s.value
+        if isinstance(v, ast.Constant):
+            return  # a docstring
+        if not isinstance(v, ast.Call):
+            self.refuse("an expression statement that is not a call", s)
+        obj = _resolve(v.func, self.ns)  # type: ignore[union-attr]
+        fname = _unparse(v.func)  # type: ignore[union-attr]
+        if _is_builtin(obj):
+            key = obj.key
+            if key in R.ATOMIC_LINEAR:
+                self.atomic(key, fname, v, s)  # type: ignore[arg-type]
+                return
+            if key in R.ATOMIC_REFUSED:
+                arr = v.args[0] if v.args else None  # type: ignore[union-attr]
+                if isinstance(arr, ast.Name) and self.arrays.get(arr.id) is not None:
+                    self.refuse(
+                        f"{fname!r} into a differentiated array (the tangent belongs to the thread that wins, "
+                        "known only once all threads are done)",
+                        s,
+                    )
+                self.emit(_unparse(s))
+                return
+            if key.startswith("tile"):
+                self.refuse(f"the tile builtin {fname!r} (tile kernels have no forward mode yet)", s)
+            self.emit(_unparse(s))
+            return
+        if _is_user_function(obj):
+            self.user_call(obj, fname, v, nret=0)  # type: ignore[arg-type]
+            return
+        if obj is print:
+            self.emit(_unparse(s))
+            return
+        self.refuse(f"the call {fname!r}", s)
+
+    def atomic(self, key: str, fname: str, v: ast.Call, s: ast.stmt) -> None:
+        if v.keywords or len(v.args) < 3:
+            self.refuse(f"{fname!r} with keyword arguments", s)
+        arr = v.args[0]
+        idx = [_unparse(a) for a in v.args[1:-1]]
+        p, t = self.simple(v.args[-1])
+        self.emit(f"{fname}({', '.join([_unparse(arr)] + idx + [p])})")
+        if isinstance(arr, ast.Name):
+            ta = self.tangent_of_name(arr.id)
+        else:
+            root = _root(arr)
+            if not isinstance(root, ast.Name):
+                self.refuse(f"{fname!r} into an expression", s)
+            ta = self.tangent_target(arr, s) if self.tangent_of_name(root.id) else None
+        if ta is not None and t is not None:
+            self.emit(f"{R.W}.{key}({', '.join([ta] + idx + [t])})")
+
+    def ret(self, s: ast.Return) -> None:
+        if self.kind == "kernel":
+            if s.value is not None:
+                self.refuse("a kernel returning a value", s)
+            self.emit("return")
+            return
+        if s.value is None:
+            self.return_arity = 0
+            self.emit("return")
+            return
+        elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
+        vals = [self.simple(e) for e in elts]
+        if self.return_arity not in (None, len(vals)):
+            self.refuse("returns with different numbers of values", s)
+        self.return_arity = len(vals)
+        self.return_active.append(any(t is not None for _, t in vals))
+        for k, (_, t) in enumerate(vals):
+            if t is not None:
+                self.wants.add(f"__return{k}")
+        prims, ts = [], []
+        for p, t in vals:
+            if t is None and not _is_simple(p):
+                p, _ = self.bind(p, None)  # evaluated once, its zero typed like it
+            prims.append(p)
+            ts.append(t if t is not None else R.zero(p))
+        self.emit(f"return {', '.join(prims + ts)}")
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node
+
+
+def _root_name(node: ast.AST) -> str:
+    r = _root(node)
+    return r.id if isinstance(r, ast.Name) else ""
+
+
+def _is_simple(p: str) -> bool:
+    return p.isidentifier() or _is_number(p)
+
+
+def _is_number(p: str) -> bool:
+    try:
+        float(p)
+        return True
+    except ValueError:
+        return False
+
+
+_OPS = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.Mod: "%",
+    ast.Pow: "**",
+    ast.MatMult: "@",
+    ast.FloorDiv: "//",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.Not: "not",
+    ast.Invert: "~",
+    ast.USub: "-",
+    ast.UAdd: "+",
+}
+
+
+def _op_text(op: ast.AST) -> str:
+    return _OPS.get(type(op), type(op).__name__)
