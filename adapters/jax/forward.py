@@ -98,6 +98,16 @@ def _zero_of(x) -> Any:
     return ad.Zero(aval.to_tangent_aval())
 
 
+def _total(outs, terms) -> list:
+    """The sum of a JVP rule's tangent terms (each a list per output), or symbolic zeros."""
+    if not terms:
+        return [_zero_of(o) for o in outs]
+    total = terms[0]
+    for t in terms[1:]:
+        total = [a + b for a, b in zip(total, t)]
+    return total
+
+
 def _instantiate(t, primal):
     if type(t) is ad.Zero:
         return jnp.zeros(jnp.shape(primal), jnp.result_type(primal))
@@ -306,12 +316,7 @@ def _tan_jvp(primals, tangents, *, ref, n, kept, vpos, levels):
 
         _, t = jax.jvp(f, tuple(xs), tuple(_instantiate(t, x) for t, x in zip(dxs, xs)))
         terms.append(list(t))
-    if not terms:
-        return outs, [_zero_of(o) for o in outs]
-    total = terms[0]
-    for t in terms[1:]:
-        total = [a + b for a, b in zip(total, t)]
-    return outs, total
+    return outs, _total(outs, terms)
 
 
 def _tan_transpose(cts, *args, ref, n, kept, vpos, levels):
@@ -375,12 +380,7 @@ def _adj_jvp(primals, tangents, *, ref, want, n, nouts, levels):
     if live and launch.grad_for:
         vs = [dxs[k] for k in live]
         terms.append(sec_p.bind(*xs, *vs, *cts, ref=ref, n=n, vpos=live, opos=tuple(launch.grad_for), levels=()))
-    if not terms:
-        return outs, [_zero_of(o) for o in outs]
-    total = terms[0]
-    for t in terms[1:]:
-        total = [a + b for a, b in zip(total, t)]
-    return outs, total
+    return outs, _total(outs, terms)
 
 
 def _adj_transpose(gs, *args, ref, want, n, nouts, levels):
@@ -454,12 +454,7 @@ def _sec_jvp(primals, tangents, *, ref, n, vpos, opos, levels):
     if any(type(t) is not ad.Zero for t in dcts):
         lin = [_instantiate(t, c) for t, c in zip(dcts, cts)]
         terms.append(sec_p.bind(*xs, *vs, *lin, ref=ref, n=n, vpos=vpos, opos=opos, levels=()))
-    if not terms:
-        return outs, [_zero_of(o) for o in outs]
-    total = terms[0]
-    for t in terms[1:]:
-        total = [a + b for a, b in zip(total, t)]
-    return outs, total
+    return outs, _total(outs, terms)
 
 
 def _sec_transpose(gs, *args, ref, n, vpos, opos, levels):
