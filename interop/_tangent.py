@@ -51,7 +51,7 @@ from ._tangent_lower import (  # noqa: F401 (_resolve, _is_builtin: tests reach 
     _Source,
     fresh_suffix,
 )
-from ._warp_compat import make_function
+from ._warp_compat import is_struct, make_function
 
 
 class _FunctionJvp:
@@ -83,6 +83,20 @@ class _Generator:
                 return g
             active |= grown
         raise _Refusal("the tangent analysis did not settle", fdef)
+
+
+def _start_late_parameters(g: _Gen, names: list[str], seed: set[str], types: dict) -> None:
+    """A value parameter without a tangent of its own that takes one in the body (``v.x = a[i]`` with
+    ``v`` a vector parameter) starts from a zero tangent; a struct parameter cannot (its arrays have no
+    tangent arrays): refused."""
+    late = [n for n in names if n in g.active and n not in seed and n not in g.arrays]
+    for n in late:
+        if is_struct(types.get(n)):
+            raise _Refusal(
+                f"a store of a differentiated value into the struct parameter {n!r} (struct parameters carry no tangent)",
+                None,
+            )
+    g.lines[:0] = [f"    {n}{g.sfx} = {R.zero(n)}" for n in late]
 
 
 def _parse_def(adj: Any) -> ast.FunctionDef:
@@ -179,7 +193,9 @@ def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: st
     ns.update(R.HELPERS)
     ns[R.W] = wp
     gen = _Generator(label)
+    seed = set(active)
     g = gen.transform(fdef, src, ns, "func", arrays, active)
+    _start_late_parameters(g, names, seed, ann)
     arity = g.return_arity or 0
     active_results = tuple(f"__return{k}" in g.wants for k in range(arity))
     digest = "".join("1" if m else "0" for m in mask)
@@ -274,7 +290,9 @@ def _build_tangent_kernel(kernel: Any, differentiable: dict[str, bool], label: s
     ns.update(R.HELPERS)
     ns[R.W] = wp
     gen = _Generator(label)
+    seed = set(active)
     g = gen.transform(fdef, src, ns, "kernel", arrays, active)
+    _start_late_parameters(g, names, seed, arg_types)
     params = names + [tangent_of[n] for n in names if n in tangent_of]
     fname = f"{fdef.name}__tangent"
     text = f"def {fname}({', '.join(params)}):\n" + "\n".join(g.lines or ["    pass"]) + "\n"

@@ -92,11 +92,24 @@ def _resolve(node: ast.AST, ns: dict) -> Any:
         if base is None:
             return None
         obj = getattr(base, node.attr, None)
-        if base is wp and not isinstance(obj, type):
-            # wp.tid, wp.tile_load, wp.vector... exist only as kernels see them
+        if (base is wp or base is wp.types) and not isinstance(obj, type):
+            # wp.tid, wp.tile_load, wp.vector, wp.types.vector... exist only as kernels see them
             return builtin_function(node.attr) or obj
         return obj
     return None
+
+
+def _is_dtype_expression(node: ast.AST, ns: dict) -> bool:
+    """``x.dtype``, ``x.dtype.dtype``, ``type(x).dtype``: the type of an array's (or a vector's)
+    elements, which Warp resolves when it builds the kernel; called, a constructor or cast."""
+    if not (isinstance(node, ast.Attribute) and node.attr == "dtype"):
+        return False
+    base = node.value
+    while isinstance(base, ast.Attribute) and base.attr == "dtype":
+        base = base.value
+    if isinstance(base, ast.Call):
+        return _resolve(base.func, ns) is type
+    return isinstance(base, ast.Name)
 
 
 def _is_builtin(obj: Any) -> bool:
@@ -223,7 +236,10 @@ class _Gen:
         return f"{base}.{node.attr}", None if tb is None else f"{tb}.{node.attr}"
 
     def subscript(self, node: ast.Subscript) -> tuple[str, str | None]:
-        index = _unparse(node.slice)
+        # a tuple index unparsed element by element: ``ast.unparse`` writes ``(0:1, :)`` for
+        # ``y[0:1, :]``'s, which is not Python (slices only parse directly inside brackets)
+        sl = node.slice
+        index = ", ".join(map(_unparse, sl.elts)) if isinstance(sl, ast.Tuple) and sl.elts else _unparse(sl)
         if isinstance(node.value, ast.Name):
             base, tb = node.value.id, self.tangent_of_name(node.value.id)
         else:
@@ -324,6 +340,8 @@ class _Gen:
             return _unparse(node), None
         if isinstance(node.func, ast.Call) and _resolve(node.func.func, self.ns) is type:
             return self.constructor(fname, node)  # type(x)(...): x's type, a constructor
+        if obj is None and _is_dtype_expression(node.func, self.ns):
+            return self.constructor(fname, node)  # x.dtype(...), x.dtype.dtype(...), type(x).dtype(...)
         if _is_builtin(obj):
             key = obj.key
             if key in R.PASSTHROUGH or key.startswith("tile"):

@@ -33,6 +33,11 @@ def _interop_zero(x: wp.float16):
 
 
 @wp.func  # type: ignore[no-redef]
+def _interop_zero(x: wp.bfloat16):  # noqa: F811
+    return wp.bfloat16(0.0)
+
+
+@wp.func  # type: ignore[no-redef]
 def _interop_zero(x: wp.float32):  # noqa: F811
     return wp.float32(0.0)
 
@@ -239,6 +244,212 @@ def _interop_normalize_t(a: Any, ta: Any, y: Any):
     return type(ta)()
 
 
+# d(a / b) through b: -y tb / b for a scalar b (y may be a vector: v / s); component by component
+# where b is a vector or matrix (s / v, s / M) or a quaternion (s / q)
+@wp.func
+def _interop_div_tb(b: wp.float16, y: Any, tb: wp.float16):
+    return -(y * tb) / b
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.float32, y: Any, tb: wp.float32):  # noqa: F811
+    return -(y * tb) / b
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.float64, y: Any, tb: wp.float64):  # noqa: F811
+    return -(y * tb) / b
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.quath, y: wp.quath, tb: wp.quath):  # noqa: F811
+    return wp.quath(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.quatf, y: wp.quatf, tb: wp.quatf):  # noqa: F811
+    return wp.quatf(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.quatd, y: wp.quatd, tb: wp.quatd):  # noqa: F811
+    return wp.quatd(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: Any, y: Any, tb: Any):  # noqa: F811
+    return -wp.cw_div(wp.cw_mul(y, tb), b)
+
+
+# ---- rotations and transforms (quat.h, spatial.h): quat_rotate(q, x) = x c + v d + cross(v, x) 2 w with
+# v = q.xyz, c = 2 w^2 - 1, d = 2 v.x (no normalization of q; Warp's adjoint differentiates the same formula).
+# transform * transform is transform_multiply (not bilinear in the rotation): ``mul`` tangents go
+# through _interop_mul_ta/_tb, ta * b and a * tb for every other type.
+@wp.func
+def _interop_quat_rotate_t(q: Any, x: Any, tq: Any, tx: Any):
+    two = type(q.w)(2.0)
+    v = wp.vector(q[0], q[1], q[2])
+    tv = wp.vector(tq[0], tq[1], tq[2])
+    c = two * q.w * q.w - type(q.w)(1.0)
+    d = two * wp.dot(v, x)
+    tc = two * two * q.w * tq.w
+    td = two * (wp.dot(tv, x) + wp.dot(v, tx))
+    return (
+        tx * c
+        + x * tc
+        + tv * d
+        + v * td
+        + (wp.cross(tv, x) + wp.cross(v, tx)) * (two * q.w)  # type: ignore[operator]
+        + wp.cross(v, x) * (two * tq.w)
+    )
+
+
+@wp.func
+def _interop_quat_to_matrix_t(q: Any, tq: Any):
+    one = type(q.w)(1.0)
+    zero = type(q.w)(0.0)
+    e = wp.vector(zero, zero, zero)
+    return wp.matrix_from_cols(
+        _interop_quat_rotate_t(q, wp.vector(one, zero, zero), tq, e),
+        _interop_quat_rotate_t(q, wp.vector(zero, one, zero), tq, e),
+        _interop_quat_rotate_t(q, wp.vector(zero, zero, one), tq, e),
+    )
+
+
+@wp.func
+def _interop_quat_from_axis_angle_t(axis: Any, angle: Any, taxis: Any, tangle: Any):
+    half = angle * type(angle)(0.5)
+    s = wp.sin(half)
+    c = wp.cos(half)
+    tv = taxis * s + axis * (c * type(angle)(0.5) * tangle)
+    return wp.quaternion(tv[0], tv[1], tv[2], -s * type(angle)(0.5) * tangle)
+
+
+@wp.func
+def _interop_transform_point_t(t: Any, x: Any, tt: Any, tx: Any):
+    return wp.transform_get_translation(tt) + _interop_quat_rotate_t(
+        wp.transform_get_rotation(t), x, wp.transform_get_rotation(tt), tx
+    )
+
+
+@wp.func
+def _interop_transform_vector_t(t: Any, x: Any, tt: Any, tx: Any):
+    return _interop_quat_rotate_t(wp.transform_get_rotation(t), x, wp.transform_get_rotation(tt), tx)
+
+
+@wp.func
+def _interop_transform_multiply_t(a: Any, b: Any, ta: Any, tb: Any):
+    aq = wp.transform_get_rotation(a)
+    taq = wp.transform_get_rotation(ta)
+    p = wp.transform_get_translation(ta) + _interop_quat_rotate_t(
+        aq, wp.transform_get_translation(b), taq, wp.transform_get_translation(tb)
+    )
+    return type(a)(p, taq * wp.transform_get_rotation(b) + aq * wp.transform_get_rotation(tb))  # type: ignore[operator]
+
+
+@wp.func
+def _interop_transform_inverse_t(t: Any, tt: Any):
+    qi = wp.quat_inverse(wp.transform_get_rotation(t))
+    tqi = wp.quat_inverse(wp.transform_get_rotation(tt))
+    p = -_interop_quat_rotate_t(qi, wp.transform_get_translation(t), tqi, wp.transform_get_translation(tt))
+    return type(t)(p, tqi)
+
+
+@wp.func
+def _interop_mul_ta(a: Any, b: Any, ta: Any):
+    return ta * b
+
+
+@wp.func
+def _interop_mul_tb(a: Any, b: Any, tb: Any):
+    return a * tb
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_ta(a: wp.transformh, b: wp.transformh, ta: wp.transformh):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, ta, wp.transformh())
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_tb(a: wp.transformh, b: wp.transformh, tb: wp.transformh):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, wp.transformh(), tb)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_ta(a: wp.transformf, b: wp.transformf, ta: wp.transformf):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, ta, wp.transformf())
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_tb(a: wp.transformf, b: wp.transformf, tb: wp.transformf):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, wp.transformf(), tb)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_ta(a: wp.transformd, b: wp.transformd, ta: wp.transformd):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, ta, wp.transformd())
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_tb(a: wp.transformd, b: wp.transformd, tb: wp.transformd):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, wp.transformd(), tb)
+
+
+# transform_point / transform_vector of a 4x4 matrix (the homogeneous point / direction): bilinear
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_point_t(t: wp.mat44h, x: wp.vec3h, tt: wp.mat44h, tx: wp.vec3h):  # noqa: F811
+    return wp.transform_point(tt, x) + wp.transform_vector(t, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_point_t(t: wp.mat44, x: wp.vec3, tt: wp.mat44, tx: wp.vec3):  # noqa: F811
+    return wp.transform_point(tt, x) + wp.transform_vector(t, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_point_t(t: wp.mat44d, x: wp.vec3d, tt: wp.mat44d, tx: wp.vec3d):  # noqa: F811
+    return wp.transform_point(tt, x) + wp.transform_vector(t, tx)  # type: ignore[call-overload]
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_vector_t(t: wp.mat44h, x: wp.vec3h, tt: wp.mat44h, tx: wp.vec3h):  # noqa: F811
+    return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_vector_t(t: wp.mat44, x: wp.vec3, tt: wp.mat44, tx: wp.vec3):  # noqa: F811
+    return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_vector_t(t: wp.mat44d, x: wp.vec3d, tt: wp.mat44d, tx: wp.vec3d):  # noqa: F811
+    return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)  # type: ignore[call-overload]
+
+
+@wp.func
+def _interop_copysign_t(x: Any, y: Any, tx: Any):
+    # adj_copysign: +tx where x and y have the same sign bit, else -tx; nothing through y
+    one = type(x)(1.0)
+    if wp.copysign(one, x) == wp.copysign(one, y):
+        return tx
+    return -tx
+
+
+@wp.func
+def _interop_smoothstep_t(e0: Any, e1: Any, x: Any, te0: Any, te1: Any, tx: Any):
+    # adj_smoothstep's formulas and its test for the clamped region
+    ab = e0 - e1
+    ax = e0 - x
+    bx = e1 - x
+    zero = type(x)(0.0)
+    if bx / ab >= zero or ax / ab <= zero:
+        return zero
+    six = type(x)(6.0)
+    ab3 = ab * ab * ab
+    ab4 = ab3 * ab
+    return te0 * (six * ax * bx * bx) / ab4 + te1 * (six * ax * ax * (x - e1)) / ab4 + tx * (six * ax * bx) / ab3
+
+
 HELPERS = {
     "_interop_zero": _interop_zero,
     "_interop_min_t": _interop_min_t,
@@ -248,12 +459,30 @@ HELPERS = {
     "_interop_length_t": _interop_length_t,
     "_interop_normalize_t": _interop_normalize_t,
     "_interop_det_t": _interop_det_t,
+    "_interop_quat_rotate_t": _interop_quat_rotate_t,
+    "_interop_quat_to_matrix_t": _interop_quat_to_matrix_t,
+    "_interop_quat_from_axis_angle_t": _interop_quat_from_axis_angle_t,
+    "_interop_transform_point_t": _interop_transform_point_t,
+    "_interop_transform_vector_t": _interop_transform_vector_t,
+    "_interop_transform_multiply_t": _interop_transform_multiply_t,
+    "_interop_transform_inverse_t": _interop_transform_inverse_t,
+    "_interop_mul_ta": _interop_mul_ta,
+    "_interop_div_tb": _interop_div_tb,
+    "_interop_mul_tb": _interop_mul_tb,
+    "_interop_copysign_t": _interop_copysign_t,
+    "_interop_smoothstep_t": _interop_smoothstep_t,
 }
 
 
 # ---- building blocks -------------------------------------------------------------------------------
 def zero(p: str) -> str:
-    return f"_interop_zero({p})"
+    """The zero tangent of the value ``p``: of its type, or a literal 0 of a literal's kind (Warp types a
+    literal where it is used: ``wp.vec3h(1.0, h, 3.0)``'s tangent is ``wp.vec3h(0.0, dh, 0.0)``)."""
+    try:
+        v = float(p)
+    except ValueError:
+        return f"_interop_zero({p})"
+    return "0" if v.is_integer() and p.lstrip("+-").isdigit() else "0.0"
 
 
 def _or_zero(a: Arg) -> str:
@@ -338,12 +567,10 @@ def _pos(args: list[Arg], y: str) -> str | None:
 
 
 def _div(args: list[Arg], y: str) -> str | None:
+    # a / b: ta / b - y tb / b; a scalar divided by a vector, matrix or quaternion divides component
+    # by component (_interop_div_tb)
     (a, ta), (b, tb) = args
-    if tb is None:
-        return None if ta is None else f"({ta}) / ({b})"
-    if ta is None:
-        return f"-(({y}) * ({tb})) / ({b})"
-    return f"(({ta}) - ({y}) * ({tb})) / ({b})"
+    return _sum(None if ta is None else f"({ta}) / ({b})", None if tb is None else f"_interop_div_tb({b}, {y}, {tb})")
 
 
 def _mod(args: list[Arg], y: str) -> str | None:
@@ -459,6 +686,40 @@ def _erf(sign: str) -> Rule:
     return _unary(lambda a, y: f"{sign}{_c(a, 1.1283791670955126)} * {W}.exp(-({a}) * ({a}))")
 
 
+def _mul(args: list[Arg], y: str) -> str | None:
+    # the product rule, through helpers: transform * transform is transform_multiply
+    (a, ta), (b, tb) = args
+    return _sum(
+        None if ta is None else f"_interop_mul_ta({a}, {b}, {ta})",
+        None if tb is None else f"_interop_mul_tb({a}, {b}, {tb})",
+    )
+
+
+def _helper(name: str) -> Rule:
+    """``name(primals..., tangents...)``: every argument's tangent (zeros where none)."""
+
+    def rule(args: list[Arg], y: str) -> str | None:
+        if all(t is None for _, t in args):
+            return None
+        return f"{name}({', '.join([p for p, _ in args] + [_or_zero(a) for a in args])})"
+
+    return rule
+
+
+def _copysign(args: list[Arg], y: str) -> str | None:
+    (x, tx), (yy, _) = args
+    return None if tx is None else f"_interop_copysign_t({x}, {yy}, {tx})"
+
+
+def _quat_rotate_inv(args: list[Arg], y: str) -> str | None:
+    # quat_rotate_inv(q, x) is quat_rotate(quat_inverse(q), x), formula for formula (quat.h)
+    (q, tq), (x, tx) = args
+    if tq is None and tx is None:
+        return None
+    qi = f"{W}.quat_inverse({q})"
+    return f"_interop_quat_rotate_t({qi}, {x}, {W}.quat_inverse({_or_zero((q, tq))}), {_or_zero((x, tx))})"
+
+
 LN2 = 0.6931471805599453
 LN10 = 2.302585092994046
 
@@ -485,7 +746,7 @@ RULES: dict[str, Rule] = {
     "spatial_top": _linear(f"{W}.spatial_top"),
     "spatial_bottom": _linear(f"{W}.spatial_bottom"),
     # bilinear (product rule)
-    "mul": _bilinear(f"{W}.mul"),
+    "mul": _mul,
     "dot": _bilinear(f"{W}.dot"),
     "cross": _bilinear(f"{W}.cross"),
     "outer": _bilinear(f"{W}.outer"),
@@ -495,6 +756,22 @@ RULES: dict[str, Rule] = {
     "spatial_dot": _bilinear(f"{W}.spatial_dot"),
     # quotient, powers, two-argument functions
     "div": _div,
+    "matrix_from_cols": _linear(f"{W}.matrix_from_cols"),
+    "matrix_from_rows": _linear(f"{W}.matrix_from_rows"),
+    "transform_get_translation": _linear(f"{W}.transform_get_translation"),
+    "transform_get_rotation": _linear(f"{W}.transform_get_rotation"),
+    "quat_rotate": _helper("_interop_quat_rotate_t"),
+    "quat_rotate_inv": _quat_rotate_inv,
+    "quat_to_matrix": _helper("_interop_quat_to_matrix_t"),
+    "quat_from_axis_angle": _helper("_interop_quat_from_axis_angle_t"),
+    "transform_point": _helper("_interop_transform_point_t"),
+    "transform_vector": _helper("_interop_transform_vector_t"),
+    "transform_multiply": _helper("_interop_transform_multiply_t"),
+    "transform_inverse": _helper("_interop_transform_inverse_t"),
+    "div_approx": _div,
+    "inverse_approx": _inverse,
+    "copysign": _copysign,
+    "smoothstep": _helper("_interop_smoothstep_t"),
     "cw_div": _cw_div,
     "mod": _mod,
     "pow": _pow,

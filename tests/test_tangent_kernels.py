@@ -619,6 +619,143 @@ QUAT = Case(
 )
 
 
+@wp.kernel
+def transform_rules(
+    q: wp.array(dtype=wp.quatd),
+    r: wp.array(dtype=wp.quatd),
+    u: wp.array(dtype=wp.vec3d),
+    v: wp.array(dtype=wp.vec3d),
+    m: wp.array(dtype=wp.mat44d),
+    a: wp.array(dtype=F64),
+    b: wp.array(dtype=F64),
+    s: wp.array2d(dtype=F64),
+    vo: wp.array2d(dtype=wp.vec3d),
+    qo: wp.array2d(dtype=wp.quatd),
+    to: wp.array2d(dtype=wp.transformd),
+    mo: wp.array2d(dtype=wp.mat33d),
+):
+    i = wp.tid()
+    Q = q[i]  # not normalized: the rules differentiate Warp's formulas, which do not normalize either
+    P = r[i]
+    p = u[i]
+    w = v[i]
+    M = m[i]
+    x = a[i]
+    z = b[i]
+    A = wp.transformd(p, Q)
+    B = wp.transformd(w, P)
+    vo[i, 0] = wp.quat_rotate(Q, w)
+    vo[i, 1] = wp.quat_rotate_inv(Q, w)
+    vo[i, 2] = wp.transform_point(A, w)
+    vo[i, 3] = wp.transform_point(M, w)
+    vo[i, 4] = wp.transform_vector(A, w)
+    vo[i, 5] = wp.transform_vector(M, w)
+    vo[i, 6] = wp.transform_get_translation(A)
+    vo[i, 7] = wp.div_approx(w, x)
+    qo[i, 0] = wp.quat_from_axis_angle(p, x)
+    qo[i, 1] = wp.transform_get_rotation(B)
+    to[i, 0] = wp.transform_multiply(A, B)
+    to[i, 1] = A * B
+    to[i, 2] = wp.mul(B, A)
+    to[i, 3] = wp.transform_inverse(A)
+    mo[i, 0] = wp.quat_to_matrix(Q)
+    mo[i, 1] = wp.matrix_from_cols(p, w, p * x)
+    mo[i, 2] = wp.matrix_from_rows(w, p, w * z)
+    mo[i, 3] = wp.inverse_approx(wp.identity(n=3, dtype=F64) * F64(2.0) + wp.outer(p, w) * F64(0.3))
+    s[i, 0] = wp.div_approx(x, z)
+    s[i, 1] = wp.copysign(x - F64(0.5), z - F64(1.6))
+    s[i, 2] = wp.smoothstep(x * F64(0.2), z, x)
+    s[i, 3] = wp.smoothstep(z, z + F64(1.0), x)
+
+
+TRANSFORM_COLUMNS = {
+    "vo": [
+        "quat_rotate", "quat_rotate_inv", "transform_point", "transform_point:mat44", "transform_vector",
+        "transform_vector:mat44", "transform_get_translation", "div_approx:vector",
+    ],
+    "qo": ["quat_from_axis_angle", "transform_get_rotation"],
+    "to": ["transform_multiply", "mul:transform-operator", "mul:transform", "transform_inverse"],
+    "mo": ["quat_to_matrix", "matrix_from_cols", "matrix_from_rows", "inverse_approx"],
+    "s": ["div_approx", "copysign", "smoothstep", "smoothstep:clamped"],
+}  # fmt: skip
+
+
+TRANSFORM = Case(
+    transform_rules,
+    dim=N,
+    domains={
+        "q": (-1.0, 1.0),
+        "r": (-1.0, 1.0),
+        "u": (-1.0, 1.0),
+        "v": (-1.0, 1.0),
+        "m": (-1.0, 1.0),
+        "a": (0.2, 0.8),
+        "b": (1.2, 2.0),
+    },
+    shapes={
+        "q": (N, 4),
+        "r": (N, 4),
+        "u": (N, 3),
+        "v": (N, 3),
+        "m": (N, 4, 4),
+        "a": (N,),
+        "b": (N,),
+        "s": (N, len(TRANSFORM_COLUMNS["s"])),
+        "vo": (N, len(TRANSFORM_COLUMNS["vo"]), 3),
+        "qo": (N, len(TRANSFORM_COLUMNS["qo"]), 4),
+        "to": (N, len(TRANSFORM_COLUMNS["to"]), 7),
+        "mo": (N, len(TRANSFORM_COLUMNS["mo"]), 3, 3),
+    },
+    outputs=("s", "vo", "qo", "to", "mo"),
+    # copysign's kink (x = 0.5, z = 1.6)
+    smooth=lambda inputs: bool(np.all(np.abs(inputs["a"] - 0.5) > 1e-4) and np.all(np.abs(inputs["b"] - 1.6) > 1e-4)),
+)
+
+
+@wp.kernel
+def division_rules(
+    a: wp.array(dtype=F64),
+    u: wp.array(dtype=wp.vec3d),
+    m: wp.array(dtype=wp.mat22d),
+    q: wp.array(dtype=wp.quatd),
+    vo: wp.array2d(dtype=wp.vec3d),
+    mo: wp.array2d(dtype=wp.mat22d),
+    qo: wp.array2d(dtype=wp.quatd),
+):
+    # a scalar divided by a vector, matrix or quaternion (component by component), and literals in a
+    # constructor beside a differentiated value (their tangent: a literal 0 Warp types as float64 here)
+    i = wp.tid()
+    x = a[i]
+    vo[i, 0] = x / u[i]
+    vo[i, 1] = u[i] / x
+    vo[i, 2] = wp.vec3d(1.00000005, x * x, 3.0)
+    mo[i, 0] = x / m[i]
+    qo[i, 0] = x / q[i]
+
+
+DIVISION_COLUMNS = {
+    "vo": ["div:scalar-by-vector", "div:vector-by-scalar", "vec3d:literals"],
+    "mo": ["div:scalar-by-matrix"],
+    "qo": ["div:scalar-by-quaternion"],
+}
+
+DIVISION = Case(
+    division_rules,
+    dim=N,
+    domains={"a": (0.5, 1.5), "u": (1.0, 2.0), "m": (1.0, 2.0), "q": (1.0, 2.0)},
+    shapes={
+        "a": (N,),
+        "u": (N, 3),
+        "m": (N, 2, 2),
+        "q": (N, 4),
+        "vo": (N, 3, 3),
+        "mo": (N, 1, 2, 2),
+        "qo": (N, 1, 4),
+    },
+    outputs=("vo", "mo", "qo"),
+)
+
+
 # ---- rules the generator gets wrong (known failures, each a kernel of its own) --------------------------
 @wp.kernel
 def vector_piecewise_rules(u: wp.array(dtype=wp.vec3d), v: wp.array(dtype=wp.vec3d), vo: wp.array2d(dtype=wp.vec3d)):
@@ -662,6 +799,8 @@ RULE_GROUPS: dict[str, tuple[Case, dict[str, list[str]]]] = {
     "vector": (VECTOR, VECTOR_COLUMNS),
     "matrix": (MATRIX, MATRIX_COLUMNS),
     "quat": (QUAT, QUAT_COLUMNS),
+    "transform": (TRANSFORM, TRANSFORM_COLUMNS),
+    "division": (DIVISION, DIVISION_COLUMNS),
     "vector-piecewise": (VECTOR_PIECEWISE, {"vo": ["min:vector", "max:vector", "abs:vector"]}),
     "matrix-shape": (MATRIX_SHAPE, {"mo": ["matrix:shape"]}),
 }
@@ -1024,6 +1163,32 @@ def parameters(x: wp.array(dtype=F64), s: F64, k: int, w: wp.array(dtype=F64), y
     y[i] = s * wp.pow(x[i], F64(k)) + w[i] * x[i] + s * s
 
 
+@wp.kernel
+def parameter_component(x: wp.array(dtype=F64), v: wp.vec3d, y: wp.array(dtype=wp.vec3d)):
+    # a value parameter without a tangent takes one in the body (its component is assigned)
+    i = wp.tid()
+    v.y = x[i] * x[i]
+    y[i] = v * x[i]
+
+
+@wp.kernel
+def dtype_constructors(x: wp.array(dtype=wp.vec3d), y: wp.array(dtype=wp.vec3d), z: wp.array(dtype=F64)):
+    # constructors named through the arrays' types (generic code's way), and wp.types.vector
+    i = wp.tid()
+    y[i] = x.dtype.dtype(3.0) * x[i] + type(x).dtype(x[i]) * x[i][0]
+    z[i] = wp.types.vector(x[i][0], x[i][1] * x[i][2], F64(1.0))[1] * x.dtype.dtype(2.0)
+
+
+@wp.kernel
+def slices(x: wp.array2d(dtype=F64), y: wp.array2d(dtype=F64), z: wp.array(dtype=F64)):
+    # array views made in the kernel (a 2-D slice stored through, a 1-D strided window read)
+    i = wp.tid()
+    row = y[0:1, :]
+    row[0, i] = x[i, 0] * x[i, 1]
+    window = x[i, 0:2]
+    z[i] = wp.sin(window[0]) * window[1]
+
+
 NS = 4  # threads of the structure cases
 IDX = np.array([2, 0, 2, 1], np.int32)  # a gather with repeats; thread 1 scatters into 0 twice
 
@@ -1102,6 +1267,13 @@ STRUCTURE = {
             "M[0, 1] = s) lets the overwritten component's gradient through to the array it was loaded from"
         },
     ),
+    "parameter-component": Case(
+        parameter_component, NS, {"x": (-1.0, 1.0)}, {"x": (NS,), "y": (NS, 3)}, ("y",), {"v": wp.vec3d(0.5, 1.0, 2.0)}
+    ),
+    "dtype-constructors": Case(
+        dtype_constructors, NS, {"x": (-1.0, 1.0)}, {"x": (NS, 3), "y": (NS, 3), "z": (NS,)}, ("y", "z")
+    ),
+    "slices": Case(slices, NS, {"x": (-1.0, 1.0)}, {"x": (NS, M), "y": (1, NS), "z": (NS,)}, ("y", "z")),
     "scalar-int-nondifferentiable": Case(
         parameters,
         NS,
