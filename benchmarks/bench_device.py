@@ -241,6 +241,15 @@ def _jax(device: str, quick: bool) -> dict[str, float]:
     ]  # fmt: skip
     measured = _bandwidth(f"JAX on {device}, n=2^26", big_rows, sync, quick, {})
     found.update(measured)
+    if sync is not None:
+        # the same calls dispatched back to back (JAX's asynchronous dispatch; one device sync per
+        # batch, as the raw launches are timed): the blocking rows above add a host round trip per call
+        piped = [
+            ("jnp 2*x+y inside jit, back to back", lambda: plain_b(xb, yb)),
+            big_rows[1],
+            ("interop op (JAX) inside jit, back to back", lambda: ours_b(xb, yb)),
+        ]
+        _bandwidth(f"JAX on {device}, n=2^26, dispatched back to back", piped, sync, quick, {})
     return found
 
 

@@ -2,7 +2,9 @@
 
 A companion of ``python -m benchmarks --device cuda`` for the next change, not a gate: for torch
 forward+backward, a JAX op under ``jit`` and a CuPy call, the per-call time split into its parts
-and the top functions of a ``cProfile`` run (own time per call, in microseconds). The torch
+and the top functions of a ``cProfile`` run (own time per call, in microseconds); on CUDA also what
+the GPU runs for one JAX call at n = 2^26 (kernels, fills, copies and their GPU times, from torch's
+profiler), against jnp and a raw launch: where the JAX path's bandwidth goes. The torch
 backward runs on the calling thread here (``torch.autograd.set_multithreading_enabled(False)``),
 so the profile sees it; the split is measured both ways.
 """
@@ -22,7 +24,7 @@ import warp as wp
 
 import interop
 
-from .bench_device import N, empty_function, saxpy
+from .bench_device import BIG, N, empty_function, saxpy
 
 CALLS = 2000
 
@@ -170,6 +172,63 @@ def _jax(device: str) -> None:
     _profile(f"JAX op under jit on {device}", call(f), sync)
 
 
+def _gpu_activities(title: str, fn: Callable[[], Any], sync: Callable[[], Any]) -> None:
+    """The CUDA activities (kernels, fills, copies) of one call of ``fn`` with their GPU times, from
+    torch's profiler (CUPTI: every library's activities in the process); needs torch's CUDA build."""
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        print(f"\n{title}: (torch is not installed: no CUDA activity trace)")
+        return
+    if not torch.cuda.is_available():
+        print(f"\n{title}: (torch has no CUDA: no CUDA activity trace)")
+        return
+    for _ in range(3):
+        fn()
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        sync()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    print(f"\n{title}: CUDA activities of one call (GPU us)")
+    for e in events:
+        print(f"  {e.device_time:10.1f}  {e.name[:100]}")
+    print(f"  {sum(e.device_time for e in events):10.1f}  total")
+
+
+def _jax_big(device: str) -> None:
+    """n = 2^26: what the GPU runs for the JAX op under jit, for jnp and for a raw launch."""
+    import jax
+
+    dev = jax.devices("gpu")[0]
+    op = interop.op(saxpy)
+    xb = jax.device_put(np.random.default_rng(1).random(BIG, dtype=np.float32), dev)
+    yb = jax.device_put(np.ones(BIG, np.float32), dev)
+    wxb, wyb = wp.from_jax(xb), wp.from_jax(yb)
+    wob = wp.empty(BIG, dtype=float, device=wxb.device)
+    plain_b, ours_b = jax.jit(lambda x, y: 2.0 * x + y), jax.jit(lambda x, y: op(x, y, 2.0))
+    out: dict = {}
+
+    def sync():
+        jax.block_until_ready(out.get("r"))
+        wp.synchronize_device(wxb.device)
+
+    def run(f):
+        def go():
+            out["r"] = f(xb, yb)
+
+        return go
+
+    _gpu_activities(f"JAX op under jit on {device}, n=2^26", run(ours_b), sync)
+    _gpu_activities(f"jnp 2*x+y under jit on {device}, n=2^26", run(plain_b), sync)
+    _gpu_activities(
+        f"raw wp.launch on {device}, n=2^26",
+        lambda: wp.launch(saxpy, dim=BIG, inputs=[wxb, wyb, 2.0], outputs=[wob], device=wxb.device),
+        sync,
+    )
+
+
 def _cupy(device: str) -> None:
     import cupy as cp
 
@@ -190,8 +249,8 @@ def main(argv: list[str]) -> int:
     wp.config.quiet = True
     wp.init()
     print(f"profile on {device}: {wp.get_device(device).name}, warp {wp.config.version}")
-    for name, fn in (("torch", _torch), ("jax", _jax), ("cupy", _cupy)):
-        if importlib.util.find_spec(name) is None or (name == "cupy" and device == "cpu"):
+    for name, fn in (("torch", _torch), ("jax", _jax), ("jax", _jax_big), ("cupy", _cupy)):
+        if importlib.util.find_spec(name) is None or (name == "cupy" or fn is _jax_big) and device == "cpu":
             continue
         try:
             fn(device)

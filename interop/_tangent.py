@@ -152,6 +152,20 @@ def _function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: str) -> 
         return fj
 
 
+def _variants(fobj: Any) -> list[Any]:
+    """The bodies a call of ``fobj`` may run: its overloads as written (concrete and generic; not
+    the concrete ones Warp instantiated from a generic one), each once."""
+    seen: dict[int, Any] = {}
+    for f in [
+        fobj,
+        *(getattr(fobj, "user_overloads", {}) or {}).values(),
+        *(getattr(fobj, "user_templates", {}) or {}).values(),
+    ]:
+        if getattr(f, "generic_parent", None) is None and f.func is not None:
+            seen.setdefault(id(f.func), f)
+    return list(seen.values())
+
+
 def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: str) -> _FunctionJvp:
     if getattr(fobj, "custom_grad_func", None) is not None or getattr(fobj, "custom_replay_func", None) is not None:
         raise _Refusal(
@@ -161,11 +175,36 @@ def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: st
         )
     if getattr(fobj, "native_snippet", None) is not None or fobj.func is None:
         raise _Refusal(f"the native function {fobj.key!r} (called {where}) has no Python source to transform", None)
-    if (
-        len(getattr(fobj, "user_overloads", {}) or {}) > 1
-        and len({id(f.func) for f in fobj.user_overloads.values()}) > 1
-    ):
-        raise _Refusal(f"the function {fobj.key!r} (called {where}) has several overloads with different bodies", None)
+    # an overloaded function (one body per argument type) gets a tangent function with the same
+    # overloads, each transformed from its own body; Warp picks among them as among the originals
+    # named by Warp's own unique name of the function (``native_func``: the key and a number), so two
+    # functions of one key (closures made by one factory: make_f(3.0), make_f(2.0)) get two tangents
+    unique = (getattr(fobj, "native_func", None) or fobj.key).replace(".", "_")
+    digest = "".join("1" if m else "0" for m in mask)
+    name = f"_interop_jvp_{unique}_{digest}"
+    module = wp.get_module(f"interop_tangent_fn.{unique}")
+    function: Any = None
+    arity: int | None = None
+    active: list[bool] = []
+    for variant in _variants(fobj):
+        text, annotations, ns, v_arity, v_active = _function_variant(variant, mask, name, label)
+        if arity is not None and v_arity != arity:
+            raise _Refusal(
+                f"the function {fobj.key!r} (called {where}) has overloads returning different numbers of values", None
+            )
+        arity = v_arity
+        active = [a or b for a, b in zip(active, v_active)] if active else list(v_active)
+        function = _register_variant(_compile(text, name, ns, annotations), name, module, text, function)
+    return _FunctionJvp(name, function, arity or 0, tuple(active))
+
+
+def _register_variant(fn: Any, name: str, module: Any, text: str, first: Any) -> Any:
+    """Register one body of a tangent function (the first, or an overload of ``first``)."""
+    return retry_ast_race(lambda: make_function(fn, name, module, text, overload_of=first))
+
+
+def _function_variant(fobj: Any, mask: tuple[bool, ...], name: str, label: str) -> tuple[str, dict, dict, int, tuple]:
+    """The tangent source of one body of a ``wp.func``: (text, annotations, namespace, arity, active results)."""
     adj = fobj.adj
     src = _Source(fobj, adj)
     fdef = _parse_def(adj)
@@ -198,13 +237,8 @@ def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: st
     _start_late_parameters(g, names, seed, ann)
     arity = g.return_arity or 0
     active_results = tuple(f"__return{k}" in g.wants for k in range(arity))
-    digest = "".join("1" if m else "0" for m in mask)
-    name = f"_interop_jvp_{fobj.key.replace('.', '_')}_{digest}"
     text = f"def {name}({', '.join(params)}):\n" + "\n".join(g.lines or ["    pass"]) + "\n"
-    fn = _compile(text, name, ns, annotations)
-    module = wp.get_module(f"interop_tangent_fn.{fobj.key}")
-    function = retry_ast_race(lambda: make_function(fn, name, module, text))
-    return _FunctionJvp(name, function, arity, active_results)
+    return text, annotations, ns, arity, active_results
 
 
 def _compile(text: str, name: str, ns: dict, annotations: dict) -> Any:

@@ -99,6 +99,18 @@ def _resolve(node: ast.AST, ns: dict) -> Any:
     return None
 
 
+def _static_value(node: ast.Call, ns: dict) -> Any:
+    """The value of ``wp.static(expr)``: ``expr`` evaluated in the function's globals and closure,
+    as Warp evaluates it when it builds the kernel; None where it cannot be (a loop variable...)."""
+    f = _resolve(node.func, ns)
+    if not (_is_builtin(f) and f.key == "static") or len(node.args) != 1 or node.keywords:
+        return None
+    try:
+        return eval(compile(ast.Expression(node.args[0]), "<wp.static>", "eval"), dict(ns))  # noqa: S307
+    except Exception:  # noqa: BLE001 (not evaluable here: refused as an unknown call)
+        return None
+
+
 def _is_dtype_expression(node: ast.AST, ns: dict) -> bool:
     """``x.dtype``, ``x.dtype.dtype``, ``type(x).dtype``: the type of an array's (or a vector's)
     elements, which Warp resolves when it builds the kernel; called, a constructor or cast."""
@@ -124,7 +136,7 @@ _INT_TYPES = (int, bool)
 
 
 def _is_int_type(obj: Any) -> bool:
-    if obj in _INT_TYPES:
+    if obj in _INT_TYPES or obj is wp.bool:
         return True
     return isinstance(obj, type) and wp.types.type_is_int(obj)
 
@@ -335,6 +347,8 @@ class _Gen:
 
     def call(self, node: ast.Call) -> tuple[str, str | None]:
         obj = _resolve(node.func, self.ns)
+        if obj is None and isinstance(node.func, ast.Call):
+            obj = _static_value(node.func, self.ns)  # wp.static(make_func())(...)
         fname = _unparse(node.func)
         if obj is type:
             return _unparse(node), None
@@ -349,7 +363,13 @@ class _Gen:
                     self.refuse(f"the tile builtin {fname!r} (tile kernels have no forward mode yet)", node)
                 return _unparse(node), None
             if key in R.ATOMIC_LINEAR or key in R.ATOMIC_REFUSED:
-                self.refuse(f"the value returned by {fname!r} (an atomic's old value depends on thread order)", node)
+                if self.atomic_carries_tangent(node):
+                    self.refuse(
+                        f"the value returned by {fname!r} into a differentiated array (an atomic's old value "
+                        "depends on thread order)",
+                        node,
+                    )
+                return _unparse(node), None  # a counter, an index: no tangent
             return self.builtin_call(key, fname, node)
         if _is_user_function(obj):
             results = self.user_call(obj, fname, node, nret=1)
@@ -373,6 +393,14 @@ class _Gen:
             )
         self.refuse(f"the call {fname!r} (not a Warp builtin, type or wp.func)", node)
         raise AssertionError
+
+    def atomic_carries_tangent(self, node: ast.Call) -> bool:
+        """An atomic into a differentiated array, or of a value that carries a tangent."""
+        arr = node.args[0] if node.args else None
+        root = _root_name(arr) if arr is not None else ""
+        if self.arrays.get(root) is not None or root in self.active:
+            return True
+        return any(_root_name(a) in self.active or self.arrays.get(_root_name(a)) is not None for a in node.args[1:])
 
     def builtin_call(self, key: str, fname: str, node: ast.Call) -> tuple[str, str | None]:
         args = [self.simple(a) for a in node.args]
@@ -407,9 +435,7 @@ class _Gen:
         """Call of a ``wp.func``: its tangent function with each argument's tangent (where it has one).
 
         Returns the results as (primal, tangent) names, or None for a function without results."""
-        if node.keywords:
-            self.refuse(f"keyword arguments to {fname!r}", node)
-        args = [self.simple(a) for a in node.args]
+        args = [self.simple(a) for a in self.positional(obj, fname, node)]
         mask = tuple(t is not None for _, t in args)
         if not any(mask):
             # nothing carries a tangent into it: the function itself (it stores into no tangent array)
@@ -435,6 +461,24 @@ class _Gen:
         touts = [o + self.sfx for o in outs]
         self.emit(f"{', '.join(outs + touts)} = {text}")
         return [(o, to if active else None) for o, to, active in zip(outs, touts, fj.active_results)]
+
+    def positional(self, obj: Any, fname: str, node: ast.Call) -> list[ast.expr]:
+        """A ``wp.func`` call's arguments in parameter order (keywords placed by name): the tangent
+        function interleaves each argument with its tangent, so it is called positionally."""
+        if not node.keywords:
+            return list(node.args)
+        params = list(obj.input_types or {})
+        by_name = {}
+        for k in node.keywords:
+            if k.arg is None or k.arg not in params[len(node.args) :] or k.arg in by_name:
+                self.refuse(f"the keyword argument {k.arg or '**'!r} to {fname!r}", node)
+            by_name[k.arg] = k.value
+        ordered = list(node.args)
+        for p in params[len(node.args) :]:
+            if p not in by_name:
+                self.refuse(f"a call of {fname!r} without its argument {p!r} (defaults are not transformed)", node)
+            ordered.append(by_name[p])
+        return ordered
 
     # -- statements --------------------------------------------------------------------------------
     def body(self, stmts: list[ast.stmt]) -> None:
@@ -487,8 +531,8 @@ class _Gen:
             self.block(f"while {_unparse(s.test)}:", s.body)
         elif isinstance(s, ast.Return):
             self.ret(s)
-        elif isinstance(s, (ast.Break, ast.Continue, ast.Pass)):
-            self.emit(_unparse(s))
+        elif isinstance(s, (ast.Break, ast.Continue, ast.Pass, ast.Assert)):
+            self.emit(_unparse(s))  # an assert checks primal values (Warp compiles it in debug mode)
         else:
             self.refuse(f"the statement {type(s).__name__}", s)
 

@@ -95,6 +95,12 @@ def runtime() -> Any:
     return _context.runtime
 
 
+def nvrtc_archs() -> tuple[int, ...]:
+    """The GPU architectures Warp's NVRTC compiles for (``runtime.nvrtc_supported_archs``), with or
+    without a GPU and a driver; empty for a build without CUDA."""
+    return tuple(sorted(getattr(runtime(), "nvrtc_supported_archs", None) or ()))
+
+
 def active_tape() -> Any:
     """The ``wp.Tape`` being recorded, or None."""
     rt = _context.runtime
@@ -445,8 +451,11 @@ def builtin_function(name: str) -> Any:
     return _context.builtin_functions.get(name)
 
 
-def make_function(fn: Any, key: str, module: Any, source: str) -> Any:
+def make_function(fn: Any, key: str, module: Any, source: str, overload_of: Any = None) -> Any:
     """A ``wp.func`` of the Python function ``fn`` whose source text is ``source`` (generated code,
-    which ``inspect`` cannot read), registered in ``module`` as the ``wp.func`` decorator does."""
-    _context.Function(func=fn, key=key, namespace="", module=module, value_func=None, source=source)
+    which ``inspect`` cannot read), registered in ``module`` as the ``wp.func`` decorator does; with
+    ``overload_of`` (a function of the same name), registered as its overload (``Function`` looks the
+    name up in ``scope_locals``, as two ``@wp.func`` definitions of one name in a module)."""
+    scope = {fn.__name__: overload_of} if overload_of is not None else {}
+    _context.Function(func=fn, key=key, namespace="", module=module, value_func=None, source=source, scope_locals=scope)
     return module.functions[key]

@@ -284,13 +284,14 @@ def scatter_grad(lay: Layout, shape: tuple, grad_view: np.ndarray) -> np.ndarray
 SCALAR_KINDS = ("py_float", "py_int", "np_same", "np_f32", "np_f64", "0d", "0d_grad")
 PATHS = {
     "numpy": ("eager",),
-    "torch": ("eager", "no_grad", "compile", "vmap", "func_grad"),
+    "torch": ("eager", "no_grad", "compile", "vmap", "func_grad", "func_fwd"),
     "jax": ("eager", "jit", "grad", "jit_grad", "fwd_grad", "vmap", "jit_vmap"),
     "paddle": ("eager", "no_grad"),
     "cupy": ("eager",),
 }
-# "fwd_grad": the gradients by forward mode (jax.jacfwd of the weighted loss: the generated tangent
-# kernel), for ops that have one (kernels; not tiles, not Python functions)
+# "fwd_grad" (JAX), "func_fwd" (torch): the gradients by forward mode (jax.jacfwd, torch.func.jacfwd
+# of the weighted loss: the generated tangent kernel), for ops that have one (kernels; not tiles, not
+# Python functions); drawn for another op, the reverse-mode path of the same transform instead
 # how a struct argument is packed ("warp": a Warp struct instance, whose array fields are Warp arrays
 # over the NumPy memory; every array of that call is then a Warp array)
 PACKINGS = {
@@ -302,7 +303,7 @@ PACKINGS = {
 }
 SEQUENCE_PATHS = {
     "numpy": ("eager",),
-    "torch": ("eager", "no_grad"),
+    "torch": ("eager", "no_grad", "func_fwd"),
     "jax": ("eager", "jit", "grad", "fwd_grad"),
     "paddle": ("eager", "no_grad"),
     "cupy": ("eager",),
@@ -359,8 +360,8 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     """One generated call of ``pop`` (drawn from the catalogue's property ops when None) in ``fw``."""
     pop = pop or draw(st.sampled_from(PROPERTY_OPS))
     path = draw(st.sampled_from(paths or PATHS[fw]))
-    if path == "fwd_grad" and not has_tangent(pop):
-        path = "grad"  # (drawn again as reverse mode: the op has no forward mode)
+    if path in ("fwd_grad", "func_fwd") and not has_tangent(pop):
+        path = "grad" if path == "fwd_grad" else "func_grad"  # (reverse mode instead: the op has no forward mode)
     x64 = fw == "jax" and draw(st.booleans())
     dts = _dtypes(fw, pop, x64)
     assume(dts != [None])
@@ -396,7 +397,7 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     kinds = [k for k in SCALAR_KINDS if k != "0d_grad" or differentiable] if pop.has_scalar else ["py_float"]
     if fw in ("numpy", "cupy"):
         kinds = [k for k in kinds if k != "0d_grad"]
-    if path in ("vmap", "jit_vmap", "compile", "func_grad"):
+    if path in ("vmap", "jit_vmap", "compile", "func_grad", "func_fwd"):
         kinds = ["py_float"]
     kind = draw(st.sampled_from(kinds))
     scalar = float(draw(st.integers(-3, 3))) if kind == "py_int" else draw(st.sampled_from([1.5, -0.75, 2.0, 0.0]))
@@ -634,7 +635,12 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
             # into the packed gradient the framework gives: refused at the backward (a tile kernel's
             # tile_load, a struct value built from the array; docs/contract.md, docs/structs.md)
             return GRAD_LAYOUT
-    if fw == "torch" and c.path == "func_grad" and any(c.grads) and any(not c.grads[k] for k in pop.in_out):
+    if (
+        fw == "torch"
+        and c.path in ("func_grad", "func_fwd")
+        and any(c.grads)
+        and any(not c.grads[k] for k in pop.in_out)
+    ):
         # the in-out is not an input of the transformed function: torch refuses to update it (a
         # subclass's own __torch_function__ may let the update through: then the values must be right)
         return "captured?"
@@ -966,7 +972,8 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
             r = torch.compile(f, backend="aot_eager", fullgraph=True)(*srcs)
         elif c.path == "vmap":
             r = torch.func.vmap(lambda *vs: opf(*pop.call_args(list(vs), s_arg)))(*views)
-        elif c.path == "func_grad":
+        elif c.path in ("func_grad", "func_fwd"):
+            # func_fwd: the same gradients by forward mode (jacfwd of the loss: tangent kernels)
             diff = [k for k in range(len(srcs)) if c.grads[k]]
             if diff:
 
@@ -980,7 +987,8 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
                     return total, tuple(x.detach() for x in rr)
 
                 detached = [leaves[k].detach() for k in diff]
-                gs, rr = torch.func.grad(loss, argnums=tuple(range(len(diff))), has_aux=True)(*detached)
+                transform = torch.func.grad if c.path == "func_grad" else torch.func.jacfwd
+                gs, rr = transform(loss, argnums=tuple(range(len(diff))), has_aux=True)(*detached)
                 o.returned = [x.cpu().numpy() for x in rr]
                 o.grads = [None] * len(srcs)
                 for k, g in zip(diff, gs):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 import os
 import re
 import textwrap
@@ -404,6 +405,8 @@ def vector_rules(
     s[i, 4] = p.y
     s[i, 5] = u[i][2] * q.z
     s[i, 6] = wp.float64(p[1])
+    s[i, 7] = wp.max(p)
+    s[i, 8] = wp.min(q * t)
     vo[i, 0] = wp.normalize(p)
     vo[i, 1] = wp.cross(p, q)
     vo[i, 2] = wp.cw_mul(p, q)
@@ -428,7 +431,10 @@ def vector_rules(
 
 
 VECTOR_COLUMNS = {
-    "s": ["length", "length_sq", "dot", "extract:index", "extract:attribute", "extract:chained", "float64:cast"],
+    "s": [
+        "length", "length_sq", "dot", "extract:index", "extract:attribute", "extract:chained", "float64:cast",
+        "max:vector-reduction", "min:vector-reduction",
+    ],
     "vo": [
         "normalize", "cross", "cw_mul", "cw_div", "add:vector", "sub:vector", "neg:vector", "mul:vector-scalar",
         "mul:scalar-vector", "div:vector-scalar", "lerp:vector", "vec3d:constructor", "vector", "vector:dtype",
@@ -438,11 +444,19 @@ VECTOR_COLUMNS = {
 }  # fmt: skip
 
 
+def _distinct(v: np.ndarray) -> bool:
+    """No two components of a vector within 1e-4 (max/min over components switch there)."""
+    d = np.abs(v[..., :, None] - v[..., None, :]) + np.eye(v.shape[-1])
+    return bool(np.all(d > 1e-4))
+
+
 def _vector_off_kinks(inputs: dict) -> bool:
-    u, a = inputs["u"], inputs["a"]
+    u, v, a = inputs["u"], inputs["v"], inputs["a"]
     return bool(
         np.all(np.abs(a - 0.5) > 1e-4)  # where
         and np.all(np.linalg.norm(u, axis=-1) > 1e-2)  # length, normalize
+        and _distinct(u)
+        and _distinct(v * a[:, None])  # max(p), min(q * t)
     )
 
 
@@ -1180,6 +1194,40 @@ def dtype_constructors(x: wp.array(dtype=wp.vec3d), y: wp.array(dtype=wp.vec3d),
 
 
 @wp.kernel
+def func_keywords(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
+    # a wp.func called with keyword arguments, out of order
+    i = wp.tid()
+    y[i] = poly(k=x[i] * F64(3.0), v=x[i]) + scale(x[i], k=F64(2.0))
+
+
+def _make_scaled(k: float):
+    @wp.func
+    def scaled(v: F64):
+        return v * v * F64(k)
+
+    return scaled
+
+
+SCALED3 = _make_scaled(3.0)
+SCALED2 = _make_scaled(2.0)  # the same key as SCALED3: Warp tells them apart, so must the tangents
+
+
+@wp.kernel
+def counters_and_factories(
+    x: wp.array(dtype=F64), counter: wp.array(dtype=wp.int32), y: wp.array(dtype=F64), z: wp.array(dtype=F64)
+):
+    # closures of one factory (one key), called by name and through wp.static; an atomic counter's
+    # returned slot (an int array: no tangent); an assert; a bool cast
+    i = wp.tid()
+    slot = wp.atomic_add(counter, 0, 1)
+    assert slot >= 0
+    positive = wp.bool(x[i] > F64(0.0))
+    y[i] = SCALED3(x[i]) + wp.static(SCALED2)(x[i])
+    if positive:
+        z[i] = wp.static(_make_scaled(5.0))(x[i])
+
+
+@wp.kernel
 def slices(x: wp.array2d(dtype=F64), y: wp.array2d(dtype=F64), z: wp.array(dtype=F64)):
     # array views made in the kernel (a 2-D slice stored through, a 1-D strided window read)
     i = wp.tid()
@@ -1272,6 +1320,16 @@ STRUCTURE = {
     ),
     "dtype-constructors": Case(
         dtype_constructors, NS, {"x": (-1.0, 1.0)}, {"x": (NS, 3), "y": (NS, 3), "z": (NS,)}, ("y", "z")
+    ),
+    "func-keywords": Case(func_keywords, NS, {"x": (-1.0, 1.0)}, {"x": (NS,), "y": (NS,)}, ("y",)),
+    "counters-and-factories": Case(
+        counters_and_factories,
+        NS,
+        {"x": (-1.0, 1.0)},
+        {"x": (NS,), "y": (NS,), "z": (NS,)},
+        ("y", "z"),
+        {"counter": np.zeros(1, np.int32)},
+        smooth=_away_from(0.0),  # z's branch
     ),
     "slices": Case(slices, NS, {"x": (-1.0, 1.0)}, {"x": (NS, M), "y": (1, NS), "z": (NS,)}, ("y", "z")),
     "scalar-int-nondifferentiable": Case(
@@ -1462,6 +1520,30 @@ def test_structure_second_order(name, seed):
     check_second_order(case, inputs, v, w, ct)
 
 
+def _tangent_case(case: Case) -> Case:
+    """The tangent kernel as a case of its own: its tangent kernel is forward over forward (the
+    generator transforming its own output, helpers and rules included)."""
+    tk = case.tangent()
+    domains, shapes = dict(case.domains), dict(case.shapes)
+    for n, tn in tk.tangent_of.items():
+        if n in case.domains:
+            domains[tn] = (-1.0, 1.0)
+        if n in case.shapes:
+            shapes[tn] = case.shapes[n]
+    outputs = case.outputs + tuple(tk.tangent_of[n] for n in case.outputs if n in tk.tangent_of)
+    return Case(tk.kernel, case.dim, domains, shapes, outputs, dict(case.fixed), case.smooth, label=f"{case.label}-T")
+
+
+@pytest.mark.parametrize("group", list(RULE_GROUPS))
+def test_rule_forward_over_forward(group):
+    # the tangent kernel's own tangent (second directional derivatives) against finite differences
+    # of the tangent kernel, every output and output tangent whole
+    case = _tangent_case(RULE_GROUPS[group][0])
+    inputs, tangents = seeded_inputs(case, seed=5)
+    assert case.smooth is None or case.smooth(inputs)
+    check_tangent(case, inputs, tangents, reverse=False)
+
+
 # ---- refusals ------------------------------------------------------------------------------------------------
 @wp.kernel
 def refuse_atomic_max(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
@@ -1470,15 +1552,15 @@ def refuse_atomic_max(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
 
 
 @wp.kernel
-def refuse_smoothstep(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
+def refuse_erfinv(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
     i = wp.tid()
-    y[i] = wp.smoothstep(F64(0.0), F64(1.0), x[i])
+    y[i] = wp.erfinv(x[i])
 
 
 @wp.kernel
-def refuse_quat_rotate(q: wp.array(dtype=wp.quatd), p: wp.array(dtype=wp.vec3d), y: wp.array(dtype=wp.vec3d)):
+def refuse_quat_slerp(q: wp.array(dtype=wp.quatd), p: wp.array(dtype=wp.vec3d), y: wp.array(dtype=wp.vec3d)):
     i = wp.tid()
-    y[i] = wp.quat_rotate(q[i], p[i])
+    y[i] = wp.quat_rotate(wp.quat_slerp(q[i], wp.quat_identity(dtype=F64), F64(0.5)), p[i])
 
 
 @wp.kernel
@@ -1519,8 +1601,13 @@ def _tile_kernel():
 REFUSALS = {
     # kernel, the line refused (its text), what the message names, the op's options
     "atomic_max": (lambda: refuse_atomic_max, "wp.atomic_max(y, 0, x[i] * x[i])", "'wp.atomic_max' into a differentiated array", {}),
-    "smoothstep": (lambda: refuse_smoothstep, "y[i] = wp.smoothstep(F64(0.0), F64(1.0), x[i])", "the builtin 'smoothstep' has no tangent rule", {}),
-    "quat_rotate": (lambda: refuse_quat_rotate, "y[i] = wp.quat_rotate(q[i], p[i])", "the builtin 'quat_rotate' has no tangent rule", {}),
+    "erfinv": (lambda: refuse_erfinv, "y[i] = wp.erfinv(x[i])", "the builtin 'erfinv' has no tangent rule", {}),
+    "quat_slerp": (
+        lambda: refuse_quat_slerp,
+        "y[i] = wp.quat_rotate(wp.quat_slerp(q[i], wp.quat_identity(dtype=F64), F64(0.5)), p[i])",
+        "the builtin 'quat_slerp' has no tangent rule",
+        {},
+    ),
     "min_reduction": (lambda: refuse_min_reduction, "y[i] = wp.min(u[i])", "the builtin 'min' has no tangent rule for the one-argument form", {}),
     "atomic_value": (lambda: refuse_atomic_value, "old = wp.atomic_add(y, 0, x[i])", "the value returned by 'wp.atomic_add'", {"outputs": ["y", "z"]}),
     "tile": (_tile_kernel, "t = wp.tile_load(x[i], shape=TILE)", "the tile builtin 'wp.tile_load'", {}),
@@ -1593,23 +1680,23 @@ def test_a_refused_kernel_raises_again_without_rebuilding(monkeypatch, fresh_tan
     built = []
     build = _tangent._build_tangent_kernel
     monkeypatch.setattr(_tangent, "_build_tangent_kernel", lambda *a: built.append(a) or build(*a))
-    diff = _differentiable(refuse_smoothstep)
+    diff = _differentiable(refuse_erfinv)
     errors = []
     for _ in range(2):
-        with pytest.raises(interop.UnsupportedError, match="smoothstep") as info:
-            _tangent.tangent_kernel(refuse_smoothstep, diff, "twice")
+        with pytest.raises(interop.UnsupportedError, match="erfinv") as info:
+            _tangent.tangent_kernel(refuse_erfinv, diff, "twice")
         errors.append(info.value)
     assert len(built) == 1 and str(errors[0]) == str(errors[1])
-    op = interop.op(refuse_smoothstep)
+    op = interop.op(refuse_erfinv)
     for _ in range(2):
-        with pytest.raises(interop.UnsupportedError, match="smoothstep"):
+        with pytest.raises(interop.UnsupportedError, match="erfinv"):
             op.jvp(np.zeros(3), tangents=[np.ones(3)])
     assert len(built) == 1
 
 
 def test_a_refusal_names_the_op_that_asked(fresh_tangent_cache):
-    first = interop.op(refuse_smoothstep, name="tangent_tests::first")
-    second = interop.op(refuse_smoothstep, name="tangent_tests::second")
+    first = interop.op(refuse_erfinv, name="tangent_tests::first")
+    second = interop.op(refuse_erfinv, name="tangent_tests::second")
     with pytest.raises(interop.UnsupportedError, match="tangent_tests::first"):
         first.tangent()
     with pytest.raises(interop.UnsupportedError, match="tangent_tests::second"):
@@ -1617,17 +1704,18 @@ def test_a_refusal_names_the_op_that_asked(fresh_tangent_cache):
 
 
 def test_a_refused_kernel_keeps_its_reverse_mode(fresh_tangent_cache):
-    op = interop.op(refuse_smoothstep)
+    op = interop.op(refuse_erfinv)
     with pytest.raises(interop.UnsupportedError):
         op.tangent()
     x_np = np.array([0.1, 0.4, 0.7])
-    np.testing.assert_allclose(op(x_np), x_np**2 * (3 - 2 * x_np), rtol=1e-14)
+    y_np = op(x_np)
+    np.testing.assert_allclose([math.erf(v) for v in y_np], x_np, rtol=1e-14)
     x = wp.array(x_np, dtype=F64, device=DEV, requires_grad=True)
     tape = wp.Tape()
     with tape:
         y = op(x)
     tape.backward(grads={y: wp.array(np.ones(3), dtype=F64, device=DEV)})
-    np.testing.assert_allclose(x.grad.numpy(), 6 * x_np * (1 - x_np), rtol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), np.sqrt(np.pi) / 2 * np.exp(y_np**2), rtol=1e-12)
 
 
 # ---- Op.jvp from NumPy -------------------------------------------------------------------------------------

@@ -1,0 +1,512 @@
+# mypy: disable-error-code="arg-type"
+# (Warp functions overloaded by dtype: mypy sees only the first definition of a name)
+"""The Warp functions tangent code calls (:mod:`interop._tangent_rules` writes the calls).
+
+Each is ordinary Warp code, so Warp differentiates a tangent kernel that calls it again (its
+adjoint gives second derivatives). Where a tangent depends on the type (``transform * transform``
+against every other product, a scalar divisor against a vector one, ``transform_point`` of a
+transform against a 4x4 matrix), concrete overloads come before a generic (``Any``) one: Warp picks
+an exact match first. Their names are reserved in the generated kernel's namespace
+(``_interop_*``); :data:`HELPERS` maps them for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import warp as wp
+
+
+# ---- helpers the generated code calls (Warp functions: differentiable again) ----------------------
+@wp.func
+def _interop_zero(x: wp.float16):
+    return wp.float16(0.0)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_zero(x: wp.bfloat16):  # noqa: F811
+    return wp.bfloat16(0.0)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_zero(x: wp.float32):  # noqa: F811
+    return wp.float32(0.0)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_zero(x: wp.float64):  # noqa: F811
+    return wp.float64(0.0)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_zero(x: wp.int32):  # noqa: F811
+    return wp.int32(0)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_zero(x: wp.int64):  # noqa: F811
+    return wp.int64(0)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_zero(x: Any):  # noqa: F811
+    return type(x)()
+
+
+# min/max/abs tangents: one overload per float scalar type (the branch Warp's adjoint takes:
+# adj_min/adj_max route NaN to the other operand, then a < b / a > b; adj_abs: x < 0 -> -1), then a
+# generic one for vectors, component by component (Warp's min/max/abs of vectors)
+
+
+@wp.func
+def _interop_min_s(a: wp.float16, b: wp.float16, ta: wp.float16, tb: wp.float16):
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a < b:
+        return ta
+    return tb
+
+
+@wp.func
+def _interop_max_s(a: wp.float16, b: wp.float16, ta: wp.float16, tb: wp.float16):
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a > b:
+        return ta
+    return tb
+
+
+@wp.func
+def _interop_abs_s(x: wp.float16, tx: wp.float16):
+    if x < wp.float16(0.0):
+        return -tx
+    return tx
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_min_s(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a < b:
+        return ta
+    return tb
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_max_s(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a > b:
+        return ta
+    return tb
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_abs_s(x: wp.float32, tx: wp.float32):  # noqa: F811
+    if x < wp.float32(0.0):
+        return -tx
+    return tx
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_min_s(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a < b:
+        return ta
+    return tb
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_max_s(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a > b:
+        return ta
+    return tb
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_abs_s(x: wp.float64, tx: wp.float64):  # noqa: F811
+    if x < wp.float64(0.0):
+        return -tx
+    return tx
+
+
+# the rules' entry points: scalars through the _s overloads, vectors component by component (a
+# distinct name: a function calling itself, even another overload, is refused as recursive)
+@wp.func
+def _interop_min_t(a: wp.float16, b: wp.float16, ta: wp.float16, tb: wp.float16):
+    return _interop_min_s(a, b, ta, tb)
+
+
+@wp.func
+def _interop_max_t(a: wp.float16, b: wp.float16, ta: wp.float16, tb: wp.float16):
+    return _interop_max_s(a, b, ta, tb)
+
+
+@wp.func
+def _interop_abs_t(x: wp.float16, tx: wp.float16):
+    return _interop_abs_s(x, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_min_t(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
+    return _interop_min_s(a, b, ta, tb)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_max_t(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
+    return _interop_max_s(a, b, ta, tb)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_abs_t(x: wp.float32, tx: wp.float32):  # noqa: F811
+    return _interop_abs_s(x, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_min_t(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
+    return _interop_min_s(a, b, ta, tb)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_max_t(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
+    return _interop_max_s(a, b, ta, tb)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_abs_t(x: wp.float64, tx: wp.float64):  # noqa: F811
+    return _interop_abs_s(x, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_min_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811
+    r = type(ta)()
+    for k in range(len(a)):
+        r[k] = _interop_min_s(a[k], b[k], ta[k], tb[k])
+    return r
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_max_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811
+    r = type(ta)()
+    for k in range(len(a)):
+        r[k] = _interop_max_s(a[k], b[k], ta[k], tb[k])
+    return r
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_abs_t(x: Any, tx: Any):  # noqa: F811
+    r = type(tx)()
+    for k in range(len(x)):
+        r[k] = _interop_abs_s(x[k], tx[k])
+    return r
+
+
+@wp.func
+def _interop_clamp_t(x: Any, a: Any, b: Any, tx: Any, ta: Any, tb: Any):
+    # adj_clamp: m = max(a, x) then min(m, b), each routed as adj_max / adj_min
+    m = wp.max(a, x)
+    tm = _interop_max_t(a, x, ta, tx)
+    return _interop_min_t(m, b, tm, tb)
+
+
+# d det(A): 2x2 and 3x3 by the determinant's multilinearity in the rows (right at a singular A too,
+# as Warp's adj_determinant with its cofactors), larger by det(A) trace(A^-1 dA)
+@wp.func
+def _interop_det_t(a: wp.mat22h, ta: wp.mat22h):
+    return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_det_t(a: wp.mat33h, ta: wp.mat33h):  # noqa: F811
+    return (
+        wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
+    )
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_det_t(a: wp.mat22, ta: wp.mat22):  # noqa: F811
+    return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_det_t(a: wp.mat33, ta: wp.mat33):  # noqa: F811
+    return (
+        wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
+    )
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_det_t(a: wp.mat22d, ta: wp.mat22d):  # noqa: F811
+    return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_det_t(a: wp.mat33d, ta: wp.mat33d):  # noqa: F811
+    return (
+        wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
+    )
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_det_t(a: Any, ta: Any):  # noqa: F811
+    return wp.determinant(a) * wp.trace(wp.inverse(a) * ta)
+
+
+@wp.func
+def _interop_length_t(a: Any, ta: Any, y: Any):
+    if y > type(y)(0.0):
+        return wp.dot(a, ta) / y
+    return type(y)(0.0)
+
+
+@wp.func
+def _interop_normalize_t(a: Any, ta: Any, y: Any):
+    n = wp.length(a)
+    if n > type(n)(0.0):
+        return (ta - y * wp.dot(y, ta)) / n
+    return type(ta)()
+
+
+# d(a / b) through b: -y tb / b for a scalar b (y may be a vector: v / s); component by component
+# where b is a vector or matrix (s / v, s / M) or a quaternion (s / q)
+@wp.func
+def _interop_div_tb(b: wp.float16, y: Any, tb: wp.float16):
+    return -(y * tb) / b
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.float32, y: Any, tb: wp.float32):  # noqa: F811
+    return -(y * tb) / b
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.float64, y: Any, tb: wp.float64):  # noqa: F811
+    return -(y * tb) / b
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.quath, y: wp.quath, tb: wp.quath):  # noqa: F811
+    return wp.quath(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.quatf, y: wp.quatf, tb: wp.quatf):  # noqa: F811
+    return wp.quatf(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.quatd, y: wp.quatd, tb: wp.quatd):  # noqa: F811
+    return wp.quatd(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: Any, y: Any, tb: Any):  # noqa: F811
+    return -wp.cw_div(wp.cw_mul(y, tb), b)
+
+
+# ---- rotations and transforms (quat.h, spatial.h): quat_rotate(q, x) = x c + v d + cross(v, x) 2 w with
+# v = q.xyz, c = 2 w^2 - 1, d = 2 v.x (no normalization of q; Warp's adjoint differentiates the same formula).
+# transform * transform is transform_multiply (not bilinear in the rotation): ``mul`` tangents go
+# through _interop_mul_ta/_tb, ta * b and a * tb for every other type.
+@wp.func
+def _interop_quat_rotate_t(q: Any, x: Any, tq: Any, tx: Any):
+    two = type(q.w)(2.0)
+    v = wp.vector(q[0], q[1], q[2])
+    tv = wp.vector(tq[0], tq[1], tq[2])
+    c = two * q.w * q.w - type(q.w)(1.0)
+    d = two * wp.dot(v, x)
+    tc = two * two * q.w * tq.w
+    td = two * (wp.dot(tv, x) + wp.dot(v, tx))
+    return (
+        tx * c
+        + x * tc
+        + tv * d
+        + v * td
+        + (wp.cross(tv, x) + wp.cross(v, tx)) * (two * q.w)  # type: ignore[operator]
+        + wp.cross(v, x) * (two * tq.w)
+    )
+
+
+@wp.func
+def _interop_quat_to_matrix_t(q: Any, tq: Any):
+    one = type(q.w)(1.0)
+    zero = type(q.w)(0.0)
+    e = wp.vector(zero, zero, zero)
+    return wp.matrix_from_cols(
+        _interop_quat_rotate_t(q, wp.vector(one, zero, zero), tq, e),
+        _interop_quat_rotate_t(q, wp.vector(zero, one, zero), tq, e),
+        _interop_quat_rotate_t(q, wp.vector(zero, zero, one), tq, e),
+    )
+
+
+@wp.func
+def _interop_quat_from_axis_angle_t(axis: Any, angle: Any, taxis: Any, tangle: Any):
+    half = angle * type(angle)(0.5)
+    s = wp.sin(half)
+    c = wp.cos(half)
+    tv = taxis * s + axis * (c * type(angle)(0.5) * tangle)
+    return wp.quaternion(tv[0], tv[1], tv[2], -s * type(angle)(0.5) * tangle)
+
+
+@wp.func
+def _interop_transform_point_t(t: Any, x: Any, tt: Any, tx: Any):
+    return wp.transform_get_translation(tt) + _interop_quat_rotate_t(
+        wp.transform_get_rotation(t), x, wp.transform_get_rotation(tt), tx
+    )
+
+
+@wp.func
+def _interop_transform_vector_t(t: Any, x: Any, tt: Any, tx: Any):
+    return _interop_quat_rotate_t(wp.transform_get_rotation(t), x, wp.transform_get_rotation(tt), tx)
+
+
+@wp.func
+def _interop_transform_multiply_t(a: Any, b: Any, ta: Any, tb: Any):
+    aq = wp.transform_get_rotation(a)
+    taq = wp.transform_get_rotation(ta)
+    p = wp.transform_get_translation(ta) + _interop_quat_rotate_t(
+        aq, wp.transform_get_translation(b), taq, wp.transform_get_translation(tb)
+    )
+    return type(a)(p, taq * wp.transform_get_rotation(b) + aq * wp.transform_get_rotation(tb))  # type: ignore[operator]
+
+
+@wp.func
+def _interop_transform_inverse_t(t: Any, tt: Any):
+    qi = wp.quat_inverse(wp.transform_get_rotation(t))
+    tqi = wp.quat_inverse(wp.transform_get_rotation(tt))
+    p = -_interop_quat_rotate_t(qi, wp.transform_get_translation(t), tqi, wp.transform_get_translation(tt))
+    return type(t)(p, tqi)
+
+
+@wp.func
+def _interop_mul_ta(a: Any, b: Any, ta: Any):
+    return ta * b
+
+
+@wp.func
+def _interop_mul_tb(a: Any, b: Any, tb: Any):
+    return a * tb
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_ta(a: wp.transformh, b: wp.transformh, ta: wp.transformh):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, ta, wp.transformh())
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_tb(a: wp.transformh, b: wp.transformh, tb: wp.transformh):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, wp.transformh(), tb)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_ta(a: wp.transformf, b: wp.transformf, ta: wp.transformf):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, ta, wp.transformf())
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_tb(a: wp.transformf, b: wp.transformf, tb: wp.transformf):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, wp.transformf(), tb)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_ta(a: wp.transformd, b: wp.transformd, ta: wp.transformd):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, ta, wp.transformd())
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_mul_tb(a: wp.transformd, b: wp.transformd, tb: wp.transformd):  # noqa: F811
+    return _interop_transform_multiply_t(a, b, wp.transformd(), tb)
+
+
+# transform_point / transform_vector of a 4x4 matrix (the homogeneous point / direction): bilinear
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_point_t(t: wp.mat44h, x: wp.vec3h, tt: wp.mat44h, tx: wp.vec3h):  # noqa: F811
+    return wp.transform_point(tt, x) + wp.transform_vector(t, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_point_t(t: wp.mat44, x: wp.vec3, tt: wp.mat44, tx: wp.vec3):  # noqa: F811
+    return wp.transform_point(tt, x) + wp.transform_vector(t, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_point_t(t: wp.mat44d, x: wp.vec3d, tt: wp.mat44d, tx: wp.vec3d):  # noqa: F811
+    return wp.transform_point(tt, x) + wp.transform_vector(t, tx)  # type: ignore[call-overload]
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_vector_t(t: wp.mat44h, x: wp.vec3h, tt: wp.mat44h, tx: wp.vec3h):  # noqa: F811
+    return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_vector_t(t: wp.mat44, x: wp.vec3, tt: wp.mat44, tx: wp.vec3):  # noqa: F811
+    return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_transform_vector_t(t: wp.mat44d, x: wp.vec3d, tt: wp.mat44d, tx: wp.vec3d):  # noqa: F811
+    return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)  # type: ignore[call-overload]
+
+
+@wp.func
+def _interop_copysign_t(x: Any, y: Any, tx: Any):
+    # adj_copysign: +tx where x and y have the same sign bit, else -tx; nothing through y
+    one = type(x)(1.0)
+    if wp.copysign(one, x) == wp.copysign(one, y):
+        return tx
+    return -tx
+
+
+@wp.func
+def _interop_smoothstep_t(e0: Any, e1: Any, x: Any, te0: Any, te1: Any, tx: Any):
+    # adj_smoothstep's formulas and its test for the clamped region
+    ab = e0 - e1
+    ax = e0 - x
+    bx = e1 - x
+    zero = type(x)(0.0)
+    if bx / ab >= zero or ax / ab <= zero:
+        return zero
+    six = type(x)(6.0)
+    ab3 = ab * ab * ab
+    ab4 = ab3 * ab
+    return te0 * (six * ax * bx * bx) / ab4 + te1 * (six * ax * ax * (x - e1)) / ab4 + tx * (six * ax * bx) / ab3
+
+
+HELPERS = {
+    "_interop_zero": _interop_zero,
+    "_interop_min_t": _interop_min_t,
+    "_interop_max_t": _interop_max_t,
+    "_interop_clamp_t": _interop_clamp_t,
+    "_interop_abs_t": _interop_abs_t,
+    "_interop_length_t": _interop_length_t,
+    "_interop_normalize_t": _interop_normalize_t,
+    "_interop_det_t": _interop_det_t,
+    "_interop_quat_rotate_t": _interop_quat_rotate_t,
+    "_interop_quat_to_matrix_t": _interop_quat_to_matrix_t,
+    "_interop_quat_from_axis_angle_t": _interop_quat_from_axis_angle_t,
+    "_interop_transform_point_t": _interop_transform_point_t,
+    "_interop_transform_vector_t": _interop_transform_vector_t,
+    "_interop_transform_multiply_t": _interop_transform_multiply_t,
+    "_interop_transform_inverse_t": _interop_transform_inverse_t,
+    "_interop_mul_ta": _interop_mul_ta,
+    "_interop_div_tb": _interop_div_tb,
+    "_interop_mul_tb": _interop_mul_tb,
+    "_interop_copysign_t": _interop_copysign_t,
+    "_interop_smoothstep_t": _interop_smoothstep_t,
+}
