@@ -193,6 +193,50 @@ def _interop_abs_t(x: wp.float64, tx: wp.float64):  # noqa: F811
 
 
 @wp.func  # type: ignore[no-redef]
+def _interop_min_s(a: wp.bfloat16, b: wp.bfloat16, ta: wp.bfloat16, tb: wp.bfloat16):  # noqa: F811
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a < b:
+        return ta
+    return tb
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_max_s(a: wp.bfloat16, b: wp.bfloat16, ta: wp.bfloat16, tb: wp.bfloat16):  # noqa: F811
+    if wp.isnan(a):
+        return tb
+    if wp.isnan(b):
+        return ta
+    if a > b:
+        return ta
+    return tb
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_abs_s(x: wp.bfloat16, tx: wp.bfloat16):  # noqa: F811
+    if x < wp.bfloat16(0.0):
+        return -tx
+    return tx
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_min_t(a: wp.bfloat16, b: wp.bfloat16, ta: wp.bfloat16, tb: wp.bfloat16):  # noqa: F811
+    return _interop_min_s(a, b, ta, tb)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_max_t(a: wp.bfloat16, b: wp.bfloat16, ta: wp.bfloat16, tb: wp.bfloat16):  # noqa: F811
+    return _interop_max_s(a, b, ta, tb)
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_abs_t(x: wp.bfloat16, tx: wp.bfloat16):  # noqa: F811
+    return _interop_abs_s(x, tx)
+
+
+@wp.func  # type: ignore[no-redef]
 def _interop_min_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811
     r = type(ta)()
     for k in range(len(a)):
@@ -296,6 +340,11 @@ def _interop_div_tb(b: wp.float32, y: Any, tb: wp.float32):  # noqa: F811
 
 @wp.func  # type: ignore[no-redef]
 def _interop_div_tb(b: wp.float64, y: Any, tb: wp.float64):  # noqa: F811
+    return -(y * tb) / b
+
+
+@wp.func  # type: ignore[no-redef]
+def _interop_div_tb(b: wp.bfloat16, y: Any, tb: wp.bfloat16):  # noqa: F811
     return -(y * tb) / b
 
 
@@ -486,6 +535,60 @@ def _interop_smoothstep_t(e0: Any, e1: Any, x: Any, te0: Any, te1: Any, tx: Any)
     ab3 = ab * ab * ab
     ab4 = ab3 * ab
     return te0 * (six * ax * bx * bx) / ab4 + te1 * (six * ax * ax * (x - e1)) / ab4 + tx * (six * ax * bx) / ab3
+
+
+# ---- expansions: builtins whose tangent is generated from a wp.func that computes the same
+# (Warp's native code written again, line for line); the primal stays the builtin's
+@wp.func
+def _interop_quat_from_matrix(m: Any):
+    # quat.h quat_from_matrix (3x3, or the rotation block of a 4x4)
+    zero = type(m[0, 0])(0.0)
+    half = type(m[0, 0])(0.5)
+    one = type(m[0, 0])(1.0)
+    tr = m[0, 0] + m[1, 1] + m[2, 2]
+    x = zero
+    y = zero
+    z = zero
+    w = zero
+    h = zero
+    if tr >= zero:
+        h = wp.sqrt(tr + one)
+        w = half * h
+        h = half / h
+        x = (m[2, 1] - m[1, 2]) * h
+        y = (m[0, 2] - m[2, 0]) * h
+        z = (m[1, 0] - m[0, 1]) * h
+    else:
+        max_diag = int(0)  # noqa: UP018 (a Warp variable the branches below assign, not a constant)
+        if m[1, 1] > m[0, 0]:
+            max_diag = 1
+        if m[2, 2] > m[max_diag, max_diag]:
+            max_diag = 2
+        if max_diag == 0:
+            h = wp.sqrt((m[0, 0] - (m[1, 1] + m[2, 2])) + one)
+            x = half * h
+            h = half / h
+            y = (m[0, 1] + m[1, 0]) * h
+            z = (m[2, 0] + m[0, 2]) * h
+            w = (m[2, 1] - m[1, 2]) * h
+        elif max_diag == 1:
+            h = wp.sqrt((m[1, 1] - (m[2, 2] + m[0, 0])) + one)
+            y = half * h
+            h = half / h
+            z = (m[1, 2] + m[2, 1]) * h
+            x = (m[0, 1] + m[1, 0]) * h
+            w = (m[0, 2] - m[2, 0]) * h
+        if max_diag == 2:
+            h = wp.sqrt((m[2, 2] - (m[0, 0] + m[1, 1])) + one)
+            z = half * h
+            h = half / h
+            x = (m[2, 0] + m[0, 2]) * h
+            y = (m[1, 2] + m[2, 1]) * h
+            w = (m[1, 0] - m[0, 1]) * h
+    return wp.normalize(wp.quaternion(x, y, z, w))
+
+
+EXPANSIONS = {"quat_from_matrix": _interop_quat_from_matrix}
 
 
 HELPERS = {

@@ -335,6 +335,8 @@ class _Gen:
 
     def apply_rule(self, key: str, args: list, y: str, node: ast.AST) -> str | None:
         rule = R.RULES.get(key)
+        if rule is None and key in R.EXPANSIONS:
+            return self.expansion_tangent(R.EXPANSIONS[key], args, node)
         if rule is None:
             self.refuse(f"the builtin {key!r} has no tangent rule", node)
         try:
@@ -444,14 +446,7 @@ class _Gen:
                 self.emit(text)
                 return None
             return [(text, None)]
-        fj = self.owner.function(obj, mask, node, self)
-        call_args = []
-        for (p, t), m in zip(args, mask):
-            call_args.append(p)
-            if m:
-                call_args.append(t)  # type: ignore[arg-type]
-        self.ns[fj.name] = fj.function
-        text = f"{fj.name}({', '.join(call_args)})"
+        fj, text = self.jvp_call(obj, args, mask, node)
         if fj.arity == 0 or nret == 0:
             self.emit(text)
             return None
@@ -461,6 +456,29 @@ class _Gen:
         touts = [o + self.sfx for o in outs]
         self.emit(f"{', '.join(outs + touts)} = {text}")
         return [(o, to if active else None) for o, to, active in zip(outs, touts, fj.active_results)]
+
+    def jvp_call(self, obj: Any, args: list, mask: tuple[bool, ...], node: ast.AST) -> tuple[Any, str]:
+        """The tangent function of ``wp.func`` ``obj`` for ``mask`` and the text of its call on the
+        lowered ``args`` (each argument followed by its tangent where it has one)."""
+        fj = self.owner.function(obj, mask, node, self)
+        call_args = []
+        for (p, t), m in zip(args, mask):
+            call_args.append(p)
+            if m:
+                call_args.append(t)
+        self.ns[fj.name] = fj.function
+        return fj, f"{fj.name}({', '.join(call_args)})"
+
+    def expansion_tangent(self, fobj: Any, args: list, node: ast.AST) -> str | None:
+        """The tangent of a builtin through ``fobj``, a ``wp.func`` computing what the builtin computes
+        (Warp's native code written again): its generated tangent function, the primal left to the builtin."""
+        mask = tuple(t is not None for _, t in args)
+        if not any(mask):
+            return None
+        fj, text = self.jvp_call(fobj, args, mask, node)
+        out = self.tmp()
+        self.emit(f"{out}, {out}{self.sfx} = {text}")
+        return f"{out}{self.sfx}" if fj.active_results[0] else None
 
     def positional(self, obj: Any, fname: str, node: ast.Call) -> list[ast.expr]:
         """A ``wp.func`` call's arguments in parameter order (keywords placed by name): the tangent

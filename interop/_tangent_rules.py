@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ._tangent_helpers import HELPERS  # noqa: F401 (the generated code's namespace: R.HELPERS)
+from ._tangent_helpers import EXPANSIONS, HELPERS  # noqa: F401 (read by the generator as R.EXPANSIONS, R.HELPERS)
 
 W = "_interop_wp"
 Arg = tuple[str, str | None]
@@ -390,5 +390,5 @@ PASSTHROUGH = frozenset(
 
 
 def supported_builtins() -> list[str]:
-    """The builtins with a tangent rule (README, "Forward mode")."""
-    return sorted(RULES)
+    """The builtins with a tangent rule or an expansion (README, "Forward mode")."""
+    return sorted(set(RULES) | set(EXPANSIONS))

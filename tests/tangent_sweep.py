@@ -28,7 +28,7 @@ import traceback
 import warp as wp
 
 import interop
-from interop import _tangent
+from interop import _tangent, _warp_compat
 
 
 def _kernels(packages: list[str]) -> list[tuple[str, wp.Kernel]]:
@@ -66,6 +66,11 @@ def main() -> int:
         if not variants:
             outcome["generic without overloads"] += 1
         for k in variants:
+            if any(
+                wp.types.is_array(t) and not _warp_compat.is_plain_array_annotation(t) for t in k.adj.arg_types.values()
+            ):
+                outcome["indexed or fabric arrays (refused when described)"] += 1
+                continue
             diff = _differentiable(k)
             if not any(diff.values()):
                 outcome["nothing to differentiate"] += 1

@@ -23,15 +23,18 @@ import pytest
 import warp as wp
 from catalogue import CASES
 from test_op_jvp import KERNEL_CASES
-from test_tangent_kernels import RULE_GROUPS, STRUCTURE
+from test_tangent_kernels import RULE_GROUPS, STRUCTURE, bfloat16_piecewise
 from user_kernels import USER_CASES
 
-from interop import _warp_compat
+from interop import _tangent, _warp_compat
 
 ARCH = int(os.environ.get("INTEROP_CUDA_ARCH", "90"))
 
-GENERATED = {f"rules-{g}": case for g, (case, _) in RULE_GROUPS.items()}
-GENERATED.update({f"structure-{n}": case for n, case in STRUCTURE.items()})
+GENERATED = {f"rules-{g}": case.tangent for g, (case, _) in RULE_GROUPS.items()}
+GENERATED.update({f"structure-{n}": case.tangent for n, case in STRUCTURE.items()})
+GENERATED["bfloat16-helpers"] = lambda: _tangent.tangent_kernel(
+    bfloat16_piecewise, {"a": True, "b": True, "y": True}, "bfloat16"
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +55,7 @@ def _compile(module, arch, where) -> None:
 
 @pytest.mark.parametrize("name", list(GENERATED))
 def test_tangent_kernel_compiles_for_cuda(name, arch, tmp_path):
-    tk = GENERATED[name].tangent()
+    tk = GENERATED[name]()
     _compile(tk.kernel.module, arch, tmp_path)
 
 

@@ -668,6 +668,13 @@ def transform_rules(
     vo[i, 7] = wp.div_approx(w, x)
     qo[i, 0] = wp.quat_from_axis_angle(p, x)
     qo[i, 1] = wp.transform_get_rotation(B)
+    R3 = wp.outer(p, w) + wp.skew(p)  # |entries| < 2: each branch of quat_from_matrix by its diagonal
+    four = F64(4.0)
+    qo[i, 2] = wp.quat_from_matrix(R3 + wp.diag(wp.vec3d(four, four, four)))
+    qo[i, 3] = wp.quat_from_matrix(R3 + wp.diag(wp.vec3d(four, -four, -four)))
+    qo[i, 4] = wp.quat_from_matrix(R3 + wp.diag(wp.vec3d(-four, four, -four)))
+    qo[i, 5] = wp.quat_from_matrix(R3 + wp.diag(wp.vec3d(-four, -four, four)))
+    qo[i, 6] = wp.quat_from_matrix(M + wp.diag(wp.vec4d(four, four, four, four)))
     to[i, 0] = wp.transform_multiply(A, B)
     to[i, 1] = A * B
     to[i, 2] = wp.mul(B, A)
@@ -687,7 +694,10 @@ TRANSFORM_COLUMNS = {
         "quat_rotate", "quat_rotate_inv", "transform_point", "transform_point:mat44", "transform_vector",
         "transform_vector:mat44", "transform_get_translation", "div_approx:vector",
     ],
-    "qo": ["quat_from_axis_angle", "transform_get_rotation"],
+    "qo": [
+        "quat_from_axis_angle", "transform_get_rotation", "quat_from_matrix:trace", "quat_from_matrix:x",
+        "quat_from_matrix:y", "quat_from_matrix:z", "quat_from_matrix:mat44",
+    ],
     "to": ["transform_multiply", "mul:transform-operator", "mul:transform", "transform_inverse"],
     "mo": ["quat_to_matrix", "matrix_from_cols", "matrix_from_rows", "inverse_approx"],
     "s": ["div_approx", "copysign", "smoothstep", "smoothstep:clamped"],
@@ -956,7 +966,7 @@ def test_every_rule_is_exercised():
                 exercised.add(key)
     assert not set(NOT_EXERCISED) & exercised, "a rule listed as not exercisable is exercised: drop it from the list"
     assert set(NOT_EXERCISED) <= set(R.RULES), "NOT_EXERCISED names a rule that no longer exists"
-    missing = set(R.RULES) - exercised - set(NOT_EXERCISED)
+    missing = (set(R.RULES) | set(R.EXPANSIONS)) - exercised - set(NOT_EXERCISED)
     assert not missing, f"rules without a column: {sorted(missing)}"
 
 
@@ -1412,6 +1422,27 @@ def test_determinant_at_a_singular_matrix(check):
     )
 
 
+@wp.kernel
+def bfloat16_piecewise(a: wp.array(dtype=wp.bfloat16), b: wp.array(dtype=wp.bfloat16), y: wp.array(dtype=wp.bfloat16)):
+    i = wp.tid()
+    x = a[i]
+    y[i] = wp.abs(x) / b[i] + wp.clamp(x, wp.bfloat16(-1.0), wp.bfloat16(1.0)) + wp.min(x, b[i])
+
+
+def test_bfloat16_helpers():
+    # the helpers' bfloat16 overloads (abs, clamp, min, a bfloat16 divisor) against the derivative by
+    # hand, in float64, to bfloat16's precision
+    a = np.array([0.5, -2.0, 0.75, -0.25])
+    b = np.array([2.0, 4.0, 0.5, 1.5])
+    ta, tb = np.array([1.0, -0.5, 0.25, 1.0]), np.array([0.5, 1.0, -1.0, 0.25])
+    bf = lambda v: wp.array(v, dtype=wp.bfloat16, device=DEV)  # noqa: E731
+    tk = _tangent.tangent_kernel(bfloat16_piecewise, {"a": True, "b": True, "y": True}, "bfloat16")
+    y, ty = bf(np.zeros(4)), bf(np.zeros(4))
+    wp.launch(tk.kernel, dim=4, inputs=[bf(a), bf(b), y, bf(ta), bf(tb), ty], device=DEV)
+    want = np.sign(a) * ta / b - np.abs(a) * tb / b**2 + np.where(np.abs(a) < 1, ta, 0) + np.where(a < b, ta, tb)
+    np.testing.assert_allclose(ty.numpy().astype(np.float64), want, rtol=2e-2, atol=1e-2)
+
+
 # ---- second order: Warp's adjoint of the tangent kernel ------------------------------------------------
 def _array_inputs(case: Case) -> list[str]:
     types = dict(case.params)
@@ -1570,12 +1601,6 @@ def refuse_atomic_value(x: wp.array(dtype=F64), y: wp.array(dtype=F64), z: wp.ar
     z[i] = old * x[i]
 
 
-@wp.kernel
-def refuse_min_reduction(u: wp.array(dtype=wp.vec3d), y: wp.array(dtype=F64)):
-    i = wp.tid()
-    y[i] = wp.min(u[i])
-
-
 @wp.func
 def clipped(v: F64):
     return wp.min(v, F64(1.0))
@@ -1608,7 +1633,6 @@ REFUSALS = {
         "the builtin 'quat_slerp' has no tangent rule",
         {},
     ),
-    "min_reduction": (lambda: refuse_min_reduction, "y[i] = wp.min(u[i])", "the builtin 'min' has no tangent rule for the one-argument form", {}),
     "atomic_value": (lambda: refuse_atomic_value, "old = wp.atomic_add(y, 0, x[i])", "the value returned by 'wp.atomic_add'", {"outputs": ["y", "z"]}),
     "tile": (_tile_kernel, "t = wp.tile_load(x[i], shape=TILE)", "the tile builtin 'wp.tile_load'", {}),
     "func_grad": (lambda: refuse_custom_grad, "y[i] = clipped(x[i]) * F64(2.0)", "the function 'clipped'", {}),
