@@ -49,6 +49,7 @@ from ._tangent_lower import (  # noqa: F401 (_resolve, _is_builtin: tests reach 
     _Refusal,
     _resolve,
     _Source,
+    _static_value,
     fresh_suffix,
 )
 from ._warp_compat import is_struct, make_function
@@ -69,6 +70,14 @@ class _Generator:
 
     def __init__(self, label: str):
         self.label = label
+        self.statics: dict[int, Any] = {}  # wp.static(...) call node -> its value, evaluated once
+
+    def static_value(self, node: ast.Call, ns: dict) -> Any:
+        """``wp.static(expr)``'s value, evaluated once for every pass over the body (a factory makes
+        one function, as when Warp builds the kernel)."""
+        if id(node) not in self.statics:
+            self.statics[id(node)] = (node, _static_value(node, ns))  # the node kept: its id stays its own
+        return self.statics[id(node)][1]
 
     def function(self, fobj: Any, mask: tuple[bool, ...], node: ast.AST, caller: _Gen) -> _FunctionJvp:
         return _function_jvp(fobj, mask, self.label, caller.src.where(node))

@@ -1,263 +1,105 @@
-# mypy: disable-error-code="arg-type"
-# (Warp functions overloaded by dtype: mypy sees only the first definition of a name)
 """The Warp functions tangent code calls (:mod:`interop._tangent_rules` writes the calls).
 
 Each is ordinary Warp code, so Warp differentiates a tangent kernel that calls it again (its
 adjoint gives second derivatives). Where a tangent depends on the type (``transform * transform``
 against every other product, a scalar divisor against a vector one, ``transform_point`` of a
 transform against a 4x4 matrix), concrete overloads come before a generic (``Any``) one: Warp picks
-an exact match first. Their names are reserved in the generated kernel's namespace
+an exact match first. A body that is the same for every dtype is written once and registered
+once per type (:func:`_typed`). Their names are reserved in the generated kernel's namespace
 (``_interop_*``); :data:`HELPERS` maps them for it.
 """
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import warp as wp
 
+from ._warp_compat import make_function
+
+FLOATS = (wp.float16, wp.bfloat16, wp.float32, wp.float64)
+TRANSFORMS = (wp.transformh, wp.transformf, wp.transformd)
+
+
+def _typed(fn: Any, params: str, body: str, signatures: list[tuple]) -> Any:
+    """Overloads of the Warp function ``fn`` (``None``: new; its name is the key) from one ``body``
+    (Warp source text), one per signature (the parameters' types in order): what the definition
+    written out once per dtype would register. The body names other helpers as globals."""
+    name = fn.key if fn is not None else params.split("(")[0]
+    params = params.split("(", 1)[1].rstrip(")") if "(" in params else params
+    names = [p.strip() for p in params.split(",")]
+    text = f"def {name}({params}):\n" + textwrap.indent(textwrap.dedent(body).strip() + "\n", "    ")
+    module = wp.get_module(__name__)
+    for types in signatures:
+        local: dict = {}
+        exec(compile(text, f"<interop helper {name}>", "exec"), globals(), local)  # noqa: S102 (text above)
+        local[name].__annotations__ = dict(zip(names, types))
+        fn = make_function(local[name], name, module, text, overload_of=fn)
+    return fn
+
 
 # ---- helpers the generated code calls (Warp functions: differentiable again) ----------------------
 @wp.func
-def _interop_zero(x: wp.float16):
-    return wp.float16(0.0)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_zero(x: wp.bfloat16):  # noqa: F811
-    return wp.bfloat16(0.0)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_zero(x: wp.float32):  # noqa: F811
-    return wp.float32(0.0)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_zero(x: wp.float64):  # noqa: F811
-    return wp.float64(0.0)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_zero(x: wp.int32):  # noqa: F811
-    return wp.int32(0)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_zero(x: wp.int64):  # noqa: F811
-    return wp.int64(0)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_zero(x: Any):  # noqa: F811
+def _interop_zero(x: Any):
     return type(x)()
 
 
-# min/max/abs tangents: one overload per float scalar type (the branch Warp's adjoint takes:
-# adj_min/adj_max route NaN to the other operand, then a < b / a > b; adj_abs: x < 0 -> -1), then a
-# generic one for vectors, component by component (Warp's min/max/abs of vectors)
+_interop_zero = _typed(_interop_zero, "x", "return type(x)(0.0)", [(t,) for t in FLOATS])
+_interop_zero = _typed(_interop_zero, "x", "return type(x)(0)", [(wp.int32,), (wp.int64,)])
 
 
-@wp.func
-def _interop_min_s(a: wp.float16, b: wp.float16, ta: wp.float16, tb: wp.float16):
-    if wp.isnan(a):
-        return tb
-    if wp.isnan(b):
-        return ta
-    if a < b:
-        return ta
-    return tb
-
-
-@wp.func
-def _interop_max_s(a: wp.float16, b: wp.float16, ta: wp.float16, tb: wp.float16):
-    if wp.isnan(a):
-        return tb
-    if wp.isnan(b):
-        return ta
-    if a > b:
-        return ta
-    return tb
-
-
-@wp.func
-def _interop_abs_s(x: wp.float16, tx: wp.float16):
-    if x < wp.float16(0.0):
-        return -tx
-    return tx
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_min_s(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
-    if wp.isnan(a):
-        return tb
-    if wp.isnan(b):
-        return ta
-    if a < b:
-        return ta
-    return tb
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_max_s(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
-    if wp.isnan(a):
-        return tb
-    if wp.isnan(b):
-        return ta
-    if a > b:
-        return ta
-    return tb
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_abs_s(x: wp.float32, tx: wp.float32):  # noqa: F811
-    if x < wp.float32(0.0):
-        return -tx
-    return tx
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_min_s(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
-    if wp.isnan(a):
-        return tb
-    if wp.isnan(b):
-        return ta
-    if a < b:
-        return ta
-    return tb
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_max_s(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
-    if wp.isnan(a):
-        return tb
-    if wp.isnan(b):
-        return ta
-    if a > b:
-        return ta
-    return tb
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_abs_s(x: wp.float64, tx: wp.float64):  # noqa: F811
-    if x < wp.float64(0.0):
-        return -tx
-    return tx
-
-
-# the rules' entry points: scalars through the _s overloads, vectors component by component (a
+# min/max/abs tangents: scalars in the _s functions (the branch Warp's adjoint takes: adj_min/adj_max
+# route NaN to the other operand, then a < b / a > b; adj_abs: x < 0 -> -1), one overload per float
+# type; the rules' entry points (_t) take scalars through them and vectors component by component (a
 # distinct name: a function calling itself, even another overload, is refused as recursive)
-@wp.func
-def _interop_min_t(a: wp.float16, b: wp.float16, ta: wp.float16, tb: wp.float16):
-    return _interop_min_s(a, b, ta, tb)
-
-
-@wp.func
-def _interop_max_t(a: wp.float16, b: wp.float16, ta: wp.float16, tb: wp.float16):
-    return _interop_max_s(a, b, ta, tb)
-
-
-@wp.func
-def _interop_abs_t(x: wp.float16, tx: wp.float16):
-    return _interop_abs_s(x, tx)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_min_t(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
-    return _interop_min_s(a, b, ta, tb)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_max_t(a: wp.float32, b: wp.float32, ta: wp.float32, tb: wp.float32):  # noqa: F811
-    return _interop_max_s(a, b, ta, tb)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_abs_t(x: wp.float32, tx: wp.float32):  # noqa: F811
-    return _interop_abs_s(x, tx)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_min_t(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
-    return _interop_min_s(a, b, ta, tb)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_max_t(a: wp.float64, b: wp.float64, ta: wp.float64, tb: wp.float64):  # noqa: F811
-    return _interop_max_s(a, b, ta, tb)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_abs_t(x: wp.float64, tx: wp.float64):  # noqa: F811
-    return _interop_abs_s(x, tx)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_min_s(a: wp.bfloat16, b: wp.bfloat16, ta: wp.bfloat16, tb: wp.bfloat16):  # noqa: F811
-    if wp.isnan(a):
-        return tb
-    if wp.isnan(b):
-        return ta
-    if a < b:
-        return ta
+_PICK = """
+if wp.isnan(a):
     return tb
+if wp.isnan(b):
+    return ta
+if a {} b:
+    return ta
+return tb
+"""
+_interop_min_s = _typed(None, "_interop_min_s(a, b, ta, tb)", _PICK.format("<"), [(t,) * 4 for t in FLOATS])
+_interop_max_s = _typed(None, "_interop_max_s(a, b, ta, tb)", _PICK.format(">"), [(t,) * 4 for t in FLOATS])
+_interop_abs_s = _typed(
+    None, "_interop_abs_s(x, tx)", "if x < type(x)(0.0):\n    return -tx\nreturn tx", [(t, t) for t in FLOATS]
+)
 
 
-@wp.func  # type: ignore[no-redef]
-def _interop_max_s(a: wp.bfloat16, b: wp.bfloat16, ta: wp.bfloat16, tb: wp.bfloat16):  # noqa: F811
-    if wp.isnan(a):
-        return tb
-    if wp.isnan(b):
-        return ta
-    if a > b:
-        return ta
-    return tb
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_abs_s(x: wp.bfloat16, tx: wp.bfloat16):  # noqa: F811
-    if x < wp.bfloat16(0.0):
-        return -tx
-    return tx
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_min_t(a: wp.bfloat16, b: wp.bfloat16, ta: wp.bfloat16, tb: wp.bfloat16):  # noqa: F811
-    return _interop_min_s(a, b, ta, tb)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_max_t(a: wp.bfloat16, b: wp.bfloat16, ta: wp.bfloat16, tb: wp.bfloat16):  # noqa: F811
-    return _interop_max_s(a, b, ta, tb)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_abs_t(x: wp.bfloat16, tx: wp.bfloat16):  # noqa: F811
-    return _interop_abs_s(x, tx)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_min_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811
+@wp.func
+def _interop_min_t(a: Any, b: Any, ta: Any, tb: Any):
     r = type(ta)()
     for k in range(len(a)):
         r[k] = _interop_min_s(a[k], b[k], ta[k], tb[k])
     return r
 
 
-@wp.func  # type: ignore[no-redef]
-def _interop_max_t(a: Any, b: Any, ta: Any, tb: Any):  # noqa: F811
+@wp.func
+def _interop_max_t(a: Any, b: Any, ta: Any, tb: Any):
     r = type(ta)()
     for k in range(len(a)):
         r[k] = _interop_max_s(a[k], b[k], ta[k], tb[k])
     return r
 
 
-@wp.func  # type: ignore[no-redef]
-def _interop_abs_t(x: Any, tx: Any):  # noqa: F811
+@wp.func
+def _interop_abs_t(x: Any, tx: Any):
     r = type(tx)()
     for k in range(len(x)):
         r[k] = _interop_abs_s(x[k], tx[k])
     return r
+
+
+_interop_min_t = _typed(
+    _interop_min_t, "a, b, ta, tb", "return _interop_min_s(a, b, ta, tb)", [(t,) * 4 for t in FLOATS]
+)
+_interop_max_t = _typed(
+    _interop_max_t, "a, b, ta, tb", "return _interop_max_s(a, b, ta, tb)", [(t,) * 4 for t in FLOATS]
+)
+_interop_abs_t = _typed(_interop_abs_t, "x, tx", "return _interop_abs_s(x, tx)", [(t, t) for t in FLOATS])
 
 
 @wp.func
@@ -271,44 +113,22 @@ def _interop_clamp_t(x: Any, a: Any, b: Any, tx: Any, ta: Any, tb: Any):
 # d det(A): 2x2 and 3x3 by the determinant's multilinearity in the rows (right at a singular A too,
 # as Warp's adj_determinant with its cofactors), larger by det(A) trace(A^-1 dA)
 @wp.func
-def _interop_det_t(a: wp.mat22h, ta: wp.mat22h):
-    return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_det_t(a: wp.mat33h, ta: wp.mat33h):  # noqa: F811
-    return (
-        wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
-    )
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_det_t(a: wp.mat22, ta: wp.mat22):  # noqa: F811
-    return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_det_t(a: wp.mat33, ta: wp.mat33):  # noqa: F811
-    return (
-        wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
-    )
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_det_t(a: wp.mat22d, ta: wp.mat22d):  # noqa: F811
-    return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_det_t(a: wp.mat33d, ta: wp.mat33d):  # noqa: F811
-    return (
-        wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))
-    )
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_det_t(a: Any, ta: Any):  # noqa: F811
+def _interop_det_t(a: Any, ta: Any):
     return wp.determinant(a) * wp.trace(wp.inverse(a) * ta)
+
+
+_interop_det_t = _typed(
+    _interop_det_t,
+    "a, ta",
+    "return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]",
+    [(t, t) for t in (wp.mat22h, wp.mat22f, wp.mat22d)],
+)
+_interop_det_t = _typed(
+    _interop_det_t,
+    "a, ta",
+    "return wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))",
+    [(t, t) for t in (wp.mat33h, wp.mat33f, wp.mat33d)],
+)
 
 
 @wp.func
@@ -327,40 +147,16 @@ def _interop_normalize_t(a: Any, ta: Any, y: Any):
 
 
 # d(a / b) through b: -y tb / b for a scalar b (y may be a vector: v / s); component by component
-# where b is a vector or matrix (s / v, s / M) or a quaternion (s / q)
-@wp.func
-def _interop_div_tb(b: wp.float16, y: Any, tb: wp.float16):
-    return -(y * tb) / b
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_div_tb(b: wp.float32, y: Any, tb: wp.float32):  # noqa: F811
-    return -(y * tb) / b
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_div_tb(b: wp.float64, y: Any, tb: wp.float64):  # noqa: F811
-    return -(y * tb) / b
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_div_tb(b: wp.bfloat16, y: Any, tb: wp.bfloat16):  # noqa: F811
-    return -(y * tb) / b
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_div_tb(b: wp.quath, y: wp.quath, tb: wp.quath):  # noqa: F811
-    return wp.quath(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_div_tb(b: wp.quatf, y: wp.quatf, tb: wp.quatf):  # noqa: F811
-    return wp.quatf(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_div_tb(b: wp.quatd, y: wp.quatd, tb: wp.quatd):  # noqa: F811
-    return wp.quatd(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])
+# where b is a vector or matrix (s / v, s / M) or a quaternion (s / q). The scalar overloads are
+# generic in y: Warp tries generic overloads in the order they were registered, so the fully generic
+# one comes last.
+_interop_div_tb = _typed(None, "_interop_div_tb(b, y, tb)", "return -(y * tb) / b", [(t, Any, t) for t in FLOATS])
+_interop_div_tb = _typed(
+    _interop_div_tb,
+    "b, y, tb",
+    "return type(b)(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])",
+    [(t, t, t) for t in (wp.quath, wp.quatf, wp.quatd)],
+)
 
 
 @wp.func  # type: ignore[no-redef]
@@ -452,65 +248,30 @@ def _interop_mul_tb(a: Any, b: Any, tb: Any):
     return a * tb
 
 
-@wp.func  # type: ignore[no-redef]
-def _interop_mul_ta(a: wp.transformh, b: wp.transformh, ta: wp.transformh):  # noqa: F811
-    return _interop_transform_multiply_t(a, b, ta, wp.transformh())
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_mul_tb(a: wp.transformh, b: wp.transformh, tb: wp.transformh):  # noqa: F811
-    return _interop_transform_multiply_t(a, b, wp.transformh(), tb)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_mul_ta(a: wp.transformf, b: wp.transformf, ta: wp.transformf):  # noqa: F811
-    return _interop_transform_multiply_t(a, b, ta, wp.transformf())
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_mul_tb(a: wp.transformf, b: wp.transformf, tb: wp.transformf):  # noqa: F811
-    return _interop_transform_multiply_t(a, b, wp.transformf(), tb)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_mul_ta(a: wp.transformd, b: wp.transformd, ta: wp.transformd):  # noqa: F811
-    return _interop_transform_multiply_t(a, b, ta, wp.transformd())
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_mul_tb(a: wp.transformd, b: wp.transformd, tb: wp.transformd):  # noqa: F811
-    return _interop_transform_multiply_t(a, b, wp.transformd(), tb)
-
+_interop_mul_ta = _typed(
+    _interop_mul_ta,
+    "a, b, ta",
+    "return _interop_transform_multiply_t(a, b, ta, type(a)())",
+    [(t,) * 3 for t in TRANSFORMS],
+)
+_interop_mul_tb = _typed(
+    _interop_mul_tb,
+    "a, b, tb",
+    "return _interop_transform_multiply_t(a, b, type(a)(), tb)",
+    [(t,) * 3 for t in TRANSFORMS],
+)
 
 # transform_point / transform_vector of a 4x4 matrix (the homogeneous point / direction): bilinear
-@wp.func  # type: ignore[no-redef]
-def _interop_transform_point_t(t: wp.mat44h, x: wp.vec3h, tt: wp.mat44h, tx: wp.vec3h):  # noqa: F811
-    return wp.transform_point(tt, x) + wp.transform_vector(t, tx)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_transform_point_t(t: wp.mat44, x: wp.vec3, tt: wp.mat44, tx: wp.vec3):  # noqa: F811
-    return wp.transform_point(tt, x) + wp.transform_vector(t, tx)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_transform_point_t(t: wp.mat44d, x: wp.vec3d, tt: wp.mat44d, tx: wp.vec3d):  # noqa: F811
-    return wp.transform_point(tt, x) + wp.transform_vector(t, tx)  # type: ignore[call-overload]
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_transform_vector_t(t: wp.mat44h, x: wp.vec3h, tt: wp.mat44h, tx: wp.vec3h):  # noqa: F811
-    return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_transform_vector_t(t: wp.mat44, x: wp.vec3, tt: wp.mat44, tx: wp.vec3):  # noqa: F811
-    return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)
-
-
-@wp.func  # type: ignore[no-redef]
-def _interop_transform_vector_t(t: wp.mat44d, x: wp.vec3d, tt: wp.mat44d, tx: wp.vec3d):  # noqa: F811
-    return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)  # type: ignore[call-overload]
+_MAT44 = [(m, v, m, v) for m, v in ((wp.mat44h, wp.vec3h), (wp.mat44f, wp.vec3f), (wp.mat44d, wp.vec3d))]
+_interop_transform_point_t = _typed(
+    _interop_transform_point_t, "t, x, tt, tx", "return wp.transform_point(tt, x) + wp.transform_vector(t, tx)", _MAT44
+)
+_interop_transform_vector_t = _typed(
+    _interop_transform_vector_t,
+    "t, x, tt, tx",
+    "return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)",
+    _MAT44,
+)
 
 
 @wp.func

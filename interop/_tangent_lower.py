@@ -350,7 +350,7 @@ class _Gen:
     def call(self, node: ast.Call) -> tuple[str, str | None]:
         obj = _resolve(node.func, self.ns)
         if obj is None and isinstance(node.func, ast.Call):
-            obj = _static_value(node.func, self.ns)  # wp.static(make_func())(...)
+            obj = self.owner.static_value(node.func, self.ns)  # wp.static(make_func())(...)
         fname = _unparse(node.func)
         if obj is type:
             return _unparse(node), None
@@ -397,12 +397,10 @@ class _Gen:
         raise AssertionError
 
     def atomic_carries_tangent(self, node: ast.Call) -> bool:
-        """An atomic into a differentiated array, or of a value that carries a tangent."""
-        arr = node.args[0] if node.args else None
-        root = _root_name(arr) if arr is not None else ""
-        if self.arrays.get(root) is not None or root in self.active:
-            return True
-        return any(_root_name(a) in self.active or self.arrays.get(_root_name(a)) is not None for a in node.args[1:])
+        """An atomic into an array with a tangent (into one without, its old value has none and what it
+        adds is dropped, as a store into that array drops it)."""
+        root = _root_name(node.args[0]) if node.args else ""
+        return self.arrays.get(root) is not None or root in self.active
 
     def builtin_call(self, key: str, fname: str, node: ast.Call) -> tuple[str, str | None]:
         args = [self.simple(a) for a in node.args]
