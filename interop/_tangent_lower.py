@@ -419,15 +419,19 @@ class _Gen:
         return self.finish(y, t)
 
     def constructor(self, fname: str, node: ast.Call) -> tuple[str, str | None]:
-        """A float/vector/matrix/quaternion constructor or cast: linear in its arguments."""
-        args = [self.simple(a) for a in node.args]
+        """A float/vector/matrix/quaternion constructor or cast: linear in its arguments (``T(*v)``
+        spreads a vector's components: its tangent is ``T(*dv)``)."""
+        stars = [isinstance(a, ast.Starred) for a in node.args]
+        args = [self.simple(a.value if star else a) for a, star in zip(node.args, stars)]
         kws = [(k.arg, (_unparse(k.value), None)) for k in node.keywords]  # static (dtype=, shape=...)
-        text = ", ".join([p for p, _ in args] + [f"{k}={p}" for k, (p, _) in kws])
+        text = ", ".join(
+            [("*" if star else "") + p for (p, _), star in zip(args, stars)] + [f"{k}={p}" for k, (p, _) in kws]
+        )
         if all(t is None for _, t in args):
             return f"{fname}({text})", None
         y = self.tmp()
         self.emit(f"{y} = {fname}({text})")
-        targs = [t if t is not None else R.zero(p) for p, t in args]
+        targs = [("*" if star else "") + (t if t is not None else R.zero(p)) for (p, t), star in zip(args, stars)]
         tkws = [f"{k}={t if t is not None else p}" for k, (p, t) in kws]
         return self.finish(y, f"{fname}({', '.join(targs + tkws)})")
 

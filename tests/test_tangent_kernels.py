@@ -1197,9 +1197,10 @@ def parameter_component(x: wp.array(dtype=F64), v: wp.vec3d, y: wp.array(dtype=w
 
 @wp.kernel
 def dtype_constructors(x: wp.array(dtype=wp.vec3d), y: wp.array(dtype=wp.vec3d), z: wp.array(dtype=F64)):
-    # constructors named through the arrays' types (generic code's way), and wp.types.vector
+    # constructors named through the arrays' types (generic code's way), wp.types.vector, a vector
+    # spread into a constructor
     i = wp.tid()
-    y[i] = x.dtype.dtype(3.0) * x[i] + type(x).dtype(x[i]) * x[i][0]
+    y[i] = x.dtype.dtype(3.0) * x[i] + type(x).dtype(x[i]) * x[i][0] + wp.vec3d(*(x[i] * x[i][1]))
     z[i] = wp.types.vector(x[i][0], x[i][1] * x[i][2], F64(1.0))[1] * x.dtype.dtype(2.0)
 
 
