@@ -111,6 +111,18 @@ def _static_value(node: ast.Call, ns: dict) -> Any:
         return None
 
 
+def _return_arity(fobj: Any) -> int:
+    """How many values a ``wp.func`` returns (its first ``return`` with a value; 0 for none)."""
+    try:
+        fdef = ast.parse(textwrap.dedent(fobj.adj.source)).body[0]
+    except Exception:  # noqa: BLE001 (no source: a native function, refused where it is transformed)
+        return 1
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Return) and node.value is not None:
+            return len(node.value.elts) if isinstance(node.value, ast.Tuple) else 1
+    return 0
+
+
 def _is_dtype_expression(node: ast.AST, ns: dict) -> bool:
     """``x.dtype``, ``x.dtype.dtype``, ``type(x).dtype``: the type of an array's (or a vector's)
     elements, which Warp resolves when it builds the kernel; called, a constructor or cast."""
@@ -447,6 +459,10 @@ class _Gen:
             if nret == 0:
                 self.emit(text)
                 return None
+            if nret < 0:  # every value, each in a temporary
+                outs = [self.tmp() for _ in range(_return_arity(obj))]
+                self.emit(f"{', '.join(outs)} = {text}")
+                return [(o, None) for o in outs]
             return [(text, None)]
         fj, text = self.jvp_call(obj, args, mask, node)
         if fj.arity == 0 or nret == 0:
@@ -732,6 +748,18 @@ class _Gen:
         if ta is not None and t is not None:
             self.emit(f"{R.W}.{key}({', '.join([ta] + idx + [t])})")
 
+    def returned_call(self, v: ast.AST) -> list[tuple[str, str | None]] | None:
+        """``return f(...)`` of a ``wp.func`` that returns several values: its values, one by one
+        (None for anything else)."""
+        if not isinstance(v, ast.Call):
+            return None
+        obj = _resolve(v.func, self.ns)
+        if obj is None and isinstance(v.func, ast.Call):
+            obj = self.owner.static_value(v.func, self.ns)
+        if not _is_user_function(obj) or _return_arity(obj) < 2:
+            return None
+        return self.user_call(obj, _unparse(v.func), v, nret=-1)
+
     def ret(self, s: ast.Return) -> None:
         if self.kind == "kernel":
             if s.value is not None:
@@ -742,8 +770,10 @@ class _Gen:
             self.return_arity = 0
             self.emit("return")
             return
-        elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
-        vals = [self.simple(e) for e in elts]
+        vals = self.returned_call(s.value)
+        if vals is None:
+            elts = s.value.elts if isinstance(s.value, ast.Tuple) else [s.value]
+            vals = [self.simple(e) for e in elts]
         if self.return_arity not in (None, len(vals)):
             self.refuse("returns with different numbers of values", s)
         self.return_arity = len(vals)

@@ -1238,6 +1238,23 @@ def counters_and_factories(
         z[i] = wp.static(_make_scaled(5.0))(x[i])
 
 
+@wp.func
+def forwards_polar(v: F64, w: F64, k: int):
+    # returns the tuple another function returns (k: a value without a tangent, passed through)
+    if k > 1:
+        return polar(v * F64(k), w)
+    return polar(v, w)
+
+
+@wp.kernel
+def returned_tuples(x: wp.array(dtype=F64), z: wp.array(dtype=F64), y: wp.array(dtype=F64), w: wp.array(dtype=F64)):
+    i = wp.tid()
+    a, b = forwards_polar(x[i], z[i], 2)
+    c, d = forwards_polar(F64(0.5), F64(0.25), 1)  # nothing carries a tangent into this call
+    y[i] = a * c + b
+    w[i] = b * d - a
+
+
 @wp.kernel
 def slices(x: wp.array2d(dtype=F64), y: wp.array2d(dtype=F64), z: wp.array(dtype=F64)):
     # array views made in the kernel (a 2-D slice stored through, a 1-D strided window read)
@@ -1341,6 +1358,13 @@ STRUCTURE = {
         ("y", "z"),
         {"counter": np.zeros(1, np.int32)},
         smooth=_away_from(0.0),  # z's branch
+    ),
+    "returned-tuples": Case(
+        returned_tuples,
+        NS,
+        {"x": (0.2, 0.8), "z": (0.2, 0.8)},
+        {"x": (NS,), "z": (NS,), "y": (NS,), "w": (NS,)},
+        ("y", "w"),
     ),
     "slices": Case(slices, NS, {"x": (-1.0, 1.0)}, {"x": (NS, M), "y": (1, NS), "z": (NS,)}, ("y", "z")),
     "scalar-int-nondifferentiable": Case(
