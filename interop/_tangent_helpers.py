@@ -3,9 +3,10 @@
 Each is ordinary Warp code, so Warp differentiates a tangent kernel that calls it again (its
 adjoint gives second derivatives). Where a tangent depends on the type (``transform * transform``
 against every other product, a scalar divisor against a vector one, ``transform_point`` of a
-transform against a 4x4 matrix), concrete overloads come before a generic (``Any``) one: Warp picks
-an exact match first. A body that is the same for every dtype is written once and registered
-once per type (:func:`_typed`). Their names are reserved in the generated kernel's namespace
+transform against a 4x4 matrix), there are typed overloads beside a generic (``Any``) one: Warp
+picks an exact match first, then the first generic overload that fits, in the order they were
+registered. A body that is the same for every dtype is written once and registered once per type
+(:func:`_typed`). Their names are reserved in the generated kernel's namespace
 (``_interop_*``); :data:`HELPERS` maps them for it.
 """
 
@@ -22,12 +23,11 @@ FLOATS = (wp.float16, wp.bfloat16, wp.float32, wp.float64)
 TRANSFORMS = (wp.transformh, wp.transformf, wp.transformd)
 
 
-def _typed(fn: Any, params: str, body: str, signatures: list[tuple]) -> Any:
-    """Overloads of the Warp function ``fn`` (``None``: new; its name is the key) from one ``body``
-    (Warp source text), one per signature (the parameters' types in order): what the definition
-    written out once per dtype would register. The body names other helpers as globals."""
-    name = fn.key if fn is not None else params.split("(")[0]
-    params = params.split("(", 1)[1].rstrip(")") if "(" in params else params
+def _typed(fn: Any, name: str, params: str, body: str, signatures: list[tuple]) -> Any:
+    """Overloads of the Warp function ``name`` (``fn``: the one already registered, or None) from
+    one ``body`` (Warp source text) over ``params`` ("a, b"), one per signature (the parameters'
+    types in order): what the definition written out once per dtype would register. The body
+    names other helpers as globals."""
     names = [p.strip() for p in params.split(",")]
     text = f"def {name}({params}):\n" + textwrap.indent(textwrap.dedent(body).strip() + "\n", "    ")
     module = wp.get_module(__name__)
@@ -45,8 +45,8 @@ def _interop_zero(x: Any):
     return type(x)()
 
 
-_interop_zero = _typed(_interop_zero, "x", "return type(x)(0.0)", [(t,) for t in FLOATS])
-_interop_zero = _typed(_interop_zero, "x", "return type(x)(0)", [(wp.int32,), (wp.int64,)])
+_interop_zero = _typed(_interop_zero, "_interop_zero", "x", "return type(x)(0.0)", [(t,) for t in FLOATS])
+_interop_zero = _typed(_interop_zero, "_interop_zero", "x", "return type(x)(0)", [(wp.int32,), (wp.int64,)])
 
 
 # min/max/abs tangents: scalars in the _s functions (the branch Warp's adjoint takes: adj_min/adj_max
@@ -62,10 +62,10 @@ if a {} b:
     return ta
 return tb
 """
-_interop_min_s = _typed(None, "_interop_min_s(a, b, ta, tb)", _PICK.format("<"), [(t,) * 4 for t in FLOATS])
-_interop_max_s = _typed(None, "_interop_max_s(a, b, ta, tb)", _PICK.format(">"), [(t,) * 4 for t in FLOATS])
+_interop_min_s = _typed(None, "_interop_min_s", "a, b, ta, tb", _PICK.format("<"), [(t,) * 4 for t in FLOATS])
+_interop_max_s = _typed(None, "_interop_max_s", "a, b, ta, tb", _PICK.format(">"), [(t,) * 4 for t in FLOATS])
 _interop_abs_s = _typed(
-    None, "_interop_abs_s(x, tx)", "if x < type(x)(0.0):\n    return -tx\nreturn tx", [(t, t) for t in FLOATS]
+    None, "_interop_abs_s", "x, tx", "if x < type(x)(0.0):\n    return -tx\nreturn tx", [(t, t) for t in FLOATS]
 )
 
 
@@ -94,12 +94,14 @@ def _interop_abs_t(x: Any, tx: Any):
 
 
 _interop_min_t = _typed(
-    _interop_min_t, "a, b, ta, tb", "return _interop_min_s(a, b, ta, tb)", [(t,) * 4 for t in FLOATS]
+    _interop_min_t, "_interop_min_t", "a, b, ta, tb", "return _interop_min_s(a, b, ta, tb)", [(t,) * 4 for t in FLOATS]
 )
 _interop_max_t = _typed(
-    _interop_max_t, "a, b, ta, tb", "return _interop_max_s(a, b, ta, tb)", [(t,) * 4 for t in FLOATS]
+    _interop_max_t, "_interop_max_t", "a, b, ta, tb", "return _interop_max_s(a, b, ta, tb)", [(t,) * 4 for t in FLOATS]
 )
-_interop_abs_t = _typed(_interop_abs_t, "x, tx", "return _interop_abs_s(x, tx)", [(t, t) for t in FLOATS])
+_interop_abs_t = _typed(
+    _interop_abs_t, "_interop_abs_t", "x, tx", "return _interop_abs_s(x, tx)", [(t, t) for t in FLOATS]
+)
 
 
 @wp.func
@@ -119,12 +121,14 @@ def _interop_det_t(a: Any, ta: Any):
 
 _interop_det_t = _typed(
     _interop_det_t,
+    "_interop_det_t",
     "a, ta",
     "return ta[0, 0] * a[1, 1] + a[0, 0] * ta[1, 1] - ta[0, 1] * a[1, 0] - a[0, 1] * ta[1, 0]",
     [(t, t) for t in (wp.mat22h, wp.mat22f, wp.mat22d)],
 )
 _interop_det_t = _typed(
     _interop_det_t,
+    "_interop_det_t",
     "a, ta",
     "return wp.dot(ta[0], wp.cross(a[1], a[2])) + wp.dot(a[0], wp.cross(ta[1], a[2])) + wp.dot(a[0], wp.cross(a[1], ta[2]))",
     [(t, t) for t in (wp.mat33h, wp.mat33f, wp.mat33d)],
@@ -150,9 +154,10 @@ def _interop_normalize_t(a: Any, ta: Any, y: Any):
 # where b is a vector or matrix (s / v, s / M) or a quaternion (s / q). The scalar overloads are
 # generic in y: Warp tries generic overloads in the order they were registered, so the fully generic
 # one comes last.
-_interop_div_tb = _typed(None, "_interop_div_tb(b, y, tb)", "return -(y * tb) / b", [(t, Any, t) for t in FLOATS])
+_interop_div_tb = _typed(None, "_interop_div_tb", "b, y, tb", "return -(y * tb) / b", [(t, Any, t) for t in FLOATS])
 _interop_div_tb = _typed(
     _interop_div_tb,
+    "_interop_div_tb",
     "b, y, tb",
     "return type(b)(-y[0] * tb[0] / b[0], -y[1] * tb[1] / b[1], -y[2] * tb[2] / b[2], -y[3] * tb[3] / b[3])",
     [(t, t, t) for t in (wp.quath, wp.quatf, wp.quatd)],
@@ -250,12 +255,14 @@ def _interop_mul_tb(a: Any, b: Any, tb: Any):
 
 _interop_mul_ta = _typed(
     _interop_mul_ta,
+    "_interop_mul_ta",
     "a, b, ta",
     "return _interop_transform_multiply_t(a, b, ta, type(a)())",
     [(t,) * 3 for t in TRANSFORMS],
 )
 _interop_mul_tb = _typed(
     _interop_mul_tb,
+    "_interop_mul_tb",
     "a, b, tb",
     "return _interop_transform_multiply_t(a, b, type(a)(), tb)",
     [(t,) * 3 for t in TRANSFORMS],
@@ -264,10 +271,15 @@ _interop_mul_tb = _typed(
 # transform_point / transform_vector of a 4x4 matrix (the homogeneous point / direction): bilinear
 _MAT44 = [(m, v, m, v) for m, v in ((wp.mat44h, wp.vec3h), (wp.mat44f, wp.vec3f), (wp.mat44d, wp.vec3d))]
 _interop_transform_point_t = _typed(
-    _interop_transform_point_t, "t, x, tt, tx", "return wp.transform_point(tt, x) + wp.transform_vector(t, tx)", _MAT44
+    _interop_transform_point_t,
+    "_interop_transform_point_t",
+    "t, x, tt, tx",
+    "return wp.transform_point(tt, x) + wp.transform_vector(t, tx)",
+    _MAT44,
 )
 _interop_transform_vector_t = _typed(
     _interop_transform_vector_t,
+    "_interop_transform_vector_t",
     "t, x, tt, tx",
     "return wp.transform_vector(tt, x) + wp.transform_vector(t, tx)",
     _MAT44,
