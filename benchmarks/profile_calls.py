@@ -220,8 +220,35 @@ def _jax_big(device: str) -> None:
 
         return go
 
+    # what XLA runs around the op (a copy or a fill beside the custom call would show here)
+    hlo = ours_b.lower(xb, yb).compile().as_text()
+    print(f"\nJAX op under jit on {device}, n=2^26: optimized HLO, entry computation")
+    entry = hlo[hlo.find("ENTRY") :]
+    for line in entry.splitlines()[:12]:
+        print("  " + line[:160])
     _gpu_activities(f"JAX op under jit on {device}, n=2^26", run(ours_b), sync)
     _gpu_activities(f"jnp 2*x+y under jit on {device}, n=2^26", run(plain_b), sync)
+    # host time inside the op's CUDA handler at this size, beside the blocking per-call time
+    from adapters.jax import launch as _jax_launch
+
+    H, spent = _jax_launch._Handler, [0.0, 0]
+    orig = H.cuda
+
+    def timed(self, p):
+        t0 = time.perf_counter()
+        try:
+            return orig(self, p)
+        finally:
+            spent[0] += time.perf_counter() - t0
+            spent[1] += 1
+
+    H.cuda = timed
+    try:
+        per = _per_call(run(ours_b), sync, calls=200)
+    finally:
+        H.cuda = orig
+    inside = spent[0] / spent[1] * 1e6 if spent[1] else float("nan")
+    print(f"\nJAX op under jit on {device}, n=2^26: {per:.1f} us per blocking call, {inside:.1f} us inside the handler")
     _gpu_activities(
         f"raw wp.launch on {device}, n=2^26",
         lambda: wp.launch(saxpy, dim=BIG, inputs=[wxb, wyb, 2.0], outputs=[wob], device=wxb.device),

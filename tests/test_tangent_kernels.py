@@ -20,7 +20,8 @@ What the generator gets wrong is a strict ``xfail`` naming the fault (``GENERATO
 tests marked so); where Warp's own reverse mode is not the derivative (``WARP_ADJOINT_DIFFERS``,
 ``Case.warp_reverse_wrong``), that output is checked against finite differences only.
 
-CPU only, float64 throughout; every array names its device. INTEROP_TANGENT_EXAMPLES sets the
+float64 throughout; every array names its device: the CPU, or the device INTEROP_TANGENT_DEVICE
+names (``cuda`` on the GPU run: the same checks on CUDA). INTEROP_TANGENT_EXAMPLES sets the
 hypothesis examples per test.
 """
 
@@ -47,7 +48,7 @@ import interop
 from interop import _tangent
 from interop import _tangent_rules as R
 
-DEV = "cpu"
+DEV = os.environ.get("INTEROP_TANGENT_DEVICE", "cpu")
 EPS = 1e-6
 FD_RTOL = 1e-6
 REV_RTOL = 1e-12
