@@ -62,7 +62,8 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
     stream) -> gradients``: the bodies of :func:`_bodies`.
     """
     env: dict[str, Any] = {}
-    fwd, results, adj, grads = _bodies(b, e, kind, pointer, env)
+    # the "backward" entries are the registered backward operator's: no shared gradient buffer there
+    fwd, results, adj, grads = _bodies(b, e, kind, pointer, env, share_zeros=kind != "backward")
     n, k = b.ncall, len(b.returned)
     args = [f"a{i}" for i in range(n)]
     rs = [f"r{j}" for j in range(k)]
@@ -74,12 +75,20 @@ def entry_functions(b, e, kind: str, pointer: Callable) -> tuple[Callable, Calla
     return forward, adjoint
 
 
-def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[list[str], str, list[str], str]:
+def _bodies(
+    b, e, kind: str, pointer: Callable, env: dict[str, Any], share_zeros: bool = False
+) -> tuple[list[str], str, list[str], str]:
     """The forward's and the adjoint's bodies of one entry, as lines (4-space indented) that use
     the names ``a<i>`` (call arguments), ``stream`` and, in the adjoint, ``r<j>`` (results),
     ``g<j>`` (upstream gradients) and ``n<i>`` (which gradients are needed); ``env`` receives
     the globals they read. Returns ``(forward lines, results expression, adjoint lines,
     gradients expression)``.
+
+    ``share_zeros``: gradients of one dtype may be views of one zero-filled buffer (on the
+    devices of ``SHARED_ZEROS_ON``). Only where autograd receives them (an autograd.Function's
+    backward, the operator's autograd rule run eagerly): the registered backward operator's
+    outputs must not alias one another (torch checks it; ``torch.func``'s ``jacrev``, ``jacfwd``,
+    ``hessian`` and double backward call that operator).
 
     On the CPU each launch sets the fields of a launch record of its own (one per ``env``,
     made on first use) line by line and calls the compiled kernel
@@ -229,7 +238,7 @@ def _bodies(b, e, kind: str, pointer: Callable, env: dict[str, Any]) -> tuple[li
         lines.append(f"    q{j} = g{j}.data_ptr()")
         adj[p.index] = f"q{j}"
     grads = []
-    shared = _shared_zeros(b, e, arrays) if e.tdev.type in SHARED_ZEROS_ON else None
+    shared = _shared_zeros(b, e, arrays) if share_zeros and e.tdev.type in SHARED_ZEROS_ON else None
     if shared is not None:
         # on CUDA every launch costs the host microseconds: gradients of one dtype needed together
         # are views of one zero-filled buffer (one fill instead of one per gradient)
@@ -335,7 +344,7 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     rs = [f"r{j}" for j in range(k)]
     gs = [f"g{j}" for j in range(k)]
     env: dict[str, Any] = dict(helpers)
-    fwd, results, adj, grads = _bodies(b, e, "functional", helpers["pointer"], env)
+    fwd, results, adj, grads = _bodies(b, e, "functional", helpers["pointer"], env, share_zeros=True)
     env.update(adj=e.adjoint, cuda=e.cuda)
     stream = "    stream = stream_of(tdev)" if e.cuda else "    stream = None"
     nondiff = [f"r{j}" for j, p in enumerate(b.returned) if not p.differentiable]
