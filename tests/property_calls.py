@@ -603,8 +603,12 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
                 return "leaf that requires grad"
     if pop.kind == "function" and c.scalar_kind == "0d_grad" and fw != "numpy":
         # wp.Tape records no scalar adjoint: refused at the call (torch, Paddle) or when JAX asks
-        # for the scalar's gradient (issue 33 row c)
-        return "traced scalar" if fw == "jax" else "no gradient for scalar"
+        # for the scalar's gradient (issue 33 row c); a JAX path that asks for none (eager, jit: a
+        # sequence keeps the scalar's kind when the path changes) reads the value (one sync on CUDA)
+        if fw != "jax":
+            return "no gradient for scalar"
+        if c.path in ("grad", "jit_grad", "fwd_grad"):
+            return "traced scalar"
     if c.packing == "warp" and c.scalar_kind == "0d":
         # a Warp struct instance keeps the 0-d NumPy array set on its number field: a NumPy array
         # among the Warp arrays (the same as at the top level)

@@ -333,7 +333,7 @@ SCRIPT = textwrap.dedent(
     # export a function that takes a jvp; the tangent op's targets are listed with the op's
     f = jax.jit(lambda a, t: jax.jvp(op, (a,), (t,)))
     y = jax.device_put(jnp.linspace(-1.0, 1.0, 16), cpu[0])
-    exp = jax.export.export(f, disabled_checks=ajax.disabled_checks(op))(y, y)
+    exp = jax.export.export(f, platforms=["cpu"], disabled_checks=ajax.disabled_checks(op))(y, y)  # not the default backend
     back = jax.export.deserialize(exp.serialize())
     np.testing.assert_allclose(np.asarray(back.call(y, y)[1]), 3 * np.asarray(y) ** 3, rtol=1e-12)
     print("FORWARD_MODE_SHARDED_OK")

@@ -28,6 +28,7 @@ hypothesis examples per test.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import math
 import os
@@ -51,7 +52,9 @@ from interop import _tangent_rules as R
 DEV = os.environ.get("INTEROP_TANGENT_DEVICE", "cpu")
 EPS = 1e-6
 FD_RTOL = 1e-6
+FD_ATOL = 1e-7  # times the output's scale
 REV_RTOL = 1e-12
+REV_ATOL = 1e-12  # times the output's scale
 N = 2  # threads (elements) per rule case
 
 EXAMPLES = int(os.environ.get("INTEROP_TANGENT_EXAMPLES", "4"))
@@ -235,7 +238,7 @@ def check_tangent(
         for n, index in select.items():
             scale = max(1.0, float(np.max(np.abs(primal[n][index]), initial=0.0)))
             np.testing.assert_allclose(
-                touts[n][index], fd[n][index], rtol=FD_RTOL, atol=1e-7 * scale, err_msg=f"tangent of {n} vs FD"
+                touts[n][index], fd[n][index], rtol=FD_RTOL, atol=FD_ATOL * scale, err_msg=f"tangent of {n} vs FD"
             )
     select_rev = {n: i for n, i in select.items() if n not in case.warp_reverse_wrong}
     if reverse and select_rev:
@@ -249,7 +252,7 @@ def check_tangent(
                 np.asarray(ta[n][index]).ravel(),
                 jt,
                 rtol=REV_RTOL,
-                atol=1e-12 * max(1.0, float(mag.max(initial=0.0))),
+                atol=REV_ATOL * max(1.0, float(mag.max(initial=0.0))),
                 err_msg=f"tangent of {n} vs J t",
             )
 
@@ -844,6 +847,32 @@ WARP_ADJOINT_DIFFERS = {
 }
 
 
+#: builtins that run approximate GPU intrinsics on CUDA (Warp: "falls back to exact division on CPU"):
+#: ``rcp.approx.ftz.f64`` is good to about 2^-22 relatively, so on CUDA these columns are checked at
+#: that precision (finite differences over a longer step, reverse mode to 1e-5): at float64's
+#: tolerances the approximation itself fails them (the 2026-11-28 GPU run)
+APPROX_ON_CUDA = frozenset({"transform-div_approx", "transform-div_approx:vector", "transform-inverse_approx"})
+APPROX_TOLERANCES = {"EPS": 1e-3, "FD_RTOL": 1e-3, "FD_ATOL": 1e-4, "REV_RTOL": 1e-5, "REV_ATOL": 1e-6}
+
+
+@contextlib.contextmanager
+def tolerances_for(*ids: str):
+    """The approximate columns' tolerances while checking any of ``ids`` (``group-column``) on CUDA."""
+    if DEV == "cpu" or not APPROX_ON_CUDA.intersection(ids):
+        yield
+        return
+    saved = {k: globals()[k] for k in APPROX_TOLERANCES}
+    globals().update(APPROX_TOLERANCES)
+    try:
+        yield
+    finally:
+        globals().update(saved)
+
+
+def _column_id(group: str, array: str, column: int) -> str:
+    return f"{group}-{RULE_GROUPS[group][1][array][column]}"
+
+
 def _columns(check: str) -> tuple[list, list]:
     """(passing, known failures) as pytest params (group, array, column[, reason]) for ``check``."""
     good, known = [], []
@@ -874,7 +903,8 @@ def test_rule_matches_finite_differences(group, array, column, data):
     case = RULE_GROUPS[group][0]
     inputs, tangents = draw_inputs(data, case)
     assume(case.smooth is None or case.smooth(inputs))
-    check_tangent(case, inputs, tangents, select={array: np.s_[:, column]}, reverse=False)
+    with tolerances_for(_column_id(group, array, column)):
+        check_tangent(case, inputs, tangents, select={array: np.s_[:, column]}, reverse=False)
 
 
 @pytest.mark.parametrize("group, array, column", REV_COLUMNS)
@@ -883,7 +913,8 @@ def test_rule_matches_finite_differences(group, array, column, data):
 def test_rule_matches_reverse_mode(group, array, column, data):
     case = RULE_GROUPS[group][0]
     inputs, tangents = draw_inputs(data, case)
-    check_tangent(case, inputs, tangents, select={array: np.s_[:, column]}, finite_differences=False)
+    with tolerances_for(_column_id(group, array, column)):
+        check_tangent(case, inputs, tangents, select={array: np.s_[:, column]}, finite_differences=False)
 
 
 def seeded_inputs(case: Case, seed: int = 7) -> tuple[dict, dict]:
@@ -1512,13 +1543,13 @@ def check_second_order(case: Case, inputs: dict, v: dict, w: dict, ct: dict) -> 
     scale = max(1.0, max(float(np.max(np.abs(g), initial=0.0)) for g in ref.values()))
     for n in ref:
         np.testing.assert_allclose(
-            jt_ct[n], ref[n], rtol=REV_RTOL, atol=1e-12 * scale, err_msg=f"d/d {n}__dot != J^T ct"
+            jt_ct[n], ref[n], rtol=REV_RTOL, atol=REV_ATOL * scale, err_msg=f"d/d {n}__dot != J^T ct"
         )
     hi = primal_adjoint(case, {n: x + EPS * v.get(n, 0.0) for n, x in inputs.items()}, ct)
     lo = primal_adjoint(case, {n: x - EPS * v.get(n, 0.0) for n, x in inputs.items()}, ct)
     for n in ref:
         np.testing.assert_allclose(
-            s_v[n], (hi[n] - lo[n]) / (2 * EPS), rtol=FD_RTOL, atol=1e-7 * scale, err_msg=f"d/d {n} != FD of J^T ct"
+            s_v[n], (hi[n] - lo[n]) / (2 * EPS), rtol=FD_RTOL, atol=FD_ATOL * scale, err_msg=f"d/d {n} != FD of J^T ct"
         )
     s_w, _ = second_order(case, inputs, w, ct)
     lhs, rhs = _dot(w, s_v), _dot(v, s_w)
@@ -1558,7 +1589,8 @@ def test_rule_second_order(group, array, column):
     only = np.zeros(case.shapes[array])
     only[:, column] = 1.0
     ct = {array: ct[array] * only}  # cotangent on this column's tangent only
-    check_second_order(case, inputs, v, w, ct)
+    with tolerances_for(_column_id(group, array, column)):
+        check_second_order(case, inputs, v, w, ct)
 
 
 SECOND_ORDER_STRUCTURE = [
@@ -1598,7 +1630,9 @@ def test_rule_forward_over_forward(group):
     case = _tangent_case(RULE_GROUPS[group][0])
     inputs, tangents = seeded_inputs(case, seed=5)
     assert case.smooth is None or case.smooth(inputs)
-    check_tangent(case, inputs, tangents, reverse=False)
+    columns = [f"{group}-{name}" for names in RULE_GROUPS[group][1].values() for name in names]
+    with tolerances_for(*columns):
+        check_tangent(case, inputs, tangents, reverse=False)
 
 
 # ---- refusals ------------------------------------------------------------------------------------------------

@@ -275,7 +275,16 @@ class _Entry:
             # raises KeyboardInterrupt, an exception raised in it its original type)
             seen = _jax_ffi.interrupts()
             try:
-                return me()._backward(xs, outs, want, cts)
+                entry = me()
+                grads = entry._backward(xs, outs, want, cts)
+                if entry.desc.kind == "function":
+                    # a Python-function op's backward (a wp.Tape replaying the function) may raise
+                    # in its handler; on CUDA JAX reports that when the result is read, past this
+                    # translation: called eagerly, wait here (as the forward call does)
+                    leaves = jax.tree_util.tree_leaves(grads)
+                    if not any(isinstance(g, jax.core.Tracer) for g in leaves):
+                        jax.block_until_ready(leaves)
+                return grads
             except KeyboardInterrupt:
                 raise
             except Exception as e:
