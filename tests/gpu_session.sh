@@ -8,8 +8,9 @@
 #                                          tiles, conformance on CUDA), test_tangent_kernels.py on CUDA, the
 #                                          property generators with CUDA drawn (EXAMPLES per test), and the
 #                                          rest of the suite (not cuda-marked: CPU and device-free tests).
-#   bash tests/gpu_session.sh confirm   (a later lease, after store) reruns what failed (FILES=...), the
-#                                       benchmark with --write-baseline, and the profile
+#   bash tests/gpu_session.sh confirm   (a later lease, after store) reruns what failed in run (the list
+#                                       below: edit it for the next session), then the benchmark with
+#                                       --write-baseline in the time left (TOTAL_S)
 #
 # ../shared/gpu/pack-warp.sh makes .gpu/p1 and .gpu/p2. Budget: TOTAL_S seconds for run (default 540);
 # each step is stopped in time (SIGINT, so pytest still writes its summary). Logs go to $OUT as one
@@ -78,10 +79,25 @@ run)
   wait
   finish ;;
 confirm)
+  # a later lease (after store): what failed in run, side by side (TESTS_S), then the benchmark
+  # written as the GPU baseline (the median of 3 runs) in the time left
   unpack
-  [ -n "${FILES:-}" ] && step again "${AGAIN_S:-120}" 12 $FILES
-  stamp "benchmark, --write-baseline"
-  timeout -s INT -k 10 "${BENCH_S:-200}" "$PY" -m benchmarks --device cuda --write-baseline > $L/bench-cuda.txt 2>&1
+  t=${TESTS_S:-120}
+  step again-cuda "$t" 6 -m cuda tests/test_torch_forward_mode.py tests/test_error_contract.py \
+    tests/test_torch_backward_buffers.py "tests/test_jax_scaling.py::test_cuda_graphs_capture_the_launches" &
+  INTEROP_TANGENT_DEVICE=${TANGENT_DEVICE:-cuda} step again-tangent "$t" 3 tests/test_tangent_kernels.py \
+    -k "approx or forward_over_forward" &
+  INTEROP_PROPERTY_EXAMPLES=${EXAMPLES:-60} step again-properties "$t" 3 -k "torch or jax" \
+    tests/test_properties_calls.py::test_generated_struct_call_equals_warp tests/test_properties_sequences.py &
+  step again-rest "$t" 4 tests/test_demo.py "tests/test_jax_forward_mode.py::test_shard_map_and_export_of_forward_mode" \
+    tests/test_jax_interrupts.py tests/test_torch_forward_mode.py -k "demo or shard_map or whole_call_loops or compiled_jvp" &
+  wait
+  finish
+  # the median of 3 runs where the time allows (about 40 s a run), else one run
+  W=--no-chart; [ "$(left)" -gt 150 ] && W=--write-baseline
+  stamp "benchmark $W ($(left) s left)"
+  timeout -s INT -k 10 "$(left)" "$PY" -m benchmarks --device cuda $W > $L/bench-cuda.txt 2>&1
+  stamp "benchmark done (exit $?)"
   grep -E "ratio|/|GB/s|baseline" $L/bench-cuda.txt | grep -vE "^\s+(one|plain|raw|interop|empty|CuPy|wp|jnp|torch)" >> $L/summary.txt
   finish ;;
 *)
