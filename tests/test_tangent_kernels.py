@@ -1554,7 +1554,7 @@ def check_second_order(case: Case, inputs: dict, v: dict, w: dict, ct: dict) -> 
     s_w, _ = second_order(case, inputs, w, ct)
     lhs, rhs = _dot(w, s_v), _dot(v, s_w)
     mag = max(1.0, _dot({n: np.abs(w[n]) for n in w}, {n: np.abs(s_v[n]) for n in s_v}))
-    assert abs(lhs - rhs) <= 1e-12 * mag, f"<w, S(x, v, ct)> = {lhs} != <v, S(x, w, ct)> = {rhs}"
+    assert abs(lhs - rhs) <= REV_RTOL * mag, f"<w, S(x, v, ct)> = {lhs} != <v, S(x, w, ct)> = {rhs}"
 
 
 def _second_order_data(case: Case, seed: int) -> tuple[dict, dict, dict, dict]:
