@@ -73,7 +73,11 @@ Checked against torch 2.11.0, 2.12.1, 2.14.1, 2.15.0 (PyPI's CUDA builds, on the
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.util
 import re
+import sys
+import threading
 import weakref
 from typing import Any
 
@@ -188,12 +192,86 @@ def functorch_grad_levels() -> int:
     return _transforms(_GRAD_TRANSFORM)
 
 
+# ---------------------------------------------------------------------------------------
+# Machinery set up when it is imported, never by a plain eager call (DESIGN.md: pay only for
+# what is used): Dynamo's markers, DTensor's strategies
+# ---------------------------------------------------------------------------------------
+_DYNAMO_MODULE = "torch._dynamo"
+_after_lock = threading.RLock()
+_after: dict[str, list] = {}  # module name -> callbacks waiting for its import
+
+
+def after_import(module: str, callback) -> None:
+    """Run ``callback()`` once ``module`` is imported: now if it already is, else right after its
+    import finishes (a one-shot import hook, before the importer gets the module)."""
+    with _after_lock:
+        if module not in sys.modules:
+            waiting = _after.get(module)
+            if waiting is None:
+                _after[module] = [callback]
+                sys.meta_path.insert(0, _AfterImport(module))
+            else:
+                waiting.append(callback)
+            return
+    callback()
+
+
+def _run_after(module: str) -> None:
+    with _after_lock:
+        callbacks = _after.pop(module, [])
+    for cb in callbacks:
+        try:
+            cb()
+        except Exception:  # never break the user's import; what needed the callback then fails visibly
+            pass
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """One-shot: runs the callbacks waiting for ``module`` right after it is imported."""
+
+    def __init__(self, module: str):
+        self.module = module
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.module:
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            return None
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec  # pragma: no cover - not a file on the path: the callbacks wait (torch's are files)
+        loader_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            loader_exec(module)
+            _run_after(fullname)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 def leave_graph(fn, reason: str):
     """``fn`` wrapped with ``torch.compiler.disable``: a call from a traced function is a graph break
-    that runs it eagerly (``reason`` in Dynamo's message where this torch takes one: 2.13 and newer)."""
-    if TORCH_VERSION >= (2, 13):
-        return torch.compiler.disable(fn, reason=reason)
-    return torch.compiler.disable(fn)
+    that runs it eagerly (``reason`` in Dynamo's message where this torch takes one: 2.13 and newer).
+
+    ``torch.compiler.disable`` imports Dynamo (seconds): it is applied when Dynamo is imported
+    (:func:`after_import`), before anything can trace a call; until then the call runs ``fn``."""
+    slot = [fn]
+
+    def install() -> None:
+        if TORCH_VERSION >= (2, 13):
+            slot[0] = torch.compiler.disable(fn, reason=reason)
+        else:
+            slot[0] = torch.compiler.disable(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return slot[0](*args, **kwargs)
+
+    after_import(_DYNAMO_MODULE, install)
+    return call
 
 
 def plain_eager(tensors) -> bool:
@@ -337,9 +415,14 @@ _DYNAMO_PASSES_OBJECTS = TORCH_VERSION >= (2, 12)
 
 def assume_constant_result_of(fn):
     """``fn(obj, *constants)`` marked with ``torch.compiler.assume_constant_result``, where ``obj`` is any
-    object (passed by identity) and the other arguments are constants (str, int, bool, tuples, None)."""
+    object (passed by identity) and the other arguments are constants (str, int, bool, tuples, None).
+
+    ``torch.compiler.assume_constant_result`` imports Dynamo (seconds) and marks the function it is
+    given, returning that same function (its documented contract): the mark is made when Dynamo is
+    imported (:func:`after_import`), before anything can trace a call."""
     if _DYNAMO_PASSES_OBJECTS:
-        return torch.compiler.assume_constant_result(fn)
+        after_import(_DYNAMO_MODULE, lambda: torch.compiler.assume_constant_result(fn))
+        return fn
     live: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
     def by_id(key: int, *args):
@@ -352,11 +435,11 @@ def assume_constant_result_of(fn):
         return fn(obj, *args)
 
     by_id.__name__ = by_id.__qualname__ = f"{fn.__name__}_by_id"
-    by_id_constant = torch.compiler.assume_constant_result(by_id)
+    after_import(_DYNAMO_MODULE, lambda: torch.compiler.assume_constant_result(by_id))
 
     def wrapper(obj, *args):
         if _is_compiling():  # Dynamo folds this to True and traces only this branch
-            return by_id_constant(id(obj), *args)
+            return by_id(id(obj), *args)
         live[id(obj)] = obj
         return fn(obj, *args)
 

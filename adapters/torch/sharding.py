@@ -31,8 +31,6 @@ by this module. The DTensor internals used live in ``torch/compat.py`` with the 
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import sys
 import threading
 from typing import Any
@@ -94,41 +92,12 @@ def _register(b, mask: tuple, ops: dict) -> None:
         api.register(overload, _strategy_function(b, kind, api), _adjuster(b, kind, api))
 
 
-class _AfterDTensorImport(importlib.abc.MetaPathFinder):
-    """One-shot: registers the pending strategies right after ``torch.distributed.tensor`` is imported."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != _DTENSOR_MODULE:
-            return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            return None
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader_exec = spec.loader.exec_module
-
-        def exec_module(module):
-            loader_exec(module)
-            try:
-                _register_pending()
-            except Exception:  # never break the user's import; a DTensor call then names the missing strategy
-                pass
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def _watch() -> None:
     global _hooked
     if _hooked:
         return
     _hooked = True
-    if _DTENSOR_MODULE in sys.modules:
-        _register_pending()
-    else:
-        sys.meta_path.insert(0, _AfterDTensorImport())
+    _torch_compat.after_import(_DTENSOR_MODULE, _register_pending)
 
 
 # ---------------------------------------------------------------------------------------
