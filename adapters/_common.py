@@ -1,4 +1,5 @@
-"""What every eager adapter shares: turning one framework's arrays into a plan and a launch.
+"""What every eager adapter shares: turning one framework's arrays into a plan and a launch, and
+:func:`after_import` (framework machinery set up only once the framework imports it).
 
 An adapter subclasses :class:`EagerFramework` and says, for its array type, how to
 read shape/dtype, pointer/strides and device, how to allocate an output, and which
@@ -7,8 +8,12 @@ stream to launch on. :meth:`EagerFramework.forward` does the rest.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import numbers
-from typing import Any, Sequence
+import sys
+import threading
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -262,3 +267,63 @@ def unexpected_keywords(desc, kwargs, options: tuple[str, ...] = ()) -> str:
         f"op {desc.label!r}: unexpected keyword argument(s) {sorted(kwargs)}; its parameters are "
         f"{names} (and the options {extra})"
     )
+
+
+# ---------------------------------------------------------------------------------------
+# framework machinery set up when the framework imports it, never by a plain eager call
+# (DESIGN.md: pay only for what is used): torch's Dynamo markers and DTensor strategies,
+# Paddle's SOT break-graph functions
+# ---------------------------------------------------------------------------------------
+_after_lock = threading.RLock()
+_after: dict[str, list] = {}  # module name -> callbacks waiting for its import
+
+
+def after_import(module: str, callback: Callable[[], Any]) -> None:
+    """Run ``callback()`` once ``module`` is imported: now if it already is, else right after its
+    import finishes (a one-shot import hook, before the importer gets the module)."""
+    with _after_lock:
+        if module not in sys.modules:
+            waiting = _after.get(module)
+            if waiting is None:
+                _after[module] = [callback]
+                sys.meta_path.insert(0, _AfterImport(module))
+            else:
+                waiting.append(callback)
+            return
+    callback()
+
+
+def _run_after(module: str) -> None:
+    with _after_lock:
+        callbacks = _after.pop(module, [])
+    for cb in callbacks:
+        try:
+            cb()
+        except Exception:  # never break the user's import; what needed the callback then fails visibly
+            pass
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """One-shot: runs the callbacks waiting for ``module`` right after it is imported."""
+
+    def __init__(self, module: str):
+        self.module = module
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.module:
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            return None
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec  # pragma: no cover - not a file on the path: the callbacks wait (torch's are files)
+        loader_exec = spec.loader.exec_module
+
+        def exec_module(module):
+            loader_exec(module)
+            _run_after(fullname)
+
+        spec.loader.exec_module = exec_module
+        return spec

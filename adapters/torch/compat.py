@@ -73,11 +73,7 @@ Checked against torch 2.11.0, 2.12.1, 2.14.1, 2.15.0 (PyPI's CUDA builds, on the
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import re
-import sys
-import threading
 import weakref
 from typing import Any
 
@@ -85,6 +81,8 @@ import torch
 from torch.autograd import forward_ad as _fwad
 
 from interop._errors import UnsupportedError
+
+from .._common import after_import
 
 # ---------------------------------------------------------------------------------------
 # Supported torch versions. The floor is pyproject.toml's ``torch`` extra; below it the adapter
@@ -194,62 +192,9 @@ def functorch_grad_levels() -> int:
 
 # ---------------------------------------------------------------------------------------
 # Machinery set up when it is imported, never by a plain eager call (DESIGN.md: pay only for
-# what is used): Dynamo's markers, DTensor's strategies
+# what is used): Dynamo's markers here, DTensor's strategies in torch/sharding.py
 # ---------------------------------------------------------------------------------------
 _DYNAMO_MODULE = "torch._dynamo"
-_after_lock = threading.RLock()
-_after: dict[str, list] = {}  # module name -> callbacks waiting for its import
-
-
-def after_import(module: str, callback) -> None:
-    """Run ``callback()`` once ``module`` is imported: now if it already is, else right after its
-    import finishes (a one-shot import hook, before the importer gets the module)."""
-    with _after_lock:
-        if module not in sys.modules:
-            waiting = _after.get(module)
-            if waiting is None:
-                _after[module] = [callback]
-                sys.meta_path.insert(0, _AfterImport(module))
-            else:
-                waiting.append(callback)
-            return
-    callback()
-
-
-def _run_after(module: str) -> None:
-    with _after_lock:
-        callbacks = _after.pop(module, [])
-    for cb in callbacks:
-        try:
-            cb()
-        except Exception:  # never break the user's import; what needed the callback then fails visibly
-            pass
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """One-shot: runs the callbacks waiting for ``module`` right after it is imported."""
-
-    def __init__(self, module: str):
-        self.module = module
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.module:
-            return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            return None
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec  # pragma: no cover - not a file on the path: the callbacks wait (torch's are files)
-        loader_exec = spec.loader.exec_module
-
-        def exec_module(module):
-            loader_exec(module)
-            _run_after(fullname)
-
-        spec.loader.exec_module = exec_module
-        return spec
 
 
 def leave_graph(fn, reason: str):

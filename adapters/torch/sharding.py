@@ -38,6 +38,7 @@ from typing import Any
 from interop._errors import ArgumentError, UnsupportedError
 from interop._plan import default_launch
 
+from .._common import after_import
 from . import compat as _torch_compat
 
 __all__ = ["register", "strategies"]
@@ -97,7 +98,7 @@ def _watch() -> None:
     if _hooked:
         return
     _hooked = True
-    _torch_compat.after_import(_DTENSOR_MODULE, _register_pending)
+    after_import(_DTENSOR_MODULE, _register_pending)
 
 
 # ---------------------------------------------------------------------------------------
