@@ -7,6 +7,7 @@ zero-copy on the caller's arrays.
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,8 @@ class _NumPy(EagerFramework):
         return bool(x.flags.writeable)
 
     def refuse(self, op, p, x) -> None:
-        if isinstance(x, np.ma.MaskedArray) and np.ma.getmask(x) is not np.ma.nomask and np.ma.getmask(x).any():
+        ma = _masked()
+        if ma is not None and isinstance(x, ma.MaskedArray) and ma.getmask(x) is not ma.nomask and ma.getmask(x).any():
             raise ArgumentError(
                 f"op {op.description.label!r}, parameter {p.name!r}: a masked array with masked elements; a Warp "
                 "kernel reads every element and would ignore the mask: pass x.filled(value) (or x.data)"
@@ -51,7 +53,8 @@ class _NumPy(EagerFramework):
 
     def cache_fast(self, args) -> bool:
         # a masked array's mask may change between calls: its calls always take the full path (refuse)
-        return not any(isinstance(a, np.ma.MaskedArray) for a in args)
+        ma = _masked()
+        return ma is None or not any(isinstance(a, ma.MaskedArray) for a in args)
 
     def ptr(self, x: np.ndarray) -> int:
         try:
@@ -61,6 +64,12 @@ class _NumPy(EagerFramework):
 
     def alloc(self, spec: ArraySpec, device: str, zero: bool, elem: Any = None) -> np.ndarray:
         return np.zeros(spec.shape, spec.dtype) if zero else np.empty(spec.shape, spec.dtype)
+
+
+def _masked():
+    """``numpy.ma`` where it is imported, else None: no masked array can exist before it is, and
+    ``np.ma`` imports it (about 0.1 s, a NumPy op's whole first call otherwise)."""
+    return sys.modules.get("numpy.ma")
 
 
 FRAMEWORK = _NumPy()

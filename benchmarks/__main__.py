@@ -8,6 +8,9 @@ CuPy against their own floors, and bandwidth at n=2^26: ``benchmarks/bench_devic
 device named in the output; with ``--check`` they are compared with that device's section of
 ``baseline.json`` (``"devices"``), with ``--write-baseline`` written there.
 
+``--first-call`` measures the time to first result instead, each row a fresh process, warm and
+cold Warp kernel cache (``benchmarks/first_call.py``; ``--repeat N``, ``--warm-only``).
+
 The gate: ``python -m benchmarks --check [--tolerance 0.3]`` measures only n=1024 (full
 interleaved rounds, no chart) and compares each framework's ratios (two rows of one interleaved run, never
 absolute times) with ``benchmarks/baseline.json``; it exits 1, naming every ratio that is worse
@@ -39,6 +42,10 @@ def _option(argv: list[str], name: str) -> tuple[list[str], str | None]:
 
 
 def main(argv: list[str]) -> int:
+    if "--first-call" in argv:  # time to first result, each row a fresh process (benchmarks/first_call.py)
+        from . import first_call
+
+        return first_call.main([a for a in argv if a != "--first-call"])
     from . import harness
 
     check = "--check" in argv

@@ -38,13 +38,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from interop._errors import UnsupportedError
 
 from . import compat as _jax_compat
 from .launch import _dropped
+
+Primitive = _jax_compat.primitive_class()
 
 
 class _Ref:
