@@ -8,7 +8,9 @@ first-class operator:
 - **Registration** happens when an op is described while torch is imported (the core
   calls :func:`on_describe`), else on the first call. A registration first reached while
   Dynamo traces runs at trace time (``torch.compiler.assume_constant_result``), so it never
-  breaks the graph.
+  breaks the graph. That mark, like every piece of Dynamo and DTensor the adapter uses, is set
+  when torch imports Dynamo (DTensor) and not before: a plain eager call leaves ``torch._dynamo``,
+  ``torch._inductor`` and ``torch.distributed.tensor`` unimported (``_common.after_import``).
 - **Schema.** Arrays are ``Tensor``; scalars are ``float``/``SymInt``/``bool``/``Scalar``
   (lists for vec/mat values), or ``Tensor`` when passed as a 0-d tensor: there is one
   operator per "which scalars are tensors" signature, ``<name>__t_<scalar names>``.
