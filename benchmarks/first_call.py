@@ -12,10 +12,12 @@ restart or a test worker pays. A row times, in order:
   from NumPy (``wp.init`` and the module's load included), the floor of every other row;
 - ``backward``: the first gradient after that (torch ``backward()``, ``jax.grad``, Paddle ``backward()``).
 
-Warm rows use Warp's kernel cache as it is (a warm-up process fills it first) and are repeated
-(``--repeat``, default 3: the median is printed, the machine is noisy); cold rows run once with
-an empty cache (``WARP_CACHE_PATH`` a fresh folder), so every Warp module the call needs is
-built. The goal (issue 44): on a warm cache each framework's ``first call`` within 0.1 s of the
+Warm rows use Warp's kernel cache as it is (a warm-up process fills it first); cold rows an
+empty one (``WARP_CACHE_PATH`` a fresh folder per process), so every Warp module the call needs
+is built. Each row runs ``--repeat`` times (default 3) and its median is printed: the machine is
+noisy. Python's bytecode is warm in every row (written under ``PYCACHE`` by the warm-up pass),
+as for an installed package. The last column lists the heavy modules (``HEAVY``) the first call
+imported beyond what the framework's own import and first op had. The goal (issue 44): on a warm cache each framework's ``first call`` within 0.1 s of the
 NumPy op's.
 """
 
@@ -32,6 +34,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYCACHE = os.path.join(tempfile.gettempdir(), "warp-interop-first-call-pycache")
 FRAMEWORKS = ("numpy", "torch", "jax", "paddle")
 
 # what each framework's row runs: its import, its own first op, arrays for the op, ready(), gradient
@@ -77,6 +80,7 @@ out = {{}}
 out["import"] = _lap()
 {own}
 out["own op"] = _lap()
+framework_only = set(sys.modules)  # what the framework's own import and first op brought in
 import warp as wp
 wp.config.quiet = True
 {interop}
@@ -84,7 +88,7 @@ from benchmarks.first_call_kernel import saxpy
 out["warp+interop"] = _lap()
 {call}
 out["first call"] = _lap()
-modules = sorted(sys.modules)  # what the first call imported (a gradient may need more)
+modules = sorted(set(sys.modules) - framework_only)  # what the first call imported (a gradient may need more)
 {grad}
 print("RESULTS " + json.dumps({{"times": out, "modules": modules}}))
 """
@@ -112,6 +116,10 @@ def run_row(row: str, cache: str | None = None) -> dict:
     env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")])
     env["WARP_INTEROP_QUIET"] = "1"
     env.setdefault("JAX_PLATFORMS", "cpu")
+    # Python's bytecode as an installed package has it (compiled once, by the warm-up pass), kept out
+    # of the checkout and site-packages; PYTHONDONTWRITEBYTECODE would compile every module from source
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = PYCACHE
     if cache is not None:
         env["WARP_CACHE_PATH"] = cache
     p = subprocess.run(
@@ -146,13 +154,16 @@ def measure(frameworks, repeat: int = 3, cold: bool = True) -> list[dict]:
         results.append({"row": row, "cache": "warm", "times": times, "heavy": heavy})
     if cold:
         for row in rows:
-            d = tempfile.mkdtemp(prefix="warp-cold-")
-            try:
-                r = run_row(row, cache=d)
-            finally:
-                shutil.rmtree(d, ignore_errors=True)
-            heavy = [m for m in HEAVY if m in r["modules"]]
-            results.append({"row": row, "cache": "cold", "times": r["times"], "heavy": heavy})
+            runs = []
+            for _ in range(repeat):
+                d = tempfile.mkdtemp(prefix="warp-cold-")
+                try:
+                    runs.append(run_row(row, cache=d))
+                finally:
+                    shutil.rmtree(d, ignore_errors=True)
+            times = {k: statistics.median(r["times"][k] for r in runs) for k in runs[0]["times"]}
+            heavy = [m for m in HEAVY if m in runs[0]["modules"]]
+            results.append({"row": row, "cache": "cold", "times": times, "heavy": heavy})
     return results
 
 
@@ -178,7 +189,7 @@ def versions() -> str:
 def table(results: list[dict]) -> str:
     """The rows as a Markdown table (seconds), with the first call's difference from the NumPy op's."""
     base = {r["cache"]: r["times"]["first call"] for r in results if r["row"] == "numpy"}
-    head = "| row | Warp cache | " + " | ".join(COLUMNS) + " | first call - NumPy op's | heavy modules after the first call |"
+    head = "| row | Warp cache | " + " | ".join(COLUMNS) + " | first call - NumPy op's | heavy modules the first call imported |"
     lines = [head, "|" + "---|" * (len(COLUMNS) + 4)]
     for r in results:
         t = r["times"]
@@ -201,6 +212,6 @@ def main(argv: list[str]) -> int:
         names = ["numpy", *names]  # the reference row
     results = measure(names, repeat=repeat, cold=cold)
     print(f"\nTime to first result, seconds ({datetime.date.today().isoformat()}; {machine()}; {versions()})")
-    print(f"warm: median of {repeat} fresh processes; cold: one process with an empty Warp kernel cache\n")
+    print(f"median of {repeat} fresh processes per row; cold: each with an empty Warp kernel cache\n")
     print(table(results))
     return 0
