@@ -17,8 +17,8 @@ empty one (``WARP_CACHE_PATH`` a fresh folder per process), so every Warp module
 is built. Each row runs ``--repeat`` times (default 3) and its median is printed: the machine is
 noisy. Python's bytecode is warm in every row (written under ``PYCACHE`` by the warm-up pass),
 as for an installed package. The last column lists the heavy modules (``HEAVY``) the first call
-imported beyond what the framework's own import and first op had. The goal (issue 44): on a warm cache each framework's ``first call`` within 0.1 s of the
-NumPy op's.
+imported beyond what the framework's own import and first op had. The goal (issue 44): on a
+warm cache each framework's ``first call`` within 0.1 s of the NumPy op's.
 """
 
 from __future__ import annotations
@@ -131,8 +131,17 @@ def run_row(row: str, cache: str | None = None) -> dict:
     return json.loads(lines[-1][len("RESULTS ") :])
 
 
-HEAVY = ("torch._dynamo", "torch._inductor", "torch.distributed.tensor", "torch.onnx", "jax.export",
-         "jax.experimental.shard_map", "jax.experimental.custom_partitioning", "paddle.jit.sot")
+HEAVY = (
+    "torch._dynamo",
+    "torch._inductor",
+    "torch.distributed.tensor",
+    "torch.onnx",
+    "jax.export",
+    "jax.extend",
+    "jax.experimental.shard_map",
+    "jax.experimental.custom_partitioning",
+    "paddle.jit.sot",
+)
 
 
 def _available(fw: str) -> bool:
@@ -189,14 +198,21 @@ def versions() -> str:
 def table(results: list[dict]) -> str:
     """The rows as a Markdown table (seconds), with the first call's difference from the NumPy op's."""
     base = {r["cache"]: r["times"]["first call"] for r in results if r["row"] == "numpy"}
-    head = "| row | Warp cache | " + " | ".join(COLUMNS) + " | first call - NumPy op's | heavy modules the first call imported |"
+    head = (
+        "| row | Warp cache | "
+        + " | ".join(COLUMNS)
+        + " | first call - NumPy op's | heavy modules the first call imported |"
+    )
     lines = [head, "|" + "---|" * (len(COLUMNS) + 4)]
     for r in results:
         t = r["times"]
         cells = [f"{t[c]:.3f}" if c in t else "" for c in COLUMNS]
-        diff = "" if r["row"] in ("numpy", "wp.launch") or r["cache"] not in base else f"{t['first call'] - base[r['cache']]:+.3f}"
+        diff = ""
+        if r["row"] not in ("numpy", "wp.launch") and r["cache"] in base:
+            diff = f"{t['first call'] - base[r['cache']]:+.3f}"
         name = "raw `wp.launch`" if r["row"] == "wp.launch" else f"{r['row']} op"
-        lines.append(f"| {name} | {r['cache']} | " + " | ".join(cells) + f" | {diff} | {', '.join(r['heavy']) or 'none'} |")
+        heavy = ", ".join(r["heavy"]) or "none"
+        lines.append(f"| {name} | {r['cache']} | " + " | ".join(cells) + f" | {diff} | {heavy} |")
     return "\n".join(lines)
 
 

@@ -238,3 +238,23 @@ def test_torch_compile_after_eager_calls_traces_the_same_op_fullgraph():
     assert out["g_compiled"] == [3 * 2.0 + 0.5] * 4
     assert out["scalar_tensor"] == [[1.0, 3.0, 5.0, 7.0], 6.0, [2.0] * 4]
     assert out["jvp"] == [2.0] * 4
+
+
+def test_first_call_benchmark_rows_are_scripts_and_print_a_table():
+    """``python -m benchmarks --first-call`` (benchmarks/first_call.py): each row's child is valid
+    Python and the table names every row with its difference from the NumPy op's first call."""
+    import ast
+
+    from benchmarks import first_call
+
+    for row in ("wp.launch", *first_call.FRAMEWORKS):
+        ast.parse(first_call.child_code(row))
+    times = {"import": 1.0, "own op": 0.0, "warp+interop": 0.5, "first call": 0.03}
+    results = [
+        {"row": "wp.launch", "cache": "warm", "times": times, "heavy": []},
+        {"row": "numpy", "cache": "warm", "times": times, "heavy": []},
+        {"row": "torch", "cache": "warm", "times": dict(times, **{"first call": 0.1}), "heavy": ["torch._dynamo"]},
+    ]
+    text = first_call.table(results)
+    assert "| torch op | warm |" in text and "+0.070" in text and "torch._dynamo" in text
+    assert "| raw `wp.launch` | warm |" in text
