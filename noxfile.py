@@ -219,7 +219,10 @@ def tests(session):
 
     Without Python 3.11: on 3.12 or 3.13, torch left out unless a CPU wheel for it is at hand."""
     _install(session, "torch,jax,paddle,test", "ci.txt")
-    session.run("pytest", "-q", *session.posargs)
+    # one worker per core (INTEROP_TEST_WORKERS overrides; 0 runs in this process): most of the time
+    # is Warp building kernels and tests in subprocesses, which spread over the cores
+    workers = os.environ.get("INTEROP_TEST_WORKERS", "auto")
+    session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs)
 
 
 @nox.session(venv_backend="none")
