@@ -21,9 +21,9 @@ from typing import Any, Mapping, Sequence
 import warp as wp
 
 from . import _backward, _dtypes, _structs, _warp_compat
-from ._blocks import CUDA_BLOCK_DIM, MAX_BLOCK_DIM, check_block_dim, tile_launch_given  # noqa: F401 (re-exported)
+from ._blocks import CUDA_BLOCK_DIM, MAX_BLOCK_DIM, check_block_dim, tile_grid_rank, tile_launch_given  # noqa: F401 (re-exported)
 from ._errors import ArgumentError, UnsupportedError
-from ._extent import arrays_written, direct_indexing, thread_domain, uses_tiles, written_outputs
+from ._extent import arrays_written, direct_indexing, thread_domain, tile_form, uses_tiles, written_outputs
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -144,6 +144,9 @@ class OpDescription:
     # a tile kernel (it calls wp.tile_*): launched as wp.launch_tiled launches, the tile grid then
     # the block's lanes (see _plan.tile_launch)
     tiles: bool = field(default=False, compare=False, hash=False)
+    # a tile kernel's launch form (see _extent.tile_form): ("threads" | "tiled" | "none", the values
+    # wp.tid() returns, whether the last is the block's lane)
+    tile_form: tuple = field(default=("none", 0, False), compare=False, hash=False)
     # (output, launch dim per output dim) the kernel writes element by element (see _extent)
     written: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
     # per generic output given one, the rule for its dtype: ((name, DtypeOf or a Warp type), ...), sorted
@@ -617,9 +620,14 @@ def describe(
         domain=domain,
         tid_escapes=tid_escapes,
         tiles=kind == "kernel" and uses_tiles(fn),
+        tile_form=(
+            tile_form(fn, [(p.name, p.ndim) for p in params if p.is_array])
+            if kind == "kernel" and uses_tiles(fn)
+            else ("none", 0, False)
+        ),
         written=written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
     )
-    if desc.tiles and ld is not None:
+    if desc.tiles and ld is not None and desc.tile_form[0] != "threads":
         tile_launch_given(desc, ld)  # refused when described, not at the first call
     if jvp is not None:
         from ._tangent import check_jvp_kernel, tangent_params

@@ -24,6 +24,7 @@ from ._description import (
     normalize_dims,
     normalize_output_dims,
     tile_launch_given,
+    tile_grid_rank,
 )
 from ._errors import ArgumentError
 from ._warp_compat import type_size_in_bytes
@@ -289,7 +290,8 @@ def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) ->
             f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
         )
     first = arrays[0]
-    domain = desc.domain[:-1] if desc.tiles else desc.domain  # a tile kernel: the tile grid
+    # a wp.launch_tiled kernel: its tile grid (the thread indices but its lane)
+    domain = desc.domain[: tile_grid_rank(desc)] if desc.tiles and desc.tile_form[0] == "tiled" else desc.domain
     if first.ndim == len(domain) and all(any(t[:2] == (first.name, d) for t in ts) for d, ts in enumerate(domain)):
         return tuple(shape_of(first.name))
     names = {p.name for p in arrays}
@@ -329,49 +331,92 @@ def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) ->
 
 
 def tile_launch(desc: OpDescription, ld: tuple | None, shape_of: Any, *, check: bool = True) -> tuple:
-    """The launch dims of a tile kernel call: the tile grid, then the block's lanes, as
-    ``wp.launch_tiled(kernel, dim=grid, block_dim=b)`` launches (``(*grid, b)``), with ``b`` the
-    op's ``block_dim`` or Warp's CUDA default (256). One decision for every device: on the CPU
-    the launch then runs the lanes Warp gives a CPU block (:func:`device_launch_dims`).
+    """The launch dims of a tile kernel call, as Warp's own code launches the kernel (its form is
+    read from the kernel: ``OpDescription.tile_form``; docs/contract.md, "Devices"):
 
-    - No ``launch_dims``: the tile grid is the domain the kernel is written for, read from its
-      thread indices but the last (``i, lane = wp.tid()`` then ``wp.tile_load(x[i], ...)``: one
-      tile per row of ``x``), as :func:`default_launch` reads it.
-    - ``launch_dims`` one shorter than the kernel's thread indices: the tile grid (as
-      ``wp.launch_tiled``'s ``dim``); the lanes are appended.
-    - ``launch_dims`` as long as the thread indices: its last dimension must be the block's
-      lanes; anything else would make a CUDA block span several tiles (only the first computed).
+    - ``"threads"`` (``i = wp.tid()`` indexes array elements and no tile coordinate): as
+      ``wp.launch(kernel, dim, block_dim=b)``: ``launch_dims`` or the domain inferred as for any
+      kernel (:func:`default_launch`); :func:`check_whole_blocks` refuses partial blocks.
+    - ``"tiled"`` (thread indices read tile coordinates): as ``wp.launch_tiled(kernel, dim=grid,
+      block_dim=b)``, ``(*grid, b)``: the grid is ``launch_dims`` (:func:`_blocks.tile_launch_given`)
+      or read from the thread indices but the lane (``i, lane = wp.tid()`` then
+      ``wp.tile_load(x[i], ...)``: one tile per row of ``x``).
+    - ``"none"`` (no ``wp.tid()``): one block per element of ``launch_dims``, which must be given.
+
+    ``b`` is the op's ``block_dim`` or Warp's CUDA default (256), one decision for every device;
+    on the CPU the launch then runs the lanes Warp gives a CPU block (:func:`device_launch_dims`).
 
     Raises:
         ArgumentError naming the op, ``launch_dims`` and ``block_dim``.
     """
+    form = desc.tile_form[0]
+    if form == "threads":
+        return tuple(ld) if ld is not None else tuple(default_launch(desc, shape_of, check=check))
     if ld is not None:
         return tile_launch_given(desc, ld)
     bd = desc.block_dim or CUDA_BLOCK_DIM
-    nd = len(desc.domain)
     why = f"block_dim={desc.block_dim}" if desc.block_dim else f"block_dim unset: Warp's CUDA default {bd}"
-    if nd < 2:
+    if form == "none":
         raise ArgumentError(
-            f"op {desc.label!r}: cannot infer the launch dimensions of a tile kernel whose wp.tid() does not "
-            "name a tile index and a lane (i, lane = wp.tid()); pass launch_dims= with the tile grid (as "
-            f"wp.launch_tiled's dim; the block's {bd} threads are appended, {why})"
+            f"op {desc.label!r}: cannot infer the launch dimensions of a tile kernel without wp.tid(): pass "
+            f"launch_dims= with the number of blocks to run, as wp.launch_tiled's dim (launch_dims=1: one "
+            f"block, as wp.launch(kernel, dim=1) runs it; each block has {bd} threads, {why})"
+        )
+    g = tile_grid_rank(desc)
+    if g == 0:
+        raise ArgumentError(
+            f"op {desc.label!r}: cannot infer the launch dimensions of a tile kernel whose wp.tid() names only "
+            f"the block's lane; pass launch_dims=({bd},) for one block (the full launch, ending with the block's "
+            f"{bd} threads, {why})"
         )
     try:
         grid = default_launch(desc, shape_of, check=check)
     except ArgumentError as e:
         raise ArgumentError(
-            f"{e} (a tile kernel: launch_dims= takes its tile grid, as wp.launch_tiled's dim; the block's "
-            f"{bd} threads are appended, {why})"
+            f"{e} (a tile kernel: launch_dims= takes its tile grid of {g} dim(s), as wp.launch_tiled's dim; "
+            f"the block's {bd} threads are appended, {why})"
         ) from None
     return tuple(grid) + (bd,)
+
+
+def tile_output_dims(desc: OpDescription, launch: tuple) -> tuple[tuple, str]:
+    """The default output dims of a tile kernel call with full launch dims ``launch``, and what
+    they are: a ``wp.launch``-form kernel's launch (one element per thread, as any kernel's), else
+    the tile grid (one element per tile)."""
+    if desc.tile_form[0] == "threads":
+        return tuple(launch), "launch_dims (one element per thread)"
+    return tuple(launch[:-1]) or (1,), "the tile grid (launch_dims without the block's lanes)"
+
+
+def check_whole_blocks(desc: OpDescription, launch: tuple) -> None:
+    """A ``wp.launch``-form tile kernel (``"threads"``) must run whole blocks: on CUDA the threads
+    past the launch's size leave a partial block before its tile operations, which then miss their
+    lanes' share (only the CPU, one lane per block, would be right). Refused on every device."""
+    if not desc.tiles or desc.tile_form[0] != "threads":
+        return
+    total = 1
+    for d in launch:
+        total *= d
+    bd = desc.block_dim or CUDA_BLOCK_DIM
+    if total % bd == 0:
+        return
+    why = f"block_dim={desc.block_dim}" if desc.block_dim else f"block_dim unset: Warp's CUDA default {bd}"
+    fits = next((b for b in (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1) if total % b == 0), 1)
+    raise ArgumentError(
+        f"op {desc.label!r}: a tile kernel launched one thread per element (wp.tid() indexes its arrays, as "
+        f"wp.launch(kernel, dim, block_dim) runs it) must run whole blocks: launch_dims={tuple(launch)} is "
+        f"{total} threads, not a multiple of the block's {bd} ({why}); on CUDA a partial block's tile "
+        f"operations would miss lanes. Pass block_dim= a divisor of {total} (e.g. block_dim={fits}), or "
+        f"arrays / launch_dims= whose size is a multiple of {bd}"
+    )
 
 
 def device_launch_dims(desc: OpDescription, launch: tuple, device: Any) -> tuple:
     """``launch`` as it runs on ``device``: a tile kernel's lanes are the threads Warp gives one
     block there (on the CPU one, unless ``wp.config.enable_cpu_blocks`` and a ``block_dim``; as
     ``wp.launch_tiled`` resolves them), so each tile is computed once on every device."""
-    if not desc.tiles or not launch:
-        return launch
+    if not desc.tiles or not launch or desc.tile_form[0] == "threads":
+        return launch  # a wp.launch-form tile kernel: Warp's plain launch, block_dim passed on
     lanes = _wpt.block_threads(device, desc.block_dim)
     return launch if lanes == launch[-1] else tuple(launch[:-1]) + (lanes,)
 
@@ -467,13 +512,10 @@ def make_plan(
     tile_dims = None
     if desc.tiles:
         by_param = {p.name: shapes[p.index] for p in call_params if p.is_array}
-        if ld is None and first is None:
-            raise ArgumentError(
-                f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
-            )
         tile_dims = tile_launch(desc, ld, by_param.__getitem__, check=extents)
-        # outputs default to the tile grid (one element per tile)
-        default_dims, source = tile_dims[:-1] or (1,), "the tile grid (launch_dims without the block's lanes)"
+        if extents:
+            check_whole_blocks(desc, tile_dims)
+        default_dims, source = tile_output_dims(desc, tile_dims)
     elif ld is not None:
         default_dims, source = ld, "launch_dims"
     elif desc.kind == "kernel":

@@ -182,3 +182,19 @@ def test_contract_parameter_order_and_tile_example_runs(tmp_path):
         "print('ok')\n"
     )
     _run_block(code, tmp_path, timeout=300, expect_last="ok")
+
+
+def test_contract_tile_launch_forms_example_runs(tmp_path):
+    """The contract's three tile launch forms (docs/contract.md, "Devices"): wp.launch with a thread
+    index, wp.launch_tiled with the tile grid read or given, no wp.tid() with launch_dims=1."""
+    code = block_after("docs/contract.md", "- **Tile kernels launch as Warp's own code launches them.**")
+    code += (
+        "\nref = wp.zeros(128, dtype=wp.vec3)"
+        "\nwp.launch(step, dim=128, inputs=[pos, np.zeros_like(pos), ref, 128], block_dim=64, device='cpu')"
+        "\nnp.testing.assert_allclose(new_pos, ref.numpy(), rtol=1e-5)"
+        "\nnp.testing.assert_array_equal(sums, [64.0, 64.0, 64.0])"
+        "\nnp.testing.assert_array_equal(same, sums)"
+        "\nnp.testing.assert_array_equal(filled, np.ones(16))\n"
+        "print('ok')\n"
+    )
+    _run_block(code, tmp_path, timeout=300, expect_last="ok")
