@@ -98,7 +98,7 @@ VERSION = tuple(int(p) for p in wp.config.version.split(".")[:2] if p.isdigit())
 VERIFIED = VERSION in CHECKED
 #: Warp's adjoint of ``a[i] = v`` and of ``wp.atomic_add/sub(a, i, v)`` reads only the gradient
 #: of ``a``, never ``a``'s memory (the forward's stores are not replayed: ``adj_array_store`` and
-#: ``adj_atomic_*`` in warp/native/array.h, checked on the CHECKED versions). So an output that
+#: ``adj_atomic_*`` in warp/native/array.h, the same text in 1.16, 1.17, 1.18 and 1.19). So an output that
 #: a kernel only writes that way need not be kept alive for the backward. Off on other versions.
 ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS = VERIFIED
 
