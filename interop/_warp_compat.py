@@ -61,7 +61,7 @@ Also the description's array and struct tests:
   generic overload while planning (:func:`check_kernel_types`), so a body its argument types do
   not fit fails before any tracing or launch; skipped on Warp versions not in ``CHECKED``.
 
-Forward mode (``interop/_tangent.py``):
+Forward mode (``interop/_tangent/``):
 
 - ``context.Function``: the class of ``wp.func`` functions and of Warp's builtins (``is_builtin()``,
   ``key``, ``input_types``, ``adj``, ``custom_grad_func``, ``native_snippet``, ``user_overloads``);
@@ -488,7 +488,7 @@ def direct_cuda_launcher(launch: Any) -> Any:
     return run
 
 
-# -- forward mode (interop/_tangent.py) ------------------------------------------------------
+# -- forward mode (interop/_tangent/) ------------------------------------------------------
 def warp_function_class() -> Any:
     """The class of ``wp.func`` functions and Warp's builtins."""
     return _context.Function

@@ -6,6 +6,7 @@ Both names are also taken by unrelated PyPI distributions (Illumina's `interop`,
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -124,15 +125,22 @@ def _package_imports(pkg: str) -> dict[str, set[str]]:
     import ast
 
     d = os.path.join(ROOT, pkg)
-    mods = {f[:-3] for f in os.listdir(d) if f.endswith(".py")}
+    files = {f[:-3]: [os.path.join(d, f)] for f in os.listdir(d) if f.endswith(".py")}
+    for f in os.listdir(d):  # a subpackage is one node: its files' imports of the package (level 2)
+        sub = os.path.join(d, f)
+        if os.path.isfile(os.path.join(sub, "__init__.py")):
+            files[f] = [os.path.join(sub, g) for g in sorted(os.listdir(sub)) if g.endswith(".py")]
+    mods = set(files)
     graph: dict[str, set[str]] = {m: set() for m in mods}
-    for m in mods:
-        with open(os.path.join(d, m + ".py")) as f:
-            tree = ast.parse(f.read())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-                graph[m].update(n for n in names if n in mods and n != m)
+    for m, paths in files.items():
+        level = 2 if os.path.isdir(os.path.join(d, m)) else 1
+        for path in paths:
+            with open(path) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level == level:
+                    names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                    graph[m].update(n for n in names if n in mods and n != m)
     return graph
 
 
@@ -159,6 +167,37 @@ def test_core_and_adapters_import_one_way():
     below = {"_description": {"_plan", "_launch", "_op"}, "_plan": {"_launch", "_op"}, "_launch": {"_op"}}
     for mod, higher in below.items():
         assert not core[mod] & higher, f"interop/{mod}.py imports a layer above it: {sorted(core[mod] & higher)}"
+
+
+def test_forward_mode_is_a_subpackage_with_one_front():
+    """Issue 39: forward mode lives in interop/_tangent/; inside, imports run one way (helpers, rules,
+    lower, then the front) and no inner module imports the front back; outside it, code imports the
+    front only (``interop._tangent``), never ``interop._tangent.<inner>``."""
+    import ast
+
+    d = os.path.join(ROOT, "interop", "_tangent")
+    inner = {f[:-3] for f in os.listdir(d) if f.endswith(".py") and f != "__init__.py"}
+    assert inner == {"helpers", "rules", "lower"}, inner
+    order = ["helpers", "rules", "lower"]
+    for m in inner:
+        with open(os.path.join(d, m + ".py")) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                for n in names:
+                    assert n in inner, f"interop/_tangent/{m}.py imports {n!r} from the front"
+                    assert order.index(n) < order.index(m), f"interop/_tangent/{m}.py imports {n} (above it)"
+    pattern = re.compile(r"_tangent\.(helpers|rules|lower)\b|from \.(helpers|rules|lower) import")
+    for folder in ("interop", "adapters", "tests", "benchmarks", "examples"):
+        for root, _, names in os.walk(os.path.join(ROOT, folder)):
+            if os.path.abspath(root) == os.path.abspath(d):
+                continue
+            for name in names:
+                if name.endswith(".py") and name != "test_imports.py":
+                    with open(os.path.join(root, name)) as f:
+                        hit = pattern.search(f.read())
+                    assert hit is None, f"{os.path.join(root, name)} reaches inside interop/_tangent/: {hit.group(0)}"
 
 
 FRAMEWORK_PACKAGES = ("torch", "jax", "paddle")

@@ -25,7 +25,7 @@ def _compat_saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, 
 def test_only_the_compat_module_imports_warp_internals():
     offenders = []
     for folder in ("interop", "adapters"):
-        for path in sorted((ROOT / folder).glob("*.py")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
             if path.name == "_warp_compat.py":
                 continue
             if re.search(r"warp\._src|warp\.context|warp\.codegen", path.read_text()):

@@ -3,7 +3,7 @@
 :class:`_Gen` walks the body's AST once per pass of the fixed point that :mod:`interop._tangent` runs
 over the names carrying a tangent, and emits the tangent body as source lines: expressions lowered
 to temporaries (each evaluated once), each with its tangent expression (``None``: structurally zero)
-from the rules of :mod:`interop._tangent_rules`; statements mirrored (assignments, augmented
+from the rules of :mod:`interop._tangent.rules`; statements mirrored (assignments, augmented
 assignments, stores, atomics, ``if``/``for``/``while``/``return``); a ``wp.func`` call through the
 function's tangent variant, which :mod:`interop._tangent` makes (``owner.function``). What cannot be
 transformed raises :class:`_Refusal` with the node, which the caller turns into an
@@ -20,8 +20,8 @@ from typing import Any, NoReturn
 
 import warp as wp
 
-from . import _tangent_rules as R
-from ._warp_compat import builtin_function, is_struct, struct_name, warp_function_class
+from . import rules as R
+from .._warp_compat import builtin_function, is_struct, struct_name, warp_function_class
 
 SUFFIX = "__dot"
 
