@@ -451,10 +451,52 @@ def make_plan(
     n = len(desc.params)
     types: list[Any] = [None] * n
     shapes: list[Any] = [None] * n
+    generic_elem, scalar_refs = _input_types(desc, specs, types, shapes)
+    ld, od = _call_dims(desc, launch_dims, output_dims)
+    _output_types(desc, od, generic_elem, types, shapes)
+    default_dims, source, tile_dims = _default_dims(desc, ld, shapes, extents)
+    for p in desc.output_params:
+        if shapes[p.index] is not None:
+            continue
+        if default_dims is None:
+            raise ArgumentError(
+                f"op {desc.label!r}: cannot size output {p.name!r}: the op has no array input; "
+                "pass launch_dims= (or output_dims=)"
+            )
+        shapes[p.index] = _as_output_shape(desc, p, types[p.index], tuple(default_dims), source)
+    for p in desc.output_params if extents else ():
+        _extent.check_output(desc.label, p.name, shapes[p.index], type_size_in_bytes(types[p.index]))
+    kernel, launch = _kernel_and_launch(desc, default_dims, tile_dims, types, shapes, extents)
+
+    out_specs = []
+    for p in desc.returned_params:
+        scalar, inner = _dtypes.split(types[p.index])
+        out_specs.append(ArraySpec(tuple(shapes[p.index]) + inner, _dtypes.np_dtype(scalar)))
+    diff = tuple(p.differentiable and _dtypes.is_float(_dtypes.split(types[p.index])[0]) for p in desc.params)
+    full = frozenset()
+    if launch is not None and desc.written:
+        full = _extent.fully_written(desc.written, launch, {p.name: shapes[p.index] for p in desc.output_params})
+    zero = tuple(desc.zero_outputs and p.name not in full for p in desc.returned_params)
+    return CallPlan(
+        desc,
+        kernel,
+        launch,
+        tuple(types),
+        tuple(None if s is None else tuple(s) for s in shapes),
+        tuple(out_specs),
+        diff,
+        tuple(scalar_refs),
+        zero,
+    )
+
+
+def _input_types(desc: OpDescription, specs: Sequence[Any], types: list, shapes: list) -> tuple[Any, list]:
+    """Fill ``types`` and ``shapes`` of the call parameters; returns ``(the element type that
+    resolves generic parameters or None, the scalars passed by reference)``. Arrays first: they fix
+    generic types, which the scalars then take."""
     generic_elem = None
     generic_scalar = None
-    # arrays first: they fix generic types
-    for p, spec in zip(call_params, specs):
+    for p, spec in zip(desc.call_params, specs):
         if not p.is_array:
             continue
         if not isinstance(spec, ArraySpec):
@@ -466,7 +508,7 @@ def make_plan(
             generic_elem = elem
             generic_scalar = _dtypes.split(elem)[0]
     scalar_refs = []
-    for p, spec in zip(call_params, specs):
+    for p, spec in zip(desc.call_params, specs):
         if p.is_array:
             continue
         if isinstance(spec, ArraySpec):
@@ -474,8 +516,11 @@ def make_plan(
         types[p.index] = _scalar_type(desc, p, spec, generic_scalar)
         if spec.kind == "ref":
             scalar_refs.append(p.name)
+    return generic_elem, scalar_refs
 
-    # launch dims
+
+def _call_dims(desc: OpDescription, launch_dims: Any, output_dims: Any) -> tuple[Any, Any]:
+    """The call's ``(launch_dims, output_dims)``: the per-call overrides, else the op's."""
     ld = desc.launch_dims if launch_dims is None else normalize_dims(launch_dims, "launch_dims", desc.label)
     if desc.kind == "function" and launch_dims is not None:
         raise ArgumentError(
@@ -485,6 +530,13 @@ def make_plan(
     od = desc.output_dims
     if output_dims is not None:
         od = normalize_output_dims(output_dims, desc.output_params, desc.label)
+    return ld, od
+
+
+def _output_types(desc: OpDescription, od: Any, generic_elem: Any, types: list, shapes: list) -> None:
+    """Fill ``types`` of the pure outputs (declared, by ``output_dtypes=`` rule, or resolved from
+    the generic inputs) and ``shapes`` of those ``output_dims`` sizes."""
+    generic_scalar = None if generic_elem is None else _dtypes.split(generic_elem)[0]
     by_name = dict(od[1]) if od is not None and od[0] == "by_name" else {}
     rules = dict(desc.output_dtypes)
     for p in desc.output_params:
@@ -508,90 +560,62 @@ def make_plan(
         elif p.name in by_name:
             shapes[p.index] = _as_output_shape(desc, p, elem, tuple(by_name[p.name]), f"output_dims[{p.name!r}]")
 
-    first = next((p for p in call_params if p.is_array), None)
-    tile_dims = None
+
+def _default_dims(desc: OpDescription, ld: Any, shapes: list, extents: bool) -> tuple[Any, Any, Any]:
+    """``(the dims an output without output_dims takes, where they come from, the tile launch or
+    None)``: a tile kernel's launch, else ``launch_dims``, else the domain read from the kernel,
+    else (a Python-function op) the first array input's shape."""
+    first = next((p for p in desc.call_params if p.is_array), None)
+    by_param = {p.name: shapes[p.index] for p in desc.call_params if p.is_array}
     if desc.tiles:
-        by_param = {p.name: shapes[p.index] for p in call_params if p.is_array}
         tile_dims = tile_launch(desc, ld, by_param.__getitem__, check=extents)
         if extents:
             check_whole_blocks(desc, tile_dims)
         default_dims, source = tile_output_dims(desc, tile_dims)
-    elif ld is not None:
-        default_dims, source = ld, "launch_dims"
-    elif desc.kind == "kernel":
+        return default_dims, source, tile_dims
+    if ld is not None:
+        return ld, "launch_dims", None
+    if desc.kind == "kernel":
         unsized = next((p for p in desc.output_params if shapes[p.index] is None), None)
         if first is None and unsized is not None:
             raise ArgumentError(
                 f"op {desc.label!r}: cannot size output {unsized.name!r}: the op has no array input; "
                 "pass launch_dims= (or output_dims=)"
             )
-        by_param = {p.name: shapes[p.index] for p in call_params if p.is_array}
         default_dims = default_launch(desc, by_param.__getitem__, check=extents)
-        source = "the launch dims inferred from the arrays the kernel indexes with wp.tid()"
-    elif first is not None:
-        default_dims, source = tuple(shapes[first.index]), f"the shape of the first array input {first.name!r}"
-    else:
-        default_dims = source = None
-    for p in desc.output_params:
-        if shapes[p.index] is not None:
-            continue
-        if default_dims is None:
-            raise ArgumentError(
-                f"op {desc.label!r}: cannot size output {p.name!r}: the op has no array input; "
-                "pass launch_dims= (or output_dims=)"
-            )
-        shapes[p.index] = _as_output_shape(desc, p, types[p.index], tuple(default_dims), source)
+        return default_dims, "the launch dims inferred from the arrays the kernel indexes with wp.tid()", None
+    if first is not None:
+        return tuple(shapes[first.index]), f"the shape of the first array input {first.name!r}", None
+    return None, None, None
 
-    for p in desc.output_params if extents else ():
-        _extent.check_output(desc.label, p.name, shapes[p.index], type_size_in_bytes(types[p.index]))
-    if desc.kind == "kernel":
-        launch = tuple(default_dims) if tile_dims is None else tile_dims
-        _extent.check_launch(desc.label, launch)
-        if extents:
-            _extent.check_extents(
-                desc.label,
-                desc.direct_index,
-                launch,
-                {p.name: shapes[p.index] for p in desc.params if p.is_array},
-                {p.name: p.role for p in desc.params},
-            )
-        kernel = desc.fn
-        if kernel.is_generic:
-            arg_types = []
-            for p in desc.params:
-                if p.is_array:
-                    arg_types.append(wp.array(dtype=types[p.index], ndim=p.ndim))
-                else:
-                    arg_types.append(types[p.index])
-            kernel = _overload(desc, kernel, arg_types, types)
-    else:
-        launch = None
-        kernel = desc.fn
 
-    out_specs = []
-    for p in desc.returned_params:
-        scalar, inner = _dtypes.split(types[p.index])
-        out_specs.append(ArraySpec(tuple(shapes[p.index]) + inner, _dtypes.np_dtype(scalar)))
-
-    diff = []
-    for p in desc.params:
-        ok = p.differentiable and _dtypes.is_float(_dtypes.split(types[p.index])[0])
-        diff.append(ok)
-    full = frozenset()
-    if launch is not None and desc.written:
-        full = _extent.fully_written(desc.written, launch, {p.name: shapes[p.index] for p in desc.output_params})
-    zero = tuple(desc.zero_outputs and p.name not in full for p in desc.returned_params)
-    return CallPlan(
-        desc,
-        kernel,
-        launch,
-        tuple(types),
-        tuple(None if s is None else tuple(s) for s in shapes),
-        tuple(out_specs),
-        tuple(diff),
-        tuple(scalar_refs),
-        zero,
-    )
+def _kernel_and_launch(
+    desc: OpDescription, default_dims: Any, tile_dims: Any, types: list, shapes: list, extents: bool
+) -> tuple[Any, Any]:
+    """``(the kernel to launch, the launch dims)``: for a kernel, its overload for these types and
+    the launch checked against the arrays' extents; a Python-function op has no launch."""
+    if desc.kind != "kernel":
+        return desc.fn, None
+    launch = tuple(default_dims) if tile_dims is None else tile_dims
+    _extent.check_launch(desc.label, launch)
+    if extents:
+        _extent.check_extents(
+            desc.label,
+            desc.direct_index,
+            launch,
+            {p.name: shapes[p.index] for p in desc.params if p.is_array},
+            {p.name: p.role for p in desc.params},
+        )
+    kernel = desc.fn
+    if kernel.is_generic:
+        arg_types = []
+        for p in desc.params:
+            if p.is_array:
+                arg_types.append(wp.array(dtype=types[p.index], ndim=p.ndim))
+            else:
+                arg_types.append(types[p.index])
+        kernel = _overload(desc, kernel, arg_types, types)
+    return kernel, launch
 
 
 def _overload(desc: OpDescription, kernel: Any, arg_types: list, types: list) -> Any:
