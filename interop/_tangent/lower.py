@@ -166,8 +166,10 @@ def _unparse(node: ast.AST) -> str:
     return ast.unparse(node)
 
 
-class _Gen:
-    """Emits the tangent body of one function (kernel or ``wp.func``) as source lines."""
+class _Emitter:
+    """The state of one function's tangent body being written: its source, namespace, which names
+    carry a tangent, the lines so far; emission, temporaries, refusals and tangent names.
+    :class:`_Exprs` lowers expressions on it, :class:`_Calls` calls, :class:`_Gen` statements."""
 
     def __init__(self, owner: Any, src: _Source, ns: dict, kind: str, arrays: dict, active: set):
         self.owner = owner  # the _Generator (interop._tangent): owner.function() makes a wp.func's tangent
@@ -206,7 +208,9 @@ class _Gen:
             return name + self.sfx
         return None
 
-    # -- expressions: (primal source, tangent source or None) ----------------------------------------
+class _Exprs(_Emitter):
+    """Expressions: each lowered to ``(primal source, tangent source or None)``."""
+
     def expr(self, node: ast.AST) -> tuple[str, str | None]:
         if isinstance(node, ast.Constant):
             return _unparse(node), None
@@ -358,6 +362,10 @@ class _Gen:
         except (ValueError, TypeError):
             self.refuse(f"the builtin {key!r} with {len(args)} argument(s) has no tangent rule", node)
         raise AssertionError
+
+class _Calls(_Exprs):
+    """Calls: builtins through their rules, constructors, ``wp.func`` calls through their tangent
+    functions (or a ``jvp=``/expansion), atomics."""
 
     def call(self, node: ast.Call) -> tuple[str, str | None]:
         obj = _resolve(node.func, self.ns)
@@ -516,7 +524,10 @@ class _Gen:
             ordered.append(by_name[p])
         return ordered
 
-    # -- statements --------------------------------------------------------------------------------
+class _Gen(_Calls):
+    """Emits the tangent body of one function (kernel or ``wp.func``) as source lines: its
+    statements (assignments, augmented assignments, loops, branches, returns, atomics)."""
+
     def body(self, stmts: list[ast.stmt]) -> None:
         for s in stmts:
             self.stmt(s)
