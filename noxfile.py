@@ -222,7 +222,10 @@ def tests(session):
     # one worker per core (INTEROP_TEST_WORKERS overrides; 0 runs in this process): most of the time
     # is Warp building kernels and tests in subprocesses, which spread over the cores
     workers = os.environ.get("INTEROP_TEST_WORKERS", "auto")
-    session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs)
+    # the run's counts, wall time and slowest files, which docs/figures.py writes into the docs
+    # (a maintainer's run renews the committed measurement; CI's run checks against it, changing nothing)
+    env = {} if os.environ.get("CI") else {"INTEROP_TEST_SUMMARY": os.path.join(HERE, "docs", "measurements", "tests.json")}
+    session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs, env=env)
 
 
 @nox.session(venv_backend="none")
@@ -417,6 +420,8 @@ def docs(session):
     ``nox -s docs -- serve`` serves it at http://127.0.0.1:8000 instead.
     """
     _session_python(session)
+    # every measured figure in the README and the docs is its measurement's (docs/figures.py)
+    session.run("python", os.path.join("docs", "figures.py"), "--check")
     session.install(*_constraints("docs.txt"), "mkdocs", "mkdocs-material", "mkdocstrings[python]", silent=False)
     env = {"NO_MKDOCS_2_WARNING": "1"}  # mkdocs-material's banner about MkDocs 2.0, printed on every build
     if session.posargs[:1] == ["serve"]:
