@@ -256,3 +256,29 @@ def test_no_framework_module_left_at_the_top_of_adapters():
     left = [f for f in top if f.startswith(tuple(f"_{fw}_" for fw in FRAMEWORK_PACKAGES))]
     assert not left, f"framework modules outside their package: {left}"
     assert not any(f in top for f in ("torch.py", "jax.py", "paddle.py"))
+
+
+def test_a_lookup_of_torch_before_its_import_leaves_the_adapter_hook_armed():
+    """An op described before torch is imported gets torch's operator when torch is imported (the
+    import hook), also where something only looked torch up first (``importlib.util.find_spec``, as
+    libraries check what is installed): the first call inside torch.compile(fullgraph=True) then
+    traces (a lookup used to spend the one-shot hook, and the adapter's first import inside the
+    trace failed: "Dynamo does not know how to enter a RLock context manager")."""
+    pytest.importorskip("torch")
+    out = run_isolated(
+        """
+        import importlib.util
+        sys.path.insert(0, "tests")
+        import interop
+        from catalogue import scale_kernel  # (Warp builds no kernel from code given to python -c)
+
+        op = interop.op(scale_kernel, name="test_imports::scale_after_lookup")
+        importlib.util.find_spec("torch")
+        import torch
+
+        loaded = "adapters.torch" in sys.modules
+        y = torch.compile(lambda a: op(a, 2.0), backend="aot_eager", fullgraph=True)(torch.ones(3))
+        print(json.dumps({"loaded": loaded, "y": y.tolist()}))
+        """
+    )
+    assert out == {"loaded": True, "y": [2.0, 2.0, 2.0]}

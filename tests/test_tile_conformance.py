@@ -774,3 +774,100 @@ def test_warp_tile_kernel_through_framework(case, framework, device):
 
 def test_the_suite_holds_forty_of_warps_tile_kernels():
     assert len({c.name for c in CASES}) == len(CASES) >= 40
+
+
+# ---- traced paths: torch.compile, jax.jit, vmap (a representative subset) -------------------------
+
+#: a launch_tiled kernel over a 2-d grid, a tile_map of a builtin, a reduction, a view of a 3-d array
+#: (tile_load(input[i])), broadcasting, a tile_matmul GEMM, and the wp.launch-form n-body kernel
+TRACED = ["copy_2d", "unary_map_sin_f32", "reduce_sum", "operators", "broadcast_add_2d", "gemm_f32", "nbody"]
+TRACED_CASES = [c for c in CASES if c.name in TRACED]
+TRACED_PATHS = ["torch_compile", "torch_vmap", "jax_jit", "jax_vmap", "jax_jit_vmap"]
+
+
+def _floats_of(values: list) -> list[int]:
+    return [i for i, v in enumerate(values) if _is_float(v)]
+
+
+def _traced_call(path: str, case: Case, values: list, seeds: dict, device: str, batch: list | None):
+    """The op called inside ``path`` with Warp's launch dims: outputs (NumPy) and, where the path
+    differentiates (torch.compile, jax.jit), the gradients of sum(seed * output) per float input.
+    Under vmap ``batch`` holds each float input's batched values (the scalars stay unbatched)."""
+    op = _op(case)
+    kw = {"launch_dims": case.dim, "output_dims": {n: s for n, (s, _) in case.outputs.items()}}
+    names = list(case.outputs)
+    floats = _floats_of(values)
+    framework = path.split("_")[0]
+    _need(framework)
+
+    def call(*fl):
+        vals = list(values)
+        for i, x in zip(floats, fl):
+            vals[i] = x
+        r = op(*vals, **kw)
+        return r if isinstance(r, tuple) else (r,)
+
+    if framework == "torch":
+        import torch
+
+        dev = "cpu" if device == "cpu" else "cuda"
+        if path == "torch_vmap":
+            res = torch.func.vmap(call)(*[torch.tensor(b, device=dev) for b in batch])
+            return _as_dict(names, res, lambda a: a.cpu().numpy()), None
+        prim = [torch.tensor(values[i], device=dev, requires_grad=True) for i in floats]
+        torch.compiler.reset()
+        res = torch.compile(call, backend="aot_eager", fullgraph=True)(*prim)
+        total = sum((r * torch.tensor(seeds[n], device=dev)).sum() for n, r in zip(names, res))
+        got = dict(zip(floats, torch.autograd.grad(total, prim)))
+        return _as_dict(names, res, lambda a: a.detach().cpu().numpy()), [
+            got[i].cpu().numpy() if i in got else None for i in range(len(values))
+        ]
+    import jax
+    import jax.numpy as jnp
+
+    jdev = jax.devices("cpu" if device == "cpu" else "gpu")[0]
+    if path in ("jax_vmap", "jax_jit_vmap"):
+        vm = jax.vmap(call)
+        res = (jax.jit(vm) if path == "jax_jit_vmap" else vm)(*[jax.device_put(b, jdev) for b in batch])
+        return _as_dict(names, res, np.asarray), None
+    prim = [jax.device_put(values[i], jdev) for i in floats]
+    cts = [jax.device_put(seeds[n], jdev) for n in names]
+
+    def loss(*fl):
+        r = call(*fl)
+        return sum(jnp.sum(x * c) for x, c in zip(r, cts)), r
+
+    (_, res), gs = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(prim))), has_aux=True))(*prim)
+    got = dict(zip(floats, gs))
+    return _as_dict(names, res, np.asarray), [np.asarray(got[i]) if i in got else None for i in range(len(values))]
+
+
+@pytest.mark.parametrize("path", TRACED_PATHS)
+@pytest.mark.parametrize("case", TRACED_CASES, ids=[c.name for c in TRACED_CASES])
+def test_warp_tile_kernel_traced(case, path, device):
+    """Warp's tile kernels inside torch.compile(fullgraph=True) (values and gradients through the
+    compiled graph), jax.jit (of value_and_grad), torch.func.vmap, jax.vmap and jit(vmap) (a batch of
+    two calls): each equals Warp's own launch (and wp.Tape) on the same device."""
+    rng = np.random.default_rng(7)
+    values = case.inputs(rng)
+    seeds = _seeds(case, rng)
+    batch = None
+    if "vmap" in path:
+        other = case.inputs(np.random.default_rng(8))
+        per = [_reference(case, v, seeds, device)[0] for v in (values, other)]
+        ref = {n: np.stack([p[n] for p in per]) for n in case.outputs}
+        ref_grads = None
+        batch = [np.stack([values[i], other[i]]) for i in _floats_of(values)]
+    else:
+        ref, ref_grads = _reference(case, values, seeds, device)
+    got, grads = _traced_call(path, case, values, seeds, device, batch)
+    for n in case.outputs:
+        assert got[n].shape == ref[n].shape, f"{case.name} {path}: output {n!r} has shape {got[n].shape}"
+        np.testing.assert_allclose(got[n], ref[n], rtol=case.rtol, atol=case.rtol, err_msg=f"{case.name} {path}: {n}")
+    if grads is None or not case.grad:
+        return
+    for k, (g, r) in enumerate(zip(grads, ref_grads)):
+        if r is not None:
+            np.testing.assert_allclose(
+                np.asarray(g).reshape(r.shape), r, rtol=case.rtol, atol=case.rtol, err_msg=f"{case.name} {path}: grad {k}"
+            )

@@ -475,7 +475,19 @@ def _forward_mode_error(b: _Binding) -> UnsupportedError:
     )
 
 
-def _meta_plan(b: _Binding, args: Sequence[Any], ld: Any = None):
+def _given_output_dims(b: _Binding, ods: Sequence[Any]) -> dict | None:
+    """The call's per-output ``output_dims`` (those given, as ints; None where none is): the meta plan
+    sizes its outputs as the call does, so a tile kernel whose tile grid has fewer dims than an output
+    (sized by output_dims) is not refused by the fake implementation alone."""
+    given = {
+        p.name: tuple(int(d) for d in od)
+        for p, od in zip(b.outputs, ods)
+        if od is not None and not any(isinstance(d, torch.SymInt) for d in od)
+    }
+    return given or None
+
+
+def _meta_plan(b: _Binding, args: Sequence[Any], ld: Any = None, output_dims: dict | None = None):
     """The plan of a call from the static parts of its specs: dtypes and vec/mat dims (validates them);
     ``ld`` the call's ``launch_dims`` (a tile kernel's launch may need them to be resolved at all)."""
     desc = b.desc
@@ -500,7 +512,7 @@ def _meta_plan(b: _Binding, args: Sequence[Any], ld: Any = None):
         else:
             specs.append(_scalar_spec(b, p, x))
     ld = None if ld is None or any(isinstance(d, torch.SymInt) for d in ld) else tuple(int(d) for d in ld)
-    return b.op.plan(specs, ld, extents=False)  # placeholder shapes: dtypes and vec/mat dims only
+    return b.op.plan(specs, ld, output_dims, extents=False)  # placeholder shapes: dtypes and vec/mat dims only
 
 
 def _scalar_spec(b: _Binding, p: Param, x: Any) -> ScalarSpec:
@@ -584,8 +596,8 @@ def _make_fake(b: _Binding, mask: tuple, kind: str):
 
     def fake_forward(*args):
         ld = args[n] if len(args) > n else None
-        plan = _meta_plan(b, args, ld)
         ods = [args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(nout)]
+        plan = _meta_plan(b, args, ld, _given_output_dims(b, ods))
         odmap = {p.name: d for p, d in zip(b.outputs, ods)}
         ref = _fake_device_ref(b, args)
         res = []
@@ -608,7 +620,7 @@ def _make_fake(b: _Binding, mask: tuple, kind: str):
 
     def fake_backward(*args):
         # (..., launch_dims, output_dims per output, needs): see _Binding.schema
-        _meta_plan(b, args, args[-2 - nout])
+        _meta_plan(b, args, args[-2 - nout], _given_output_dims(b, args[-1 - nout : -1]))
         needs = args[-1]
         return [args[i].new_empty(args[i].shape) for i in range(n) if needs[i]]
 
