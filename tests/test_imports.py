@@ -282,3 +282,31 @@ def test_a_lookup_of_torch_before_its_import_leaves_the_adapter_hook_armed():
         """
     )
     assert out == {"loaded": True, "y": [2.0, 2.0, 2.0]}
+
+
+def test_functions_a_reader_can_hold():
+    """Issue 39 / STYLE.md 14: no function body in interop/ or adapters/ longer than 80 lines after
+    its docstring (a longer one is several named steps), and no class over 500 lines (split by
+    concern)."""
+    import ast
+
+    long = []
+    for folder in ("interop", "adapters"):
+        for root, _, names in os.walk(os.path.join(ROOT, folder)):
+            for name in names:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(root, name)
+                with open(path) as f:
+                    tree = ast.parse(f.read())
+                rel = os.path.relpath(path, ROOT)
+                for node in ast.walk(tree):
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        body = node.body
+                        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                            body = body[1:]
+                        if body and body[-1].end_lineno - body[0].lineno + 1 > 80:
+                            long.append(f"{rel}: {node.name} ({body[-1].end_lineno - body[0].lineno + 1} lines)")
+                    elif isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 500:
+                        long.append(f"{rel}: class {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []
