@@ -103,8 +103,70 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+_SESSION_START = [0.0]
+
+
+def pytest_sessionstart(session):
+    import time
+
+    _SESSION_START[0] = time.monotonic()
+
+
+def _write_summary(terminalreporter, path: str) -> None:
+    """The run's measurement for the docs (docs/figures.py, source ``tests``): counts per outcome,
+    wall time, workers, the slowest files; by the controlling process only (not xdist's workers)."""
+    import datetime
+    import json
+    import platform
+    import subprocess
+    import time
+
+    config = terminalreporter.config
+    if hasattr(config, "workerinput"):
+        return
+    stats = terminalreporter.stats
+    outcomes = {k: len([r for r in stats.get(k, ()) if getattr(r, "when", "call") in ("call", "setup")])
+                for k in ("passed", "failed", "skipped", "xfailed", "xpassed", "error")}  # fmt: skip
+    per_file: dict[str, float] = {}
+    for reports in stats.values():
+        for r in reports:
+            nodeid, duration = getattr(r, "nodeid", ""), getattr(r, "duration", 0.0)
+            if nodeid:
+                f = nodeid.split("::", 1)[0]
+                per_file[f] = per_file.get(f, 0.0) + float(duration or 0.0)
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT_DIR, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    workers = getattr(config.option, "numprocesses", None)
+    summary = {
+        "date": datetime.date.today().isoformat(),
+        "commit": commit,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "warp": wp.__version__,
+        "workers": workers if workers else 1,
+        "wall_s": round(time.monotonic() - _SESSION_START[0], 1),
+        "tests": sum(outcomes.values()),
+        "outcomes": outcomes,
+        "slowest_files": [[f, round(t, 1)] for f, t in sorted(per_file.items(), key=lambda kv: -kv[1])[:8]],
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(summary, f, indent=1)
+        f.write("\n")
+
+
+ROOT_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
 def pytest_terminal_summary(terminalreporter):
-    """The property suite's counts per framework and dimension (tests/property_calls.py)."""
+    """The run's summary for the docs (INTEROP_TEST_SUMMARY names the file), then the property
+    suite's counts per framework and dimension (tests/property_calls.py)."""
+    summary = os.environ.get("INTEROP_TEST_SUMMARY")
+    if summary:
+        _write_summary(terminalreporter, summary)
     pc = sys.modules.get("property_calls")
     if pc is None or not pc.COUNTS:
         return

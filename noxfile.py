@@ -27,6 +27,7 @@ Matrix (each extra session runs only the tests of the framework it varies):
                       2.14.1, 2.15.0 (PyPI's CUDA builds, about 6 GB each; run on the CPU); not in CI
     torch_newest      the same on the newest torch (2.15.0); not in CI
     torch_below_floor torch 2.10.0: the first torch call refuses it (tests/test_torch_version.py); not in CI
+    warp_1_16 ... warp_1_19     the whole suite on each supported Warp (the rest as in ci.txt); not in CI
 """
 
 from __future__ import annotations
@@ -218,7 +219,13 @@ def tests(session):
 
     Without Python 3.11: on 3.12 or 3.13, torch left out unless a CPU wheel for it is at hand."""
     _install(session, "torch,jax,paddle,test", "ci.txt")
-    session.run("pytest", "-q", *session.posargs)
+    # one worker per core (INTEROP_TEST_WORKERS overrides; 0 runs in this process): most of the time
+    # is Warp building kernels and tests in subprocesses, which spread over the cores
+    workers = os.environ.get("INTEROP_TEST_WORKERS", "auto")
+    # the run's counts, wall time and slowest files, which docs/figures.py writes into the docs
+    # (a maintainer's run renews the committed measurement; CI's run checks against it, changing nothing)
+    env = {} if os.environ.get("CI") else {"INTEROP_TEST_SUMMARY": os.path.join(HERE, "docs", "measurements", "tests.json")}
+    session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs, env=env)
 
 
 @nox.session(venv_backend="none")
@@ -336,7 +343,7 @@ TORCH_MINORS["2.15"] = (TORCH_NEWEST, "torch-newest.txt")
 def _torch_minor_session(minor: str, version: str, constraints: str):
     def session_fn(session):
         if minor == "2.13":
-            src = _torch_source(session, _session_python(session))  # the CPU wheel, as the tests session
+            src = _torch_source(session, _session_python(session), constraints)  # the CPU wheel, as the tests session
             if src is None:
                 session.error(f"torch {version} (CPU build) is not at hand: see the PyTorch note above")
             session.install(*src, *_constraints(constraints), "-e", ".[torch,test]", silent=False)
@@ -352,6 +359,39 @@ def _torch_minor_session(minor: str, version: str, constraints: str):
 
 for _minor, (_version, _file) in TORCH_MINORS.items():
     globals()[f"torch_{_minor.replace('.', '_')}"] = _torch_minor_session(_minor, _version, _file)
+
+
+# One session per supported Warp minor version (pyproject.toml's floor up to the newest): the whole
+# suite on that Warp, everything else pinned as in ci.txt. Not in CI (CI runs 1.19).
+WARP_MINORS = {"1.16": "1.16.0", "1.17": "1.17.0", "1.18": "1.18.0", "1.19": "1.19.0"}
+
+
+def _warp_minor_session(minor: str, version: str):
+    def session_fn(session):
+        python = _session_python(session)
+        with open(os.path.join(HERE, "constraints", "ci.txt")) as f:
+            pins = [ln for ln in f.read().splitlines() if not ln.lower().startswith("warp-lang==")]
+        path = os.path.join(session.create_tmp(), f"warp-{version}.txt")
+        with open(path, "w") as f:
+            f.write("\n".join([*pins, f"warp-lang=={version}"]) + "\n")
+        extras, args = ["torch", "jax", "paddle", "test"], []
+        src = _torch_source(session, python, "ci.txt")
+        if src is None:
+            extras.remove("torch")
+        else:
+            args += src
+        session.install(*args, "-c", path, "-e", f".[{','.join(extras)}]", silent=False)
+        check = f"import warp; print('warp', warp.__version__); assert warp.__version__ == '{version}'"
+        session.run("python", "-c", check)
+        session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
+
+    session_fn.__doc__ = f"The whole suite on warp-lang {version} (the rest pinned as in ci.txt), on the CPU; not in CI."
+    session_fn.__name__ = f"warp_{minor.replace('.', '_')}"
+    return nox.session(python=USER_PYTHONS, name=session_fn.__name__)(session_fn)
+
+
+for _minor, _version in WARP_MINORS.items():
+    globals()[f"warp_{_minor.replace('.', '_')}"] = _warp_minor_session(_minor, _version)
 
 
 @nox.session(python=CI_PYTHON, venv_backend="venv")
@@ -380,6 +420,8 @@ def docs(session):
     ``nox -s docs -- serve`` serves it at http://127.0.0.1:8000 instead.
     """
     _session_python(session)
+    # every measured figure in the README and the docs is its measurement's (docs/figures.py)
+    session.run("python", os.path.join("docs", "figures.py"), "--check")
     session.install(*_constraints("docs.txt"), "mkdocs", "mkdocs-material", "mkdocstrings[python]", silent=False)
     env = {"NO_MKDOCS_2_WARNING": "1"}  # mkdocs-material's banner about MkDocs 2.0, printed on every build
     if session.posargs[:1] == ["serve"]:

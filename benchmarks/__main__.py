@@ -21,6 +21,7 @@ machine).
 
 from __future__ import annotations
 
+import datetime
 import importlib
 import importlib.util
 import json
@@ -110,6 +111,7 @@ def _write_baseline(runs: list[dict], device: str | None = None) -> None:
             for k in runs[-1].get(device, {})
         }
         old.setdefault("devices", {})[device] = {
+            "date": datetime.date.today().isoformat(),  # docs/figures.py names it beside the figures
             "machine": f"{wp.get_device(device).name}; {_machine()}",
             "how": f"python -m benchmarks --device {device} --write-baseline: the median of {len(runs)} runs",
             "ratios": ratios,
@@ -126,6 +128,7 @@ def _write_baseline(runs: list[dict], device: str | None = None) -> None:
         }
     data = {
         **({"devices": old["devices"]} if "devices" in old else {}),
+        "date": datetime.date.today().isoformat(),
         "machine": _machine(),
         "how": f"python -m benchmarks --write-baseline: the median of {len(runs)} runs (n=1024, interleaved rounds, "
         "wall time unless BENCH_CLOCK=cpu)",

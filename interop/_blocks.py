@@ -16,24 +16,52 @@ MAX_BLOCK_DIM = 1024  # CUDA's limit of threads per block, and Warp's limit on t
 CUDA_BLOCK_DIM = 256
 
 
+def _why(desc: Any, bd: int) -> str:
+    return f"block_dim={desc.block_dim}" if desc.block_dim else f"block_dim unset: Warp's CUDA default {bd}"
+
+
+def tile_grid_rank(desc: Any) -> int:
+    """The dimensions of a ``wp.launch_tiled`` kernel's tile grid as its thread indices read it:
+    one per value of ``wp.tid()``, less the block's lane where the last one is (``i, lane = wp.tid()``)."""
+    _, nt, lane = desc.tile_form
+    return nt - 1 if lane else nt
+
+
 def tile_launch_given(desc: Any, ld: tuple) -> tuple:
-    """A tile kernel's full launch dims from the ``launch_dims`` given (see ``_plan.tile_launch``):
-    the tile grid (one dim fewer than the kernel's thread indices) gets the block's lanes
-    appended; full dims must end with them. Raises ArgumentError naming the op, ``launch_dims``
-    and ``block_dim``."""
+    """A tile kernel's full launch dims from the ``launch_dims`` given (see ``_plan.tile_launch``),
+    taken as ``wp.launch_tiled(kernel, dim=launch_dims, block_dim=b)`` takes its ``dim``: the tile
+    grid, the block's lanes appended. A kernel that reads its lane (``i, lane = wp.tid()``) may be
+    given the full launch instead, ending with the lanes; one whose grid has more dimensions than
+    it reads may too (``(*grid, b)``: ``wp.launch_tiled``'s own launch). Raises ArgumentError
+    naming the op, ``launch_dims`` and ``block_dim`` where a CUDA block would span several tiles
+    (only the first computed) or the grid has fewer dimensions than the tile coordinates read."""
     bd = desc.block_dim or CUDA_BLOCK_DIM
-    nd = len(desc.domain)
+    form, nt, lane = desc.tile_form
     ld = tuple(ld)
-    if nd >= 2 and len(ld) == nd - 1:
+    g = tile_grid_rank(desc)
+    if form == "none" and ld:
         return ld + (bd,)
-    if not ld or type(ld[-1]) is not int or ld[-1] != bd:
-        why = f"block_dim={desc.block_dim}" if desc.block_dim else f"block_dim unset: Warp's CUDA default {bd}"
+    if lane:
+        if g >= 1 and len(ld) == g:
+            return ld + (bd,)
+        if len(ld) == nt and type(ld[-1]) is int and ld[-1] == bd:
+            return ld
+        grid = f"the tile grid ({g} dim(s)) or " if g else ""
         raise ArgumentError(
-            f"op {desc.label!r}: a tile kernel launches whole blocks, as wp.launch_tiled does: launch_dims "
-            f"must be the tile grid ({max(nd - 1, 1)} dim(s)) or end with the block's {bd} threads "
-            f"({why}), got launch_dims={ld}; pass launch_dims=(*tile_grid, {bd}) or the tile grid alone"
+            f"op {desc.label!r}: a tile kernel launches whole blocks, as wp.launch_tiled does, and this one "
+            f"reads its lane (the last of its {nt} wp.tid() values): launch_dims must be {grid}the full "
+            f"launch, which must end with the block's {bd} threads ({_why(desc, bd)}), got launch_dims={ld}; pass "
+            + (f"launch_dims=(*tile_grid, {bd}) or the tile grid alone" if g else f"launch_dims=({bd},)")
         )
-    return ld
+    if len(ld) >= max(g, 1):
+        if len(ld) == g + 1 and type(ld[-1]) is int and ld[-1] == bd:
+            return ld  # the full launch, as wp.launch_tiled makes it
+        return ld + (bd,)
+    raise ArgumentError(
+        f"op {desc.label!r}: launch_dims is the tile grid, as wp.launch_tiled's dim, and the kernel reads "
+        f"{g} tile coordinate(s) from wp.tid(): launch_dims must have at least {g} dim(s), got "
+        f"launch_dims={ld}; pass launch_dims=(" + ", ".join(f"tiles_{k}" for k in range(g)) + ",)"
+    )
 
 
 def check_block_dim(value: Any, opname: str, kind: str = "kernel") -> int | None:

@@ -21,9 +21,9 @@ from typing import Any, Mapping, Sequence
 import warp as wp
 
 from . import _backward, _dtypes, _structs, _warp_compat
-from ._blocks import CUDA_BLOCK_DIM, MAX_BLOCK_DIM, check_block_dim, tile_launch_given  # noqa: F401 (re-exported)
+from ._blocks import CUDA_BLOCK_DIM, MAX_BLOCK_DIM, check_block_dim, tile_grid_rank, tile_launch_given  # noqa: F401 (re-exported)
 from ._errors import ArgumentError, UnsupportedError
-from ._extent import arrays_written, direct_indexing, thread_domain, uses_tiles, written_outputs
+from ._extent import arrays_written, direct_indexing, thread_domain, tile_form, uses_tiles, written_outputs
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -144,6 +144,9 @@ class OpDescription:
     # a tile kernel (it calls wp.tile_*): launched as wp.launch_tiled launches, the tile grid then
     # the block's lanes (see _plan.tile_launch)
     tiles: bool = field(default=False, compare=False, hash=False)
+    # a tile kernel's launch form (see _extent.tile_form): ("threads" | "tiled" | "none", the values
+    # wp.tid() returns, whether the last is the block's lane)
+    tile_form: tuple = field(default=("none", 0, False), compare=False, hash=False)
     # (output, launch dim per output dim) the kernel writes element by element (see _extent)
     written: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
     # per generic output given one, the rule for its dtype: ((name, DtypeOf or a Warp type), ...), sorted
@@ -369,7 +372,12 @@ def describe(
     output_dtypes: Any = None,
     jvp: Any = None,
 ) -> OpDescription:
-    """Build (and validate) the description of ``fn``. See :func:`interop.op`."""
+    """Build (and validate) the description of ``fn``. See :func:`interop.op`.
+
+    The steps: the parameters' roles (:func:`_returned_names`), each parameter (:func:`_param`),
+    the launch options (:func:`_launch_options`), the backward and the name
+    (:func:`_derived_name`), the refusal of a kernel that writes an input, what the kernel's source
+    says about its arrays (:func:`_source_facts`), then the tile launch and ``jvp=`` checks."""
     if _structs.has_struct_params(fn):
         if jvp is not None:
             raise ArgumentError(
@@ -397,8 +405,61 @@ def describe(
             f"interop.op({key}): name must look like 'namespace::name' (letters, digits, '_'), got {name!r}"
         )
     names = [a[0] for a in args]
+    in_out, returned = _returned_names(opname, kind, args, outputs, in_out)
+    nondiff = tuple(nondifferentiable)
+    for n in nondiff:
+        if n not in names:
+            raise ArgumentError(
+                f"op {opname!r}: nondifferentiable names {n!r}, which is not a parameter; parameters are {names}"
+            )
+    params = tuple(_param(opname, i, pname, ann, in_out, returned, nondiff) for i, (pname, ann) in enumerate(args))
+    ld, od, vm, bd = _launch_options(
+        opname, kind, params, launch_dims, output_dims, zero_outputs, vmap_method, block_dim, partition
+    )
+    odt = _check_output_dtypes(output_dtypes, params, opname)
+    bwd = None if backward is None else _describe_backward(backward, params, opname)
+    if name is None:
+        # options are part of the derived name, so describing one kernel two ways gives two ops
+        options = (ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt)
+        desc_name = _derived_name(fn, kind, key, params, options)
+    else:
+        desc_name = name
+    label = name or key.rsplit(".", 1)[-1]
+    _refuse_written_inputs(fn, kind, params, label)
+    desc = OpDescription(
+        fn=fn,
+        kind=kind,
+        key=key,
+        name=desc_name,
+        params=params,
+        launch_dims=ld,
+        output_dims=od,
+        zero_outputs=zero_outputs,
+        enable_backward=enable_backward,
+        backward=bwd,
+        vmap_method=vm,
+        block_dim=bd,
+        partition=partition,
+        output_dtypes=odt,
+        jvp=jvp,
+        label=label,
+        **_source_facts(fn, kind, params, bwd),
+    )
+    if desc.tiles and ld is not None and desc.tile_form[0] != "threads":
+        tile_launch_given(desc, ld)  # refused when described, not at the first call
+    if jvp is not None:
+        from ._tangent import check_jvp_kernel, tangent_params
 
-    # ---- which parameters are returned ------------------------------------------------
+        if kind != "kernel":
+            raise ArgumentError(f"op {desc.label!r}: jvp= applies to kernels only (a Python-function op has none)")
+        check_jvp_kernel(jvp, fn, tangent_params(desc), desc.label)
+    return desc
+
+
+def _returned_names(opname: str, kind: str, args: list, outputs: Any, in_out: Any) -> tuple[tuple, list]:
+    """``(in_out, returned)``: the in-out parameters' names and every returned parameter's name in
+    kernel order, from the op's ``outputs=`` (a count of trailing arrays, or names) and ``in_out=``."""
+    names = [a[0] for a in args]
     if isinstance(in_out, str):
         in_out = (in_out,)
     in_out = tuple(in_out)
@@ -439,99 +500,78 @@ def describe(
         if not listed and not in_out:
             raise ArgumentError(f"op {opname!r}: outputs must name at least one parameter")
     # outputs and in-out parameters may sit anywhere in the signature; the call returns them in kernel order
-    returned = [n for n in names if n in listed or n in in_out]
+    return in_out, [n for n in names if n in listed or n in in_out]
 
-    nondiff = tuple(nondifferentiable)
-    for n in nondiff:
-        if n not in names:
-            raise ArgumentError(
-                f"op {opname!r}: nondifferentiable names {n!r}, which is not a parameter; parameters are {names}"
-            )
 
-    # ---- parameters -------------------------------------------------------------------
-    params = []
-    for i, (pname, ann) in enumerate(args):
-        role = IN_OUT if pname in in_out else OUTPUT if pname in returned else INPUT
-        if _warp_compat.is_array_annotation(ann):
-            if not _warp_compat.is_plain_array_annotation(ann):
-                raise ArgumentError(
-                    f"op {opname!r}: parameter {pname!r} is a wp.{_warp_compat.array_class_name(ann)}; indexed and "
-                    "fabric arrays are not supported, annotate it as a plain array (wp.array(dtype=...) or "
-                    "wp.array[...])"
-                )
-            if not isinstance(ann.ndim, int) or isinstance(ann.ndim, bool):
-                raise ArgumentError(
-                    f"op {opname!r}: parameter {pname!r} has no fixed number of dimensions ({ann!r}); "
-                    "give it one (e.g. wp.array2d[float] or wp.array(dtype=float, ndim=2))"
-                )
-            dtype = _dtypes.normalize(ann.dtype)
-            ndim = int(ann.ndim)
-            is_array = True
-            # wp.array[float], wp.array2d[float] and overload instances' annotations describe the same
-            # parameter as wp.array(dtype=..., ndim=...): keep one canonical annotation
-            ann = wp.array(dtype=ann.dtype, ndim=ndim)
-        else:
-            if role != INPUT:
-                raise ArgumentError(
-                    f"op {opname!r}: parameter {pname!r} is returned ({'in-out' if role == IN_OUT else 'output'}) "
-                    f"but is not an array (annotation {_dtypes.type_name(ann)}); outputs and in-out "
-                    "parameters must be wp.array"
-                )
-            dtype = _dtypes.normalize(ann)
-            ndim = 0
-            is_array = False
-        if _warp_compat.is_struct(dtype):
-            # an array of structs: Warp arrays of the struct and NumPy structured arrays of its layout
-            # (struct parameters themselves are flattened into their fields, see _structs)
-            params.append(
-                Param(
-                    name=pname,
-                    index=i,
-                    role=role,
-                    is_array=is_array,
-                    dtype=dtype,
-                    scalar=dtype,
-                    inner=(),
-                    ndim=ndim,
-                    generic=False,
-                    differentiable=False,
-                    annotation=ann,
-                )
-            )
-            continue
-        generic = _dtypes.is_generic(dtype)
-        scalar, inner = _dtypes.split(dtype)
-        if not generic and not isinstance(dtype, type):
+def _param(opname: str, i: int, pname: str, ann: Any, in_out: tuple, returned: list, nondiff: tuple) -> Param:
+    """The description of parameter ``i`` (``pname: ann``): its role, array or scalar, dtype, inner
+    vector/matrix shape, number of dimensions, genericity and differentiability."""
+    role = IN_OUT if pname in in_out else OUTPUT if pname in returned else INPUT
+    if _warp_compat.is_array_annotation(ann):
+        if not _warp_compat.is_plain_array_annotation(ann):
             raise ArgumentError(
-                f"op {opname!r}: parameter {pname!r} has unsupported type {dtype!r}; "
-                "use Warp scalar, vector, matrix or array types"
+                f"op {opname!r}: parameter {pname!r} is a wp.{_warp_compat.array_class_name(ann)}; indexed and "
+                "fabric arrays are not supported, annotate it as a plain array (wp.array(dtype=...) or "
+                "wp.array[...])"
             )
-        if not generic and inner == () and scalar not in _dtypes._WP_TO_NP:
+        if not isinstance(ann.ndim, int) or isinstance(ann.ndim, bool):
             raise ArgumentError(
-                f"op {opname!r}: parameter {pname!r} has unsupported type {_dtypes.type_name(dtype)}; "
-                "supported: Warp scalar, vector and matrix types and arrays of them"
+                f"op {opname!r}: parameter {pname!r} has no fixed number of dimensions ({ann!r}); "
+                "give it one (e.g. wp.array2d[float] or wp.array(dtype=float, ndim=2))"
             )
-        float_ok = generic or _dtypes.is_float(scalar)
-        # enable_backward=False keeps parameters differentiable: a gradient reaching the op
-        # raises (no_adjoint_error) instead of being dropped as a silent zero
-        differentiable = bool(float_ok and pname not in nondiff)
-        params.append(
-            Param(
-                name=pname,
-                index=i,
-                role=role,
-                is_array=is_array,
-                dtype=dtype,
-                scalar=scalar,
-                inner=inner,
-                ndim=ndim,
-                generic=generic,
-                differentiable=differentiable,
-                annotation=ann,
+        dtype = _dtypes.normalize(ann.dtype)
+        ndim = int(ann.ndim)
+        is_array = True
+        # wp.array[float], wp.array2d[float] and overload instances' annotations describe the same
+        # parameter as wp.array(dtype=..., ndim=...): keep one canonical annotation
+        ann = wp.array(dtype=ann.dtype, ndim=ndim)
+    else:
+        if role != INPUT:
+            raise ArgumentError(
+                f"op {opname!r}: parameter {pname!r} is returned ({'in-out' if role == IN_OUT else 'output'}) "
+                f"but is not an array (annotation {_dtypes.type_name(ann)}); outputs and in-out "
+                "parameters must be wp.array"
             )
+        dtype = _dtypes.normalize(ann)
+        ndim = 0
+        is_array = False
+    common = {"name": pname, "index": i, "role": role, "is_array": is_array, "ndim": ndim, "annotation": ann}
+    if _warp_compat.is_struct(dtype):
+        # an array of structs: Warp arrays of the struct and NumPy structured arrays of its layout
+        # (struct parameters themselves are flattened into their fields, see _structs)
+        return Param(dtype=dtype, scalar=dtype, inner=(), generic=False, differentiable=False, **common)
+    generic = _dtypes.is_generic(dtype)
+    scalar, inner = _dtypes.split(dtype)
+    if not generic and not isinstance(dtype, type):
+        raise ArgumentError(
+            f"op {opname!r}: parameter {pname!r} has unsupported type {dtype!r}; "
+            "use Warp scalar, vector, matrix or array types"
         )
-    params = tuple(params)
+    if not generic and inner == () and scalar not in _dtypes._WP_TO_NP:
+        raise ArgumentError(
+            f"op {opname!r}: parameter {pname!r} has unsupported type {_dtypes.type_name(dtype)}; "
+            "supported: Warp scalar, vector and matrix types and arrays of them"
+        )
+    float_ok = generic or _dtypes.is_float(scalar)
+    # enable_backward=False keeps parameters differentiable: a gradient reaching the op
+    # raises (no_adjoint_error) instead of being dropped as a silent zero
+    differentiable = bool(float_ok and pname not in nondiff)
+    return Param(dtype=dtype, scalar=scalar, inner=inner, generic=generic, differentiable=differentiable, **common)
 
+
+def _launch_options(
+    opname: str,
+    kind: str,
+    params: tuple,
+    launch_dims: Any,
+    output_dims: Any,
+    zero_outputs: Any,
+    vmap_method: Any,
+    block_dim: Any,
+    partition: Any,
+) -> tuple:
+    """``(launch_dims, output_dims, vmap_method, block_dim)`` checked and normalized, with
+    ``zero_outputs`` and ``partition`` checked."""
     outs = [p for p in params if p.role == OUTPUT]
     ld = None if launch_dims is None else normalize_dims(launch_dims, "launch_dims", opname)
     if kind == "function" and ld is not None:
@@ -540,10 +580,8 @@ def describe(
             "use output_dims to size its outputs"
         )
     od = normalize_output_dims(output_dims, outs, opname)
-
     if not isinstance(zero_outputs, bool):
         raise ArgumentError(f"op {opname!r}: zero_outputs must be a bool, got {zero_outputs!r}")
-
     vm = _check_vmap_method(vmap_method, opname)
     bd = check_block_dim(block_dim, opname, kind)
     if partition is not None and partition not in PARTITIONS:
@@ -553,81 +591,67 @@ def describe(
             f"op {opname!r}: partition={partition!r} applies to kernels only (a Python-function op launches "
             "kernels of its own choosing)"
         )
+    return ld, od, vm, bd
 
-    odt = _check_output_dtypes(output_dtypes, params, opname)
-    bwd = None
-    if backward is not None:
-        bwd = _describe_backward(backward, params, opname)
-    if name is None:
-        # options are part of the derived name, so describing one kernel two ways gives two ops
-        ident = repr(
-            (
-                tuple((p.name, p.role, p.differentiable) for p in params),
-                ld,
-                od,
-                zero_outputs,
-                vm,
-                None if bwd is None else bwd.name,
-            )
-            + (() if jvp is None else (("jvp", str(getattr(jvp, "key", jvp))),))
-            + (() if bd is None else (("block_dim", bd),))
-            + (() if partition is None else (partition,))
-            + (() if not odt else (("output_dtypes", tuple((n, _rule_text(r)) for n, r in odt)),))
+
+def _derived_name(fn: Any, kind: str, key: str, params: tuple, options: tuple) -> str:
+    """The name of an op described without ``name=``: the kernel's key and a hash of every option
+    that changes behaviour, so one kernel described two ways gives two ops."""
+    ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt = options
+    ident = repr(
+        (
+            tuple((p.name, p.role, p.differentiable) for p in params),
+            ld,
+            od,
+            zero_outputs,
+            vm,
+            None if bwd is None else bwd.name,
         )
-        desc_name = _default_name(key, fn, kind, hashlib.sha1(ident.encode()).hexdigest()[:8])
-    else:
-        desc_name = name
+        + (() if jvp is None else (("jvp", str(getattr(jvp, "key", jvp))),))
+        + (() if bd is None else (("block_dim", bd),))
+        + (() if partition is None else (partition,))
+        + (() if not odt else (("output_dtypes", tuple((n, _rule_text(r)) for n, r in odt)),))
+    )
+    return _default_name(key, fn, kind, hashlib.sha1(ident.encode()).hexdigest()[:8])
+
+
+def _refuse_written_inputs(fn: Any, kind: str, params: tuple, label: str) -> None:
+    """Refuse a kernel that writes one of its input arrays, naming the parameters and lines."""
     written = arrays_written(fn, kind, [p.name for p in params if p.role == INPUT and p.is_array])
     if written:
         # JAX arrays are immutable and torch.compile assumes inputs are not mutated: a write to an
         # input would change the caller's data behind every framework's back
         where = getattr(getattr(fn, "adj", None), "filename", None)
         raise ArgumentError(
-            f"op {name or key.rsplit('.', 1)[-1]!r}: the kernel writes its input parameter(s) "
+            f"op {label!r}: the kernel writes its input parameter(s) "
             + ", ".join(f"{n!r} (line {line}{f' of {where}' if where else ''})" for n, line in written.items())
             + f"; an input must not be modified. Describe it as in-out (in_out={list(written)!r}: updated in "
             "place, returned) or as an output"
         )
+
+
+def _source_facts(fn: Any, kind: str, params: tuple, bwd: Any) -> dict[str, Any]:
+    """What the kernel's source says about its arrays, as :class:`OpDescription` fields: the
+    returned arrays it reads, the outputs its adjoint never reads, the arrays indexed by the bare
+    thread index, the thread domain, its tile use and launch form, the outputs it writes."""
+    arrays = [(p.name, p.ndim) for p in params if p.is_array]
     reads = _returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT])
-    domain, tid_escapes = thread_domain(fn, kind, [(p.name, p.ndim) for p in params if p.is_array])
-    desc = OpDescription(
-        fn=fn,
-        kind=kind,
-        key=key,
-        name=desc_name,
-        params=params,
-        launch_dims=ld,
-        output_dims=od,
-        zero_outputs=zero_outputs,
-        enable_backward=enable_backward,
-        backward=bwd,
-        vmap_method=vm,
-        block_dim=bd,
-        partition=partition,
-        output_dtypes=odt,
-        jvp=jvp,
-        label=name or key.rsplit(".", 1)[-1],
-        reads_returned=reads,
-        adjoint_unread=(
+    domain, tid_escapes = thread_domain(fn, kind, arrays)
+    tiles = kind == "kernel" and uses_tiles(fn)
+    return {
+        "reads_returned": reads,
+        "adjoint_unread": (
             tuple(p.name for p in params if p.role == OUTPUT)
             if bwd is not None
             else _adjoint_unread(fn, kind, params, reads)
         ),
-        direct_index=direct_indexing(fn, kind, [(p.name, p.ndim) for p in params if p.is_array]),
-        domain=domain,
-        tid_escapes=tid_escapes,
-        tiles=kind == "kernel" and uses_tiles(fn),
-        written=written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
-    )
-    if desc.tiles and ld is not None:
-        tile_launch_given(desc, ld)  # refused when described, not at the first call
-    if jvp is not None:
-        from ._tangent import check_jvp_kernel, tangent_params
-
-        if kind != "kernel":
-            raise ArgumentError(f"op {desc.label!r}: jvp= applies to kernels only (a Python-function op has none)")
-        check_jvp_kernel(jvp, fn, tangent_params(desc), desc.label)
-    return desc
+        "direct_index": direct_indexing(fn, kind, arrays),
+        "domain": domain,
+        "tid_escapes": tid_escapes,
+        "tiles": tiles,
+        "tile_form": tile_form(fn, arrays) if tiles else ("none", 0, False),
+        "written": written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
+    }
 
 
 def _rule_text(rule: Any) -> str:

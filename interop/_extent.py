@@ -450,3 +450,97 @@ def check_extents(
                 f"wp.tid() dimension {d}, so it must be at least the launch extent {launch[d]} "
                 f"(launch dims {tuple(launch)}), got extent {shape[k]} (Warp shape {tuple(shape)}); {fix}"
             )
+
+
+# tile builtins whose arguments are per-thread values, not tile coordinates (``wp.tile(x)`` gathers
+# one value per lane; ``wp.untile`` hands one back)
+_PER_THREAD_TILE_CALLS = {"tile", "untile"}
+
+
+def _call_name(node: ast.Call) -> str:
+    f = node.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+
+
+def tile_form(fn: Any, arrays: Sequence[tuple[str, int]]) -> tuple[str, int, bool]:
+    """The launch a tile kernel is written for, read from how it uses ``wp.tid()``.
+
+    - ``"threads"``: a thread index that indexes array elements, as any kernel's does, and is not
+      a tile coordinate (Warp's n-body example: ``i = wp.tid()`` then ``pos[i]``, tiles loaded at
+      offsets of the loop counter): launched as ``wp.launch(kernel, dim, block_dim)``.
+    - ``"tiled"``: thread indices that read tile coordinates (``wp.tile_load(x[i], ...)``,
+      ``offset=i * TILE``, directly or through locals computed from them): launched as
+      ``wp.launch_tiled(kernel, dim=grid, block_dim)``, the grid then the block's lanes.
+    - ``"none"``: no ``wp.tid()`` at all: one block per element of the grid it is given.
+
+    Returns:
+        ``(form, n, lane)``: ``n`` values ``wp.tid()`` returns; ``lane`` says the last of them is
+        the block's lane (a ``"tiled"`` kernel whose last thread index is no tile coordinate:
+        ``i, lane = wp.tid()``), so its tile grid has ``n - 1`` dimensions, else ``n``.
+    """
+    tree = getattr(getattr(fn, "adj", None), "tree", None)
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        return "none", 0, False
+    kernel = tree.body[0]
+    stores = _stored_names(kernel)
+    tid: dict[str, int] = {}
+    nt = 0
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Assign) and _thread_indices(node, stores, tid):
+            t = node.targets[0]
+            nt = max(nt, len(t.elts) if isinstance(t, ast.Tuple) else 1)
+        elif _is_tid_call(node):
+            nt = max(nt, 1)
+    if nt == 0:
+        return "none", 0, False
+    # locals computed from thread indices carry their launch dims (``offset = i * TILE``)
+    derived: dict[str, set[int]] = {name: {max(d, 0)} for name, d in tid.items()}
+
+    def dims_of(e: ast.AST) -> set[int]:
+        out: set[int] = set()
+        for n in ast.walk(e):
+            if isinstance(n, ast.Name) and n.id in derived:
+                out |= derived[n.id]
+            elif _is_tid_call(n):
+                out.add(0)
+        return out
+
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(kernel):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                if isinstance(node, ast.Assign) and _is_tid_call(node.value):
+                    continue
+                ds = dims_of(node.value)
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    for n in ast.walk(t):
+                        if isinstance(n, ast.Name) and ds and not ds <= derived.get(n.id, set()):
+                            derived[n.id] = derived.get(n.id, set()) | ds
+                            changed = True
+    coords: set[int] = set()
+    inside_tile_calls: set[int] = set()  # ids of nodes within a tile call's arguments
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Call) and _call_name(node).startswith("tile"):
+            if _call_name(node) in _PER_THREAD_TILE_CALLS:
+                continue
+            for a in [*node.args, *(k.value for k in node.keywords)]:
+                coords |= dims_of(a)
+                inside_tile_calls.update(id(n) for n in ast.walk(a))
+    ndims = dict(arrays)
+    elements: set[int] = set()
+    for node in ast.walk(kernel):
+        if id(node) in inside_tile_calls:
+            continue
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in ndims:
+            idx = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if len(idx) == ndims[node.value.id]:
+                elements |= set().union(*(dims_of(e) for e in idx))
+        elif isinstance(node, ast.Call) and _call_name(node) in _ATOMICS and node.args:
+            a = node.args[0]
+            if isinstance(a, ast.Name) and a.id in ndims:
+                elements |= set().union(set(), *(dims_of(e) for e in node.args[1 : 1 + ndims[a.id]]))
+    if elements and not coords:
+        return "threads", nt, False
+    return "tiled", nt, (nt - 1) not in coords

@@ -174,15 +174,19 @@ _watching: set[str] = set()
 class _AfterImport(importlib.abc.MetaPathFinder):
     def __init__(self, name: str):
         self.name = name
+        self._looking = threading.local()  # this thread is inside the find_spec below
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
+        if fullname != self.name or getattr(self._looking, "on", False):
             return None
+        # the hook stays until the module is executed: a lookup alone (importlib.util.find_spec(name),
+        # as libraries check what is installed) returns a spec that is never executed, and must not
+        # use up the one shot (the framework's real import would then load no adapter)
+        self._looking.on = True
         try:
-            sys.meta_path.remove(self)  # one shot; also keeps the find_spec below from recursing
-        except ValueError:
-            return None
-        spec = importlib.util.find_spec(fullname)
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._looking.on = False
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         loader_exec = spec.loader.exec_module
@@ -190,6 +194,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             loader_exec(module)
+            try:
+                sys.meta_path.remove(self)  # one shot: the framework is imported
+            except ValueError:
+                pass
             try:
                 from ._runtime import ensure_init
 

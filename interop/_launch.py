@@ -19,6 +19,7 @@ import warp as wp
 from . import _dtypes
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
+from ._function_calls import FunctionCalls
 from ._plan import check_scalar_value, device_launch_dims, generic_build_error, value_range, vector_components
 from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
 from ._scalar_ref import build_lock, scalar_ref_kernel
@@ -64,8 +65,10 @@ def _set_arrays(descs: dict, current: dict, contiguous: dict, values: Sequence[A
             current[i] = strides
 
 
-class Runner:
-    """Launches one :class:`CallPlan` on any device; caches launch records per device."""
+class Runner(FunctionCalls):
+    """Launches one :class:`CallPlan` on any device; caches launch records per device. A
+    Python-function op's calls and ``wp.Tape`` backward are their own concern
+    (:class:`interop._function_calls.FunctionCalls`)."""
 
     def __init__(self, plan):
         self.plan = plan
@@ -520,112 +523,6 @@ class Runner:
             slot.launch.launch(stream)
         finally:
             slot.lock.release()
-
-    # -- Python-function ops ---------------------------------------------------------
-    def _wp_array(self, device, i: int, v, grad=None, shape=None):
-        ptr, strides = v
-        shape = self.plan.warp_shapes[i] if shape is None else shape
-        a = wp.array(
-            ptr=ptr,
-            dtype=self.plan.types[i],
-            shape=shape,
-            strides=strides,
-            device=device,
-        )
-        if grad is not None:
-            a.grad = grad  # (also sets requires_grad, without allocating a gradient first)
-        return a
-
-    def _function_args(self, device, values, adj=None, scratch_outputs=False):
-        plan = self.plan
-        args = []
-        for p in plan.desc.params:
-            i = p.index
-            if i in self.ref_idx:
-                # a scalar handed over as a 0-d array (a traced JAX value, a Python number JAX made an
-                # operand of, a tensor): the function takes host numbers, so it is read back. On CUDA
-                # that copy waits for the caller's stream (this runs in ordered_warp_work: Warp's
-                # current stream waited on it): one sync per call, the price of a device scalar
-                v = values[i]
-                arr = self._wp_array(device, i, v, shape=(1,))
-                args.append(
-                    arr.numpy()[0].item()
-                    if not _dtypes.split(plan.types[i])[1]
-                    else plan.types[i](*arr.numpy()[0].flatten())
-                )
-                continue
-            if not p.is_array:
-                v = values[i]
-                if i in self.ranged_scalars:
-                    check_scalar_value(plan.desc, p, plan.types[i], v)
-                elif i in self.vec_scalars and type(v) is not plan.types[i]:
-                    v = plan.types[i](*vector_components(plan.desc, p, v))
-                args.append(v)
-                continue
-            g = None
-            if adj is not None and adj[i] is not None:
-                g = self._wp_array(device, i, adj[i])
-                if p.role != "input" and not g.is_contiguous:
-                    # an upstream gradient the tape only reads (e.g. an expanded one): Warp wants a
-                    # gradient laid out like its array, so hand it a packed copy
-                    g = wp.clone(g)
-            if scratch_outputs and p.role != "input":
-                # recompute into scratch: in-out arrays only accumulate (documented rule), so
-                # their adjoint does not depend on the value they held
-                a = wp.zeros(self.plan.warp_shapes[i], dtype=plan.types[i], device=device, requires_grad=g is not None)
-                if g is not None:
-                    a.grad = g
-                args.append(a)
-                continue
-            if values[i] is None:
-                raise ArgumentError(f"op {plan.desc.label!r}: missing array for parameter {p.name!r}")
-            arr = self._wp_array(device, i, values[i])
-            if g is not None and tuple(arr.strides) != tuple(g.strides):
-                # Warp wants a gradient laid out like its array: recompute from a packed copy of a
-                # strided input (the gradient buffer, allocated by the adapter, is packed)
-                arr = wp.clone(arr)
-            if g is not None:
-                arr.grad = g
-            if g is None and p.role == "input" and plan.differentiable[i] and adj is not None:
-                # keep the tape from dropping intermediate gradients: give it a throwaway buffer
-                # (laid out like the array, as Warp requires: a packed copy of a strided input)
-                if not arr.is_contiguous:
-                    arr = wp.clone(arr)
-                arr.grad = wp.zeros_like(arr)
-            args.append(arr)
-        return args
-
-    def _call_function(self, device, values, stream) -> None:
-        # the function's own wp.launch calls may load modules: one Python-function op at a time.
-        # Its arrays, and whatever it allocates, live in stream order with the caller's stream.
-        with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
-            args = self._function_args(device, values)
-            try:
-                self.plan.kernel(*args)
-            except Exception as e:
-                raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
-
-    def _tape_backward(self, device, values, adj, stream) -> None:
-        asked = [self.plan.desc.params[i].name for i in self.ref_idx if adj is not None and adj[i] is not None]
-        if asked:
-            # only gradients *with respect to* such scalars are unknown; array gradients still work
-            names = ", ".join(asked)
-            raise UnsupportedError(
-                f"op {self.plan.desc.label!r}: gradients with respect to scalar parameters ({names}) of a "
-                "Python-function op are not supported (wp.Tape does not record scalar adjoints); pass the "
-                "scalar as a 1-element array parameter instead"
-            )
-        tape = wp.Tape()
-        # the scratch arrays (recomputed outputs, packed copies, throwaway gradients) are made, used
-        # and freed in stream order with the caller's stream (see ordered_warp_work)
-        with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
-            args = self._function_args(device, values, adj, scratch_outputs=True)
-            try:
-                with tape:
-                    self.plan.kernel(*args)
-                tape.backward()
-            except Exception as e:
-                raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
 
 class _PlainLaunch:

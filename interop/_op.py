@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 import warp as wp
 
-from . import _cache, _structs, _tangent
+from . import _cache, _structs, _tangent, _warp_compat
 from ._description import IN_OUT, OUTPUT, DtypeOf, OpDescription, check_block_dim, describe
 from ._errors import ArgumentError, UnsupportedError
 from ._frameworks import adapter, framework_of, watch_framework_imports
@@ -416,6 +416,7 @@ def op(
         >>> f(np.ones(3, np.float32), np.ones(3, np.float32), 2.0)
         array([3., 3., 3.], dtype=float32)
     """
+    _warp_compat.require_supported()
     desc = describe(
         fn,
         outputs=outputs,

@@ -24,6 +24,7 @@ from ._description import (
     normalize_dims,
     normalize_output_dims,
     tile_launch_given,
+    tile_grid_rank,
 )
 from ._errors import ArgumentError
 from ._warp_compat import type_size_in_bytes
@@ -289,7 +290,8 @@ def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) ->
             f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
         )
     first = arrays[0]
-    domain = desc.domain[:-1] if desc.tiles else desc.domain  # a tile kernel: the tile grid
+    # a wp.launch_tiled kernel: its tile grid (the thread indices but its lane)
+    domain = desc.domain[: tile_grid_rank(desc)] if desc.tiles and desc.tile_form[0] == "tiled" else desc.domain
     if first.ndim == len(domain) and all(any(t[:2] == (first.name, d) for t in ts) for d, ts in enumerate(domain)):
         return tuple(shape_of(first.name))
     names = {p.name for p in arrays}
@@ -329,49 +331,92 @@ def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) ->
 
 
 def tile_launch(desc: OpDescription, ld: tuple | None, shape_of: Any, *, check: bool = True) -> tuple:
-    """The launch dims of a tile kernel call: the tile grid, then the block's lanes, as
-    ``wp.launch_tiled(kernel, dim=grid, block_dim=b)`` launches (``(*grid, b)``), with ``b`` the
-    op's ``block_dim`` or Warp's CUDA default (256). One decision for every device: on the CPU
-    the launch then runs the lanes Warp gives a CPU block (:func:`device_launch_dims`).
+    """The launch dims of a tile kernel call, as Warp's own code launches the kernel (its form is
+    read from the kernel: ``OpDescription.tile_form``; docs/contract.md, "Devices"):
 
-    - No ``launch_dims``: the tile grid is the domain the kernel is written for, read from its
-      thread indices but the last (``i, lane = wp.tid()`` then ``wp.tile_load(x[i], ...)``: one
-      tile per row of ``x``), as :func:`default_launch` reads it.
-    - ``launch_dims`` one shorter than the kernel's thread indices: the tile grid (as
-      ``wp.launch_tiled``'s ``dim``); the lanes are appended.
-    - ``launch_dims`` as long as the thread indices: its last dimension must be the block's
-      lanes; anything else would make a CUDA block span several tiles (only the first computed).
+    - ``"threads"`` (``i = wp.tid()`` indexes array elements and no tile coordinate): as
+      ``wp.launch(kernel, dim, block_dim=b)``: ``launch_dims`` or the domain inferred as for any
+      kernel (:func:`default_launch`); :func:`check_whole_blocks` refuses partial blocks.
+    - ``"tiled"`` (thread indices read tile coordinates): as ``wp.launch_tiled(kernel, dim=grid,
+      block_dim=b)``, ``(*grid, b)``: the grid is ``launch_dims`` (:func:`_blocks.tile_launch_given`)
+      or read from the thread indices but the lane (``i, lane = wp.tid()`` then
+      ``wp.tile_load(x[i], ...)``: one tile per row of ``x``).
+    - ``"none"`` (no ``wp.tid()``): one block per element of ``launch_dims``, which must be given.
+
+    ``b`` is the op's ``block_dim`` or Warp's CUDA default (256), one decision for every device;
+    on the CPU the launch then runs the lanes Warp gives a CPU block (:func:`device_launch_dims`).
 
     Raises:
         ArgumentError naming the op, ``launch_dims`` and ``block_dim``.
     """
+    form = desc.tile_form[0]
+    if form == "threads":
+        return tuple(ld) if ld is not None else tuple(default_launch(desc, shape_of, check=check))
     if ld is not None:
         return tile_launch_given(desc, ld)
     bd = desc.block_dim or CUDA_BLOCK_DIM
-    nd = len(desc.domain)
     why = f"block_dim={desc.block_dim}" if desc.block_dim else f"block_dim unset: Warp's CUDA default {bd}"
-    if nd < 2:
+    if form == "none":
         raise ArgumentError(
-            f"op {desc.label!r}: cannot infer the launch dimensions of a tile kernel whose wp.tid() does not "
-            "name a tile index and a lane (i, lane = wp.tid()); pass launch_dims= with the tile grid (as "
-            f"wp.launch_tiled's dim; the block's {bd} threads are appended, {why})"
+            f"op {desc.label!r}: cannot infer the launch dimensions of a tile kernel without wp.tid(): pass "
+            f"launch_dims= with the number of blocks to run, as wp.launch_tiled's dim (launch_dims=1: one "
+            f"block, as wp.launch(kernel, dim=1) runs it; each block has {bd} threads, {why})"
+        )
+    g = tile_grid_rank(desc)
+    if g == 0:
+        raise ArgumentError(
+            f"op {desc.label!r}: cannot infer the launch dimensions of a tile kernel whose wp.tid() names only "
+            f"the block's lane; pass launch_dims=({bd},) for one block (the full launch, ending with the block's "
+            f"{bd} threads, {why})"
         )
     try:
         grid = default_launch(desc, shape_of, check=check)
     except ArgumentError as e:
         raise ArgumentError(
-            f"{e} (a tile kernel: launch_dims= takes its tile grid, as wp.launch_tiled's dim; the block's "
-            f"{bd} threads are appended, {why})"
+            f"{e} (a tile kernel: launch_dims= takes its tile grid of {g} dim(s), as wp.launch_tiled's dim; "
+            f"the block's {bd} threads are appended, {why})"
         ) from None
     return tuple(grid) + (bd,)
+
+
+def tile_output_dims(desc: OpDescription, launch: tuple) -> tuple[tuple, str]:
+    """The default output dims of a tile kernel call with full launch dims ``launch``, and what
+    they are: a ``wp.launch``-form kernel's launch (one element per thread, as any kernel's), else
+    the tile grid (one element per tile)."""
+    if desc.tile_form[0] == "threads":
+        return tuple(launch), "launch_dims (one element per thread)"
+    return tuple(launch[:-1]) or (1,), "the tile grid (launch_dims without the block's lanes)"
+
+
+def check_whole_blocks(desc: OpDescription, launch: tuple) -> None:
+    """A ``wp.launch``-form tile kernel (``"threads"``) must run whole blocks: on CUDA the threads
+    past the launch's size leave a partial block before its tile operations, which then miss their
+    lanes' share (only the CPU, one lane per block, would be right). Refused on every device."""
+    if not desc.tiles or desc.tile_form[0] != "threads":
+        return
+    total = 1
+    for d in launch:
+        total *= d
+    bd = desc.block_dim or CUDA_BLOCK_DIM
+    if total % bd == 0:
+        return
+    why = f"block_dim={desc.block_dim}" if desc.block_dim else f"block_dim unset: Warp's CUDA default {bd}"
+    fits = next((b for b in (1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1) if total % b == 0), 1)
+    raise ArgumentError(
+        f"op {desc.label!r}: a tile kernel launched one thread per element (wp.tid() indexes its arrays, as "
+        f"wp.launch(kernel, dim, block_dim) runs it) must run whole blocks: launch_dims={tuple(launch)} is "
+        f"{total} threads, not a multiple of the block's {bd} ({why}); on CUDA a partial block's tile "
+        f"operations would miss lanes. Pass block_dim= a divisor of {total} (e.g. block_dim={fits}), or "
+        f"arrays / launch_dims= whose size is a multiple of {bd}"
+    )
 
 
 def device_launch_dims(desc: OpDescription, launch: tuple, device: Any) -> tuple:
     """``launch`` as it runs on ``device``: a tile kernel's lanes are the threads Warp gives one
     block there (on the CPU one, unless ``wp.config.enable_cpu_blocks`` and a ``block_dim``; as
     ``wp.launch_tiled`` resolves them), so each tile is computed once on every device."""
-    if not desc.tiles or not launch:
-        return launch
+    if not desc.tiles or not launch or desc.tile_form[0] == "threads":
+        return launch  # a wp.launch-form tile kernel: Warp's plain launch, block_dim passed on
     lanes = _wpt.block_threads(device, desc.block_dim)
     return launch if lanes == launch[-1] else tuple(launch[:-1]) + (lanes,)
 
@@ -406,10 +451,52 @@ def make_plan(
     n = len(desc.params)
     types: list[Any] = [None] * n
     shapes: list[Any] = [None] * n
+    generic_elem, scalar_refs = _input_types(desc, specs, types, shapes)
+    ld, od = _call_dims(desc, launch_dims, output_dims)
+    _output_types(desc, od, generic_elem, types, shapes)
+    default_dims, source, tile_dims = _default_dims(desc, ld, shapes, extents)
+    for p in desc.output_params:
+        if shapes[p.index] is not None:
+            continue
+        if default_dims is None:
+            raise ArgumentError(
+                f"op {desc.label!r}: cannot size output {p.name!r}: the op has no array input; "
+                "pass launch_dims= (or output_dims=)"
+            )
+        shapes[p.index] = _as_output_shape(desc, p, types[p.index], tuple(default_dims), source)
+    for p in desc.output_params if extents else ():
+        _extent.check_output(desc.label, p.name, shapes[p.index], type_size_in_bytes(types[p.index]))
+    kernel, launch = _kernel_and_launch(desc, default_dims, tile_dims, types, shapes, extents)
+
+    out_specs = []
+    for p in desc.returned_params:
+        scalar, inner = _dtypes.split(types[p.index])
+        out_specs.append(ArraySpec(tuple(shapes[p.index]) + inner, _dtypes.np_dtype(scalar)))
+    diff = tuple(p.differentiable and _dtypes.is_float(_dtypes.split(types[p.index])[0]) for p in desc.params)
+    full = frozenset()
+    if launch is not None and desc.written:
+        full = _extent.fully_written(desc.written, launch, {p.name: shapes[p.index] for p in desc.output_params})
+    zero = tuple(desc.zero_outputs and p.name not in full for p in desc.returned_params)
+    return CallPlan(
+        desc,
+        kernel,
+        launch,
+        tuple(types),
+        tuple(None if s is None else tuple(s) for s in shapes),
+        tuple(out_specs),
+        diff,
+        tuple(scalar_refs),
+        zero,
+    )
+
+
+def _input_types(desc: OpDescription, specs: Sequence[Any], types: list, shapes: list) -> tuple[Any, list]:
+    """Fill ``types`` and ``shapes`` of the call parameters; returns ``(the element type that
+    resolves generic parameters or None, the scalars passed by reference)``. Arrays first: they fix
+    generic types, which the scalars then take."""
     generic_elem = None
     generic_scalar = None
-    # arrays first: they fix generic types
-    for p, spec in zip(call_params, specs):
+    for p, spec in zip(desc.call_params, specs):
         if not p.is_array:
             continue
         if not isinstance(spec, ArraySpec):
@@ -421,7 +508,7 @@ def make_plan(
             generic_elem = elem
             generic_scalar = _dtypes.split(elem)[0]
     scalar_refs = []
-    for p, spec in zip(call_params, specs):
+    for p, spec in zip(desc.call_params, specs):
         if p.is_array:
             continue
         if isinstance(spec, ArraySpec):
@@ -429,8 +516,11 @@ def make_plan(
         types[p.index] = _scalar_type(desc, p, spec, generic_scalar)
         if spec.kind == "ref":
             scalar_refs.append(p.name)
+    return generic_elem, scalar_refs
 
-    # launch dims
+
+def _call_dims(desc: OpDescription, launch_dims: Any, output_dims: Any) -> tuple[Any, Any]:
+    """The call's ``(launch_dims, output_dims)``: the per-call overrides, else the op's."""
     ld = desc.launch_dims if launch_dims is None else normalize_dims(launch_dims, "launch_dims", desc.label)
     if desc.kind == "function" and launch_dims is not None:
         raise ArgumentError(
@@ -440,6 +530,13 @@ def make_plan(
     od = desc.output_dims
     if output_dims is not None:
         od = normalize_output_dims(output_dims, desc.output_params, desc.label)
+    return ld, od
+
+
+def _output_types(desc: OpDescription, od: Any, generic_elem: Any, types: list, shapes: list) -> None:
+    """Fill ``types`` of the pure outputs (declared, by ``output_dtypes=`` rule, or resolved from
+    the generic inputs) and ``shapes`` of those ``output_dims`` sizes."""
+    generic_scalar = None if generic_elem is None else _dtypes.split(generic_elem)[0]
     by_name = dict(od[1]) if od is not None and od[0] == "by_name" else {}
     rules = dict(desc.output_dtypes)
     for p in desc.output_params:
@@ -463,93 +560,62 @@ def make_plan(
         elif p.name in by_name:
             shapes[p.index] = _as_output_shape(desc, p, elem, tuple(by_name[p.name]), f"output_dims[{p.name!r}]")
 
-    first = next((p for p in call_params if p.is_array), None)
-    tile_dims = None
+
+def _default_dims(desc: OpDescription, ld: Any, shapes: list, extents: bool) -> tuple[Any, Any, Any]:
+    """``(the dims an output without output_dims takes, where they come from, the tile launch or
+    None)``: a tile kernel's launch, else ``launch_dims``, else the domain read from the kernel,
+    else (a Python-function op) the first array input's shape."""
+    first = next((p for p in desc.call_params if p.is_array), None)
+    by_param = {p.name: shapes[p.index] for p in desc.call_params if p.is_array}
     if desc.tiles:
-        by_param = {p.name: shapes[p.index] for p in call_params if p.is_array}
-        if ld is None and first is None:
-            raise ArgumentError(
-                f"op {desc.label!r}: cannot infer the launch dimensions: the op has no array input; pass launch_dims="
-            )
         tile_dims = tile_launch(desc, ld, by_param.__getitem__, check=extents)
-        # outputs default to the tile grid (one element per tile)
-        default_dims, source = tile_dims[:-1] or (1,), "the tile grid (launch_dims without the block's lanes)"
-    elif ld is not None:
-        default_dims, source = ld, "launch_dims"
-    elif desc.kind == "kernel":
+        if extents:
+            check_whole_blocks(desc, tile_dims)
+        default_dims, source = tile_output_dims(desc, tile_dims)
+        return default_dims, source, tile_dims
+    if ld is not None:
+        return ld, "launch_dims", None
+    if desc.kind == "kernel":
         unsized = next((p for p in desc.output_params if shapes[p.index] is None), None)
         if first is None and unsized is not None:
             raise ArgumentError(
                 f"op {desc.label!r}: cannot size output {unsized.name!r}: the op has no array input; "
                 "pass launch_dims= (or output_dims=)"
             )
-        by_param = {p.name: shapes[p.index] for p in call_params if p.is_array}
         default_dims = default_launch(desc, by_param.__getitem__, check=extents)
-        source = "the launch dims inferred from the arrays the kernel indexes with wp.tid()"
-    elif first is not None:
-        default_dims, source = tuple(shapes[first.index]), f"the shape of the first array input {first.name!r}"
-    else:
-        default_dims = source = None
-    for p in desc.output_params:
-        if shapes[p.index] is not None:
-            continue
-        if default_dims is None:
-            raise ArgumentError(
-                f"op {desc.label!r}: cannot size output {p.name!r}: the op has no array input; "
-                "pass launch_dims= (or output_dims=)"
-            )
-        shapes[p.index] = _as_output_shape(desc, p, types[p.index], tuple(default_dims), source)
+        return default_dims, "the launch dims inferred from the arrays the kernel indexes with wp.tid()", None
+    if first is not None:
+        return tuple(shapes[first.index]), f"the shape of the first array input {first.name!r}", None
+    return None, None, None
 
-    for p in desc.output_params if extents else ():
-        _extent.check_output(desc.label, p.name, shapes[p.index], type_size_in_bytes(types[p.index]))
-    if desc.kind == "kernel":
-        launch = tuple(default_dims) if tile_dims is None else tile_dims
-        _extent.check_launch(desc.label, launch)
-        if extents:
-            _extent.check_extents(
-                desc.label,
-                desc.direct_index,
-                launch,
-                {p.name: shapes[p.index] for p in desc.params if p.is_array},
-                {p.name: p.role for p in desc.params},
-            )
-        kernel = desc.fn
-        if kernel.is_generic:
-            arg_types = []
-            for p in desc.params:
-                if p.is_array:
-                    arg_types.append(wp.array(dtype=types[p.index], ndim=p.ndim))
-                else:
-                    arg_types.append(types[p.index])
-            kernel = _overload(desc, kernel, arg_types, types)
-    else:
-        launch = None
-        kernel = desc.fn
 
-    out_specs = []
-    for p in desc.returned_params:
-        scalar, inner = _dtypes.split(types[p.index])
-        out_specs.append(ArraySpec(tuple(shapes[p.index]) + inner, _dtypes.np_dtype(scalar)))
-
-    diff = []
-    for p in desc.params:
-        ok = p.differentiable and _dtypes.is_float(_dtypes.split(types[p.index])[0])
-        diff.append(ok)
-    full = frozenset()
-    if launch is not None and desc.written:
-        full = _extent.fully_written(desc.written, launch, {p.name: shapes[p.index] for p in desc.output_params})
-    zero = tuple(desc.zero_outputs and p.name not in full for p in desc.returned_params)
-    return CallPlan(
-        desc,
-        kernel,
-        launch,
-        tuple(types),
-        tuple(None if s is None else tuple(s) for s in shapes),
-        tuple(out_specs),
-        tuple(diff),
-        tuple(scalar_refs),
-        zero,
-    )
+def _kernel_and_launch(
+    desc: OpDescription, default_dims: Any, tile_dims: Any, types: list, shapes: list, extents: bool
+) -> tuple[Any, Any]:
+    """``(the kernel to launch, the launch dims)``: for a kernel, its overload for these types and
+    the launch checked against the arrays' extents; a Python-function op has no launch."""
+    if desc.kind != "kernel":
+        return desc.fn, None
+    launch = tuple(default_dims) if tile_dims is None else tile_dims
+    _extent.check_launch(desc.label, launch)
+    if extents:
+        _extent.check_extents(
+            desc.label,
+            desc.direct_index,
+            launch,
+            {p.name: shapes[p.index] for p in desc.params if p.is_array},
+            {p.name: p.role for p in desc.params},
+        )
+    kernel = desc.fn
+    if kernel.is_generic:
+        arg_types = []
+        for p in desc.params:
+            if p.is_array:
+                arg_types.append(wp.array(dtype=types[p.index], ndim=p.ndim))
+            else:
+                arg_types.append(types[p.index])
+        kernel = _overload(desc, kernel, arg_types, types)
+    return kernel, launch
 
 
 def _overload(desc: OpDescription, kernel: Any, arg_types: list, types: list) -> Any:

@@ -1,6 +1,31 @@
 """Every use of Warp's internals (``warp._src``), in one place.
 
-Checked against warp-lang 1.19.0 (``CHECKED``). Warp has no public equivalent for:
+Checked against warp-lang 1.16.0, 1.17.0, 1.18.0 and 1.19.0 (``CHECKED``), each read from that
+release's own source (``warp/_src/context.py``, ``codegen.py``, ``types.py``, ``native/warp.h``).
+What differs between them, and how this module meets it:
+
+- 1.16-1.19: ``context.invoke`` (the CPU entry point's argument struct), ``wp.Stream``'s fields,
+  ``wp_cuda_launch_kernel``'s native signature (context, kernel, dim, max_blocks, block_dim,
+  grid_stride, cluster_dim, shared memory, args, stream, API-capture info), ``wp_memset_device``,
+  ``ModuleBuilder(module, options)`` / ``build_kernel``, ``runtime._apic_capture``,
+  ``types._ArrayAnnotation`` / ``matches_array_class`` and the ``wp.Launch`` fields read here
+  (``params``, ``params_addr``, ``bounds``, ``hooks``, ``max_blocks``, ``block_dim``,
+  ``grid_stride``, ``cluster_dim``) are the same.
+- ``_raise_cuda_launch_error(kernel, device)`` takes ``(kernel, device, hooks, adjoint)`` from 1.17
+  on (:func:`direct_cuda_launcher` passes what the running Warp takes).
+- ``wp.DeterministicMode`` and deterministic launch records (``det_meta``) are new in 1.19; on
+  1.16-1.18 no kernel is deterministic (:func:`deterministic`).
+- CPU blocks (``wp.config.enable_cpu_blocks``, ``_resolve_launch_block_dim``) are new in 1.18; on
+  1.16 and 1.17 a CPU launch always runs one thread per block, which :func:`block_threads` answers
+  there too.
+- ``Function(..., inline_hint=, adjoint_uses_template_args=)`` are newer keywords this module does
+  not pass.
+
+Below 1.16 the first ``interop.op`` raises (:func:`require_supported`), naming the Warp found and
+the range. A Warp newer than ``CHECKED`` runs the public paths: the direct CPU launch switches
+itself off (one ``RuntimeWarning``) and Warp's own launch replay runs.
+
+Warp has no public equivalent for:
 
 - its type tables (``generic_types``, ``warp_type_to_np_dtype``, ``type_is_generic``, the
   ``Float``/``Int`` generic scalars, ``array_t``, the ctypes array descriptor a launch record
@@ -36,7 +61,7 @@ Also the description's array and struct tests:
   generic overload while planning (:func:`check_kernel_types`), so a body its argument types do
   not fit fails before any tracing or launch; skipped on Warp versions not in ``CHECKED``.
 
-Forward mode (``interop/_tangent.py``):
+Forward mode (``interop/_tangent/``):
 
 - ``context.Function``: the class of ``wp.func`` functions and of Warp's builtins (``is_builtin()``,
   ``key``, ``input_types``, ``adj``, ``custom_grad_func``, ``native_snippet``, ``user_overloads``);
@@ -65,15 +90,31 @@ except ImportError as e:  # pragma: no cover - depends on the installed Warp
     ) from e
 
 #: (major, minor) Warp releases this module was checked against.
-CHECKED = ((1, 19),)
+CHECKED = ((1, 16), (1, 17), (1, 18), (1, 19))
+#: the oldest Warp the package supports (pyproject.toml's floor)
+FLOOR = CHECKED[0]
 VERSION = tuple(int(p) for p in wp.config.version.split(".")[:2] if p.isdigit())
 #: True when the installed Warp is one this module was checked on; else the direct CPU path is off.
 VERIFIED = VERSION in CHECKED
 #: Warp's adjoint of ``a[i] = v`` and of ``wp.atomic_add/sub(a, i, v)`` reads only the gradient
 #: of ``a``, never ``a``'s memory (the forward's stores are not replayed: ``adj_array_store`` and
-#: ``adj_atomic_*`` in warp/native/array.h, checked on the CHECKED versions). So an output that
+#: ``adj_atomic_*`` in warp/native/array.h, the same text in 1.16, 1.17, 1.18 and 1.19). So an output that
 #: a kernel only writes that way need not be kept alive for the backward. Off on other versions.
 ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS = VERIFIED
+
+
+
+def require_supported() -> None:
+    """Raise the package's error when the installed Warp is older than :data:`FLOOR`."""
+    if VERSION < FLOOR:
+        from ._errors import UnsupportedError
+
+        raise UnsupportedError(
+            f"warp-interop supports warp-lang >= {FLOOR[0]}.{FLOOR[1]} (checked on "
+            f"{', '.join(f'{a}.{b}' for a, b in CHECKED)}); the installed warp-lang is {wp.config.version}: "
+            f"pip install 'warp-lang>={FLOOR[0]}.{FLOOR[1]}'"
+        )
+
 
 # -- type tables --------------------------------------------------------------------------
 is_array = _types.is_array
@@ -286,7 +327,8 @@ def deterministic(kernel: Any) -> bool:
     mode = (getattr(kernel, "options", None) or {}).get("deterministic")
     if mode is None:
         mode = (getattr(getattr(kernel, "module", None), "options", None) or {}).get("deterministic")
-    return mode is not None and mode != wp.DeterministicMode.NOT_GUARANTEED
+    modes = getattr(wp, "DeterministicMode", None)  # new in Warp 1.19
+    return mode is not None and modes is not None and mode != modes.NOT_GUARANTEED
 
 
 def module_loaded(kernel: Any, device: Any) -> bool:
@@ -421,6 +463,12 @@ def direct_cuda_launcher(launch: Any) -> Any:
             launch.params_addr,
         )
         raise_error = _context._raise_cuda_launch_error
+        if VERSION < (1, 17):  # (kernel, device) before 1.17
+            _two = raise_error
+
+            def raise_error(kernel, device, hooks, adjoint):
+                _two(kernel, device)
+
     except AttributeError:  # a record of another layout
         return None
     captures = rt.captures
@@ -440,7 +488,7 @@ def direct_cuda_launcher(launch: Any) -> Any:
     return run
 
 
-# -- forward mode (interop/_tangent.py) ------------------------------------------------------
+# -- forward mode (interop/_tangent/) ------------------------------------------------------
 def warp_function_class() -> Any:
     """The class of ``wp.func`` functions and Warp's builtins."""
     return _context.Function

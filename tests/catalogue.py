@@ -178,6 +178,44 @@ def tile_kernel(x: wp.array2d[float], out: wp.array[float]):
     wp.tile_store(out, wp.tile_sum(wp.tile_map(wp.mul, t, t)), offset=i)
 
 
+# a wp.launch-form tile kernel, as Warp's n-body example (examples/tile/example_tile_nbody.py): the
+# thread index i indexes x, and every thread reads all of x through tiles loaded at offsets of a loop
+# counter; Warp launches it wp.launch(kernel, dim=len(x), block_dim=b) (whole blocks only)
+TILE_BODIES = wp.constant(8)
+
+
+@wp.kernel
+def tile_threads_kernel(x: wp.array[float], out: wp.array[float]):
+    i = wp.tid()
+    xi = x[i]
+    acc = float(0.0)
+    for k in range(x.shape[0] / TILE_BODIES):
+        t = wp.tile_load(x, shape=TILE_BODIES, offset=k * TILE_BODIES)
+        for j in range(TILE_BODIES):
+            d = xi - t[j]
+            acc += d * d * xi
+    out[i] = acc
+
+
+# a tile_matmul kernel as Warp's test_tile_matmul.py GEMM: C[i-th row block, j-th column block] =
+# A's row block @ B's column block, one block per tile of C, accumulated over K in TMM_K steps
+TMM_M = wp.constant(4)
+TMM_N = wp.constant(2)
+TMM_K = wp.constant(4)
+
+
+@wp.kernel
+def tile_matmul_kernel(A: wp.array2d(dtype=typing.Any), B: wp.array2d(dtype=typing.Any),
+                       C: wp.array2d(dtype=typing.Any)):  # fmt: skip
+    i, j = wp.tid()
+    acc = wp.tile_zeros(shape=(TMM_M, TMM_N), dtype=A.dtype)
+    for k in range(A.shape[1] / TMM_K):
+        a = wp.tile_load(A, shape=(TMM_M, TMM_K), offset=(i * TMM_M, k * TMM_K))
+        b = wp.tile_load(B, shape=(TMM_K, TMM_N), offset=(k * TMM_K, j * TMM_N))
+        wp.tile_matmul(a, b, acc)
+    wp.tile_store(C, acc, offset=(i * TMM_M, j * TMM_N))
+
+
 # ---- float64 twins (gradcheck and finite differences in float64) and other shared kernels ----------
 @wp.kernel
 def vec3d_kernel(a: wp.array(dtype=wp.vec3d), b: wp.array(dtype=wp.vec3d), out: wp.array(dtype=wp.vec3d)):
@@ -1149,6 +1187,17 @@ class PropertyOp:
     # a tile kernel's threads per block: the reference launches it as wp.launch_tiled(fn, dim=launch,
     # block_dim=...) does, ``launch`` being the tile grid (docs/contract.md, "Devices")
     block_dim: int | None = None
+    # the launch is not read from the arrays (a tile grid Warp's users pass to wp.launch_tiled) and the
+    # outputs are not shaped like it: each call passes launch_dims and output_dims=out_shape(launch)
+    explicit_dims: bool = False
+
+    @property
+    def tile_launch(self) -> str | None:
+        """How Warp launches this tile kernel: "threads" (``wp.launch(dim, block_dim)``, the thread
+        index indexes the arrays) or "tiled" (``wp.launch_tiled``); None for a plain kernel."""
+        if self.block_dim is None:
+            return None
+        return "threads" if self.op.description.tile_form[0] == "threads" else "tiled"
 
     @property
     def kind(self) -> str:
@@ -1227,6 +1276,8 @@ def _rows(n, m):
 
 
 tile_rows_op = interop.op(tile_kernel, block_dim=TILE_BLOCK, name="catalogue::tile_rows")
+tile_threads_op = interop.op(tile_threads_kernel, block_dim=TILE_BODIES, name="catalogue::tile_threads")
+tile_matmul_op = interop.op(tile_matmul_kernel, block_dim=TILE_BLOCK, name="catalogue::tile_matmul")
 
 
 PROPERTY_OPS = [
@@ -1263,5 +1314,17 @@ PROPERTY_OPS = [
     # pointer: a gradient of a strided input is refused, see property_calls.expected_error)
     PropertyOp("tile_rows", tile_rows_op, tile_kernel, ("in", "out"), lambda n, m: ((n, TILE),), lambda n, m: (n,),
                block_dim=TILE_BLOCK),
+    # a wp.launch-form tile kernel (Warp's n-body example): n * TILE_BODIES bodies, one thread each;
+    # a launch that is not whole blocks (launch_dims, or a per-call block_dim) is refused on every device
+    PropertyOp("tile_threads", tile_threads_op, tile_threads_kernel, ("in", "out"),
+               lambda n, m: ((n * TILE_BODIES,),), lambda n, m: (n * TILE_BODIES,), row_independent=False,
+               block_dim=TILE_BODIES),
+    # tile_matmul over a 2-d tile grid (n, m): A (n*TMM_M, 2*TMM_K) @ B (2*TMM_K, m*TMM_N), in float32
+    # and float64 (a generic kernel); neither the grid nor C's shape is read from the arrays: launch_dims and
+    # output_dims passed with every call, as Warp's own test passes dim= to wp.launch_tiled
+    PropertyOp("tile_matmul", tile_matmul_op, tile_matmul_kernel, ("in", "in", "out"),
+               lambda n, m: ((n * TMM_M, 2 * TMM_K), (2 * TMM_K, m * TMM_N)), lambda n, m: (n, m),
+               out_shape=lambda launch: (launch[0] * TMM_M, launch[1] * TMM_N), dtypes=(np.float32, np.float64),
+               row_independent=False, block_dim=TILE_BLOCK, explicit_dims=True),
 ]  # fmt: skip
 PROPERTY_OP_IDS = [p.id for p in PROPERTY_OPS]

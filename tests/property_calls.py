@@ -9,8 +9,10 @@ NamedTuple, a registered JAX pytree: the array and scalar arguments above are th
 fields), the path (eager, ``torch.no_grad``, ``torch.compile``, ``torch.func``, ``jax.jit``,
 ``jax.vmap``, ``jax.grad``, ``paddle.no_grad``), JAX's x64 mode, ``launch_dims``, and an in-place
 modification of an input after the forward. :func:`run_call` runs it and compares the returned arrays
-and the gradients with Warp itself: ``wp.launch`` (``wp.launch_tiled`` for the tile kernel) and ``wp.Tape``
-on contiguous copies of the values (:func:`warp_reference`). A call that the package documents as refused (:func:`expected_error`) must
+and the gradients with Warp itself: ``wp.launch`` (for a tile kernel the launch Warp's own code gives it:
+``wp.launch_tiled`` over the tile grid, or ``wp.launch(dim, block_dim)`` where the thread index indexes the
+arrays, with the call's ``block_dim``) and ``wp.Tape`` on contiguous copies of the values
+(:func:`warp_reference`). A call that the package documents as refused (:func:`expected_error`) must
 raise that error, naming the op.
 
 The device is one more dimension (issue 31): a call is drawn on the CPU or, where INTEROP_TEST_DEVICES
@@ -290,8 +292,9 @@ PATHS = {
     "cupy": ("eager",),
 }
 # "fwd_grad" (JAX), "func_fwd" (torch): the gradients by forward mode (jax.jacfwd, torch.func.jacfwd
-# of the weighted loss: the generated tangent kernel), for ops that have one (kernels; not tiles, not
-# Python functions); drawn for another op, the reverse-mode path of the same transform instead
+# of the weighted loss: the generated tangent kernel), for ops that have one (kernels; not yet tiles,
+# not Python functions); drawn for a Python-function op, the reverse-mode path of the same transform
+# instead; for a tile kernel without tangent rules, the documented refusal (expected_error)
 # how a struct argument is packed ("warp": a Warp struct instance, whose array fields are Warp arrays
 # over the NumPy memory; every array of that call is then a Warp array)
 PACKINGS = {
@@ -301,6 +304,9 @@ PACKINGS = {
     "paddle": ("dict", "dataclass", "namedtuple"),
     "cupy": ("dict", "dataclass", "namedtuple"),
 }
+#: threads per block a call of a tile op passes (None: the op's own block_dim); sequences change it
+#: between calls, so a cache that ignores it would serve another block size's launch
+TILE_BLOCK_DIMS = (None, 4, 8, 16, 32)
 SEQUENCE_PATHS = {
     "numpy": ("eager",),
     "torch": ("eager", "no_grad", "func_fwd"),
@@ -342,6 +348,7 @@ class Call:
     seed: int = 0
     packing: str | None = None  # struct ops: how each struct argument is packed (PACKINGS)
     device: str = "cpu"  # where the arrays live ("cpu", "cuda"): devices_for(fw)
+    block_dim: int | None = None  # tile ops: block_dim passed per call (None: not passed, the op's)
     leaf_in_out: bool = False  # torch: an in-out that requires grad passed as (a view of) the leaf itself
     notes: list = field(default_factory=list)
 
@@ -360,7 +367,7 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     """One generated call of ``pop`` (drawn from the catalogue's property ops when None) in ``fw``."""
     pop = pop or draw(st.sampled_from(PROPERTY_OPS))
     path = draw(st.sampled_from(paths or PATHS[fw]))
-    if path in ("fwd_grad", "func_fwd") and not has_tangent(pop):
+    if path in ("fwd_grad", "func_fwd") and not has_tangent(pop) and pop.block_dim is None:
         path = "grad" if path == "fwd_grad" else "func_grad"  # (reverse mode instead: the op has no forward mode)
     x64 = fw == "jax" and draw(st.booleans())
     dts = _dtypes(fw, pop, x64)
@@ -430,8 +437,13 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     device = draw(st.sampled_from(devs)) if len(devs) > 1 else devs[0]
     if device != "cpu" and packing == "warp":
         packing = "dict"  # a Warp struct instance over NumPy memory: NumPy lives on the CPU
+    block_dim = None
+    if pop.block_dim is not None and path != "compile":
+        # (not under torch.compile: a per-call block_dim not yet used eagerly fails there, xfail in
+        # test_properties_calls.py test_per_call_block_dim_first_used_under_torch_compile)
+        block_dim = draw(st.sampled_from(TILE_BLOCK_DIMS))
     call = Call(pop, n, m, dtype, tuple(lays), tuple(grads), kind, scalar, path, launch, inplace, x64, batch, vm,
-                seed, packing, device=device, leaf_in_out=leaf_in_out)  # fmt: skip
+                seed, packing, device=device, block_dim=block_dim, leaf_in_out=leaf_in_out)  # fmt: skip
     assume(not _avoided(fw, call))
     return call
 
@@ -475,7 +487,14 @@ def _wp_scalar(dtype, value):
 
 
 def warp_reference(
-    pop: PropertyOp, arrays: list[np.ndarray], dtype, s: float, launch: tuple, weights=None, device: str = "cpu"
+    pop: PropertyOp,
+    arrays: list[np.ndarray],
+    dtype,
+    s: float,
+    launch: tuple,
+    weights=None,
+    device: str = "cpu",
+    block_dim: int | None = None,
 ):
     """(returned arrays, gradients of the array arguments, gradient of the scalar) of one call, by
     ``wp.launch`` (or the Python function) under a ``wp.Tape`` on contiguous copies on ``device`` (the
@@ -504,8 +523,10 @@ def warp_reference(
                     returned.append(a)
         tape = wp.Tape()
         with tape:
-            if pop.block_dim is not None:  # a tile kernel: the tile grid, then the block's lanes
-                wp.launch_tiled(pop.fn, dim=launch, inputs=args, block_dim=pop.block_dim, device=device)
+            if pop.tile_launch == "tiled":  # a tile kernel: the tile grid, then the block's lanes
+                wp.launch_tiled(pop.fn, dim=launch, inputs=args, block_dim=block_dim or pop.block_dim, device=device)
+            elif pop.tile_launch == "threads":  # one thread per element, in blocks (Warp's n-body example)
+                wp.launch(pop.fn, dim=launch, inputs=args, block_dim=block_dim or pop.block_dim, device=device)
             elif pop.kind == "kernel":  # struct kernels: on Warp struct instances of the leaves
                 wp.launch(pop.fn, dim=launch, inputs=pop.kernel_args(args), device=device)
             else:
@@ -601,6 +622,8 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
             v = views[k]
             if v.requires_grad and (v.is_leaf or (v._base is not None and v._base.is_leaf)):
                 return "leaf that requires grad"
+    if partial_block(c):
+        return "must run whole blocks"
     if pop.kind == "function" and c.scalar_kind == "0d_grad" and fw != "numpy":
         # wp.Tape records no scalar adjoint: refused at the call (torch, Paddle) or when JAX asks
         # for the scalar's gradient (issue 33 row c); a JAX path that asks for none (eager, jit: a
@@ -639,6 +662,8 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
             # into the packed gradient the framework gives: refused at the backward (a tile kernel's
             # tile_load, a struct value built from the array; docs/contract.md, docs/structs.md)
             return GRAD_LAYOUT
+    if c.path in ("fwd_grad", "func_fwd") and pop.block_dim is not None and any(c.grads) and not has_tangent(pop):
+        return "no tangent rules for tiles"  # refused when the transform asks for the tangent
     if (
         fw == "torch"
         and c.path in ("func_grad", "func_fwd")
@@ -656,6 +681,30 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
         if sdt is not None and sdt != np.dtype(c.op.scalar_dtype or c.dtype):
             return "scalar dtype"
     return None
+
+
+def partial_block(c: Call) -> bool:
+    """A ``wp.launch``-form tile op's launch that is not whole blocks of the call's ``block_dim``:
+    refused at the call on every device (on CUDA a partial block's tile operations miss lanes), so no
+    reference is launched either."""
+    if c.op.tile_launch != "threads":
+        return False
+    return math.prod(c.launch or c.op.launch(c.n, c.m)) % (c.block_dim or c.op.block_dim) != 0
+
+
+def call_kwargs(c: Call, launch: bool = True) -> dict:
+    """The keyword arguments of the call: ``launch_dims`` (where the call passes it and ``launch``),
+    ``block_dim`` (per call), and for an op whose launch and outputs are not read from its arrays both
+    ``launch_dims`` and ``output_dims`` always (under vmap those of one batch element)."""
+    kw: dict = {}
+    if launch and c.launch:
+        kw["launch_dims"] = c.launch
+    if c.block_dim is not None:
+        kw["block_dim"] = c.block_dim
+    if c.op.explicit_dims:
+        kw["launch_dims"] = c.launch or c.op.launch(c.n, c.m)
+        kw["output_dims"] = c.op.out_shape(kw["launch_dims"])
+    return kw
 
 
 def _jax_scalar_is_array(c: Call) -> bool:
@@ -775,18 +824,24 @@ def run_call(fw: str, c: Call) -> str:
     with _x64(c.x64) if fw == "jax" else contextlib.nullcontext():
         s_arg, s_val = _scalar_value(fw, c)
     want_grad = fw not in ("numpy", "cupy") and (any(c.grads) or c.scalar_kind == "0d_grad")
-    if c.batch:
+    bd = c.block_dim
+    if partial_block(c):  # refused at the call on every device: no reference (Warp's own is undefined on CUDA)
+        want, weights, want_g, want_gs, want_grad = [], None, None, None, False
+    elif c.batch:
         per = [
-            warp_reference(pop, [v[b] for v in values], c.dtype, s_val, launch, device=c.device) for b in range(c.batch)
+            warp_reference(pop, [v[b] for v in values], c.dtype, s_val, launch, device=c.device, block_dim=bd)
+            for b in range(c.batch)
         ]
         want = [np.stack([p[0][k] for p in per]) for k in range(len(per[0][0]))]
         weights, want_g, want_gs = None, None, None
     else:
-        want, _, _ = warp_reference(pop, values, c.dtype, s_val, launch, device=c.device)
+        want, _, _ = warp_reference(pop, values, c.dtype, s_val, launch, device=c.device, block_dim=bd)
         weights = [rng.uniform(0.5, 1.5, w.shape).astype(c.dtype) for w in want]
         want_g, want_gs = None, None
         if want_grad:
-            _, want_g, want_gs = warp_reference(pop, values, c.dtype, s_val, launch, weights, device=c.device)
+            _, want_g, want_gs = warp_reference(
+                pop, values, c.dtype, s_val, launch, weights, device=c.device, block_dim=bd
+            )
     with _x64(c.x64) if fw == "jax" else contextlib.nullcontext():
         out = RUNNERS[fw](c, bases, shapes, s_arg, weights if want_grad else None)
     # a documented refusal
@@ -865,6 +920,7 @@ def describe(c: Call) -> str:
         f"{c.op.id}(n={c.n}, m={c.m}, {np.dtype(c.dtype).name}, layouts=[{lays}], grads={list(map(int, c.grads))}, "
         f"scalar={c.scalar_kind}:{c.scalar}, path={c.path}, launch={c.launch}, inplace={c.inplace}, x64={c.x64}, "
         f"batch={c.batch}, vmap_method={c.vmap_method}, device={c.device}"
+        + (f", block_dim={c.block_dim}" if c.block_dim else "")
         + (f", packing={c.packing}" if c.packing else "")
         + (", leaf_in_out=1)" if c.leaf_in_out else ")")
     )
@@ -885,6 +941,8 @@ def count_call(fw: str, c: Call, outcome: str, source: str = "single calls") -> 
     if c.packing:
         count(fw, "struct packing", c.packing)
     count(fw, "launch_dims", "per call" if c.launch else "default")
+    if c.op.block_dim is not None:
+        count(fw, "tile block_dim", c.block_dim or "the op's")
     if fw in ("torch", "paddle"):
         count(fw, "in-place after forward", c.inplace is not None)
     if fw == "torch" and any(c.grads[k] for k in c.op.in_out):
@@ -933,7 +991,7 @@ def _run_numpy(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     if c.packing == "warp":  # Warp struct instances hold Warp arrays: every array of the call is one
         views = [_warp_view(v, inner) for v, inner in zip(views, pop.inner_ndims())]
     try:
-        r = opf(*pop.call_args(views, s_arg), launch_dims=c.launch)
+        r = opf(*pop.call_args(views, s_arg), **call_kwargs(c))
     except Exception as e:  # noqa: BLE001 - checked by the caller
         o.error = e
         return o
@@ -961,7 +1019,7 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     o = Outcome([])
     views = [view("torch", s, lay, shp) for s, lay, shp in zip(srcs, c.layouts, shapes)]
     o.expected = expected_error("torch", c, views, shapes)
-    kw = {"launch_dims": c.launch} if c.launch else {}
+    kw = call_kwargs(c)
     try:
         if c.path == "no_grad":
             with torch.no_grad():
@@ -975,7 +1033,8 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
             torch.compiler.reset()  # a fresh compile per call: no recompile limit, no cached graph
             r = torch.compile(f, backend="aot_eager", fullgraph=True)(*srcs)
         elif c.path == "vmap":
-            r = torch.func.vmap(lambda *vs: opf(*pop.call_args(list(vs), s_arg)))(*views)
+            vkw = call_kwargs(c, launch=False)
+            r = torch.func.vmap(lambda *vs: opf(*pop.call_args(list(vs), s_arg), **vkw))(*views)
         elif c.path in ("func_grad", "func_fwd"):
             # func_fwd: the same gradients by forward mode (jacfwd of the loss: tangent kernels)
             diff = [k for k in range(len(srcs)) if c.grads[k]]
@@ -1051,7 +1110,7 @@ def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     o = Outcome([])
     views = [view("paddle", s, lay, shp) for s, lay, shp in zip(srcs, c.layouts, shapes)]
     o.expected = expected_error("paddle", c, views, shapes)
-    kw = {"launch_dims": c.launch} if c.launch else {}
+    kw = call_kwargs(c)
     try:
         if c.path == "no_grad":
             with paddle.no_grad():
@@ -1097,7 +1156,7 @@ def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     arrs = [jnp.asarray(b, device=jax_device(c.device)) for b in bases]
     if any(a.dtype != b.dtype for a, b in zip(arrs, bases)):
         raise AssertionError("jax converted an input's dtype: the generator should not make such a call")
-    kw = {"launch_dims": c.launch} if c.launch else {}
+    kw = call_kwargs(c)
     if c.vmap_method:
         kw["vmap_method"] = c.vmap_method
     traced_s = _jax_scalar_is_array(c)
@@ -1174,7 +1233,7 @@ def _run_cupy(c: Call, bases, shapes, s_arg, weights) -> Outcome:
         views = [view("cupy", a, lay, shp) for a, lay, shp in zip(arrs, c.layouts, shapes)]
         o = Outcome([])
         o.expected = expected_error("cupy", c, views, shapes)
-        kw = {"launch_dims": c.launch} if c.launch else {}
+        kw = call_kwargs(c)
         try:
             r = opf(*pop.call_args(views, s_arg), **kw)
         except Exception as e:  # noqa: BLE001

@@ -182,3 +182,82 @@ def test_contract_parameter_order_and_tile_example_runs(tmp_path):
         "print('ok')\n"
     )
     _run_block(code, tmp_path, timeout=300, expect_last="ok")
+
+
+def test_contract_tile_launch_forms_example_runs(tmp_path):
+    """The contract's three tile launch forms (docs/contract.md, "Devices"): wp.launch with a thread
+    index, wp.launch_tiled with the tile grid read or given, no wp.tid() with launch_dims=1."""
+    code = block_after("docs/contract.md", "- **Tile kernels launch as Warp's own code launches them.**")
+    code += (
+        "\nref = wp.zeros(128, dtype=wp.vec3)"
+        "\nwp.launch(step, dim=128, inputs=[pos, np.zeros_like(pos), ref, 128], block_dim=64, device='cpu')"
+        "\nnp.testing.assert_allclose(new_pos, ref.numpy(), rtol=1e-5)"
+        "\nnp.testing.assert_array_equal(sums, [64.0, 64.0, 64.0])"
+        "\nnp.testing.assert_array_equal(same, sums)"
+        "\nnp.testing.assert_array_equal(filled, np.ones(16))\n"
+        "print('ok')\n"
+    )
+    _run_block(code, tmp_path, timeout=300, expect_last="ok")
+
+
+# ---- measured figures come from measurements (issue 45) ---------------------------------------
+def _figures():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_figures", os.path.join(ROOT, "docs", "figures.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+#: (file, the heading of a section that holds measured figures, or None for the whole file)
+MEASURED_SECTIONS = [
+    ("README.md", "## Status"),
+    ("docs/development.md", "## Time of the test command"),
+    ("docs/performance.md", None),
+]
+#: a number with a unit of time, a ratio or a test count: a measurement
+HAND_TYPED = re.compile(r"(?<![\w.^])\d[\d,]*(?:\.\d+)?\s?(?:x|us|ms|s|min|GB/s|passed|failed|skipped|tests)\b")
+
+
+def _section(rel: str, heading: str | None) -> str:
+    text = _text(rel)
+    if heading is None:
+        return text
+    start = text.index(heading + "\n")
+    nxt = re.search(r"^#{1,%d} " % heading.count("#"), text[start + len(heading) :], re.M)
+    return text[start : start + len(heading) + (nxt.start() if nxt else len(text))]
+
+
+def test_every_figure_is_its_measurement():
+    """docs/figures.py writes each figure from its source; none differs from it (a figure edited by
+    hand, or a measurement renewed without `python docs/figures.py`)."""
+    assert _figures().stale() == []
+
+
+@pytest.mark.parametrize("rel, heading", MEASURED_SECTIONS)
+def test_no_hand_typed_figure_where_figures_are_measured(rel, heading):
+    figures = _figures()
+    text = figures.MARKER.sub("", _section(rel, heading))
+    text = re.sub(r"`[^`]*`|\([^)]*\.(?:md|txt|json|png)[^)]*\)", "", text)  # code and links
+    assert HAND_TYPED.findall(text) == [], f"{rel} {heading or ''}: a figure typed by hand; make it a figure marker"
+
+
+def test_measurements_are_not_older_than_the_code_by_more_than_two_weeks():
+    import datetime
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "log", "-1", "--format=%cs", "--", "interop", "adapters"],
+            capture_output=True, text=True, cwd=ROOT, timeout=30,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    if not out:
+        pytest.skip("no git history here (the code's date is unknown)")
+    code = datetime.date.fromisoformat(out)
+    figures = _figures()
+    for source in figures.SOURCES:
+        measured = datetime.date.fromisoformat(figures.load(source)["date"])
+        assert (code - measured).days <= 14, f"{source}: measured {measured}, the code changed {code}; measure again"

@@ -6,6 +6,7 @@ Both names are also taken by unrelated PyPI distributions (Illumina's `interop`,
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -124,15 +125,22 @@ def _package_imports(pkg: str) -> dict[str, set[str]]:
     import ast
 
     d = os.path.join(ROOT, pkg)
-    mods = {f[:-3] for f in os.listdir(d) if f.endswith(".py")}
+    files = {f[:-3]: [os.path.join(d, f)] for f in os.listdir(d) if f.endswith(".py")}
+    for f in os.listdir(d):  # a subpackage is one node: its files' imports of the package (level 2)
+        sub = os.path.join(d, f)
+        if os.path.isfile(os.path.join(sub, "__init__.py")):
+            files[f] = [os.path.join(sub, g) for g in sorted(os.listdir(sub)) if g.endswith(".py")]
+    mods = set(files)
     graph: dict[str, set[str]] = {m: set() for m in mods}
-    for m in mods:
-        with open(os.path.join(d, m + ".py")) as f:
-            tree = ast.parse(f.read())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
-                graph[m].update(n for n in names if n in mods and n != m)
+    for m, paths in files.items():
+        level = 2 if os.path.isdir(os.path.join(d, m)) else 1
+        for path in paths:
+            with open(path) as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level == level:
+                    names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                    graph[m].update(n for n in names if n in mods and n != m)
     return graph
 
 
@@ -159,6 +167,37 @@ def test_core_and_adapters_import_one_way():
     below = {"_description": {"_plan", "_launch", "_op"}, "_plan": {"_launch", "_op"}, "_launch": {"_op"}}
     for mod, higher in below.items():
         assert not core[mod] & higher, f"interop/{mod}.py imports a layer above it: {sorted(core[mod] & higher)}"
+
+
+def test_forward_mode_is_a_subpackage_with_one_front():
+    """Issue 39: forward mode lives in interop/_tangent/; inside, imports run one way (helpers, rules,
+    lower, then the front) and no inner module imports the front back; outside it, code imports the
+    front only (``interop._tangent``), never ``interop._tangent.<inner>``."""
+    import ast
+
+    d = os.path.join(ROOT, "interop", "_tangent")
+    inner = {f[:-3] for f in os.listdir(d) if f.endswith(".py") and f != "__init__.py"}
+    assert inner == {"helpers", "rules", "lower"}, inner
+    order = ["helpers", "rules", "lower"]
+    for m in inner:
+        with open(os.path.join(d, m + ".py")) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module.split(".")[0]] if node.module else [a.name for a in node.names]
+                for n in names:
+                    assert n in inner, f"interop/_tangent/{m}.py imports {n!r} from the front"
+                    assert order.index(n) < order.index(m), f"interop/_tangent/{m}.py imports {n} (above it)"
+    pattern = re.compile(r"_tangent\.(helpers|rules|lower)\b|from \.(helpers|rules|lower) import")
+    for folder in ("interop", "adapters", "tests", "benchmarks", "examples"):
+        for root, _, names in os.walk(os.path.join(ROOT, folder)):
+            if os.path.abspath(root) == os.path.abspath(d):
+                continue
+            for name in names:
+                if name.endswith(".py") and name != "test_imports.py":
+                    with open(os.path.join(root, name)) as f:
+                        hit = pattern.search(f.read())
+                    assert hit is None, f"{os.path.join(root, name)} reaches inside interop/_tangent/: {hit.group(0)}"
 
 
 FRAMEWORK_PACKAGES = ("torch", "jax", "paddle")
@@ -217,3 +256,57 @@ def test_no_framework_module_left_at_the_top_of_adapters():
     left = [f for f in top if f.startswith(tuple(f"_{fw}_" for fw in FRAMEWORK_PACKAGES))]
     assert not left, f"framework modules outside their package: {left}"
     assert not any(f in top for f in ("torch.py", "jax.py", "paddle.py"))
+
+
+def test_a_lookup_of_torch_before_its_import_leaves_the_adapter_hook_armed():
+    """An op described before torch is imported gets torch's operator when torch is imported (the
+    import hook), also where something only looked torch up first (``importlib.util.find_spec``, as
+    libraries check what is installed): the first call inside torch.compile(fullgraph=True) then
+    traces (a lookup used to spend the one-shot hook, and the adapter's first import inside the
+    trace failed: "Dynamo does not know how to enter a RLock context manager")."""
+    pytest.importorskip("torch")
+    out = run_isolated(
+        """
+        import importlib.util
+        sys.path.insert(0, "tests")
+        import interop
+        from catalogue import scale_kernel  # (Warp builds no kernel from code given to python -c)
+
+        op = interop.op(scale_kernel, name="test_imports::scale_after_lookup")
+        importlib.util.find_spec("torch")
+        import torch
+
+        loaded = "adapters.torch" in sys.modules
+        y = torch.compile(lambda a: op(a, 2.0), backend="aot_eager", fullgraph=True)(torch.ones(3))
+        print(json.dumps({"loaded": loaded, "y": y.tolist()}))
+        """
+    )
+    assert out == {"loaded": True, "y": [2.0, 2.0, 2.0]}
+
+
+def test_functions_a_reader_can_hold():
+    """Issue 39 / STYLE.md 14: no function body in interop/ or adapters/ longer than 80 lines after
+    its docstring (a longer one is several named steps), and no class over 500 lines (split by
+    concern)."""
+    import ast
+
+    long = []
+    for folder in ("interop", "adapters"):
+        for root, _, names in os.walk(os.path.join(ROOT, folder)):
+            for name in names:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(root, name)
+                with open(path) as f:
+                    tree = ast.parse(f.read())
+                rel = os.path.relpath(path, ROOT)
+                for node in ast.walk(tree):
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        body = node.body
+                        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                            body = body[1:]
+                        if body and body[-1].end_lineno - body[0].lineno + 1 > 80:
+                            long.append(f"{rel}: {node.name} ({body[-1].end_lineno - body[0].lineno + 1} lines)")
+                    elif isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 500:
+                        long.append(f"{rel}: class {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []

@@ -5,8 +5,9 @@ the forward and the backward, and (where CUDA is present) the device. Layouts an
 each call is compared with ``wp.launch``/``wp.Tape`` on contiguous copies, so a fast path's cache
 that serves a call it should not (a stale hit) fails here.
 
-INTEROP_PROPERTY_EXAMPLES // 4 sequences per framework (about 17 calls each), and // 8 more of the
-kernels with struct parameters, whose packing (tests/property_calls.py) changes between calls too.
+INTEROP_PROPERTY_EXAMPLES // 4 sequences per framework (about 17 calls each), // 8 more of the
+kernels with struct parameters, whose packing (tests/property_calls.py) changes between calls too, and
+// 12 more of the tile ops, whose block_dim changes between calls too.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ def test_sequence_of_changing_struct_calls_equals_warp(fw, data):
     """The structs' packing changes between calls too: a cache keyed on a signature that ignores
     the packing or a field's layout would serve a stale answer."""
     _sequence(fw, data, [p for p in PROPERTY_OPS if p.structs])
+
+
+@pytest.mark.parametrize("fw", CALL_FRAMEWORKS)
+@property_settings(max(1, EXAMPLES // 12))
+@given(data=st.data())
+def test_sequence_of_changing_tile_calls_equals_warp(fw, data):
+    """A tile op's block_dim (per call), tile grid and array sizes change between calls: a cache keyed
+    on a signature that ignores the block size or the grid would serve another launch's answer."""
+    _sequence(fw, data, [p for p in PROPERTY_OPS if p.block_dim is not None])
 
 
 def _sequence(fw, data, ops):

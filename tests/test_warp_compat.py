@@ -7,6 +7,7 @@ import re
 import warnings
 
 import numpy as np
+import pytest
 import warp as wp
 
 import interop
@@ -24,7 +25,7 @@ def _compat_saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, 
 def test_only_the_compat_module_imports_warp_internals():
     offenders = []
     for folder in ("interop", "adapters"):
-        for path in sorted((ROOT / folder).glob("*.py")):
+        for path in sorted((ROOT / folder).rglob("*.py")):
             if path.name == "_warp_compat.py":
                 continue
             if re.search(r"warp\._src|warp\.context|warp\.codegen", path.read_text()):
@@ -68,3 +69,19 @@ def test_direct_path_matches_public_path():
         _compat_saxpy, dim=33, inputs=[wp.array(x, device="cpu"), wp.array(y, device="cpu"), -2.0, out], device="cpu"
     )
     np.testing.assert_array_equal(direct, out.numpy())
+
+
+def test_warp_below_the_floor_is_refused_at_describe_naming_version_and_range(monkeypatch):
+    monkeypatch.setattr(_warp_compat, "VERSION", (1, 15))
+    with pytest.raises(interop.UnsupportedError, match=r"warp-lang >= 1\.16 .*installed warp-lang is \d"):
+        interop.op(_compat_saxpy, name="compat::below_floor")
+
+
+def test_every_supported_warp_is_checked_and_declared():
+    """pyproject.toml's floor is CHECKED's oldest; the nox matrix has a session per CHECKED minor."""
+    text = (ROOT / "pyproject.toml").read_text()
+    floor = re.search(r'"warp-lang>=(\d+)\.(\d+)"', text)
+    assert floor and (int(floor.group(1)), int(floor.group(2))) == _warp_compat.FLOOR == _warp_compat.CHECKED[0]
+    nox_text = (ROOT / "noxfile.py").read_text()
+    for major, minor in _warp_compat.CHECKED:
+        assert f'"{major}.{minor}": "{major}.{minor}.' in nox_text, (major, minor)

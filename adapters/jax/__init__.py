@@ -214,6 +214,9 @@ class JaxOp:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _call(self, args, launch_dims, output_dims, vmap_method, kwargs):
+        """One call: the arguments as operands and a cache key (:meth:`_operands`), the entry of
+        that static configuration (made once), the eager fast path remembered where it applies
+        (:meth:`_remember_fast`), then the entry's jitted call (:meth:`_run`)."""
         desc = self.desc
         if kwargs:
             raise TypeError(unexpected_keywords(desc, kwargs, ("vmap_method",)))
@@ -224,9 +227,6 @@ class JaxOp:
                 f"(outputs are returned, not passed), got {len(args)}"
             )
         args0 = args
-        key_parts = []
-        operands = []
-        traced = False
         if any(p.inner and isinstance(x, (list, tuple)) for p, x in zip(params, args)):
             # a vec/mat value given as components, some of them JAX values (e.g. traced): one operand
             args = tuple(_vector_operand(desc, p, x, args) for p, x in zip(params, args))
@@ -240,18 +240,7 @@ class JaxOp:
             args = tuple(
                 _typed_weak_scalar(desc, p, x, args) if _is_weak_scalar(p, x) else x for p, x in zip(params, args)
             )
-        for p, x in zip(params, args):
-            if _is_jax(x) or _is_scalar_operand(p, x):
-                key_parts.append((x.shape, x.dtype))
-                operands.append(x)
-                traced = traced or _jax_compat.is_tracer(x)
-            elif p.is_array:
-                raise ArgumentError(
-                    f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()} as a JAX array, "
-                    f"got {type(x).__module__}.{type(x).__qualname__}"
-                )
-            else:
-                key_parts.append(_static_scalar_key(desc, p, x))
+        key_parts, operands, traced = self._operands(args)
         key = (
             tuple(key_parts),
             _dims_key(desc, "launch_dims", launch_dims),
@@ -272,25 +261,56 @@ class JaxOp:
             and output_dims is None
             and vmap_method is None
             and len(operands) == len(args)
-            and all(
-                type(x) is _ArrayImpl or (_is_scalar_operand(p, x) and type(x0) in (int, float))
-                for p, x, x0 in zip(params, args, original)
-            )
             and original is args0
         ):
-            # only Python numbers are keyed by their type: the fast path converts them to the dtype
-            # this call gave them (a NumPy array passed in is keyed by nothing else, so never cached)
-            fast_key = tuple(
-                (x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original)
-            )
-            # each Python number: (position, its operand's dtype, the largest finite value a float may have)
-            numbers = tuple(
-                (i, x.dtype, _dtypes.finfo_max(_dtypes.wp_scalar(x.dtype)) if _float_np(x.dtype) else None)
-                for i, x in enumerate(args)
-                if type(x) is not _ArrayImpl
-            )
-            fast = (entry, numbers)
-            _cache.put(self._eager[_x64()], fast_key, fast, _cache.FAST_PATHS_PER_OP)
+            self._remember_fast(entry, args, original)
+        return self._run(entry, operands, traced)
+
+    def _operands(self, args) -> tuple[list, list, bool]:
+        """``(key parts, operands, whether any is traced)``: JAX arrays and scalar operands are
+        operands keyed by shape and dtype; other scalars are static, keyed by value."""
+        desc = self.desc
+        key_parts, operands, traced = [], [], False
+        for p, x in zip(desc.call_params, args):
+            if _is_jax(x) or _is_scalar_operand(p, x):
+                key_parts.append((x.shape, x.dtype))
+                operands.append(x)
+                traced = traced or _jax_compat.is_tracer(x)
+            elif p.is_array:
+                raise ArgumentError(
+                    f"op {desc.label!r}, parameter {p.name!r}: expected {p.expected_text()} as a JAX array, "
+                    f"got {type(x).__module__}.{type(x).__qualname__}"
+                )
+            else:
+                key_parts.append(_static_scalar_key(desc, p, x))
+        return key_parts, operands, traced
+
+    def _remember_fast(self, entry, args, original) -> None:
+        """Remember ``entry`` for the eager fast path where every argument is a concrete JAX array or
+        a Python number for a scalar operand."""
+        params = self.desc.call_params
+        if not all(
+            type(x) is _ArrayImpl or (_is_scalar_operand(p, x) and type(x0) in (int, float))
+            for p, x, x0 in zip(params, args, original)
+        ):
+            return
+        # only Python numbers are keyed by their type: the fast path converts them to the dtype
+        # this call gave them (a NumPy array passed in is keyed by nothing else, so never cached)
+        fast_key = tuple(
+            (x.shape, x.dtype, x.weak_type) if type(x) is _ArrayImpl else type(x0) for x, x0 in zip(args, original)
+        )
+        # each Python number: (position, its operand's dtype, the largest finite value a float may have)
+        numbers = tuple(
+            (i, x.dtype, _dtypes.finfo_max(_dtypes.wp_scalar(x.dtype)) if _float_np(x.dtype) else None)
+            for i, x in enumerate(args)
+            if type(x) is not _ArrayImpl
+        )
+        _cache.put(self._eager[_x64()], fast_key, (entry, numbers), _cache.FAST_PATHS_PER_OP)
+
+    def _run(self, entry, operands, traced: bool):
+        """The entry's call (jitted, or its function while tracing), errors translated: Ctrl-C in a
+        handler as KeyboardInterrupt, a handler's exception as itself, forward mode's refusal."""
+        desc = self.desc
         interrupts = _jax_ffi.interrupts()
         try:
             outs = entry.jitted(*operands) if not traced or _jax_compat.manual_axes() else entry.fn(*operands)

@@ -129,22 +129,8 @@ def _unbatch_aval(a, d):
     return _jax_compat.shaped_array(tuple(a.shape[:d]) + tuple(a.shape[d + 1 :]), a.dtype, a)
 
 
-def _define(prim, base_impl, base_abstract, base_jvp, base_transpose):
-    def impl(*args, **params):
-        levels = params["levels"]
-        if not levels:
-            return base_impl(*args, **params)
-        inner = dict(params, levels=levels[1:])
-        return list(jax.vmap(lambda *a: tuple(impl(*a, **inner)), in_axes=levels[0])(*args))
-
-    def abstract(*avals, **params):
-        sizes = []
-        cur = list(avals)
-        for dims in params["levels"]:
-            sizes.append(next(a.shape[d] for a, d in zip(cur, dims) if d is not None))
-            cur = [_unbatch_aval(a, d) for a, d in zip(cur, dims)]
-        base = base_abstract(*cur, **params)
-        return [_jax_compat.shaped_array(tuple(sizes) + tuple(a.shape), a.dtype, a) for a in base]
+def _batched_jvp(base_jvp):
+    """The JVP rule of a primitive with batch levels: the base rule, vmapped level by level."""
 
     def jvp(primals, tangents, **params):
         levels = params["levels"]
@@ -164,6 +150,14 @@ def _define(prim, base_impl, base_abstract, base_jvp, base_transpose):
             tuple(primals), tuple(tangents[i] for i in live)
         )
         return list(outs), list(touts)
+
+    return jvp
+
+
+def _batched_transpose(base_transpose):
+    """The transpose rule of a primitive with batch levels: the base rule, vmapped level by level
+    over the defined operands and the live cotangents (an unbatched linear input's cotangent summed
+    over the batch)."""
 
     def transpose(cts, *args, **params):
         levels = params["levels"]
@@ -204,6 +198,29 @@ def _define(prim, base_impl, base_abstract, base_jvp, base_transpose):
                 r = next(it)
                 res[i] = jnp.sum(r, axis=0) if d0[i] is None else jnp.moveaxis(r, 0, d0[i])
         return res
+
+    return transpose
+
+
+def _define(prim, base_impl, base_abstract, base_jvp, base_transpose):
+    def impl(*args, **params):
+        levels = params["levels"]
+        if not levels:
+            return base_impl(*args, **params)
+        inner = dict(params, levels=levels[1:])
+        return list(jax.vmap(lambda *a: tuple(impl(*a, **inner)), in_axes=levels[0])(*args))
+
+    def abstract(*avals, **params):
+        sizes = []
+        cur = list(avals)
+        for dims in params["levels"]:
+            sizes.append(next(a.shape[d] for a, d in zip(cur, dims) if d is not None))
+            cur = [_unbatch_aval(a, d) for a, d in zip(cur, dims)]
+        base = base_abstract(*cur, **params)
+        return [_jax_compat.shaped_array(tuple(sizes) + tuple(a.shape), a.dtype, a) for a in base]
+
+    jvp = _batched_jvp(base_jvp)
+    transpose = _batched_transpose(base_transpose)
 
     def batch(args, dims, **params):
         dims = tuple(None if d is _NOT_MAPPED else d for d in dims)

@@ -68,105 +68,133 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         current_stream: the adapter's ``_current_stream(device)`` (CUDA only).
         recorded: the recorded backward, or None for no PyLayer.
     """
-    plan = sig.plan
-    runner = plan.runner
-    nparams = len(plan.desc.params)
-    device = sig.device
-    env: dict[str, Any] = {
-        "go": runner.launcher(device, False),
-        "current_stream": current_stream,
-        "DEVICE": device,
-        "grad_enabled": grad_enabled_c(),
-        "recorded": recorded,
-        "wref": _weakref,
-    }
-    strided = {idx: strides for _, idx, strides in sig.arrays if strides is not None}
-
-    def go_adj(values, adj, stream):
-        # the adjoint's record is built on the first backward (replaces itself in the globals)
-        g = env["go_adj"] = runner.launcher(device, True)
-        return g(values, adj, stream)
-
-    env["go_adj"] = go_adj
-    direct_env(runner, device, strided, env)
-    stream = "current_stream(DEVICE)" if sig.cuda else "None"
-    args = [f"a{i}" for i in range(nargs)]
-    tensors = [f"a{pos}" for pos, _, _ in sig.arrays]
-    scalars = [f"a{pos}" for pos, _ in sig.scalars]
-    ptrs = dict.fromkeys(range(nparams), "0")
-    values = dict.fromkeys(range(nparams), "None")
-    for pos, idx, strides in sig.arrays:
-        ptrs[idx] = f"a{pos}.data_ptr()"
-        if strides is None:
-            values[idx] = f"(a{pos}.data_ptr(), None)"
-        else:
-            env[f"S{idx}"] = strides
-            values[idx] = f"(a{pos}.data_ptr(), S{idx})"
-    for pos, idx in sig.scalars:
-        ptrs[idx] = values[idx] = f"a{pos}"
-
-    # ---- forward body: allocate the outputs, one launch
-    fwd = []
-    rs = []
-    for j, (idx, alloc, how, like) in enumerate(sig.outs):
-        env[f"A{j}"], env[f"H{j}"] = alloc, how
-        fwd.append(f"    r{j} = A{j}(*H{j})" if like is None else f"    r{j} = A{j}(a{like}, *H{j})")
-        ptrs[idx] = f"r{j}.data_ptr()"
-        values[idx] = f"(r{j}.data_ptr(), None)"
-        rs.append(f"r{j}")
-    fallback = f"go([{', '.join(values[i] for i in range(nparams))}], None, {stream})"
-    fwd += direct_lines(runner, device, "DF", ptrs, None, fallback)
-    results = rs[0] if len(rs) == 1 else tuple_text(rs)
-
-    # ---- adjoint body: arguments, results, upstream gradients (outputs' order) -> gradients
-    gs = [f"g{j}" for j in range(len(sig.grad_order))]
-    adj_body = []
-    adj = dict.fromkeys(range(nparams), "0")
-    # an output the adjoint never reads is not kept (sig.kept): its launch pointer is its upstream
-    # gradient's (same shape and dtype; 0 when there is none), never dereferenced
-    kept = [rs[j] for j in sig.kept]
-    for j, (idx, _, _, _) in enumerate(sig.outs):
-        if j not in sig.kept:
-            up = next(k for k, (gidx, _, _) in enumerate(sig.grad_order) if gidx == idx)
-            ptrs[idx] = f"q{up}"
-            values[idx] = f"(q{up}, None)"
-    for j, (idx, _, copy) in enumerate(sig.grad_order):
-        # no upstream gradient (an unused output of several): no pointer; a copy when the
-        # adjoint may accumulate into it; a strided one packed (Warp reads strided arrays slower)
-        if len(sig.outs) > 1:
-            adj_body.append(f"    if g{j} is None:")
-            adj_body.append(f"        q{j} = 0")
-            adj_body.append("    else:")
-            ind = "        "
-        else:  # one output: Paddle materializes its gradient
-            ind = "    "
-        if copy:
-            adj_body.append(f"{ind}g{j} = g{j}.clone()")
-        adj_body.append(f"{ind}if not g{j}.is_contiguous():")
-        adj_body.append(f"{ind}    g{j} = g{j}.contiguous()")
-        adj_body.append(f"{ind}q{j} = g{j}.data_ptr()")
-        adj[idx] = f"q{j}"
-    grads = []
-    for k, ((pos, idx, _), ga) in enumerate(zip(sig.arrays, sig.grad_allocs)):
-        if ga is None:
-            grads.append("None")
-            continue
-        env[f"GA{k}"], env[f"GH{k}"], like = ga
-        call = f"GA{k}(a{pos}, *GH{k})" if like else f"GA{k}(*GH{k})"
-        adj_body.append(f"    t{k} = {call}  # zero-filled: the adjoint accumulates into it")
-        adj[idx] = f"t{k}.data_ptr()"
-        grads.append(f"t{k}")
-    adj_arrays = {i: adj[i] for i in range(nparams) if plan.desc.params[i].is_array or i in runner.ref_idx}
-    # the shared launcher's gradients: (pointer, strides) per array, None for a Python number
-    adj_tuples = ", ".join(adj_tuple_text(adj[i]) if i in adj_arrays else "None" for i in range(nparams))
-    slow = f"go_adj([{', '.join(values[i] for i in range(nparams))}], [{adj_tuples}], {stream})"
-    adj_body += direct_lines(runner, device, "DA", ptrs, adj_arrays, slow)
-    gradients = grads[0] if len(grads) == 1 else tuple_text(grads)
-
-    lines = [f"def forward({', '.join(args)}):", *fwd, f"    return {results}"]
+    w = _SignatureWriter(sig, nargs, current_stream, recorded)
+    fwd, results = w.forward_body()
+    lines = [f"def forward({', '.join(w.args)}):", *fwd, f"    return {results}"]
     names: tuple[str, ...] = ("forward",)
     if recorded is not None:
-        saved = tensors + [f"{r}.detach()" for r in kept]
+        adj_body, gradients = w.adjoint_body()
+        lines += w.layer_forward(fwd)
+        lines += w.layer_backward(adj_body, gradients)
+        names += ("layer_forward", "layer_backward")
+    funcs = _compile_fn("\n".join(lines) + "\n", w.env, names)
+    if recorded is None:
+        return funcs[0], None
+    cls: Any = type(name, (PyLayer,), {"forward": staticmethod(funcs[1]), "backward": staticmethod(funcs[2])})
+    return funcs[0], cls.apply
+
+
+class _SignatureWriter:
+    """Writes :func:`signature_code`'s functions for one signature: the names, pointers and
+    globals (set up once), the forward body, the adjoint body, and the PyLayer's forward (what
+    it saves) and backward (what it restores, then the adjoint or the recorded backward)."""
+
+    def __init__(self, sig, nargs: int, current_stream: Callable, recorded: Callable | None):
+        self.sig = sig
+        plan = sig.plan
+        self.plan, self.runner, self.device = plan, plan.runner, sig.device
+        self.nparams = len(plan.desc.params)
+        runner, device = self.runner, self.device
+        env: dict[str, Any] = {
+            "go": runner.launcher(device, False),
+            "current_stream": current_stream,
+            "DEVICE": device,
+            "grad_enabled": grad_enabled_c(),
+            "recorded": recorded,
+            "wref": _weakref,
+        }
+        self.env = env
+        strided = {idx: strides for _, idx, strides in sig.arrays if strides is not None}
+
+        def go_adj(values, adj, stream):
+            # the adjoint's record is built on the first backward (replaces itself in the globals)
+            g = env["go_adj"] = runner.launcher(device, True)
+            return g(values, adj, stream)
+
+        env["go_adj"] = go_adj
+        direct_env(runner, device, strided, env)
+        self.stream = "current_stream(DEVICE)" if sig.cuda else "None"
+        self.args = [f"a{i}" for i in range(nargs)]
+        self.tensors = [f"a{pos}" for pos, _, _ in sig.arrays]
+        self.scalars = [f"a{pos}" for pos, _ in sig.scalars]
+        self.ptrs = dict.fromkeys(range(self.nparams), "0")
+        self.values = dict.fromkeys(range(self.nparams), "None")
+        for pos, idx, strides in sig.arrays:
+            self.ptrs[idx] = f"a{pos}.data_ptr()"
+            if strides is None:
+                self.values[idx] = f"(a{pos}.data_ptr(), None)"
+            else:
+                env[f"S{idx}"] = strides
+                self.values[idx] = f"(a{pos}.data_ptr(), S{idx})"
+        for pos, idx in sig.scalars:
+            self.ptrs[idx] = self.values[idx] = f"a{pos}"
+        self.rs: list[str] = []
+
+    def forward_body(self) -> tuple[list[str], str]:
+        """Allocate the outputs, one launch; the lines and the results expression."""
+        sig, ptrs, values, nparams = self.sig, self.ptrs, self.values, self.nparams
+        fwd = []
+        for j, (idx, alloc, how, like) in enumerate(sig.outs):
+            self.env[f"A{j}"], self.env[f"H{j}"] = alloc, how
+            fwd.append(f"    r{j} = A{j}(*H{j})" if like is None else f"    r{j} = A{j}(a{like}, *H{j})")
+            ptrs[idx] = f"r{j}.data_ptr()"
+            values[idx] = f"(r{j}.data_ptr(), None)"
+            self.rs.append(f"r{j}")
+        fallback = f"go([{', '.join(values[i] for i in range(nparams))}], None, {self.stream})"
+        fwd += direct_lines(self.runner, self.device, "DF", ptrs, None, fallback)
+        return fwd, self.rs[0] if len(self.rs) == 1 else tuple_text(self.rs)
+
+    def adjoint_body(self) -> tuple[list[str], str]:
+        """Arguments, results, upstream gradients (outputs' order) -> gradients: the lines and the
+        gradients expression."""
+        sig, ptrs, values, nparams, env = self.sig, self.ptrs, self.values, self.nparams, self.env
+        adj_body = []
+        adj = dict.fromkeys(range(nparams), "0")
+        # an output the adjoint never reads is not kept (sig.kept): its launch pointer is its upstream
+        # gradient's (same shape and dtype; 0 when there is none), never dereferenced
+        for j, (idx, _, _, _) in enumerate(sig.outs):
+            if j not in sig.kept:
+                up = next(k for k, (gidx, _, _) in enumerate(sig.grad_order) if gidx == idx)
+                ptrs[idx] = f"q{up}"
+                values[idx] = f"(q{up}, None)"
+        for j, (idx, _, copy) in enumerate(sig.grad_order):
+            # no upstream gradient (an unused output of several): no pointer; a copy when the
+            # adjoint may accumulate into it; a strided one packed (Warp reads strided arrays slower)
+            if len(sig.outs) > 1:
+                adj_body.append(f"    if g{j} is None:")
+                adj_body.append(f"        q{j} = 0")
+                adj_body.append("    else:")
+                ind = "        "
+            else:  # one output: Paddle materializes its gradient
+                ind = "    "
+            if copy:
+                adj_body.append(f"{ind}g{j} = g{j}.clone()")
+            adj_body.append(f"{ind}if not g{j}.is_contiguous():")
+            adj_body.append(f"{ind}    g{j} = g{j}.contiguous()")
+            adj_body.append(f"{ind}q{j} = g{j}.data_ptr()")
+            adj[idx] = f"q{j}"
+        grads = []
+        for k, ((pos, idx, _), ga) in enumerate(zip(sig.arrays, sig.grad_allocs)):
+            if ga is None:
+                grads.append("None")
+                continue
+            env[f"GA{k}"], env[f"GH{k}"], like = ga
+            call = f"GA{k}(a{pos}, *GH{k})" if like else f"GA{k}(*GH{k})"
+            adj_body.append(f"    t{k} = {call}  # zero-filled: the adjoint accumulates into it")
+            adj[idx] = f"t{k}.data_ptr()"
+            grads.append(f"t{k}")
+        runner = self.runner
+        adj_arrays = {i: adj[i] for i in range(nparams) if self.plan.desc.params[i].is_array or i in runner.ref_idx}
+        # the shared launcher's gradients: (pointer, strides) per array, None for a Python number
+        adj_tuples = ", ".join(adj_tuple_text(adj[i]) if i in adj_arrays else "None" for i in range(nparams))
+        slow = f"go_adj([{', '.join(values[i] for i in range(nparams))}], [{adj_tuples}], {self.stream})"
+        adj_body += direct_lines(runner, self.device, "DA", ptrs, adj_arrays, slow)
+        return adj_body, grads[0] if len(grads) == 1 else tuple_text(grads)
+
+    def _saved(self) -> tuple[list[str], list[str], list[str]]:
+        """``(what the PyLayer saves, the in-place version names, the numbers saved first)``."""
+        kept = [self.rs[j] for j in self.sig.kept]
+        saved = self.tensors + [f"{r}.detach()" for r in kept]
         # Paddle checks no version of what a PyLayer saves: the node records the in-place version
         # of each tensor it keeps (a detached alias shares its tensor's counter), and its backward
         # refuses one modified in place since (plain Paddle's and torch's rule: the gradient would
@@ -174,16 +202,22 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         # (CONTEXT_DIRECT) and no saved-tensor hooks are active: there the backward gets the
         # very tensors the forward saved (a hook may hand back copies, with counters of their own)
         vers = [f"v{k}" for k in range(len(saved))] if CONTEXT_DIRECT else []
+        return saved, vers, vers + self.scalars
+
+    def layer_forward(self, fwd: list[str]) -> list[str]:
+        """The PyLayer's forward: the forward body inlined, then what the backward needs saved."""
+        sig, env, rs, scalars = self.sig, self.env, self.rs, self.scalars
+        kept = [rs[j] for j in sig.kept]
+        saved, vers, numbers = self._saved()
         env["modified"] = modified_in_place_error
-        params = plan.desc.params
-        env["LABEL"] = plan.desc.label
+        params = self.plan.desc.params
+        env["LABEL"] = self.plan.desc.label
         env["SAVED_NAMES"] = tuple(
             [f"parameter {params[idx].name!r}" for _, idx, _ in sig.arrays]
             + [f"output {params[sig.outs[j][0]].name!r}" for j in sig.kept]
         )
-        numbers = vers + scalars
-        lines += [f"def layer_forward(ctx, {', '.join(args)}):", *fwd]
-        lines += [f"    {v} = {t}._inplace_version()" for v, t in zip(vers, tensors + kept)]
+        lines = [f"def layer_forward(ctx, {', '.join(self.args)}):", *fwd]
+        lines += [f"    {v} = {t}._inplace_version()" for v, t in zip(vers, self.tensors + kept)]
         if not CONTEXT_DIRECT:  # the context's methods, the numbers its attributes
             if len(rs) > 1:  # an unused output's upstream gradient stays None (no pointer passed)
                 lines.append("    ctx.set_materialize_grads(False)")
@@ -208,7 +242,17 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         # after the outputs (no gradient: not a tensor), a weak reference to the node's context
         # for the gradient hook the op's call registers (second_backward_guard, adapters/paddle/__init__.py)
         lines.append(f"    return {tuple_text(rs + ['wref(ctx)'])}")
-        lines.append(f"def layer_backward(ctx, {', '.join(gs)}):")
+        return lines
+
+    def layer_backward(self, adj_body: list[str], gradients: str) -> list[str]:
+        """The PyLayer's backward: what the forward saved restored (refusing a saved tensor modified
+        in place since), then the recorded backward under grad mode, else the adjoint body."""
+        sig, scalars, args = self.sig, self.scalars, self.args
+        kept = [self.rs[j] for j in sig.kept]
+        gs = [f"g{j}" for j in range(len(sig.grad_order))]
+        saved, vers, numbers = self._saved()
+        tensors = self.tensors
+        lines = [f"def layer_backward(ctx, {', '.join(gs)}):"]
         unpack = "".join(t + ", " for t in tensors + kept)
         if not CONTEXT_DIRECT:
             lines.append(f"    {unpack}= ctx.saved_tensor()")
@@ -229,12 +273,7 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         lines.append(f"        return recorded({tuple_text(args)}, {tuple_text(tensors + kept)}, {tuple_text(gs)})")
         lines += adj_body
         lines.append(f"    return {gradients}")
-        names += ("layer_forward", "layer_backward")
-    funcs = _compile_fn("\n".join(lines) + "\n", env, names)
-    if recorded is None:
-        return funcs[0], None
-    cls: Any = type(name, (PyLayer,), {"forward": staticmethod(funcs[1]), "backward": staticmethod(funcs[2])})
-    return funcs[0], cls.apply
+        return lines
 
 
 def modified_in_place_error(label: str, names: tuple, tensors: tuple, versions: tuple) -> RuntimeError:

@@ -212,6 +212,9 @@ def _scalar_args(b: _Binding, args: Sequence[Any]) -> tuple[tuple, list]:
 
 
 def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functional: bool) -> Any:
+    """One call of ``op`` with torch tensors: checked, then run by the eager fast path, the
+    autograd.Function (transforms, forward mode) or the registered operator; in-out tensors
+    updated in place unless ``functional``."""
     if torch.compiler.is_compiling() and forward_ad_active():
         # Dynamo cannot trace an autograd.Function's jvp rule: the call leaves the graph (a graph
         # break; under torch.func.jvp/jacfwd/hessian the whole transform then runs eagerly)
@@ -226,55 +229,16 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
             f"(outputs are returned, not passed), got {len(args)}"
         )
     mask, sargs = _scalar_args(b, args)
-    grad = False
-    device = None
-    dev_pos = None
-    for pos in range(b.ncall):
-        x = args[pos]
-        if isinstance(x, torch.Tensor):
-            _check_tensor(b, b.call_params[pos], x)
-            if device is None:
-                device, dev_pos = x.device, pos
-            elif x.device != device:
-                raise ArgumentError(
-                    f"op {b.label!r}: parameter {b.call_params[dev_pos].name!r} is on {device} but parameter "
-                    f"{b.call_params[pos].name!r} is on {x.device}; move them to one device"
-                )
-            if x.requires_grad:
-                grad = True
-        elif b.call_params[pos].is_array:
-            p = b.call_params[pos]
-            raise ArgumentError(
-                f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a tensor), got {type(x).__name__}"
-            )
-    grad = grad and torch.is_grad_enabled()
+    device, grad = _tensor_args(b, args)
     if functional and not grad and torch.is_grad_enabled() and functorch_grad_levels():
         # forward mode's calls inside a vmap inside a reverse-mode transform (jacrev(jacfwd(f))): the
         # batched tensors hide that the transform tracks them; the Function serves both cases
         grad = True
     if grad:
         _check_grad_supported(b, args)
-    ld = _sym_dims(launch_dims, "launch_dims", b.label)
-    if ld is not None and b.desc.kind == "function":
-        raise ArgumentError(
-            f"op {b.label!r}: launch_dims does not apply to a Python-function op (it launches its own kernels); "
-            "use output_dims to size its outputs"
-        )
-    if ld is not None or output_dims is not None:
-        sargs.append(ld)
-        sargs.extend(_normalize_output_dims(b, output_dims))
+    _append_call_dims(b, launch_dims, output_dims, sargs)
     qual = base if mask == b.base_mask else _resolve(op, mask, "functional")
-    # plain eager work on real memory skips the dispatcher (see _eager_forward); meta tensors
-    # and other devices reach the operator (its fake implementation, or its error)
-    eager = (device is None or device.type in _EAGER_DEVICES) and plain_eager(args)
-    if eager and any_wrapped(args):
-        # a tensor kept from inside a torch.func transform that has exited (a "dead" wrapper, no
-        # storage of its own): torch's operators read the tensor inside it, so does the fast path
-        args, sargs = unwrap_dead(args), unwrap_dead(sargs)
-    if eager and any(isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj()) for x in args):
-        # a lazily negated/conjugated view (z.conj().imag): its memory holds other values than the
-        # tensor's; the operator's dispatcher resolves it before the kernel runs
-        eager = False
+    eager, args, sargs = _eager_path(device, args, sargs)
     # forward-mode AD: the operator would drop the tangents; the Function's jvp computes them
     forward_ad = not eager and forward_ad_active()
     # an in-out DTensor: the functional operator and a copy_ into it, which DTensor redistributes
@@ -304,6 +268,68 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
         res = _OVERLOADS[qual](*sargs)
     if not b.inout_pos or functional:
         return res
+    return _update_in_out(b, args, res)
+
+
+def _tensor_args(b: _Binding, args: Sequence[Any]) -> tuple[Any, bool]:
+    """``(the tensors' device or None, whether a gradient is asked)``; refuses a tensor the op
+    cannot read, tensors on two devices, and a non-tensor for an array parameter."""
+    grad = False
+    device = None
+    dev_pos = None
+    for pos in range(b.ncall):
+        x = args[pos]
+        if isinstance(x, torch.Tensor):
+            _check_tensor(b, b.call_params[pos], x)
+            if device is None:
+                device, dev_pos = x.device, pos
+            elif x.device != device:
+                raise ArgumentError(
+                    f"op {b.label!r}: parameter {b.call_params[dev_pos].name!r} is on {device} but parameter "
+                    f"{b.call_params[pos].name!r} is on {x.device}; move them to one device"
+                )
+            if x.requires_grad:
+                grad = True
+        elif b.call_params[pos].is_array:
+            p = b.call_params[pos]
+            raise ArgumentError(
+                f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()} (a tensor), got {type(x).__name__}"
+            )
+    return device, grad and torch.is_grad_enabled()
+
+
+def _append_call_dims(b: _Binding, launch_dims: Any, output_dims: Any, sargs: list) -> None:
+    """Append the per-call ``launch_dims`` and ``output_dims`` to the operator's arguments."""
+    ld = _sym_dims(launch_dims, "launch_dims", b.label)
+    if ld is not None and b.desc.kind == "function":
+        raise ArgumentError(
+            f"op {b.label!r}: launch_dims does not apply to a Python-function op (it launches its own kernels); "
+            "use output_dims to size its outputs"
+        )
+    if ld is not None or output_dims is not None:
+        sargs.append(ld)
+        sargs.extend(_normalize_output_dims(b, output_dims))
+
+
+def _eager_path(device: Any, args: Sequence[Any], sargs: list) -> tuple[bool, Sequence[Any], list]:
+    """Whether the call is plain eager work on real memory that skips the dispatcher (see
+    _eager_forward; meta tensors and other devices reach the operator: its fake implementation,
+    or its error), with the arguments it then reads."""
+    eager = (device is None or device.type in _EAGER_DEVICES) and plain_eager(args)
+    if eager and any_wrapped(args):
+        # a tensor kept from inside a torch.func transform that has exited (a "dead" wrapper, no
+        # storage of its own): torch's operators read the tensor inside it, so does the fast path
+        args, sargs = unwrap_dead(args), unwrap_dead(sargs)
+    if eager and any(isinstance(x, torch.Tensor) and (x.is_neg() or x.is_conj()) for x in args):
+        # a lazily negated/conjugated view (z.conj().imag): its memory holds other values than the
+        # tensor's; the operator's dispatcher resolves it before the kernel runs
+        eager = False
+    return eager, args, sargs
+
+
+def _update_in_out(b: _Binding, args: Sequence[Any], res: Any) -> Any:
+    """The functional operator's results copied into the caller's in-out tensors; the returned
+    arrays in kernel order (the in-out tensors themselves)."""
     res = res if isinstance(res, tuple) else (res,)
     returned = []
     for p, r in zip(b.returned, res):  # kernel order

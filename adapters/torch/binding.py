@@ -19,7 +19,7 @@ from interop import _cache, _dtypes
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import contiguous_strides, external_stream, get_device
-from interop._plan import ArraySpec, ScalarSpec, check_layout, default_launch
+from interop._plan import ArraySpec, ScalarSpec, check_layout, default_launch, tile_launch, tile_output_dims
 from interop._warp_compat import type_size_in_bytes
 
 from .._common import EagerFramework
@@ -475,8 +475,21 @@ def _forward_mode_error(b: _Binding) -> UnsupportedError:
     )
 
 
-def _meta_plan(b: _Binding, args: Sequence[Any]):
-    """The plan of a call from the static parts of its specs: dtypes and vec/mat dims (validates them)."""
+def _given_output_dims(b: _Binding, ods: Sequence[Any]) -> dict | None:
+    """The call's per-output ``output_dims`` (those given, as ints; None where none is): the meta plan
+    sizes its outputs as the call does, so a tile kernel whose tile grid has fewer dims than an output
+    (sized by output_dims) is not refused by the fake implementation alone."""
+    given = {
+        p.name: tuple(int(d) for d in od)
+        for p, od in zip(b.outputs, ods)
+        if od is not None and not any(isinstance(d, torch.SymInt) for d in od)
+    }
+    return given or None
+
+
+def _meta_plan(b: _Binding, args: Sequence[Any], ld: Any = None, output_dims: dict | None = None):
+    """The plan of a call from the static parts of its specs: dtypes and vec/mat dims (validates them);
+    ``ld`` the call's ``launch_dims`` (a tile kernel's launch may need them to be resolved at all)."""
     desc = b.desc
     specs = []
     device = None
@@ -498,7 +511,8 @@ def _meta_plan(b: _Binding, args: Sequence[Any]):
                 )
         else:
             specs.append(_scalar_spec(b, p, x))
-    return b.op.plan(specs, extents=False)  # placeholder shapes: dtypes and vec/mat dims only
+    ld = None if ld is None or any(isinstance(d, torch.SymInt) for d in ld) else tuple(int(d) for d in ld)
+    return b.op.plan(specs, ld, output_dims, extents=False)  # placeholder shapes: dtypes and vec/mat dims only
 
 
 def _scalar_spec(b: _Binding, p: Param, x: Any) -> ScalarSpec:
@@ -544,6 +558,12 @@ def _output_shape(b: _Binding, plan, p: Param, args, ld, od) -> tuple:
     elif desc.output_dims is not None and p.name in dict(desc.output_dims[1]):
         dims = dict(desc.output_dims[1])[p.name]
         source = f"output_dims[{p.name!r}]"
+    elif desc.tiles:
+        # as the plan sizes it: a tile kernel's launch as Warp launches it (the call's launch_dims
+        # taken as the tile grid, or read from the arrays), then one element per tile or per thread
+        given = tuple(ld) if ld is not None else desc.launch_dims
+        launch = tile_launch(desc, given, lambda name: _arg_shape(b, args, name), check=False)
+        dims, source = tile_output_dims(desc, launch)
     else:
         dims = _launch_dims(b, args, ld)
         source = "launch_dims"
@@ -575,9 +595,9 @@ def _make_fake(b: _Binding, mask: tuple, kind: str):
     nout = len(b.outputs)
 
     def fake_forward(*args):
-        plan = _meta_plan(b, args)
         ld = args[n] if len(args) > n else None
         ods = [args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(nout)]
+        plan = _meta_plan(b, args, ld, _given_output_dims(b, ods))
         odmap = {p.name: d for p, d in zip(b.outputs, ods)}
         ref = _fake_device_ref(b, args)
         res = []
@@ -599,7 +619,8 @@ def _make_fake(b: _Binding, mask: tuple, kind: str):
         return res[0] if len(res) == 1 else tuple(res)
 
     def fake_backward(*args):
-        _meta_plan(b, args)
+        # (..., launch_dims, output_dims per output, needs): see _Binding.schema
+        _meta_plan(b, args, args[-2 - nout], _given_output_dims(b, args[-1 - nout : -1]))
         needs = args[-1]
         return [args[i].new_empty(args[i].shape) for i in range(n) if needs[i]]
 

@@ -95,123 +95,149 @@ def _bodies(
     (``interop._launch.direct_lines``); on CUDA, or while that record is busy in another
     thread, it calls the plan's shared recorded launch (``go``).
     """
-    nparams = len(b.desc.params)
-    runner, wdev = e.runner, e.wdev
-    arrays = {idx: (pos, strides) for idx, pos, strides in e.arrays}
-    scalars = {idx: (pos, conv) for idx, pos, conv in e.scalars}
-    strided = {idx: strides for idx, (pos, strides) in arrays.items() if strides is not None}
-    # a launch reads a returned parameter from its result tensor, which is contiguous, never from
-    # the caller's (perhaps strided) in-out: the functional forward writes a fresh copy (the
-    # mutable forward alone writes the caller's tensor), and the adjoint reads the results
-    returned = {p.index for p in b.returned}
-    fwd_strided = strided if kind == "mutable" else {i: s for i, s in strided.items() if i not in returned}
-    adj_strided = {i: s for i, s in strided.items() if i not in returned}
-    env.update(
-        {
-            "zeros": torch.zeros,
-            "empty": torch.empty,
-            "zeros_like": torch.zeros_like,
-            "empty_like": torch.empty_like,
-            "contiguous": torch.contiguous_format,
-            "tdev": e.tdev,
-            "pointer": pointer,
-            "desc": b.desc,
-            "go": e.launcher(False) if kind != "backward" else None,
-        }
-    )
+    w = _BodyWriter(b, e, kind, pointer, env)
+    fwd_lines, results_expr = w.forward()
+    adj_lines, grads = w.adjoint(share_zeros)
+    return fwd_lines, results_expr, adj_lines, grads
 
-    def go_adj(values, adj, stream):
-        # the adjoint's record is built on the first backward; from then on the generated code
-        # calls it directly (this function replaces itself in the code's globals)
-        g = env["go_adj"] = e.launcher(True)
-        return g(values, adj, stream)
 
-    env["go_adj"] = go_adj
-    direct_env(runner, wdev, fwd_strided, env, adj_strided)
+class _BodyWriter:
+    """Writes :func:`_bodies`' lines for one entry: the names, pointers and globals both bodies use
+    (set up once), then the forward (:meth:`forward`) and the adjoint (:meth:`adjoint`: upstream
+    gradients, gradient buffers, the launch)."""
 
-    def ptr(idx: int) -> str:
+    def __init__(self, b, e, kind: str, pointer: Callable, env: dict[str, Any]):
+        self.b, self.e, self.kind, self.env = b, e, kind, env
+        self.nparams = len(b.desc.params)
+        self.runner, self.wdev = e.runner, e.wdev
+        self.arrays = {idx: (pos, strides) for idx, pos, strides in e.arrays}
+        self.scalars = {idx: (pos, conv) for idx, pos, conv in e.scalars}
+        strided = {idx: strides for idx, (pos, strides) in self.arrays.items() if strides is not None}
+        # a launch reads a returned parameter from its result tensor, which is contiguous, never from
+        # the caller's (perhaps strided) in-out: the functional forward writes a fresh copy (the
+        # mutable forward alone writes the caller's tensor), and the adjoint reads the results
+        returned = {p.index for p in b.returned}
+        fwd_strided = strided if kind == "mutable" else {i: s for i, s in strided.items() if i not in returned}
+        adj_strided = {i: s for i, s in strided.items() if i not in returned}
+        env.update(
+            {
+                "zeros": torch.zeros,
+                "empty": torch.empty,
+                "zeros_like": torch.zeros_like,
+                "empty_like": torch.empty_like,
+                "contiguous": torch.contiguous_format,
+                "tdev": e.tdev,
+                "pointer": pointer,
+                "desc": b.desc,
+                "go": e.launcher(False) if kind != "backward" else None,
+            }
+        )
+
+        def go_adj(values, adj, stream):
+            # the adjoint's record is built on the first backward; from then on the generated code
+            # calls it directly (this function replaces itself in the code's globals)
+            g = env["go_adj"] = e.launcher(True)
+            return g(values, adj, stream)
+
+        env["go_adj"] = go_adj
+        direct_env(self.runner, self.wdev, fwd_strided, env, adj_strided)
+
+    def ptr(self, idx: int) -> str:
         """Expression of parameter ``idx``'s data pointer (arrays) or value (scalars)."""
-        if idx in arrays:
-            return f"a{arrays[idx][0]}.data_ptr()"
-        if idx in scalars:
-            pos, conv = scalars[idx]
+        if idx in self.arrays:
+            return f"a{self.arrays[idx][0]}.data_ptr()"
+        if idx in self.scalars:
+            pos, conv = self.scalars[idx]
             if conv is None:
                 return f"a{pos}"
-            env[f"C{idx}"] = conv
+            self.env[f"C{idx}"] = conv
             return f"C{idx}(a{pos})"
         return "0"
 
-    def tup(idx: int, p: str) -> str:
+    def tup(self, idx: int, p: str) -> str:
         """The (pointer, strides) pair of the shared launcher ``go`` (or the scalar's value)."""
-        if idx in arrays:
-            strides = arrays[idx][1]
+        if idx in self.arrays:
+            strides = self.arrays[idx][1]
             if strides is None:
                 return f"({p}, None)"
-            env[f"S{idx}"] = strides
+            self.env[f"S{idx}"] = strides
             return f"({p}, S{idx})"
         return p
 
-    def packed(pos: int) -> str:
+    def packed(self, pos: int) -> str:
         # *_like keeps a contiguous argument's layout: name the format only for a strided one
-        return "" if pos in e.contiguous_args else ", memory_format=contiguous"
+        return "" if pos in self.e.contiguous_args else ", memory_format=contiguous"
 
-    # ---- forward
-    like_args = [(pos, shape) for pos, shape in e.like.items()]
-    lines: list[str] = []
-    ptrs = {idx: ptr(idx) for idx in range(nparams)}
-    values = {idx: tup(idx, ptrs[idx]) for idx in range(nparams)}
-    results = []
-    for j, (idx, shape, dtype, role, zfill) in enumerate(e.outs):
-        if role == IN_OUT and kind == "mutable":
-            continue
-        env[f"shape{j}"], env[f"dtype{j}"] = shape, dtype
-        if role == IN_OUT:
-            # functional twin: the new value starts as a copy of the old one
-            pos = b._pos_of_index(idx)
-            lines.append(f"    r{j} = empty(shape{j}, dtype=dtype{j}, device=tdev)")
-            lines.append(f"    r{j}.copy_(a{pos})")
-        else:
-            like = next((pos for pos, s in like_args if s == (shape, dtype)), None)
-            if like is not None:  # the cheapest allocation: like a tensor argument of this shape and dtype
-                alloc = "zeros_like" if zfill else "empty_like"
-                lines.append(f"    r{j} = {alloc}(a{like}{packed(like)})")
+    def forward(self) -> tuple[list[str], str]:
+        """The forward's lines (allocate the results, launch) and its results expression."""
+        b, e, env, kind, nparams = self.b, self.e, self.env, self.kind, self.nparams
+        like_args = [(pos, shape) for pos, shape in e.like.items()]
+        lines: list[str] = []
+        ptrs = {idx: self.ptr(idx) for idx in range(nparams)}
+        values = {idx: self.tup(idx, ptrs[idx]) for idx in range(nparams)}
+        results = []
+        for j, (idx, shape, dtype, role, zfill) in enumerate(e.outs):
+            if role == IN_OUT and kind == "mutable":
+                continue
+            env[f"shape{j}"], env[f"dtype{j}"] = shape, dtype
+            if role == IN_OUT:
+                # functional twin: the new value starts as a copy of the old one
+                pos = b._pos_of_index(idx)
+                lines.append(f"    r{j} = empty(shape{j}, dtype=dtype{j}, device=tdev)")
+                lines.append(f"    r{j}.copy_(a{pos})")
             else:
-                alloc = "zeros" if zfill else "empty"
-                lines.append(f"    r{j} = {alloc}(shape{j}, dtype=dtype{j}, device=tdev)")
-        ptrs[idx] = f"r{j}.data_ptr()"
-        values[idx] = f"(r{j}.data_ptr(), None)"
-        results.append(f"r{j}")
-    fallback = f"go([{', '.join(values[i] for i in range(nparams))}], None, stream)"
-    if kind != "backward":
-        lines += direct_lines(runner, wdev, "DF", ptrs, None, fallback)
-    else:
-        lines.append(f"    {fallback}")
-    fwd_lines, results_expr = lines, (results[0] if len(results) == 1 else tuple_text(results) if results else "None")
-
-    # ---- adjoint: arguments, results, upstream gradients, which gradients are needed
-    lines = []
-    ptrs = {idx: ptr(idx) for idx in range(nparams)}
-    values = {idx: tup(idx, ptrs[idx]) for idx in range(nparams)}
-    general = dict(values)  # results of any layout (the backward operator may be given any)
-    adj = dict.fromkeys(range(nparams), "0")
-    zero: dict[int, str] = {}  # upstream gradients that may be expanded scalars: their flag
-    zstride = dict.fromkeys(range(nparams), "None")  # their strides for the shared launcher
-    unread = runner.unread_outputs  # outputs Warp's adjoint never reads: their gradient's pointer stands in
-    for j, (p, clone) in enumerate(zip(b.returned, b.clone_grads)):
-        env[f"P{j}"] = p
-        env[f"CS{j}"] = e.contiguous_outer[p.index]
-        if p.index in unread:
-            ptrs[p.index] = f"q{j}"
-            values[p.index] = general[p.index] = f"(q{j}, None)"
+                like = next((pos for pos, s in like_args if s == (shape, dtype)), None)
+                if like is not None:  # the cheapest allocation: like a tensor argument of this shape and dtype
+                    alloc = "zeros_like" if zfill else "empty_like"
+                    lines.append(f"    r{j} = {alloc}(a{like}{self.packed(like)})")
+                else:
+                    alloc = "zeros" if zfill else "empty"
+                    lines.append(f"    r{j} = {alloc}(shape{j}, dtype=dtype{j}, device=tdev)")
+            ptrs[idx] = f"r{j}.data_ptr()"
+            values[idx] = f"(r{j}.data_ptr(), None)"
+            results.append(f"r{j}")
+        fallback = f"go([{', '.join(values[i] for i in range(nparams))}], None, stream)"
+        if kind != "backward":
+            lines += direct_lines(self.runner, self.wdev, "DF", ptrs, None, fallback)
         else:
-            ptrs[p.index] = f"r{j}.data_ptr()"
-            values[p.index] = f"(r{j}.data_ptr(), None)"
-            general[p.index] = f"(r{j}.data_ptr(), None) if r{j}.is_contiguous() else pointer(desc, P{j}, r{j}, CS{j})"
+            lines.append(f"    {fallback}")
+        return lines, (results[0] if len(results) == 1 else tuple_text(results) if results else "None")
+
+    def adjoint(self, share_zeros: bool) -> tuple[list[str], str]:
+        """The adjoint's lines (upstream gradients packed or read in place, zero-filled gradient
+        buffers, the launch) and its gradients expression."""
+        nparams = self.nparams
+        lines: list[str] = []
+        ptrs = {idx: self.ptr(idx) for idx in range(nparams)}
+        values = {idx: self.tup(idx, ptrs[idx]) for idx in range(nparams)}
+        general = dict(values)  # results of any layout (the backward operator may be given any)
+        adj = dict.fromkeys(range(nparams), "0")
+        zero: dict[int, str] = {}  # upstream gradients that may be expanded scalars: their flag
+        zstride = dict.fromkeys(range(nparams), "None")  # their strides for the shared launcher
+        unread = self.runner.unread_outputs  # outputs Warp's adjoint never reads: their gradient stands in
+        for j, (p, clone) in enumerate(zip(self.b.returned, self.b.clone_grads)):
+            self.env[f"P{j}"] = p
+            self.env[f"CS{j}"] = self.e.contiguous_outer[p.index]
+            if p.index in unread:
+                ptrs[p.index] = f"q{j}"
+                values[p.index] = general[p.index] = f"(q{j}, None)"
+            else:
+                ptrs[p.index] = f"r{j}.data_ptr()"
+                values[p.index] = f"(r{j}.data_ptr(), None)"
+                general[p.index] = (
+                    f"(r{j}.data_ptr(), None) if r{j}.is_contiguous() else pointer(desc, P{j}, r{j}, CS{j})"
+                )
+            adj[p.index] = self._upstream_gradient(j, p, clone, lines, zero, zstride)
+        grads = self._gradient_buffers(share_zeros, lines, adj)
+        lines += self._launch(ptrs, general, adj, zero, zstride)
+        return lines, tuple_text(grads)
+
+    def _upstream_gradient(self, j: int, p, clone: bool, lines: list, zero: dict, zstride: dict) -> str:
+        """Lines that make upstream gradient ``g<j>`` readable by the adjoint; its pointer's expression."""
         if clone:
             # the adjoint may accumulate into it (the kernel reads this output): a private copy
             lines.append(f"    g{j} = g{j}.clone(memory_format=contiguous)")
-            adj[p.index] = f"g{j}.data_ptr()"
-            continue
+            return f"g{j}.data_ptr()"
         # A strided upstream gradient is copied packed: Warp's adjoint reads a strided array
         # slower than a copy costs. Except an expanded scalar (the gradient of .sum()): on the
         # CPU, up to _READ_EXPANDED_UP_TO elements, the direct launch fills the record's packed
@@ -219,10 +245,11 @@ def _bodies(
         # inside autograd's backward than a torch copy; on CUDA (any size) and in the shared
         # launcher (the CPU's fallback) the adjoint reads it in place with strides 0: no copy
         # kernel, no new memory.
+        e = self.e
         shape = e.outs[j][1]
         scalar_dtype = len(e.contiguous_outer[p.index]) == len(shape)  # no vector/matrix inner dims
         if scalar_dtype and 0 < _numel(shape) and (e.cuda or _numel(shape) <= _READ_EXPANDED_UP_TO):
-            env[f"Z{j}"] = (0,) * len(shape)
+            self.env[f"Z{j}"] = (0,) * len(shape)
             lines.append(f"    if g{j}.is_contiguous():")
             lines.append(f"        z{j} = False")
             lines.append(f"    elif g{j}.stride() == Z{j}:")
@@ -236,60 +263,70 @@ def _bodies(
             lines.append(f"    if not g{j}.is_contiguous():")
             lines.append(f"        g{j} = g{j}.contiguous()")
         lines.append(f"    q{j} = g{j}.data_ptr()")
-        adj[p.index] = f"q{j}"
-    grads = []
-    shared = _shared_zeros(b, e, arrays) if share_zeros and e.tdev.type in SHARED_ZEROS_ON else None
-    if shared is not None:
-        # on CUDA every launch costs the host microseconds: gradients of one dtype needed together
-        # are views of one zero-filled buffer (one fill instead of one per gradient)
-        total, offsets = shared
-        env["ZTOTAL"] = total
-        first = next(iter(offsets))
-        # one split (a C++ call making every piece) rather than a slice and a view per gradient:
-        # each tensor-method call costs the host microseconds on CUDA (the GPU run's profile)
-        sizes, pos, at = [], {}, 0
-        for i, (off, numel, _) in offsets.items():
-            if off > at:
-                sizes.append(off - at)  # alignment padding
-            pos[i] = len(sizes)
-            sizes.append(numel)
-            at = off + numel
-        if total > at:
-            sizes.append(total - at)
-        env["ZSIZES"] = tuple(sizes)
-        lines.append(f"    if {' and '.join(f'n{i}' for i in offsets)}:")
-        lines.append(f"        _p = zeros(ZTOTAL, dtype=a{first}.dtype, device=tdev).split(ZSIZES)")
-        for i, (_off, _size, shape) in offsets.items():
-            if len(shape) == 1:
-                lines.append(f"        t{i} = _p[{pos[i]}]")
+        return f"q{j}"
+
+    def _gradient_buffers(self, share_zeros: bool, lines: list, adj: dict) -> list[str]:
+        """Lines that allocate the zero-filled gradient ``t<i>`` of each array argument that needs
+        one (views of one buffer where ``share_zeros`` applies); the gradients' expressions."""
+        b, e, env, arrays = self.b, self.e, self.env, self.arrays
+        shared = _shared_zeros(b, e, arrays) if share_zeros and e.tdev.type in SHARED_ZEROS_ON else None
+        if shared is not None:
+            # on CUDA every launch costs the host microseconds: gradients of one dtype needed together
+            # are views of one zero-filled buffer (one fill instead of one per gradient)
+            total, offsets = shared
+            env["ZTOTAL"] = total
+            first = next(iter(offsets))
+            # one split (a C++ call making every piece) rather than a slice and a view per gradient:
+            # each tensor-method call costs the host microseconds on CUDA (the GPU run's profile)
+            sizes, pos, at = [], {}, 0
+            for i, (off, numel, _) in offsets.items():
+                if off > at:
+                    sizes.append(off - at)  # alignment padding
+                pos[i] = len(sizes)
+                sizes.append(numel)
+                at = off + numel
+            if total > at:
+                sizes.append(total - at)
+            env["ZSIZES"] = tuple(sizes)
+            lines.append(f"    if {' and '.join(f'n{i}' for i in offsets)}:")
+            lines.append(f"        _p = zeros(ZTOTAL, dtype=a{first}.dtype, device=tdev).split(ZSIZES)")
+            for i, (_off, _size, shape) in offsets.items():
+                if len(shape) == 1:
+                    lines.append(f"        t{i} = _p[{pos[i]}]")
+                else:
+                    env[f"ZS{i}"] = shape
+                    lines.append(f"        t{i} = _p[{pos[i]}].view(ZS{i})")
+            lines.append("    else:")
+            for i in offsets:
+                lines.append(f"        t{i} = zeros_like(a{i}{self.packed(i)}) if n{i} else None")
+        grads = []
+        for i, p in enumerate(b.call_params):
+            if p.index in arrays:  # a Python number has no gradient
+                if shared is None or i not in shared[1]:
+                    lines.append(f"    t{i} = zeros_like(a{i}{self.packed(i)}) if n{i} else None")
+                lines.append(f"    u{i} = t{i}.data_ptr() if n{i} else {adj[p.index]}")
+                adj[p.index] = f"u{i}"
+                grads.append(f"t{i}")
             else:
-                env[f"ZS{i}"] = shape
-                lines.append(f"        t{i} = _p[{pos[i]}].view(ZS{i})")
-        lines.append("    else:")
-        for i in offsets:
-            lines.append(f"        t{i} = zeros_like(a{i}{packed(i)}) if n{i} else None")
-    for i, p in enumerate(b.call_params):
-        if p.index in arrays:  # a Python number has no gradient
-            if shared is None or i not in shared[1]:
-                lines.append(f"    t{i} = zeros_like(a{i}{packed(i)}) if n{i} else None")
-            lines.append(f"    u{i} = t{i}.data_ptr() if n{i} else {adj[p.index]}")
-            adj[p.index] = f"u{i}"
-            grads.append(f"t{i}")
-        else:
-            grads.append("None")
-    array_adj = {i: adj[i] for i in range(nparams) if i in arrays or b.desc.params[i].is_array}
-    # the shared launcher's gradients: (pointer, strides) per array, None for a Python number
-    adj_tuples = ", ".join(adj_tuple_text(adj[i], zstride[i]) if i in array_adj else "None" for i in range(nparams))
-    slow = f"go_adj([{', '.join(general[i] for i in range(nparams))}], [{adj_tuples}], stream)"
-    read = [f"r{j}" for j, p in enumerate(b.returned) if p.index not in unread]
-    if read and runner.can_direct(wdev):
-        lines.append(f"    if {' and '.join(f'{r}.is_contiguous()' for r in read)}:")
-        lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, indent="        ", zero=zero)
-        lines.append("    else:")
-        lines.append(f"        {slow}")
-    else:
-        lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, zero=zero)
-    return fwd_lines, results_expr, lines, tuple_text(grads)
+                grads.append("None")
+        return grads
+
+    def _launch(self, ptrs: dict, general: dict, adj: dict, zero: dict, zstride: dict) -> list[str]:
+        """The adjoint launch's lines: the direct launch where the results are contiguous, else the
+        shared launcher (``go_adj``)."""
+        nparams, runner, wdev = self.nparams, self.runner, self.wdev
+        array_adj = {i: adj[i] for i in range(nparams) if i in self.arrays or self.b.desc.params[i].is_array}
+        # the shared launcher's gradients: (pointer, strides) per array, None for a Python number
+        adj_tuples = ", ".join(adj_tuple_text(adj[i], zstride[i]) if i in array_adj else "None" for i in range(nparams))
+        slow = f"go_adj([{', '.join(general[i] for i in range(nparams))}], [{adj_tuples}], stream)"
+        read = [f"r{j}" for j, p in enumerate(self.b.returned) if p.index not in runner.unread_outputs]
+        if read and runner.can_direct(wdev):
+            lines = [f"    if {' and '.join(f'{r}.is_contiguous()' for r in read)}:"]
+            lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, indent="        ", zero=zero)
+            lines.append("    else:")
+            lines.append(f"        {slow}")
+            return lines
+        return direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, zero=zero)
 
 
 #: device types whose gradients of one dtype share one zero-filled buffer (see _bodies); on the CPU a

@@ -8,7 +8,7 @@ Every rule is written in Warp's own language, so Warp can differentiate the tang
 (``native/builtin.h``: ``adj_min``, ``adj_max``, ``adj_clamp``, ``adj_abs``, ``adj_length``), so
 forward and reverse mode agree at kinks too.
 
-The rules' names for Warp and for the helpers (:mod:`interop._tangent_helpers`) are reserved in the generated kernel's
+The rules' names for Warp and for the helpers (:mod:`interop._tangent.helpers`) are reserved in the generated kernel's
 namespace: ``_interop_wp`` (the ``warp`` module) and ``_interop_*``.
 
 Builtins that have no rule here are refused by the generator when an argument carries a tangent
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ._tangent_helpers import EXPANSIONS, HELPERS  # noqa: F401 (read by the generator as R.EXPANSIONS, R.HELPERS)
+from .helpers import EXPANSIONS, HELPERS  # noqa: F401 (read by the generator as R.EXPANSIONS, R.HELPERS)
 
 W = "_interop_wp"
 Arg = tuple[str, str | None]

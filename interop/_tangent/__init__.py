@@ -2,12 +2,12 @@
 
 :func:`tangent_kernel` turns a kernel into an ordinary Warp kernel ``T`` that computes the kernel's
 results and, alongside, their tangents (Jacobian-vector products; the body's lowering is
-:mod:`interop._tangent_lower`): ``T`` takes the kernel's own
+:mod:`interop._tangent.lower`): ``T`` takes the kernel's own
 parameters in order, then one tangent per differentiable parameter (arrays and float scalars;
 inputs, in-outs and outputs, in kernel order, each named ``<name>__dot`` with the primal's type).
 Each local that depends on a tangent gets a twin ``<local>__dot``; expressions are lowered to
 temporaries so no expression is evaluated twice; each builtin call takes its rule from
-:mod:`interop._tangent_rules`; loads, stores and ``atomic_add``/``atomic_sub`` are mirrored onto the
+:mod:`interop._tangent.rules`; loads, stores and ``atomic_add``/``atomic_sub`` are mirrored onto the
 tangent arrays; ``if``/``for``/``while``/``return`` keep their shape; a ``wp.func`` the kernel calls
 is transformed the same way (recursively, cached per function and per set of arguments carrying a
 tangent) into a function returning its results followed by their tangents.
@@ -38,10 +38,10 @@ from typing import Any
 
 import warp as wp
 
-from . import _tangent_rules as R
-from ._errors import ArgumentError, UnsupportedError
-from ._scalar_ref import build_lock, retry_ast_race
-from ._tangent_lower import (  # noqa: F401 (_resolve, _is_builtin: tests reach them here)
+from . import rules as R
+from .._errors import ArgumentError, UnsupportedError
+from .._scalar_ref import build_lock, retry_ast_race
+from .lower import (  # noqa: F401 (_resolve, _is_builtin: tests reach them here)
     SUFFIX,
     _Gen,
     _is_builtin,
@@ -52,7 +52,7 @@ from ._tangent_lower import (  # noqa: F401 (_resolve, _is_builtin: tests reach 
     _static_value,
     fresh_suffix,
 )
-from ._warp_compat import is_struct, make_function
+from .._warp_compat import is_struct, make_function
 
 
 class _FunctionJvp:

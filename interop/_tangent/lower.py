@@ -3,7 +3,7 @@
 :class:`_Gen` walks the body's AST once per pass of the fixed point that :mod:`interop._tangent` runs
 over the names carrying a tangent, and emits the tangent body as source lines: expressions lowered
 to temporaries (each evaluated once), each with its tangent expression (``None``: structurally zero)
-from the rules of :mod:`interop._tangent_rules`; statements mirrored (assignments, augmented
+from the rules of :mod:`interop._tangent.rules`; statements mirrored (assignments, augmented
 assignments, stores, atomics, ``if``/``for``/``while``/``return``); a ``wp.func`` call through the
 function's tangent variant, which :mod:`interop._tangent` makes (``owner.function``). What cannot be
 transformed raises :class:`_Refusal` with the node, which the caller turns into an
@@ -20,8 +20,8 @@ from typing import Any, NoReturn
 
 import warp as wp
 
-from . import _tangent_rules as R
-from ._warp_compat import builtin_function, is_struct, struct_name, warp_function_class
+from . import rules as R
+from .._warp_compat import builtin_function, is_struct, struct_name, warp_function_class
 
 SUFFIX = "__dot"
 
@@ -166,8 +166,10 @@ def _unparse(node: ast.AST) -> str:
     return ast.unparse(node)
 
 
-class _Gen:
-    """Emits the tangent body of one function (kernel or ``wp.func``) as source lines."""
+class _Emitter:
+    """The state of one function's tangent body being written: its source, namespace, which names
+    carry a tangent, the lines so far; emission, temporaries, refusals and tangent names.
+    :class:`_Exprs` lowers expressions on it, :class:`_Calls` calls, :class:`_Gen` statements."""
 
     def __init__(self, owner: Any, src: _Source, ns: dict, kind: str, arrays: dict, active: set):
         self.owner = owner  # the _Generator (interop._tangent): owner.function() makes a wp.func's tangent
@@ -206,7 +208,9 @@ class _Gen:
             return name + self.sfx
         return None
 
-    # -- expressions: (primal source, tangent source or None) ----------------------------------------
+class _Exprs(_Emitter):
+    """Expressions: each lowered to ``(primal source, tangent source or None)``."""
+
     def expr(self, node: ast.AST) -> tuple[str, str | None]:
         if isinstance(node, ast.Constant):
             return _unparse(node), None
@@ -358,6 +362,10 @@ class _Gen:
         except (ValueError, TypeError):
             self.refuse(f"the builtin {key!r} with {len(args)} argument(s) has no tangent rule", node)
         raise AssertionError
+
+class _Calls(_Exprs):
+    """Calls: builtins through their rules, constructors, ``wp.func`` calls through their tangent
+    functions (or a ``jvp=``/expansion), atomics."""
 
     def call(self, node: ast.Call) -> tuple[str, str | None]:
         obj = _resolve(node.func, self.ns)
@@ -516,7 +524,10 @@ class _Gen:
             ordered.append(by_name[p])
         return ordered
 
-    # -- statements --------------------------------------------------------------------------------
+class _Gen(_Calls):
+    """Emits the tangent body of one function (kernel or ``wp.func``) as source lines: its
+    statements (assignments, augmented assignments, loops, branches, returns, atomics)."""
+
     def body(self, stmts: list[ast.stmt]) -> None:
         for s in stmts:
             self.stmt(s)

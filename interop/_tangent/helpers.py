@@ -1,4 +1,4 @@
-"""The Warp functions tangent code calls (:mod:`interop._tangent_rules` writes the calls).
+"""The Warp functions tangent code calls (:mod:`interop._tangent.rules` writes the calls).
 
 Each is ordinary Warp code, so Warp differentiates a tangent kernel that calls it again (its
 adjoint gives second derivatives). Where a tangent depends on the type (``transform * transform``
@@ -17,7 +17,7 @@ from typing import Any
 
 import warp as wp
 
-from ._warp_compat import make_function
+from .._warp_compat import make_function
 
 FLOATS = (wp.float16, wp.bfloat16, wp.float32, wp.float64)
 TRANSFORMS = (wp.transformh, wp.transformf, wp.transformd)

@@ -1,0 +1,132 @@
+"""Measured figures in the README and the docs, written from committed measurements.
+
+A figure is a marker around its text, ``<!-- figure SOURCE:PATH|FORMAT -->text<!-- /figure -->``;
+this script replaces each marker's text with the value at ``PATH`` in ``SOURCE``'s JSON file, so a
+figure is never typed by hand and changes only with its measurement. Sources (:data:`SOURCES`):
+
+- ``tests``: ``docs/measurements/tests.json``, written by a run of the test command (``nox -s
+  tests`` sets ``INTEROP_TEST_SUMMARY``; ``conftest.py`` writes counts per outcome, wall time,
+  workers and the slowest files).
+- ``bench``: ``benchmarks/baseline.json`` (the CPU benchmark gate's ratios, ``--write-baseline``).
+- ``gpu``: the ``cuda`` section of ``benchmarks/baseline.json``.
+- ``gpu-run``: ``benchmarks/results/gpu-run.json``, the counts of the last GPU session's run
+  (``tests/gpu_session.sh``; its log is named there).
+
+``PATH`` is dot-separated keys; a key holding dots or spaces goes in brackets
+(``ratios[torch: a / b]``). ``FORMAT``: ``int`` (``2,960``), ``x`` (``1.45x``), ``inv`` (the
+inverse of a ratio: a gated time ratio as a bandwidth ratio), ``min`` (seconds
+as ``12 min 30 s``), ``s`` (``41 s``), ``files`` (the slowest files as a Markdown list), or none
+(the value as it is). Each source carries its ``date``; the docs name it beside the figures.
+
+``python docs/figures.py`` rewrites the files; ``--check`` exits 1 naming each stale figure (the
+docs session and ``tests/test_docs.py`` run the check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: source name -> (file, key of its section or None)
+SOURCES = {
+    "tests": ("docs/measurements/tests.json", None),
+    "bench": ("benchmarks/baseline.json", None),
+    "gpu": ("benchmarks/baseline.json", ("devices", "cuda")),
+    "gpu-run": ("benchmarks/results/gpu-run.json", None),
+}
+#: the files whose figures are written here
+FILES = ("README.md", "docs/development.md", "docs/performance.md")
+MARKER = re.compile(r"<!-- figure ([\w-]+):([^|>]+?)(?:\|(\w+))? -->(.*?)<!-- /figure -->", re.S)
+
+
+def load(source: str) -> dict[str, Any]:
+    """The JSON of ``source`` (its section, for a source that is part of a file)."""
+    path, section = SOURCES[source]
+    with open(os.path.join(ROOT, path)) as f:
+        data = json.load(f)
+    for key in section or ():
+        data = data[key]
+    return data
+
+
+def _keys(path: str) -> list[str]:
+    keys = []
+    for m in re.finditer(r"([^.\[\]]+)|\[([^\]]+)\]", path):
+        keys.append(m.group(1) if m.group(1) is not None else m.group(2))
+    return keys
+
+
+def value(source: str, path: str) -> Any:
+    """The value at ``path`` in ``source``."""
+    v: Any = load(source)
+    for k in _keys(path.strip()):
+        v = v[int(k)] if isinstance(v, list) else v[k]
+    return v
+
+
+def render(v: Any, fmt: str | None) -> str:
+    """``v`` as the docs print it."""
+    if fmt == "int":
+        return f"{int(v):,}"
+    if fmt == "x":
+        return f"{float(v):.2f}x"
+    if fmt == "inv":  # a time ratio (ours over theirs) as a bandwidth ratio
+        return f"{1 / float(v):.2f}x"
+    if fmt == "s":
+        return f"{round(float(v))} s"
+    if fmt == "min":
+        m, s = divmod(round(float(v)), 60)
+        return f"{m} min {s} s" if m else f"{s} s"
+    if fmt == "files":
+        return "\n" + "".join(f"- `{name}`: {round(sec)} s\n" for name, sec in v)
+    return str(v)
+
+
+def rewrite(text: str) -> str:
+    """``text`` with every figure written from its source."""
+
+    def one(m: re.Match) -> str:
+        source, path, fmt, _ = m.groups()
+        return f"<!-- figure {source}:{path}{'|' + fmt if fmt else ''} -->{render(value(source, path), fmt)}<!-- /figure -->"
+
+    return MARKER.sub(one, text)
+
+
+def stale(root: str = ROOT) -> list[str]:
+    """``file: figure`` for each figure whose text is not its source's value."""
+    out = []
+    for rel in FILES:
+        with open(os.path.join(root, rel)) as f:
+            text = f.read()
+        for m in MARKER.finditer(text):
+            source, path, fmt, shown = m.groups()
+            want = render(value(source, path), fmt)
+            if shown != want:
+                out.append(f"{rel}: {source}:{path} shows {shown!r}, its source says {want!r}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if "--check" in argv:
+        bad = stale()
+        for line in bad:
+            print("stale figure:", line)
+        return 1 if bad else 0
+    for rel in FILES:
+        path = os.path.join(ROOT, rel)
+        with open(path) as f:
+            text = f.read()
+        new = rewrite(text)
+        if new != text:
+            with open(path, "w") as f:
+                f.write(new)
+            print("wrote", rel)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
