@@ -222,6 +222,11 @@ def main(argv: list[str]) -> int:
         i = argv.index("--repeat")
         repeat = int(argv[i + 1])
         argv = argv[:i] + argv[i + 2 :]
+    json_path = None
+    if "--json" in argv:
+        i = argv.index("--json")
+        json_path = argv[i + 1]
+        argv = argv[:i] + argv[i + 2 :]
     cold = "--warm-only" not in argv
     names = [a for a in argv if not a.startswith("--")] or list(FRAMEWORKS)
     if "numpy" not in names:
@@ -230,4 +235,24 @@ def main(argv: list[str]) -> int:
     print(f"\nTime to first result, seconds ({datetime.date.today().isoformat()}; {machine()}; {versions()})")
     print(f"median of {repeat} fresh processes per row; cold: each with an empty Warp kernel cache\n")
     print(table(results))
+    if json_path:
+        # the measurement docs/figures.py writes into docs/performance.md (source "first-call")
+        warm = {r["row"]: r["times"] for r in results if r["cache"] == "warm"}
+        data = {
+            "date": datetime.date.today().isoformat(),
+            "machine": machine(),
+            "versions": versions(),
+            "repeat": repeat,
+            "warm": warm,
+            "cold": {r["row"]: r["times"] for r in results if r["cache"] == "cold"},
+            "first_call_minus_numpy": {
+                row: t["first call"] - warm["numpy"]["first call"] for row, t in warm.items() if row not in ("numpy", "wp.launch")
+            },
+        }
+        if os.path.exists(json_path):  # keep the recorded "before" of the last change it measured
+            with open(json_path) as f:
+                data.setdefault("before", json.load(f).get("before", {}))
+        with open(json_path, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
     return 0

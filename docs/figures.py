@@ -11,11 +11,12 @@ figure is never typed by hand and changes only with its measurement. Sources (:d
 - ``gpu``: the ``cuda`` section of ``benchmarks/baseline.json``.
 - ``gpu-run``: ``benchmarks/results/gpu-run.json``, the counts of the last GPU session's run
   (``tests/gpu_session.sh``; its log is named there).
+- ``first-call``: ``docs/measurements/first-call.json``, ``python -m benchmarks --first-call --json``.
 
 ``PATH`` is dot-separated keys; a key holding dots or spaces goes in brackets
 (``ratios[torch: a / b]``). ``FORMAT``: ``int`` (``2,960``), ``x`` (``1.45x``), ``inv`` (the
 inverse of a ratio: a gated time ratio as a bandwidth ratio), ``min`` (seconds
-as ``12 min 30 s``), ``s`` (``41 s``), ``files`` (the slowest files as a Markdown list), or none
+as ``12 min 30 s``), ``s`` (``41 s``), ``s3`` (``0.061 s``), ``plus`` (``+0.028 s``), ``files`` (the slowest files as a Markdown list), or none
 (the value as it is). Each source carries its ``date``; the docs name it beside the figures.
 
 ``python docs/figures.py`` rewrites the files; ``--check`` exits 1 naming each stale figure (the
@@ -37,6 +38,7 @@ SOURCES = {
     "bench": ("benchmarks/baseline.json", None),
     "gpu": ("benchmarks/baseline.json", ("devices", "cuda")),
     "gpu-run": ("benchmarks/results/gpu-run.json", None),
+    "first-call": ("docs/measurements/first-call.json", None),
 }
 #: the files whose figures are written here
 FILES = ("README.md", "docs/development.md", "docs/performance.md")
@@ -78,6 +80,10 @@ def render(v: Any, fmt: str | None) -> str:
         return f"{1 / float(v):.2f}x"
     if fmt == "s":
         return f"{round(float(v))} s"
+    if fmt == "s3":  # seconds to the millisecond
+        return f"{float(v):.3f} s"
+    if fmt == "plus":  # a difference in seconds
+        return f"+{float(v):.3f} s"
     if fmt == "min":
         m, s = divmod(round(float(v)), 60)
         return f"{m} min {s} s" if m else f"{s} s"
