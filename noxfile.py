@@ -224,7 +224,11 @@ def tests(session):
     workers = os.environ.get("INTEROP_TEST_WORKERS", "auto")
     # the run's counts, wall time and slowest files, which docs/figures.py writes into the docs
     # (a maintainer's run renews the committed measurement; CI's run checks against it, changing nothing)
-    env = {} if os.environ.get("CI") else {"INTEROP_TEST_SUMMARY": os.path.join(HERE, "docs", "measurements", "tests.json")}
+    env = (
+        {}
+        if os.environ.get("CI")
+        else {"INTEROP_TEST_SUMMARY": os.path.join(HERE, "docs", "measurements", "tests.json")}
+    )
     session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs, env=env)
 
 
@@ -385,7 +389,9 @@ def _warp_minor_session(minor: str, version: str):
         session.run("python", "-c", check)
         session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
 
-    session_fn.__doc__ = f"The whole suite on warp-lang {version} (the rest pinned as in ci.txt), on the CPU; not in CI."
+    session_fn.__doc__ = (
+        f"The whole suite on warp-lang {version} (the rest pinned as in ci.txt), on the CPU; not in CI."
+    )
     session_fn.__name__ = f"warp_{minor.replace('.', '_')}"
     return nox.session(python=USER_PYTHONS, name=session_fn.__name__)(session_fn)
 

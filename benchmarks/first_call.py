@@ -246,7 +246,9 @@ def main(argv: list[str]) -> int:
             "warm": warm,
             "cold": {r["row"]: r["times"] for r in results if r["cache"] == "cold"},
             "first_call_minus_numpy": {
-                row: t["first call"] - warm["numpy"]["first call"] for row, t in warm.items() if row not in ("numpy", "wp.launch")
+                row: t["first call"] - warm["numpy"]["first call"]
+                for row, t in warm.items()
+                if row not in ("numpy", "wp.launch")
             },
         }
         if os.path.exists(json_path):  # keep the recorded "before" of the last change it measured

@@ -23,8 +23,8 @@ from ._description import (
     Param,
     normalize_dims,
     normalize_output_dims,
-    tile_launch_given,
     tile_grid_rank,
+    tile_launch_given,
 )
 from ._errors import ArgumentError
 from ._warp_compat import type_size_in_bytes

@@ -103,7 +103,6 @@ VERIFIED = VERSION in CHECKED
 ADJOINT_SKIPS_WRITE_ONLY_OUTPUTS = VERIFIED
 
 
-
 def require_supported() -> None:
     """Raise the package's error when the installed Warp is older than :data:`FLOOR`."""
     if VERSION < FLOOR:

@@ -225,7 +225,8 @@ def _section(rel: str, heading: str | None) -> str:
     if heading is None:
         return text
     start = text.index(heading + "\n")
-    nxt = re.search(r"^#{1,%d} " % heading.count("#"), text[start + len(heading) :], re.M)
+    depth = heading.count("#")
+    nxt = re.search(rf"^#{{1,{depth}}} ", text[start + len(heading) :], re.M)
     return text[start : start + len(heading) + (nxt.start() if nxt else len(text))]
 
 

@@ -84,6 +84,8 @@ def test_generated_tile_call_equals_warp(fw, data):
     outcome = run_call(fw, c)
     count_call(fw, c, outcome, "tile calls")
     event(f"{pop.id} {c.path}: {outcome}")
+
+
 #: the path of each framework on which a call's gradients are asked for
 GRAD_PATHS = {"torch": "eager", "paddle": "eager", "jax": "grad"}
 
@@ -155,8 +157,9 @@ def test_per_call_block_dim_first_used_under_torch_compile():
     """op(x, block_dim=b) inside torch.compile(fullgraph=True), b used nowhere before in the process,
     gives Warp's values (found by the tile generators: block_dim drawn per call under compile)."""
     torch = pytest.importorskip("torch")
-    import interop
     from catalogue import tile_kernel
+
+    import interop
 
     op = interop.op(tile_kernel, block_dim=16, name="test_properties_calls::tile_bd_compile")
     x = torch.rand(3, 8, dtype=torch.float32)

@@ -474,22 +474,82 @@ CASES = [
     Case("copy_1d", tile_copy_1d_kernel, "tiled", (5,), TILE_DIM, _f(20), {"B": ((20,), F32)}),
     Case("copy_2d", tile_copy_2d_kernel, "tiled", GRID2, TILE_DIM, _f(M, N), {"B": ((M, N), F32)}),
     Case("unary_map_user_f32", tile_unary_map_user_func, "tiled", GRID2, TILE_DIM, _f(M, N), {"output": ((M, N), F32)}),
-    Case("unary_map_user_f64", tile_unary_map_user_func, "tiled", GRID2, TILE_DIM, _f(M, N, dtype=F64), {"output": ((M, N), F64)}),
-    Case("unary_map_sin_f32", tile_unary_map_builtin_func, "tiled", GRID2, TILE_DIM, _f(M, N), {"output": ((M, N), F32)}),
-    Case("unary_map_sin_f64", tile_unary_map_builtin_func, "tiled", GRID2, TILE_DIM, _f(M, N, dtype=F64), {"output": ((M, N), F64)}),
-    Case("binary_map_user_f32", tile_binary_map_user_func, "tiled", GRID2, TILE_DIM, _fs((M, N), (M, N)), {"output": ((M, N), F32)}),
-    Case("binary_map_user_f64", tile_binary_map_user_func, "tiled", GRID2, TILE_DIM, _fs((M, N), (M, N), dtype=F64), {"output": ((M, N), F64)}),
-    Case("binary_map_add", tile_binary_map_builtin_func, "tiled", GRID2, TILE_DIM, _fs((M, N), (M, N)), {"output": ((M, N), F32)}),
+    Case(
+        "unary_map_user_f64",
+        tile_unary_map_user_func,
+        "tiled",
+        GRID2,
+        TILE_DIM,
+        _f(M, N, dtype=F64),
+        {"output": ((M, N), F64)},
+    ),
+    Case(
+        "unary_map_sin_f32", tile_unary_map_builtin_func, "tiled", GRID2, TILE_DIM, _f(M, N), {"output": ((M, N), F32)}
+    ),
+    Case(
+        "unary_map_sin_f64",
+        tile_unary_map_builtin_func,
+        "tiled",
+        GRID2,
+        TILE_DIM,
+        _f(M, N, dtype=F64),
+        {"output": ((M, N), F64)},
+    ),
+    Case(
+        "binary_map_user_f32",
+        tile_binary_map_user_func,
+        "tiled",
+        GRID2,
+        TILE_DIM,
+        _fs((M, N), (M, N)),
+        {"output": ((M, N), F32)},
+    ),
+    Case(
+        "binary_map_user_f64",
+        tile_binary_map_user_func,
+        "tiled",
+        GRID2,
+        TILE_DIM,
+        _fs((M, N), (M, N), dtype=F64),
+        {"output": ((M, N), F64)},
+    ),
+    Case(
+        "binary_map_add",
+        tile_binary_map_builtin_func,
+        "tiled",
+        GRID2,
+        TILE_DIM,
+        _fs((M, N), (M, N)),
+        {"output": ((M, N), F32)},
+    ),
     Case("n_map", tile_n_map_kernel, "tiled", (1,), TILE_DIM, _fs(8, 8, 8), {"out": ((8,), F32)}),
     Case("operators", tile_operators, "tiled", (7,), TILE_DIM, _f(7, 8, 4), {"output": ((7, 8, 4), F32)}),
     Case("sum_func", tile_sum_3d_kernel, "tiled", (7,), TILE_DIM, _f(7, 8, 4), {"output": ((7,), F32)}),
     Case("transpose", tile_transpose_kernel, "tiled", (1,), TILE_DIM, _f(8, 4), {"output": ((4, 8), F32)}),
-    Case("broadcast_add_1d", tile_broadcast_add_1d_kernel, "tiled", (1,), TILE_DIM, _fs(10, 1), {"output": ((10,), F32)}),
-    Case("broadcast_add_2d", tile_broadcast_add_2d_kernel, "tiled", (1,), TILE_DIM, _fs((10, 10), 10), {"output": ((10, 10), F32)}),
+    Case(
+        "broadcast_add_1d", tile_broadcast_add_1d_kernel, "tiled", (1,), TILE_DIM, _fs(10, 1), {"output": ((10,), F32)}
+    ),
+    Case(
+        "broadcast_add_2d",
+        tile_broadcast_add_2d_kernel,
+        "tiled",
+        (1,),
+        TILE_DIM,
+        _fs((10, 10), 10),
+        {"output": ((10, 10), F32)},
+    ),
     Case("broadcast_grad", tile_broadcast_grad_kernel, "tiled", (1,), TILE_DIM, _f(5), {"b": ((5, 5), F32)}),
     Case("squeeze", tile_squeeze_kernel, "tiled", (1,), TILE_DIM, _f(1, 8, 1), {"y": ((8,), F32)}),
     Case("reshape", tile_reshape_kernel, "tiled", (1,), TILE_DIM, _f(8, 4), {"y": ((32, 1), F32)}),
-    Case("mul_elementwise", tile_mul_elementwise_kernel, "tiled", GRID2, TILE_DIM, _fs((M, N), (M, N)), {"out": ((M, N), F32)}),
+    Case(
+        "mul_elementwise",
+        tile_mul_elementwise_kernel,
+        "tiled",
+        GRID2,
+        TILE_DIM,
+        _fs((M, N), (M, N)),
+        {"out": ((M, N), F32)},
+    ),
     Case("div_scalar", tile_div_scalar_kernel, "tiled", GRID2, TILE_DIM, _f(M, N), {"out": ((M, N), F32)}),
     Case(
         "div_elementwise",
@@ -501,11 +561,28 @@ CASES = [
         {"out": ((M, N), F32)},
     ),
     Case("vec_div_scalar", tile_vec_div_scalar_kernel, "tiled", (1,), TILE_DIM, _f(8, 3), {"out": ((8, 3), F32)}),
-    Case("scalar_mul_vec", tile_scalar_mul_tile_vec_kernel, "tiled", (1,), TILE_DIM, _fs(8, (8, 3)), {"out": ((8, 3), F32)}),
+    Case(
+        "scalar_mul_vec",
+        tile_scalar_mul_tile_vec_kernel,
+        "tiled",
+        (1,),
+        TILE_DIM,
+        _fs(8, (8, 3)),
+        {"out": ((8, 3), F32)},
+    ),
     Case("where_register", tile_where_kernel, "tiled", (1,), 32, lambda rng: [0, *_fs(8, 8)(rng)], {"z": ((8,), F32)}),
     Case("where_shared", tile_where_kernel, "tiled", (1,), 32, lambda rng: [3, *_fs(8, 8)(rng)], {"z": ((8,), F32)}),
     Case("reduce_sum", tile_sum_kernel, "tiled", (5,), TILE_DIM, _f(5, 128), {"output": ((5,), F32)}, rtol=1e-4),
-    Case("sum_to_shared", tile_sum_to_shared_kernel, "tiled", (5,), TILE_DIM, _f(5, 64), {"output": ((5,), F32)}, rtol=1e-4),
+    Case(
+        "sum_to_shared",
+        tile_sum_to_shared_kernel,
+        "tiled",
+        (5,),
+        TILE_DIM,
+        _f(5, 64),
+        {"output": ((5,), F32)},
+        rtol=1e-4,
+    ),
     Case("reduce_min", tile_min_kernel, "tiled", (5,), TILE_DIM, _f(5, 64), {"output": ((5,), F32)}),
     Case("reduce_min_edge", tile_min_kernel_edge_case, "tiled", (1,), 64, _f(3, 3), {"y": ((1,), F32)}),
     Case("reduce_argmin", tile_argmin_kernel, "tiled", (5,), TILE_DIM, _f(5, 64), {"output": ((5,), I32)}, grad=False),
@@ -521,8 +598,26 @@ CASES = [
         {"output": ((5,), F32)},
         rtol=1e-4,
     ),
-    Case("scan_inclusive", tile_scan_inclusive_kernel, "tiled", (5,), TILE_DIM, _f(5, 64), {"output": ((5, 64), F32)}, rtol=1e-4),
-    Case("grouped_gemm", tile_grouped_gemm, "tiled", (4,), TILE_DIM, _fs((4, 8, 8), (4, 8, 4)), {"C": ((4, 8, 4), F32)}, rtol=1e-4),
+    Case(
+        "scan_inclusive",
+        tile_scan_inclusive_kernel,
+        "tiled",
+        (5,),
+        TILE_DIM,
+        _f(5, 64),
+        {"output": ((5, 64), F32)},
+        rtol=1e-4,
+    ),
+    Case(
+        "grouped_gemm",
+        tile_grouped_gemm,
+        "tiled",
+        (4,),
+        TILE_DIM,
+        _fs((4, 8, 8), (4, 8, 4)),
+        {"C": ((4, 8, 4), F32)},
+        rtol=1e-4,
+    ),
     Case("gemm_f32", tile_gemm, "tiled", (2, 3), TILE_DIM, _fs((16, 16), (16, 12)), {"C": ((16, 12), F32)}, rtol=1e-4),
     Case("gemm_f64", tile_gemm, "tiled", (2, 3), TILE_DIM, _fs((16, 16), (16, 12), dtype=F64), {"C": ((16, 12), F64)}),
     Case(
@@ -544,7 +639,16 @@ CASES = [
         {n: ((8, 4), F32) for n in ("out_full", "out_padded", "out_offset")},
     ),
     Case("atomic_add", tile_atomic_add_kernel, "tiled", (4,), TILE_DIM, _f(32), {"y": ((8,), F32)}, rtol=1e-4),
-    Case("ones_no_tid", tile_ones_store_kernel, "tiled", (1,), TILE_DIM, lambda rng: [], {"output": ((16,), F32)}, grad=False),
+    Case(
+        "ones_no_tid",
+        tile_ones_store_kernel,
+        "tiled",
+        (1,),
+        TILE_DIM,
+        lambda rng: [],
+        {"output": ((16,), F32)},
+        grad=False,
+    ),
     Case(
         "nbody",
         integrate_bodies_tiled,
@@ -734,9 +838,7 @@ def _call(framework: str, case: Case, values: list, seeds: dict, device: str) ->
         total = sum((r * paddle.to_tensor(seeds[n], place=place)).sum() for n, r in zip(names, res))
         diff = [a for a in args if isinstance(a, paddle.Tensor) and not a.stop_gradient]
         got = iter(paddle.grad(total, diff))
-        return out, [
-            next(got).numpy() if isinstance(a, paddle.Tensor) and not a.stop_gradient else None for a in args
-        ]
+        return out, [next(got).numpy() if isinstance(a, paddle.Tensor) and not a.stop_gradient else None for a in args]
     raise AssertionError(framework)
 
 
@@ -869,5 +971,9 @@ def test_warp_tile_kernel_traced(case, path, device):
     for k, (g, r) in enumerate(zip(grads, ref_grads)):
         if r is not None:
             np.testing.assert_allclose(
-                np.asarray(g).reshape(r.shape), r, rtol=case.rtol, atol=case.rtol, err_msg=f"{case.name} {path}: grad {k}"
+                np.asarray(g).reshape(r.shape),
+                r,
+                rtol=case.rtol,
+                atol=case.rtol,
+                err_msg=f"{case.name} {path}: grad {k}",
             )

@@ -38,9 +38,10 @@ from typing import Any
 
 import warp as wp
 
-from . import rules as R
 from .._errors import ArgumentError, UnsupportedError
 from .._scalar_ref import build_lock, retry_ast_race
+from .._warp_compat import is_struct, make_function
+from . import rules as R
 from .lower import (  # noqa: F401 (_resolve, _is_builtin: tests reach them here)
     SUFFIX,
     _Gen,
@@ -52,7 +53,6 @@ from .lower import (  # noqa: F401 (_resolve, _is_builtin: tests reach them here
     _static_value,
     fresh_suffix,
 )
-from .._warp_compat import is_struct, make_function
 
 
 class _FunctionJvp:

@@ -20,8 +20,8 @@ from typing import Any, NoReturn
 
 import warp as wp
 
-from . import rules as R
 from .._warp_compat import builtin_function, is_struct, struct_name, warp_function_class
+from . import rules as R
 
 SUFFIX = "__dot"
 
@@ -208,6 +208,7 @@ class _Emitter:
             return name + self.sfx
         return None
 
+
 class _Exprs(_Emitter):
     """Expressions: each lowered to ``(primal source, tangent source or None)``."""
 
@@ -362,6 +363,7 @@ class _Exprs(_Emitter):
         except (ValueError, TypeError):
             self.refuse(f"the builtin {key!r} with {len(args)} argument(s) has no tangent rule", node)
         raise AssertionError
+
 
 class _Calls(_Exprs):
     """Calls: builtins through their rules, constructors, ``wp.func`` calls through their tangent
@@ -523,6 +525,7 @@ class _Calls(_Exprs):
                 self.refuse(f"a call of {fname!r} without its argument {p!r} (defaults are not transformed)", node)
             ordered.append(by_name[p])
         return ordered
+
 
 class _Gen(_Calls):
     """Emits the tangent body of one function (kernel or ``wp.func``) as source lines: its
