@@ -298,7 +298,7 @@ def lint(session):
     """ruff lint, ruff format check (every Python folder), mypy on interop/ and adapters/."""
     _session_python(session)
     session.install(*_constraints("lint.txt"), "ruff", "mypy", "numpy", "warp-lang", silent=False)
-    folders = ["interop", "adapters", "tests", "benchmarks", "examples", "noxfile.py", "conftest.py"]
+    folders = ["interop", "adapters", "tests", "benchmarks", "examples", "docs", "noxfile.py", "conftest.py"]
     session.run("ruff", "check", *folders)
     session.run("ruff", "format", "--check", *folders)
     session.run("mypy", "interop", "adapters")

@@ -277,7 +277,7 @@ def test_a_lookup_of_torch_before_its_import_leaves_the_adapter_hook_armed():
         import torch
 
         loaded = "adapters.torch" in sys.modules
-        y = torch.compile(lambda a: op(a, 2.0), backend="aot_eager", fullgraph=True)(torch.ones(3))
+        y = torch.compile(lambda a: op(a, 2.0), backend="aot_eager", fullgraph=True)(torch.ones(3, device="cpu"))
         print(json.dumps({"loaded": loaded, "y": y.tolist()}))
         """
     )

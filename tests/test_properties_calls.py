@@ -162,7 +162,7 @@ def test_per_call_block_dim_first_used_under_torch_compile():
     import interop
 
     op = interop.op(tile_kernel, block_dim=16, name="test_properties_calls::tile_bd_compile")
-    x = torch.rand(3, 8, dtype=torch.float32)
+    x = torch.rand(3, 8, dtype=torch.float32, device="cpu")
     torch.compiler.reset()
     got = torch.compile(lambda a: op(a, block_dim=24), backend="aot_eager", fullgraph=True)(x)
     np.testing.assert_allclose(got.numpy(), (x.numpy() ** 2).sum(1), rtol=1e-5)
