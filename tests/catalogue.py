@@ -188,7 +188,7 @@ TILE_BODIES = wp.constant(8)
 def tile_threads_kernel(x: wp.array[float], out: wp.array[float]):
     i = wp.tid()
     xi = x[i]
-    acc = 0.0
+    acc = float(0.0)  # noqa: UP018 (a dynamic variable in Warp: a bare literal is a constant the loop cannot mutate)
     for k in range(x.shape[0] / TILE_BODIES):
         t = wp.tile_load(x, shape=TILE_BODIES, offset=k * TILE_BODIES)
         for j in range(TILE_BODIES):
