@@ -229,7 +229,11 @@ def tests(session):
         if os.environ.get("CI")
         else {"INTEROP_TEST_SUMMARY": os.path.join(HERE, "docs", "measurements", "tests.json")}
     )
-    session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs, env=env)
+    try:
+        session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs, env=env)
+    finally:
+        if env:  # the docs' figures follow the new measurement (commit both)
+            session.run("python", os.path.join("docs", "figures.py"), external=True)
 
 
 @nox.session(venv_backend="none")

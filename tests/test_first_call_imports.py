@@ -190,8 +190,8 @@ def test_torch_compile_after_eager_calls_traces_the_same_op_fullgraph():
 
         op = interop.op(saxpy)
         named = interop.op(saxpy, name="firstcall::saxpy")
-        x = torch.arange(4.0, requires_grad=True)
-        y = torch.ones(4)
+        x = torch.arange(4.0, requires_grad=True, device="cpu")
+        y = torch.ones(4, device="cpu")
         eager = op(x, y, 2.0)
         eager.sum().backward()
         g_eager = x.grad.clone()
@@ -209,13 +209,13 @@ def test_torch_compile_after_eager_calls_traces_the_same_op_fullgraph():
         g_compiled = x.grad.clone()
 
         # a 0-d tensor scalar: an operator signature registered while Dynamo traces
-        a = torch.tensor(2.0, requires_grad=True)
+        a = torch.tensor(2.0, requires_grad=True, device="cpu")
         x.grad = None
         t = torch.compile(lambda u, v, s: op(u, v, s), fullgraph=True)(x, y, a)
         t.sum().backward()
 
         # forward mode under torch.compile: the call leaves the graph (torch.compiler.disable)
-        tangent = torch.ones(4)
+        tangent = torch.ones(4, device="cpu")
         _, jvp = torch.compile(lambda u: torch.func.jvp(lambda w: op(w, y, 2.0), (u,), (tangent,)))(x.detach())
 
         print("RESULTS " + json.dumps({
