@@ -1,6 +1,7 @@
 """Measured figures in the README and the docs, written from committed measurements.
 
-A figure is a marker around its text, ``<!-- figure SOURCE:PATH|FORMAT -->text<!-- /figure -->``;
+A figure is a marker around its text, ``<!-- figure SOURCE:PATH~FORMAT -->text<!-- /figure -->``
+(``~``, not ``|``: a marker may sit in a Markdown table cell);
 this script replaces each marker's text with the value at ``PATH`` in ``SOURCE``'s JSON file, so a
 figure is never typed by hand and changes only with its measurement. Sources (:data:`SOURCES`):
 
@@ -13,8 +14,8 @@ figure is never typed by hand and changes only with its measurement. Sources (:d
   (``tests/gpu_session.sh``; its log is named there).
 - ``first-call``: ``docs/measurements/first-call.json``, ``python -m benchmarks --first-call --json``.
 
-``PATH`` is dot-separated keys; a key holding dots or spaces goes in brackets
-(``ratios[torch: a / b]``). ``FORMAT``: ``int`` (``2,960``), ``x`` (``1.45x``), ``inv`` (the
+``PATH`` is dot-separated keys; a key holding dots or spaces goes in braces
+(``ratios{torch: a / b}``; not brackets: MkDocs would read ``[a][b]`` as a link reference). ``FORMAT``: ``int`` (``2,960``), ``x`` (``1.45x``), ``inv`` (the
 inverse of a ratio: a gated time ratio as a bandwidth ratio), ``min`` (seconds
 as ``12 min 30 s``), ``s`` (``41 s``), ``s3`` (``0.061 s``), ``plus`` (``+0.028 s``), ``files`` (the slowest files as a Markdown list), or none
 (the value as it is). Each source carries its ``date``; the docs name it beside the figures.
@@ -42,7 +43,7 @@ SOURCES = {
 }
 #: the files whose figures are written here
 FILES = ("README.md", "docs/development.md", "docs/performance.md")
-MARKER = re.compile(r"<!-- figure ([\w-]+):([^|>]+?)(?:\|(\w+))? -->(.*?)<!-- /figure -->", re.S)
+MARKER = re.compile(r"<!-- figure ([\w-]+):([^~>]+?)(?:~(\w+))? -->(.*?)<!-- /figure -->", re.S)
 
 
 def load(source: str) -> dict[str, Any]:
@@ -57,7 +58,7 @@ def load(source: str) -> dict[str, Any]:
 
 def _keys(path: str) -> list[str]:
     keys = []
-    for m in re.finditer(r"([^.\[\]]+)|\[([^\]]+)\]", path):
+    for m in re.finditer(r"([^.{}]+)|\{([^}]+)\}", path):
         keys.append(m.group(1) if m.group(1) is not None else m.group(2))
     return keys
 
@@ -97,7 +98,7 @@ def rewrite(text: str) -> str:
 
     def one(m: re.Match) -> str:
         source, path, fmt, _ = m.groups()
-        return f"<!-- figure {source}:{path}{'|' + fmt if fmt else ''} -->{render(value(source, path), fmt)}<!-- /figure -->"
+        return f"<!-- figure {source}:{path}{'~' + fmt if fmt else ''} -->{render(value(source, path), fmt)}<!-- /figure -->"
 
     return MARKER.sub(one, text)
 
