@@ -5,6 +5,8 @@ replay of the function. A concern of :class:`interop._launch.Runner`, which inhe
 
 from __future__ import annotations
 
+from typing import Any
+
 import warp as wp
 
 from . import _dtypes
@@ -18,10 +20,15 @@ class FunctionCalls:
     """Calls of a Python-function op and its ``wp.Tape`` backward. Reads the runner's ``plan``,
     ``ref_idx`` (scalars handed over as 0-d arrays), ``ranged_scalars`` and ``vec_scalars``."""
 
+    plan: Any
+    ref_idx: Any
+    ranged_scalars: dict
+    vec_scalars: dict
+
     def _wp_array(self, device, i: int, v, grad=None, shape=None):
         ptr, strides = v
         shape = self.plan.warp_shapes[i] if shape is None else shape
-        a = wp.array(
+        a: Any = wp.array(
             ptr=ptr,
             dtype=self.plan.types[i],
             shape=shape,

@@ -89,7 +89,7 @@ from .operands import (
 from .targets import _register_targets, _Target
 from .targets import _targets as _targets
 
-_ArrayImpl = _jax_compat.array_impl_type()  # concrete (not traced) arrays
+_ArrayImpl: Any = _jax_compat.array_impl_type()  # concrete (not traced) arrays
 
 _JVP_MARKER = "forward-mode autodiff"
 

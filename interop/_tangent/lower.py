@@ -212,6 +212,10 @@ class _Emitter:
 class _Exprs(_Emitter):
     """Expressions: each lowered to ``(primal source, tangent source or None)``."""
 
+    # calls, lowered by the subclass :class:`_Calls` (an expression may hold one)
+    call: Any
+    expansion_tangent: Any
+
     def expr(self, node: ast.AST) -> tuple[str, str | None]:
         if isinstance(node, ast.Constant):
             return _unparse(node), None
@@ -444,7 +448,7 @@ class _Calls(_Exprs):
         """A float/vector/matrix/quaternion constructor or cast: linear in its arguments (``T(*v)``
         spreads a vector's components: its tangent is ``T(*dv)``)."""
         stars = [isinstance(a, ast.Starred) for a in node.args]
-        args = [self.simple(a.value if star else a) for a, star in zip(node.args, stars)]
+        args = [self.simple(a.value if isinstance(a, ast.Starred) else a) for a in node.args]
         kws = [(k.arg, (_unparse(k.value), None)) for k in node.keywords]  # static (dtype=, shape=...)
         text = ", ".join(
             [("*" if star else "") + p for (p, _), star in zip(args, stars)] + [f"{k}={p}" for k, (p, _) in kws]
