@@ -38,6 +38,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import nox
 from nox.command import CommandFailed
@@ -229,11 +230,32 @@ def tests(session):
         if os.environ.get("CI")
         else {"INTEROP_TEST_SUMMARY": os.path.join(HERE, "docs", "measurements", "tests.json")}
     )
+    start = time.monotonic()
     try:
         session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs, env=env)
     finally:
         if env:  # the docs' figures follow the new measurement (commit both)
             session.run("python", os.path.join("docs", "figures.py"), external=True)
+    _within_budget(session, time.monotonic() - start)
+
+
+#: the README's test command's budget on the project's 2-core machine (DEVELOPERS.md), and how far
+#: past it a run fails the session: a suite that doubled is caught the day it does, not at CI's limit
+TEST_BUDGET_S = 15 * 60
+TEST_BUDGET_MARGIN = 1.5
+
+
+def _within_budget(session, wall: float) -> None:
+    """Print the suite's wall time against its budget; fail far past it (a whole run only)."""
+    session.log(f"the test suite took {wall / 60:.1f} min (budget {TEST_BUDGET_S / 60:.0f} min)")
+    if session.posargs:
+        return  # a selection of tests says nothing about the whole suite's time
+    if wall > TEST_BUDGET_S * TEST_BUDGET_MARGIN:
+        session.error(
+            f"the test suite took {wall / 60:.1f} min, past {TEST_BUDGET_MARGIN}x its budget of "
+            f"{TEST_BUDGET_S / 60:.0f} min: find where the time goes (docs/measurements/tests.json, "
+            "its slowest files) and move full-size runs to nox sessions of their own"
+        )
 
 
 @nox.session(venv_backend="none")
