@@ -25,7 +25,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import interop  # noqa: E402
 
-wp.config.quiet = True
 wp.config.log_level = wp.LOG_WARNING  # no per-module load messages
 # third-party noise that says nothing about this demo: Paddle's "No ccache found" at import
 warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)

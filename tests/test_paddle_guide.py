@@ -48,6 +48,10 @@ def test_optimise_warp_array_with_adam_through_to_paddle():
     )
     start = xs.numpy().copy()
     t = wp.to_paddle(xs)  # shares memory with xs
+    if t.data_ptr() != xs.ptr:
+        pytest.skip(
+            f"warp-lang {wp.__version__}'s wp.to_paddle copies a CPU array (Warp 1.16): the guide's pattern needs 1.17+"
+        )
     assert not t.stop_gradient
     opt = paddle.optimizer.Adam(learning_rate=0.1, parameters=[t])
     for _ in range(STEPS):
