@@ -225,11 +225,9 @@ def tests(session):
     workers = os.environ.get("INTEROP_TEST_WORKERS", "auto")
     # the run's counts, wall time and slowest files, which docs/figures.py writes into the docs
     # (a maintainer's run renews the committed measurement; CI's run checks against it, changing nothing)
-    env = (
-        {}
-        if os.environ.get("CI")
-        else {"INTEROP_TEST_SUMMARY": os.path.join(HERE, "docs", "measurements", "tests.json")}
-    )
+    # (a whole run only: a selection of tests is no measurement of the suite)
+    measure = not os.environ.get("CI") and not session.posargs
+    env = {"INTEROP_TEST_SUMMARY": os.path.join(HERE, "docs", "measurements", "tests.json")} if measure else {}
     start = time.monotonic()
     try:
         session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs, env=env)
