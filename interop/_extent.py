@@ -209,6 +209,18 @@ def direct_indexing(fn: Any, kind: str, arrays: Sequence[tuple[str, int]]) -> tu
     return tuple(sorted(found))
 
 
+def _thread_index_count(kernel: ast.FunctionDef, stores: Any, tid: dict[str, int]) -> int:
+    """How many thread indices ``kernel`` reads from ``wp.tid()``; fills ``tid`` (name -> which)."""
+    n = 0
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Assign) and _thread_indices(node, stores, tid):
+            t = node.targets[0]
+            n = max(n, len(t.elts) if isinstance(t, ast.Tuple) else 1)
+        elif _is_tid_call(node):
+            n = max(n, 1)
+    return n
+
+
 def thread_domain(
     fn: Any, kind: str, arrays: Sequence[tuple[str, int]]
 ) -> tuple[tuple[tuple[tuple[str, int, bool], ...], ...], bool]:
@@ -239,13 +251,7 @@ def thread_domain(
     ndims = dict(arrays)
     stores = _stored_names(kernel)
     tid: dict[str, int] = {}
-    nd = 0
-    for node in ast.walk(kernel):
-        if isinstance(node, ast.Assign) and _thread_indices(node, stores, tid):
-            t = node.targets[0]
-            nd = max(nd, len(t.elts) if isinstance(t, ast.Tuple) else 1)
-        elif _is_tid_call(node):
-            nd = max(nd, 1)
+    nd = _thread_index_count(kernel, stores, tid)
     escapes = any(
         isinstance(node, ast.Call)
         and not _is_builtin_call(node)
@@ -484,13 +490,7 @@ def tile_form(fn: Any, arrays: Sequence[tuple[str, int]]) -> tuple[str, int, boo
     kernel = tree.body[0]
     stores = _stored_names(kernel)
     tid: dict[str, int] = {}
-    nt = 0
-    for node in ast.walk(kernel):
-        if isinstance(node, ast.Assign) and _thread_indices(node, stores, tid):
-            t = node.targets[0]
-            nt = max(nt, len(t.elts) if isinstance(t, ast.Tuple) else 1)
-        elif _is_tid_call(node):
-            nt = max(nt, 1)
+    nt = _thread_index_count(kernel, stores, tid)
     if nt == 0:
         return "none", 0, False
     # locals computed from thread indices carry their launch dims (``offset = i * TILE``)
