@@ -398,7 +398,9 @@ def _warp_minor_session(minor: str, version: str):
     def session_fn(session):
         python = _session_python(session)
         with open(os.path.join(HERE, "constraints", "ci.txt")) as f:
-            pins = [ln for ln in f.read().splitlines() if not ln.lower().startswith("warp-lang==")]
+            lines = f.read().splitlines()
+        pins = [ln for ln in lines if not ln.lower().startswith("warp-lang==")]
+        ci_warp = f"warp-lang=={version}" in lines
         path = os.path.join(session.create_tmp(), f"warp-{version}.txt")
         with open(path, "w") as f:
             f.write("\n".join([*pins, f"warp-lang=={version}"]) + "\n")
@@ -411,10 +413,26 @@ def _warp_minor_session(minor: str, version: str):
         session.install(*args, "-c", path, "-e", f".[{','.join(extras)}]", silent=False)
         check = f"import warp; print('warp', warp.__version__); assert warp.__version__ == '{version}'"
         session.run("python", "-c", check)
-        session.run("pytest", "-q", "-p", "no:cacheprovider", *session.posargs)
+        # a whole run is this version's measurement (docs/measurements/warp-1.XX.json: counts per
+        # outcome, the figures of README.md's Status and docs/install.md), as the tests session's
+        workers = os.environ.get("INTEROP_TEST_WORKERS", "auto")
+        # (CI's Warp: the tests session's run is that measurement, docs/measurements/tests.json)
+        measure = not os.environ.get("CI") and not session.posargs and not ci_warp
+        summary = os.path.join(HERE, "docs", "measurements", f"warp-{minor}.json")
+        env = {"INTEROP_TEST_SUMMARY": summary} if measure else {}
+        try:
+            session.run(
+                "pytest", "-q", "-p", "no:cacheprovider", *(["-n", workers] if workers != "0" else []),
+                *session.posargs, env=env,
+            )
+        finally:
+            if env:
+                session.run("python", os.path.join("docs", "figures.py"), external=True)
 
     session_fn.__doc__ = (
-        f"The whole suite on warp-lang {version} (the rest pinned as in ci.txt), on the CPU; not in CI."
+        f"The whole suite on warp-lang {version} (the rest pinned as in ci.txt), on the CPU; not in CI. "
+        f"A whole run writes docs/measurements/warp-{minor}.json and the docs' figures from it (on CI's Warp, the "
+        "tests session's run is that measurement)."
     )
     session_fn.__name__ = f"warp_{minor.replace('.', '_')}"
     return nox.session(python=USER_PYTHONS, name=session_fn.__name__)(session_fn)

@@ -16,7 +16,8 @@ interleaved rounds, no chart) and compares each framework's ratios (two rows of 
 absolute times) with ``benchmarks/baseline.json``; it exits 1, naming every ratio that is worse
 than its baseline by more than the tolerance (default: the file's). ``--write-baseline``
 measures the same way three times and writes the median of each ratio to that file (naming the
-machine).
+machine). ``--ratios-json PATH`` measures as the gate does and writes the run's ratios (and Warp's
+version) to ``PATH``: ``benchmarks/warp_versions.py`` compares Warp versions with it.
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ def main(argv: list[str]) -> int:
     chart = chart_arg or chart
     argv, tolerance = _option(argv, "--tolerance")
     argv, device = _option(argv, "--device")
-    if "--no-chart" in argv or check or write:
+    argv, ratios_json = _option(argv, "--ratios-json")  # this run's gated ratios, for benchmarks/warp_versions.py
+    if "--no-chart" in argv or check or write or ratios_json:
         chart = None
-    harness.SMALL_ONLY = check or write
+    harness.SMALL_ONLY = bool(check or write or ratios_json)
     names = [a for a in argv if not a.startswith("--")] or list(ALL)
     import warp as wp
 
@@ -89,6 +91,9 @@ def main(argv: list[str]) -> int:
         write_chart(harness.RECORDED, chart)
     if write:
         _write_baseline(runs, device)
+    if ratios_json:
+        with open(ratios_json, "w") as f:
+            json.dump({"warp": wp.__version__, "ratios": runs[-1]}, f, indent=1, sort_keys=True)
     if check:
         return _check(harness.GATED, None if tolerance is None else float(tolerance), device)
     return 0

@@ -13,11 +13,15 @@ figure is never typed by hand and changes only with its measurement. Sources (:d
 - ``gpu-run``: ``benchmarks/results/gpu-run.json``, the counts of the last GPU session's run
   (``tests/gpu_session.sh``; its log is named there).
 - ``first-call``: ``docs/measurements/first-call.json``, ``python -m benchmarks --first-call --json``.
+- ``warp-1.16`` ... ``warp-1.18``: ``docs/measurements/warp-1.XX.json``, a whole run of the suite on
+  that Warp (``nox -s warp_1_XX``; the same summary as ``tests``, which is the run on CI's Warp, 1.19).
+- ``warp-versions``: ``docs/measurements/warp-versions.json``, the gate's per-call ratios on each Warp
+  against the newest's (``python -m benchmarks.warp_versions``).
 
 ``PATH`` is dot-separated keys; a key holding dots or spaces goes in braces
 (``ratios{torch: a / b}``; not brackets: MkDocs would read ``[a][b]`` as a link reference). ``FORMAT``: ``int`` (``2,960``), ``x`` (``1.45x``), ``inv`` (the
 inverse of a ratio: a gated time ratio as a bandwidth ratio), ``min`` (seconds
-as ``12 min 30 s``), ``s`` (``41 s``), ``s3`` (``0.061 s``), ``plus`` (``+0.028 s``), ``files`` (the slowest files as a Markdown list), or none
+as ``12 min 30 s``), ``s`` (``41 s``), ``s3`` (``0.061 s``), ``plus`` (``+0.028 s``), ``pct`` (``+4 %``: a quotient as a difference), ``files`` (the slowest files as a Markdown list), or none
 (the value as it is). Each source carries its ``date``; the docs name it beside the figures.
 
 ``python docs/figures.py`` rewrites the files; ``--check`` exits 1 naming each stale figure (the
@@ -40,10 +44,12 @@ SOURCES = {
     "gpu": ("benchmarks/baseline.json", ("devices", "cuda")),
     "gpu-run": ("benchmarks/results/gpu-run.json", None),
     "first-call": ("docs/measurements/first-call.json", None),
+    **{f"warp-{m}": (f"docs/measurements/warp-{m}.json", None) for m in ("1.16", "1.17", "1.18")},
+    "warp-versions": ("docs/measurements/warp-versions.json", None),
 }
 #: the files whose figures are written here
-FILES = ("README.md", "docs/development.md", "docs/performance.md")
-MARKER = re.compile(r"<!-- figure ([\w-]+):([^~>]+?)(?:~(\w+))? -->(.*?)<!-- /figure -->", re.S)
+FILES = ("README.md", "docs/development.md", "docs/performance.md", "docs/install.md")
+MARKER = re.compile(r"<!-- figure ([\w.-]+):([^~>]+?)(?:~(\w+))? -->(.*?)<!-- /figure -->", re.S)
 
 
 def load(source: str) -> dict[str, Any]:
@@ -88,6 +94,8 @@ def render(v: Any, fmt: str | None) -> str:
     if fmt == "min":
         m, s = divmod(round(float(v)), 60)
         return f"{m} min {s} s" if m else f"{s} s"
+    if fmt == "pct":  # a quotient as a difference in percent (1.04 -> +4 %)
+        return f"{(float(v) - 1) * 100:+.0f} %"
     if fmt == "files":
         return "\n" + "".join(f"- `{name}`: {round(sec)} s\n" for name, sec in v)
     return str(v)

@@ -215,6 +215,7 @@ MEASURED_SECTIONS = [
     ("README.md", "## Status"),
     ("docs/development.md", "## Time of the test command"),
     ("docs/performance.md", None),
+    ("docs/install.md", None),
 ]
 #: a number with a unit of time, a ratio or a test count: a measurement
 HAND_TYPED = re.compile(r"(?<![\w.^])\d[\d,]*(?:\.\d+)?\s?(?:x|us|ms|s|min|GB/s|passed|failed|skipped|tests)\b")

@@ -244,6 +244,19 @@ def _interop_transform_inverse_t(t: Any, tt: Any):
 
 
 @wp.func
+def _interop_mesh_eval_position_t(mesh: wp.uint64, face: int, tu: float, tv: float):
+    # mesh.h mesh_eval_position: p u + q v + r (1 - u - v) over the face's corners
+    r = wp.mesh_get_point(mesh, face * 3 + 2)
+    return (wp.mesh_get_point(mesh, face * 3 + 0) - r) * tu + (wp.mesh_get_point(mesh, face * 3 + 1) - r) * tv
+
+
+@wp.func
+def _interop_mesh_eval_velocity_t(mesh: wp.uint64, face: int, tu: float, tv: float):
+    r = wp.mesh_get_velocity(mesh, face * 3 + 2)
+    return (wp.mesh_get_velocity(mesh, face * 3 + 0) - r) * tu + (wp.mesh_get_velocity(mesh, face * 3 + 1) - r) * tv
+
+
+@wp.func
 def _interop_mul_ta(a: Any, b: Any, ta: Any):
     return ta * b
 
@@ -380,6 +393,8 @@ HELPERS = {
     "_interop_transform_vector_t": _interop_transform_vector_t,
     "_interop_transform_multiply_t": _interop_transform_multiply_t,
     "_interop_transform_inverse_t": _interop_transform_inverse_t,
+    "_interop_mesh_eval_position_t": _interop_mesh_eval_position_t,
+    "_interop_mesh_eval_velocity_t": _interop_mesh_eval_velocity_t,
     "_interop_mul_ta": _interop_mul_ta,
     "_interop_div_tb": _interop_div_tb,
     "_interop_mul_tb": _interop_mul_tb,

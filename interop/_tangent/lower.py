@@ -386,7 +386,7 @@ class _Calls(_Exprs):
             return self.constructor(fname, node)  # x.dtype(...), x.dtype.dtype(...), type(x).dtype(...)
         if _is_builtin(obj):
             key = obj.key
-            if key in R.PASSTHROUGH or key.startswith("tile"):
+            if key in R.PASSTHROUGH or key in R.QUERIES or key.startswith("tile"):
                 if key.startswith("tile"):
                     self.refuse(f"the tile builtin {fname!r} (tile kernels have no forward mode yet)", node)
                 return _unparse(node), None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .._warp_compat import builtin_function
 from .helpers import EXPANSIONS, HELPERS  # noqa: F401 (read by the generator as R.EXPANSIONS, R.HELPERS)
 
 W = "_interop_wp"
@@ -263,6 +264,19 @@ def _helper(name: str) -> Rule:
     return rule
 
 
+def _mesh_eval(helper: str) -> Rule:
+    """``mesh_eval_position(id, face, u, v)`` (or velocity): ``(p - r) tu + (q - r) tv`` with the face's
+    corners ``p, q, r`` (the mesh and the face carry no tangent)."""
+
+    def rule(args: list[Arg], y: str) -> str | None:
+        (mesh, _), (face, _), u, v = args
+        if u[1] is None and v[1] is None:
+            return None
+        return f"{helper}({mesh}, {face}, {_or_zero(u)}, {_or_zero(v)})"
+
+    return rule
+
+
 def _copysign(args: list[Arg], y: str) -> str | None:
     (x, tx), (yy, _) = args
     return None if tx is None else f"_interop_copysign_t({x}, {yy}, {tx})"
@@ -365,6 +379,9 @@ RULES: dict[str, Rule] = {
     "inverse": _inverse,
     "determinant": _determinant,
     "lerp": _lerp,
+    # a mesh's surface at barycentric coordinates: affine in (u, v), the mesh's points fixed
+    "mesh_eval_position": _mesh_eval("_interop_mesh_eval_position_t"),
+    "mesh_eval_velocity": _mesh_eval("_interop_mesh_eval_velocity_t"),
     # piecewise constant: zero tangent
     "sign": _zero_rule,
     "step": _zero_rule,
@@ -387,6 +404,32 @@ ATOMIC_REFUSED = ("atomic_min", "atomic_max", "atomic_exch", "atomic_cas", "atom
 PASSTHROUGH = frozenset(
     {"tid", "printf", "print", "expect_eq", "expect_neq", "expect_near", "assert", "static", "len", "block_dim"}
 )
+
+#: spatial queries whose every result is an index, a count, a hit flag or a query handle to iterate
+#: (every overload's value is an integer, a bool or a query: ``tests/test_tangent_queries.py`` checks
+#: that on the running Warp): piecewise constant in the query's point and radius, so no tangent, as
+#: Warp's adjoint gives them none. Run as written, like :data:`PASSTHROUGH`. Queries with float
+#: results (``mesh_query_point*``'s barycentrics and distance, ``mesh_query_ray``'s hit distance)
+#: are not here: they stay refused, naming the builtin. Only the names the running Warp has.
+QUERY_NAMES = (
+    "hash_grid_query",
+    "hash_grid_query_next",
+    "hash_grid_point_id",
+    "bvh_query_aabb",
+    "bvh_query_ray",
+    "bvh_query_capsule",
+    "bvh_query_sphere",
+    "bvh_query_next",
+    "mesh_query_aabb",
+    "mesh_query_sphere",
+    "mesh_query_next",
+    "mesh_query_aabb_next",
+    "mesh_query_ray_count_intersections",
+    "mesh_query_ray_anyhit",
+    "mesh_get_index",
+    "mesh_get_group_root",
+)
+QUERIES = frozenset(n for n in QUERY_NAMES if builtin_function(n) is not None)
 
 
 def supported_builtins() -> list[str]:
