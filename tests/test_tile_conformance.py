@@ -1,7 +1,8 @@
 """Warp's own tile kernels through every framework (issue 40, item 2).
 
 Each kernel below is taken as shipped from Warp's tests (``warp/tests/tile/test_tile.py``,
-``test_tile_reduce.py``, ``test_tile_matmul.py``, ``test_tile_load.py``) or examples
+``test_tile_reduce.py``, ``test_tile_matmul.py`` (mixed precision too), ``test_tile_load.py``,
+``test_tile_cholesky.py``, ``test_tile_fft.py``, ``test_tile_sort.py``) or examples
 (``examples/tile/example_tile_nbody.py``), with the launch Warp's test gives it: ``wp.launch_tiled(
 kernel, dim=grid, block_dim=b)`` or ``wp.launch(kernel, dim=n, block_dim=b)``. The op is described
 with that ``block_dim`` and called with ``launch_dims=`` what Warp's launch takes as ``dim`` (the tile
@@ -439,6 +440,80 @@ def integrate_bodies_tiled(
     new_position[i] = old_position[i] + NBODY_DT * new_velocity
 
 
+# test_tile_matmul.py: tile_matmul_mixed_precision_kernel (float16 x float32 into float64, alpha and
+# beta). Warp's kernel stores the product back into C; here it goes to D (ops return their outputs)
+@wp.kernel
+def tile_matmul_mixed_precision(
+    A: wp.array2d(dtype=wp.float16),
+    B: wp.array2d(dtype=wp.float32),
+    C: wp.array2d(dtype=wp.float64),
+    D: wp.array2d(dtype=wp.float64),
+):
+    i, j = wp.tid()
+    a = wp.tile_load(A, shape=(TILE_M, TILE_K), offset=(i * TILE_M, j * TILE_K))
+    b = wp.tile_load(B, shape=(TILE_K, TILE_N), offset=(i * TILE_K, j * TILE_N))
+    c = wp.tile_load(C, shape=(TILE_M, TILE_N), offset=(i * TILE_M, j * TILE_N))
+    wp.tile_matmul(a, b, c, alpha=0.5, beta=-1.3)
+    wp.tile_store(D, c, offset=(i * TILE_M, j * TILE_N))
+
+
+# test_tile_cholesky.py: tile_math_cholesky (factor A^T + diag(D), solve L L^T x = y); Warp has no
+# backward for it yet ("TODO: implement and test backward pass" in its test)
+@wp.kernel
+def tile_math_cholesky(
+    gA: wp.array2d(dtype=wp.float64),
+    gD: wp.array1d(dtype=wp.float64),
+    gL: wp.array2d(dtype=wp.float64),
+    gy: wp.array1d(dtype=wp.float64),
+    gx: wp.array1d(dtype=wp.float64),
+):
+    a = wp.tile_load(gA, shape=(TILE_M, TILE_M), storage="shared")
+    d = wp.tile_load(gD, shape=TILE_M, storage="shared")
+    y = wp.tile_load(gy, shape=TILE_M, storage="shared")
+    a_t = wp.tile_transpose(a)
+    b = wp.tile_diag_add(a_t, d)
+    l = wp.tile_cholesky(b)  # noqa: E741 (Warp's name)
+    x = wp.tile_cholesky_solve(l, y)
+    wp.tile_store(gL, l)
+    wp.tile_store(gx, x)
+
+
+# test_tile_fft.py: tile_fft_kernel_vec2f / tile_ifft_kernel_vec2d (the CPU runs Warp's own FFT)
+FFT_SIZE = 64
+
+
+@wp.kernel
+def tile_fft_kernel_vec2f(gx: wp.array2d(dtype=wp.vec2f), gy: wp.array2d(dtype=wp.vec2f)):
+    xy = wp.tile_load(gx, shape=(FFT_SIZE, FFT_SIZE))
+    wp.tile_fft(xy)
+    wp.tile_store(gy, xy)
+
+
+@wp.kernel
+def tile_ifft_kernel_vec2d(gx: wp.array2d(dtype=wp.vec2d), gy: wp.array2d(dtype=wp.vec2d)):
+    xy = wp.tile_load(gx, shape=(FFT_SIZE, FFT_SIZE))
+    wp.tile_ifft(xy)
+    wp.tile_store(gy, xy)
+
+
+# test_tile_sort.py: create_sort_kernel(wp.float32, 33) (keys and values sorted in place in shared memory)
+SORT_LENGTH = wp.constant(33)
+
+
+@wp.kernel(enable_backward=False)
+def tile_sort_kernel(
+    input_keys: wp.array(dtype=wp.float32),
+    input_values: wp.array(dtype=wp.int32),
+    output_keys: wp.array(dtype=wp.float32),
+    output_values: wp.array(dtype=wp.int32),
+):
+    keys = wp.tile_load(input_keys, shape=SORT_LENGTH, storage="shared")
+    values = wp.tile_load(input_values, shape=SORT_LENGTH, storage="shared")
+    wp.tile_sort(keys, values)
+    wp.tile_store(output_keys, keys)
+    wp.tile_store(output_values, values)
+
+
 # ---- the table ------------------------------------------------------------------------------------
 
 
@@ -658,6 +733,54 @@ CASES = [
         lambda rng: [*_fs((128, 3), (128, 3))(rng), 128],
         {"new_position": ((128, 3), F32)},
         rtol=1e-4,
+    ),
+    Case(
+        "matmul_mixed_precision",
+        tile_matmul_mixed_precision,
+        "tiled",
+        (1, 1),
+        32,
+        lambda rng: [
+            rng.random((8, 8)).astype(np.float16),
+            rng.random((8, 4)).astype(F32),
+            rng.random((8, 4)).astype(F64),
+        ],
+        {"D": ((8, 4), F64)},
+        rtol=1e-3,
+    ),
+    Case(
+        "cholesky_solve",
+        tile_math_cholesky,
+        "tiled",
+        (1, 1),
+        32,
+        lambda rng: [rng.random((8, 8)), 8.0 + rng.random(8), rng.standard_normal(8)],
+        {"gL": ((8, 8), F64), "gx": ((8,), F64)},
+        grad=False,
+        rtol=1e-9,
+    ),
+    Case(
+        "fft_f32", tile_fft_kernel_vec2f, "tiled", (1,), TILE_DIM, _f(64, 64, 2), {"gy": ((64, 64, 2), F32)}, rtol=1e-4
+    ),
+    Case(
+        "ifft_f64",
+        tile_ifft_kernel_vec2d,
+        "tiled",
+        (1,),
+        TILE_DIM,
+        _f(64, 64, 2, dtype=F64),
+        {"gy": ((64, 64, 2), F64)},
+        rtol=1e-9,
+    ),
+    Case(
+        "sort_keys_values",
+        tile_sort_kernel,
+        "tiled",
+        (1,),
+        32,
+        lambda rng: [rng.permutation(33).astype(F32) * 1.5 - 7, np.arange(33, dtype=I32)],
+        {"output_keys": ((33,), F32), "output_values": ((33,), I32)},
+        grad=False,
     ),
 ]
 
