@@ -374,7 +374,31 @@ def _interop_quat_from_matrix(m: Any):
     return wp.normalize(wp.quaternion(x, y, z, w))
 
 
-EXPANSIONS = {"quat_from_matrix": _interop_quat_from_matrix}
+@wp.func
+def _interop_quat_to_axis_angle(q: Any):
+    # quat.h quat_to_axis_angle: the axis flipped with the scalar part's sign, the angle in [0, pi]
+    zero = type(q[0])(0.0)
+    two = type(q[0])(2.0)
+    v = wp.vector(q[0], q[1], q[2])
+    axis = wp.normalize(v)
+    if q[3] < zero:
+        axis = -axis
+    angle = two * wp.atan2(wp.length(v), wp.abs(q[3]))
+    return axis, angle
+
+
+@wp.func
+def _interop_quat_slerp(q0: Any, q1: Any, t: Any):
+    # quat.h quat_slerp: q0 times the rotation t of the way from q0 to q1
+    axis, angle = _interop_quat_to_axis_angle(wp.quat_inverse(q0) * q1)
+    return q0 * wp.quat_from_axis_angle(axis, t * angle)
+
+
+EXPANSIONS = {
+    "quat_from_matrix": _interop_quat_from_matrix,
+    "quat_to_axis_angle": _interop_quat_to_axis_angle,
+    "quat_slerp": _interop_quat_slerp,
+}
 
 
 HELPERS = {

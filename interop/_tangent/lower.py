@@ -188,6 +188,9 @@ class _Emitter:
         self.n = 0
         self.return_active: list[bool] = []  # per return statement of a func: its values' tangents
         self.return_arity: int | None = None
+        # a name bound to several values (r = f(x)) -> how many: r[k] is the local r__k (see
+        # _Gen.assign), since Warp's adjoint through a tuple local drops its gradients
+        self.tuples: dict[str, int] = {}
 
     # -- emission -------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -220,6 +223,12 @@ class _Exprs(_Emitter):
         if isinstance(node, ast.Constant):
             return _unparse(node), None
         if isinstance(node, ast.Name):
+            if node.id in self.tuples and any(
+                self.tangent_of_name(f"{node.id}__{k}") is not None for k in range(self.tuples[node.id])
+            ):
+                self.refuse(
+                    f"the tuple {node.id!r} used whole (only its items r[k], k a constant, are transformed)", node
+                )
             return node.id, self.tangent_of_name(node.id)
         if isinstance(node, ast.Attribute):
             return self.attribute(node)
@@ -272,6 +281,14 @@ class _Exprs(_Emitter):
         # a tuple index unparsed element by element: ``ast.unparse`` writes ``(0:1, :)`` for
         # ``y[0:1, :]``'s, which is not Python (slices only parse directly inside brackets)
         sl = node.slice
+        if isinstance(node.value, ast.Name) and node.value.id in self.tuples:
+            k = sl.value if isinstance(sl, ast.Constant) and isinstance(sl.value, int) else None
+            if k is None or not -self.tuples[node.value.id] <= k < self.tuples[node.value.id]:
+                self.refuse(
+                    f"the tuple {node.value.id!r} indexed by {_unparse(sl)} (a constant index is transformed)", node
+                )
+            item = f"{node.value.id}__{k % self.tuples[node.value.id]}"
+            return item, self.tangent_of_name(item)
         index = ", ".join(map(_unparse, sl.elts)) if isinstance(sl, ast.Tuple) and sl.elts else _unparse(sl)
         if isinstance(node.value, ast.Name):
             base, tb = node.value.id, self.tangent_of_name(node.value.id)
@@ -508,9 +525,38 @@ class _Calls(_Exprs):
         if not any(mask):
             return None
         fj, text = self.jvp_call(fobj, args, mask, node)
+        if fj.arity != 1:
+            self.refuse(
+                f"the builtin {fobj.key.replace('_interop_', '')!r} returns {fj.arity} values, used as one", node
+            )
         out = self.tmp()
         self.emit(f"{out}, {out}{self.sfx} = {text}")
         return f"{out}{self.sfx}" if fj.active_results[0] else None
+
+    def tuple_results(self, value: ast.AST) -> list[tuple[str, str | None]] | None:
+        """Each result of a call returning several values (a ``wp.func``, or a builtin with an
+        expansion such as ``quat_to_axis_angle``) as (primal, tangent) temporaries; None for any
+        other expression. A builtin's primal values stay the builtin's."""
+        if not isinstance(value, ast.Call):
+            return None
+        obj = _resolve(value.func, self.ns)
+        fname = _unparse(value.func)
+        if _is_user_function(obj) and _return_arity(obj) > 1:
+            return self.user_call(obj, fname, value, nret=-1)
+        if not (_is_builtin(obj) and obj.key in R.EXPANSIONS and _return_arity(R.EXPANSIONS[obj.key]) > 1):
+            return None
+        if value.keywords:
+            self.refuse(f"{fname!r} with keyword arguments", value)
+        args = [self.simple(a) for a in value.args]
+        outs = [self.tmp() for _ in range(_return_arity(R.EXPANSIONS[obj.key]))]
+        self.emit(f"{', '.join(outs)} = {fname}({', '.join(p for p, _ in args)})")
+        mask = tuple(t is not None for _, t in args)
+        if not any(mask):
+            return [(o, None) for o in outs]
+        fj, text = self.jvp_call(R.EXPANSIONS[obj.key], args, mask, value)
+        touts = [o + self.sfx for o in outs]
+        self.emit(f"{', '.join([self.tmp() for _ in outs] + touts)} = {text}")
+        return [(o, to if active else None) for o, to, active in zip(outs, touts, fj.active_results)]
 
     def positional(self, obj: Any, fname: str, node: ast.Call) -> list[ast.expr]:
         """A ``wp.func`` call's arguments in parameter order (keywords placed by name): the tangent
@@ -596,10 +642,24 @@ class _Gen(_Calls):
             return
         ann = f": {annotation}" if annotation else ""
         if isinstance(target, ast.Name):
-            p, t = self.expr(value)
             n = target.id
             if n in self.arrays:
                 self.refuse(f"assigning to the array parameter {n!r}", s)
+            results = None if annotation else self.tuple_results(value)
+            if results is None and isinstance(value, ast.Name) and value.id in self.tuples:
+                results = [
+                    (f"{value.id}__{k}", self.tangent_of_name(f"{value.id}__{k}")) for k in range(self.tuples[value.id])
+                ]
+            if results is not None:
+                # r = f(x), f returning several values: r[k] becomes the local r__k with its own tangent
+                # (the tuple r stays for primal uses: Warp's adjoint through a tuple local is zero)
+                self.emit(f"{n} = ({', '.join(p for p, _ in results)},)")
+                self.tuples[n] = len(results)
+                for k, (p, t) in enumerate(results):
+                    self.emit(f"{n}__{k} = {p}")
+                    self.tangent_store_name(f"{n}__{k}", t)
+                return
+            p, t = self.expr(value)
             self.emit(f"{n}{ann} = {p}")
             if t is not None:
                 self.wants.add(n)
@@ -663,9 +723,17 @@ class _Gen(_Calls):
                     self.emit(f"{n.id} = {p}")  # type: ignore[attr-defined]
                     self.tangent_store_name(n.id, t)  # type: ignore[attr-defined]
                 return
+            results = self.tuple_results(value) if _is_builtin(obj) and obj.key in R.EXPANSIONS else None
+            if results is not None:
+                if len(results) != len(names):
+                    self.refuse("unpacking a builtin's results into another number of names", s)
+                for n, (p, t) in zip(names, results):
+                    self.emit(f"{n.id} = {p}")  # type: ignore[attr-defined]
+                    self.tangent_store_name(n.id, t)  # type: ignore[attr-defined]
+                return
             p, t = self.expr(value) if not (_is_builtin(obj) and obj.key == "tid") else (_unparse(value), None)
             if t is not None:
-                self.refuse("unpacking a differentiated builtin's results", s)
+                self.refuse(f"unpacking the differentiated builtin {_unparse(value.func)!r}'s results", s)
             self.emit(f"{_unparse(target)} = {p}")
             return
         self.refuse("this unpacking assignment", s)
