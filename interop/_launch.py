@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import warp as wp
 
-from . import _dtypes
+from . import _dtypes, _precompiled
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._function_calls import FunctionCalls
@@ -28,7 +28,7 @@ from ._structs import grad_pointer_params, readable
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
-from ._warp_compat import array_t, is_deterministic_launch, module_loaded, type_size_in_bytes
+from ._warp_compat import array_t, block_threads, is_deterministic_launch, module_loaded, type_size_in_bytes
 from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
 from ._warp_compat import direct_cpu_record as _direct_cpu_record
 from ._warp_compat import direct_cuda_launcher as _direct_cuda_launcher
@@ -160,6 +160,10 @@ class Runner(FunctionCalls):
             if plan.desc.block_dim is not None:
                 kw["block_dim"] = plan.desc.block_dim
             with build_lock:
+                if _precompiled.registered():
+                    _precompiled.preload(
+                        kernel, device, block_threads(device, plan.desc.block_dim), plan.desc.name, plan.desc.label
+                    )
                 slot.launch = wp.launch(
                     kernel,
                     dim=device_launch_dims(plan.desc, plan.launch_dims, device),
