@@ -158,17 +158,15 @@ def _kernels_of(o: Op, forward_mode: bool) -> list[tuple[OpDescription, Any]]:
     if forward_mode:
         t = o.tangent()
         tdesc = t.description
-        kernels = _concrete(tdesc, tdesc.fn, _tangent_types(o, t))
+        kernels = _concrete(tdesc, tdesc.fn)  # a generic kernel's: the overloads mirrored from its declared ones
         found += _with_scalar_variants(tdesc, kernels)
     return found
 
 
-def _concrete(desc: OpDescription, kernel: Any, signatures: list | None = None) -> list[Any]:
-    """A kernel, or a generic kernel's declared overloads (``signatures``: the overloads to make)."""
+def _concrete(desc: OpDescription, kernel: Any) -> list[Any]:
+    """A kernel, or a generic kernel's declared overloads."""
     if not kernel.is_generic:
         return [kernel]
-    for arg_types in signatures or ():
-        kernel.add_overload(arg_types)
     if not kernel.overloads:
         raise ArgumentError(
             f"interop.precompile: op {desc.label!r}: generic kernel {kernel.key!r} has no overload to build; declare "
@@ -176,20 +174,6 @@ def _concrete(desc: OpDescription, kernel: Any, signatures: list | None = None) 
             "process makes the same ones) before precompiling"
         )
     return list(kernel.overloads.values())
-
-
-def _tangent_types(o: Op, t: Op) -> list:
-    """For a generic op, the tangent kernel's overloads matching the forward's declared ones: its
-    parameters' types, then each differentiable parameter's again (its tangent)."""
-    fn = o.description.fn
-    if not fn.is_generic:
-        return []
-    diff = [p.name for p in o.description.params if p.differentiable]
-    sigs = []
-    for ovl in fn.overloads.values():
-        types = list(ovl.adj.arg_types.values())
-        sigs.append(types + [ovl.adj.arg_types[n] for n in diff])
-    return sigs
 
 
 def _with_scalar_variants(desc: OpDescription, kernels: list[Any]) -> list[tuple[OpDescription, Any]]:

@@ -182,7 +182,8 @@ def preload(kernel: Any, device: Any, block_dim: int, opname: str, label: str) -
             elif (module.name, block_dim) in folder.by_name:
                 built = ", ".join(m["hash"][:7] for m in folder.by_name[(module.name, block_dim)])
                 why = (
-                    f"the kernel source (or a function, struct or module option it uses) changed since it was built: "
+                    "the kernel source (or a function, struct or module option it uses, or a generic kernel's "
+                    f"overloads) changed since it was built: "
                     f"module hash {full[:7]} now, {built} there"
                 )
             else:
