@@ -108,6 +108,13 @@ class Runner(FunctionCalls):
             return scalar_ref_kernel(self.plan.kernel, self.plan.scalar_refs)
         return self.plan.kernel
 
+    def _preload(self, kernel, device) -> None:
+        """Load ``kernel``'s module on ``device`` from a registered precompiled folder that holds it
+        (``interop.use_precompiled``), before ``wp.launch`` would compile it."""
+        if _precompiled.registered():
+            d = self.plan.desc
+            _precompiled.preload(kernel, device, block_threads(device, d.block_dim), d.name, d.label)
+
     def _new_slot(self, device, adjoint: bool, plain: bool = False) -> _Slot:
         """A launch record of this plan on ``device`` with its descriptors; ``plain``: one that
         runs a plain ``wp.launch`` per call (:class:`_PlainLaunch`, what Warp's deterministic mode
@@ -160,10 +167,7 @@ class Runner(FunctionCalls):
             if plan.desc.block_dim is not None:
                 kw["block_dim"] = plan.desc.block_dim
             with build_lock:
-                if _precompiled.registered():
-                    _precompiled.preload(
-                        kernel, device, block_threads(device, plan.desc.block_dim), plan.desc.name, plan.desc.label
-                    )
+                self._preload(kernel, device)
                 slot.launch = wp.launch(
                     kernel,
                     dim=device_launch_dims(plan.desc, plan.launch_dims, device),

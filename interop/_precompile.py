@@ -104,7 +104,9 @@ def precompile(
         for desc, kernel in targets:
             ops_index[desc.name] = desc.label
             if cpu:
-                _build(modules, out, desc, kernel, _warp_compat.block_threads(cpu_device, desc.block_dim), cpu_device, None)
+                _build(
+                    modules, out, desc, kernel, _warp_compat.block_threads(cpu_device, desc.block_dim), cpu_device, None
+                )
             for a in archs:
                 _build(modules, out, desc, kernel, desc.block_dim or 256, None, a)
     manifest = {

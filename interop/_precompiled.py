@@ -71,9 +71,13 @@ class Folder:
             if have is None:
                 return None, None, "it holds no CPU object (built with cpu=False)"
             if have != want:
-                return None, None, (
-                    f"its CPU object {have} is for another CPU target than this machine's ({want}: another LLVM, "
-                    "OS or architecture, or, for modules built with -march=native, another instruction set)"
+                return (
+                    None,
+                    None,
+                    (
+                        f"its CPU object {have} is for another CPU target than this machine's ({want}: another LLVM, "
+                        "OS or architecture, or, for modules built with -march=native, another instruction set)"
+                    ),
                 )
             return str(folder / have), None, ""
         arch = int(device.arch)
