@@ -6,7 +6,10 @@ Public names:
 - :class:`Op` is called with any framework's arrays and returns that framework's arrays;
 - :func:`convert` exchanges an array between frameworks without copying;
 - :func:`scalar_of` says which dtype a generic output takes;
-- :func:`backward` hands over a hand-written backward kernel in its author's parameter order.
+- :func:`backward` hands over a hand-written backward kernel in its author's parameter order;
+- :func:`precompile` builds ops' Warp modules into a folder a library ships, and
+  :func:`use_precompiled` loads them from there at first use (:class:`PrecompiledWarning` says
+  when one cannot be used and is compiled instead).
 
 Importing this package imports Warp and NumPy only; each framework adapter is loaded
 the first time one of its arrays is seen.
@@ -17,6 +20,8 @@ from ._convert import convert
 from ._description import OpDescription, Param
 from ._errors import ArgumentError, InteropError, UnsupportedError
 from ._op import Op, op, scalar_of
+from ._precompile import precompile
+from ._precompiled import PrecompiledWarning, use_precompiled
 
 __all__ = [
     "op",
@@ -24,6 +29,9 @@ __all__ = [
     "convert",
     "backward",
     "scalar_of",
+    "precompile",
+    "use_precompiled",
+    "PrecompiledWarning",
     "OpDescription",
     "Param",
     "InteropError",

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import warp as wp
 
-from . import _dtypes
+from . import _dtypes, _precompiled
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._function_calls import FunctionCalls
@@ -28,7 +28,7 @@ from ._structs import grad_pointer_params, readable
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
-from ._warp_compat import array_t, is_deterministic_launch, module_loaded, type_size_in_bytes
+from ._warp_compat import array_t, block_threads, is_deterministic_launch, module_loaded, type_size_in_bytes
 from ._warp_compat import direct_cpu_invoker as _direct_cpu_invoker_compat
 from ._warp_compat import direct_cpu_record as _direct_cpu_record
 from ._warp_compat import direct_cuda_launcher as _direct_cuda_launcher
@@ -108,6 +108,13 @@ class Runner(FunctionCalls):
             return scalar_ref_kernel(self.plan.kernel, self.plan.scalar_refs)
         return self.plan.kernel
 
+    def _preload(self, kernel, device) -> None:
+        """Load ``kernel``'s module on ``device`` from a registered precompiled folder that holds it
+        (``interop.use_precompiled``), before ``wp.launch`` would compile it."""
+        if _precompiled.registered():
+            d = self.plan.desc
+            _precompiled.preload(kernel, device, block_threads(device, d.block_dim), d.name, d.label)
+
     def _new_slot(self, device, adjoint: bool, plain: bool = False) -> _Slot:
         """A launch record of this plan on ``device`` with its descriptors; ``plain``: one that
         runs a plain ``wp.launch`` per call (:class:`_PlainLaunch`, what Warp's deterministic mode
@@ -160,6 +167,7 @@ class Runner(FunctionCalls):
             if plan.desc.block_dim is not None:
                 kw["block_dim"] = plan.desc.block_dim
             with build_lock:
+                self._preload(kernel, device)
                 slot.launch = wp.launch(
                     kernel,
                     dim=device_launch_dims(plan.desc, plan.launch_dims, device),

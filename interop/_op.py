@@ -530,6 +530,7 @@ def tangent_op(o: Op) -> Op:
     else:
         tk = _tangent.tangent_kernel(desc.fn, {name: True for name in diff}, label)
         kernel, tangent_of = tk.kernel, tk.tangent_of
+        _mirror_overloads(desc.fn, kernel, diff)
     outputs = [p.name for p in desc.params if p.role == OUTPUT]
     outputs += [tangent_of[p.name] for p in desc.params if p.role == OUTPUT and p.name in tangent_of]
     in_out = [p.name for p in desc.params if p.role == IN_OUT]
@@ -566,6 +567,19 @@ def tangent_op(o: Op) -> Op:
         partition=desc.partition,
         output_dtypes=odt or None,
     )
+
+
+def _mirror_overloads(fn: Any, tangent: Any, diff: list[str]) -> None:
+    """Give a generic kernel's tangent kernel the overloads declared for the kernel (``wp.overload``)
+    whose differentiable parameters are floats: its parameters' types, then each differentiable one's
+    again (its tangent). So the tangent module holds the same overloads in every process, whatever
+    dtype is called first, and its hash is the one ``interop.precompile`` built."""
+    if not getattr(fn, "is_generic", False):
+        return
+    for ovl in list(fn.overloads.values()):
+        types = ovl.adj.arg_types
+        if all(_tangent.float_like(getattr(types[n], "dtype", types[n])) for n in diff):
+            tangent.add_overload(list(types.values()) + [types[n] for n in diff])
 
 
 def _zeros_like(x: Any) -> Any:

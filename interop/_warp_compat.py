@@ -506,3 +506,61 @@ def make_function(fn: Any, key: str, module: Any, source: str, overload_of: Any 
     scope = {fn.__name__: overload_of} if overload_of is not None else {}
     _context.Function(func=fn, key=key, namespace="", module=module, value_func=None, source=source, scope_locals=scope)
     return module.functions[key]
+
+
+# -- precompiled modules (interop/_precompiled.py) --------------------------------------------
+# ``Module.get_module_hash(block_dim)``, ``resolved_options[block_dim]``, ``get_module_identifier``,
+# ``_get_meta_name``, ``_get_compile_output_name(device, block_dim=)``, ``_compile(device, output_dir,
+# output_name, output_arch, use_ptx, options)``, ``Module.load(device, block_dim, binary_path,
+# output_arch, meta_path)`` and ``Module.execs[(device.context, block_dim)].module_hash``: the same
+# signatures in 1.16, 1.17, 1.18 and 1.19 (``Module.load`` with a ``binary_path`` loads that file
+# without checking it against the module's hash: the caller checks). Warp's public
+# ``compile_aot_module`` builds only the module's default ``block_dim`` (256), while a CPU launch
+# loads the ``block_dim=1`` variant, so the build calls ``_compile`` for the variant it needs.
+def module_hash(module: Any, block_dim: int) -> str:
+    """The full content hash (hex) of ``module``'s ``block_dim`` variant: every kernel's source and
+    adjoint, the functions and structs they use, and the resolved module options."""
+    return module.get_module_hash(block_dim).hex()
+
+
+def module_identifier(module: Any, block_dim: int) -> str:
+    """The folder name Warp gives the module variant in its kernel cache (``wp_<name>_<hash7>``)."""
+    return module.get_module_identifier(block_dim)
+
+
+def module_current(module: Any, device: Any, block_dim: int) -> bool:
+    """Whether ``module``'s ``block_dim`` variant is loaded on ``device`` and still matches its hash."""
+    execs = getattr(module, "execs", None)
+    ex = execs.get((device.context, block_dim)) if isinstance(execs, dict) else None
+    return ex is not None and getattr(ex, "module_hash", None) == module.get_module_hash(block_dim)
+
+
+def cpu_binary_name(module: Any, device: Any, block_dim: int) -> str:
+    """The file name of the variant's CPU object on this machine: Warp names it by the LLVM version,
+    the target triple and, with ``-march=native``, this CPU's instruction set."""
+    return module._get_compile_output_name(device, block_dim=block_dim)
+
+
+def meta_name(module: Any, block_dim: int) -> str:
+    """The file name of the variant's metadata (shared memory sizes...), next to its binaries."""
+    return module._get_meta_name(block_dim)
+
+
+def compile_module(module: Any, out_dir: str, block_dim: int, device: Any = None, arch: int | None = None) -> str:
+    """Build ``module``'s ``block_dim`` variant into ``out_dir``: for ``device`` (the CPU) or, with
+    ``device=None``, a CUDA cubin for ``arch`` through Warp's NVRTC (no GPU needed). Returns the
+    binary's file name."""
+    module.get_module_hash(block_dim)
+    options = module.resolved_options[block_dim]
+    if arch is None:
+        name = module._get_compile_output_name(device, block_dim=block_dim)
+    else:
+        name = module._get_compile_output_name(None, arch, use_ptx=False, block_dim=block_dim)
+    module._compile(device, out_dir, name, arch, False if arch is not None else None, options)
+    return name
+
+
+def load_module_binary(module: Any, device: Any, block_dim: int, binary: str, meta: str, arch: int | None) -> None:
+    """Load a prebuilt binary as ``module``'s ``block_dim`` variant on ``device`` (the caller has
+    checked that it was built from this module's hash, for this Warp and this device)."""
+    module.load(device, block_dim, binary_path=binary, output_arch=arch, meta_path=meta)
