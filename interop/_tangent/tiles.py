@@ -18,12 +18,11 @@ tangent anywhere starts from ``tile_zeros`` of its own shape and type. The rules
   accumulates both terms into ``out``'s tangent), ``tile_axpy`` too;
 - ``tile_max``/``tile_min`` (and ``tile_reduce(wp.max/wp.min, ...)``) take the tangent of the element
   ``tile_argmax``/``tile_argmin`` select (one-dimensional tiles);
-- ``tile_lower_solve``/``tile_upper_solve`` (``dx = L^-1 (dy - dL x)``), ``tile_cholesky_solve``
-  (``dx = A^-1 (dy - dA x)``, ``dA = dL L^T + L dL^T``) by their formulas;
 - constructors without a value (``tile_zeros``, ``tile_ones``, ``tile_arange``, ``tile_empty``,
   ``tile_randf``...) and index results (``tile_argmax``...) carry none.
 
-Any other tile builtin is refused, naming it, when a value it takes carries a tangent (or, for a
+Any other tile builtin is refused, naming it (among them ``tile_cholesky`` and the triangular and
+Cholesky solves: their tangents need the triangle of a tangent tile, which no tile builtin masks), when a value it takes carries a tangent (or, for a
 write, when the array it writes carries one); one whose arguments carry none runs as written.
 """
 
@@ -208,8 +207,6 @@ class _Tiles:
             return self.tile_select(key, fname, _TileCall(self, key, fname, node, ("a",)))
         if key == "tile_matmul":
             return self.tile_matmul(fname, node)
-        if key in ("tile_lower_solve", "tile_upper_solve", "tile_cholesky_solve"):
-            return self.tile_solve(key, fname, node)
         if key in ATOMICS:
             c = _TileCall(self, key, fname, node, ())
             if self.tangent_of_name(_root(c.nodes.get("a"))) is not None:
@@ -230,12 +227,11 @@ class _Tiles:
             return c.text(), None
         if key == "tile_astype" and ast.unparse(c.nodes.get("dtype", ast.Constant(""))).split(".")[-1] not in _FLOAT_NAMES:
             return c.text(), None  # to an integer type: no tangent
-        y = self.tmp()
-        self.emit(f"{y} = {c.text()}")
+        # the call itself, not a temporary: a view (tile_view...) copied into a local has no adjoint in Warp
         if key == "tile_diag_add" and c.t("d") is None:
-            return self.finish(y, c.t("a"))
+            return c.text(), c.t("a")
         subs = {n: c.t(n) or self.tile_zero(c.p(n)) for n in LINEAR[key] if c.given(n)}
-        return self.finish(y, c.text(subs))
+        return c.text(), c.text(subs)
 
     def tile_map(self, fname: str, node: ast.Call) -> tuple[str, str | None]:
         from .lower import _resolve
@@ -314,30 +310,6 @@ class _Tiles:
 
     def carries_node(self, node: ast.AST) -> bool:
         return any(isinstance(n, ast.Name) and self.tangent_of_name(n.id) is not None for n in ast.walk(node))
-
-    def tile_solve(self, key: str, fname: str, node: ast.Call) -> tuple[str, str | None]:
-        """x = L^-1 y (or U^-1 y, (L L^T)^-1 y): dx = solve(dy - dA x), dA = dL (or dU, dL L^T + L dL^T)."""
-        c = _TileCall(self, key, fname, node, ("L", "y"))
-        tl, ty = c.t("L"), c.t("y")
-        if tl is None and ty is None:
-            return c.text(), None
-        if key == "tile_cholesky_solve" and c.given("fill_mode"):
-            self.no_rule(fname, node, " with fill_mode")
-        y = self.tmp()
-        self.emit(f"{y} = {c.text()}")
-        mm, tr, L = f"{R.W}.tile_matmul", f"{R.W}.tile_transpose", c.p("L")
-        rhs = ty
-        if tl is not None:
-            if key == "tile_cholesky_solve":
-                da_x = f"{mm}({tl}, {mm}({tr}({L}), {y})) + {mm}({L}, {mm}({tr}({tl}), {y}))"
-            else:
-                da_x = f"{mm}({tl}, {y})"
-            d = self.tmp()
-            self.emit(f"{d} = {da_x}")
-            rhs = f"{ty} - {d}" if ty is not None else f"-{d}"
-        r = self.tmp()
-        self.emit(f"{r} = {rhs}")
-        return self.finish(y, c.text({"y": r}))
 
     # -- statements ---------------------------------------------------------------------------------
     def tile_stmt(self, key: str, fname: str, node: ast.Call, s: ast.stmt) -> None:
