@@ -290,7 +290,9 @@ def solve(A: wp.array2d(dtype=wp.float64), out: wp.array2d(dtype=wp.float64)):
 @pytest.mark.parametrize(("kernel", "builtin"), [(factor, "tile_cholesky"), (solve, "tile_lower_solve")])
 def test_tile_builtin_without_rule_is_refused_by_name(kernel, builtin):
     o = interop.op(kernel, block_dim=BD, name=f"tilefwd::{builtin}")
-    with pytest.raises(interop.UnsupportedError, match=rf"op .tilefwd::{builtin}.: .*tile builtin 'wp.{builtin}'.*{kernel.key}"):
+    with pytest.raises(
+        interop.UnsupportedError, match=rf"op .tilefwd::{builtin}.: .*tile builtin 'wp.{builtin}'.*{kernel.key}"
+    ):
         o.jvp(np.eye(T), tangents=[np.eye(T)], launch_dims=(1,))
 
 

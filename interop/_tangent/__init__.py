@@ -290,7 +290,9 @@ def _map_tangent(obj: Any, op_text: str, ns: dict, mask: tuple[bool, ...], label
         for p, m in zip(params, mask):
             args += [p, p + SUFFIX] if m else [p]
         name = base + "_dot"
-        text = f"def {name}({', '.join(args)}):\n    r, r{SUFFIX} = {fj.name}({', '.join(args)})\n    return r{SUFFIX}\n"
+        text = (
+            f"def {name}({', '.join(args)}):\n    r, r{SUFFIX} = {fj.name}({', '.join(args)})\n    return r{SUFFIX}\n"
+        )
         wrapper = _compile(text, name, {fj.name: fj.function}, dict.fromkeys(args, Any))
         hit = (name, retry_ast_race(lambda: make_function(wrapper, name, module, text)))
         _map_cache[(obj, mask)] = hit

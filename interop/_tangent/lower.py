@@ -202,6 +202,13 @@ class _Emitter:
     def refuse(self, what: str, node: ast.AST | None) -> NoReturn:
         raise _Refusal(what, node)
 
+    def resolve(self, node: ast.AST) -> Any:
+        return _resolve(node, self.ns)
+
+    def builtin_key(self, node: ast.AST) -> str | None:
+        obj = _resolve(node, self.ns)
+        return obj.key if _is_builtin(obj) else None
+
     # -- names --------------------------------------------------------------------------------------
     def tangent_of_name(self, name: str) -> str | None:
         if name in self.arrays:

@@ -148,12 +148,12 @@ class _Tiles:
     ns: dict
     owner: Any
     tangent_of_name: Any
+    resolve: Any  # the object a call's function expression names
+    builtin_key: Any  # the key of the builtin it names (None: not a builtin)
 
     # -- which values are tiles -------------------------------------------------------------------
     def is_tile_expr(self, node: ast.AST) -> bool:
         """Is the value of ``node`` a tile (its zero tangent is then a tile of zeros)?"""
-        from .lower import _is_builtin, _resolve
-
         if isinstance(node, ast.Name):
             return node.id in self.tile_names
         if isinstance(node, ast.BinOp):
@@ -163,8 +163,8 @@ class _Tiles:
         if isinstance(node, ast.IfExp):
             return self.is_tile_expr(node.body) or self.is_tile_expr(node.orelse)
         if isinstance(node, ast.Call):
-            obj = _resolve(node.func, self.ns)
-            return _is_builtin(obj) and is_tile_builtin(obj.key) and obj.key not in NOT_TILES
+            key = self.builtin_key(node.func)
+            return key is not None and is_tile_builtin(key) and key not in NOT_TILES
         return False
 
     def tile_zero(self, p: str) -> str:
@@ -173,9 +173,7 @@ class _Tiles:
     def value_arg(self, node: ast.AST) -> tuple[str, str | None]:
         """An argument: an array (or a view of one) as written, with its tangent array; a value
         lowered to a name."""
-        from .lower import _root_name
-
-        if _root_name(node) in self.arrays and isinstance(node, (ast.Name, ast.Subscript)):
+        if _root(node) in self.arrays and isinstance(node, (ast.Name, ast.Subscript)):
             return self.expr(node)
         return self.simple(node)
 
@@ -225,7 +223,10 @@ class _Tiles:
         live = [n for n in LINEAR[key] if c.t(n) is not None]
         if not live:
             return c.text(), None
-        if key == "tile_astype" and ast.unparse(c.nodes.get("dtype", ast.Constant(""))).split(".")[-1] not in _FLOAT_NAMES:
+        if (
+            key == "tile_astype"
+            and ast.unparse(c.nodes.get("dtype", ast.Constant(""))).split(".")[-1] not in _FLOAT_NAMES
+        ):
             return c.text(), None  # to an integer type: no tangent
         # the call itself, not a temporary: a view (tile_view...) copied into a local has no adjoint in Warp
         if key == "tile_diag_add" and c.t("d") is None:
@@ -234,8 +235,6 @@ class _Tiles:
         return c.text(), c.text(subs)
 
     def tile_map(self, fname: str, node: ast.Call) -> tuple[str, str | None]:
-        from .lower import _resolve
-
         if node.keywords or len(node.args) < 2:
             self.refuse(f"{fname!r} with keyword arguments", node)
         op = node.args[0]
@@ -244,7 +243,7 @@ class _Tiles:
         mask = tuple(t is not None for _, t in args)
         if not any(mask):
             return text, None
-        obj = _resolve(op, self.ns)
+        obj = self.resolve(op)
         if obj is None and isinstance(op, ast.Call):
             obj = self.owner.static_value(op, self.ns)
         if obj is None:
@@ -261,13 +260,10 @@ class _Tiles:
         return self.finish(y, f"{fname}({', '.join([name] + call)})")
 
     def tile_reduce(self, fname: str, node: ast.Call) -> tuple[str, str | None]:
-        from .lower import _is_builtin, _resolve
-
         c = _TileCall(self, "tile_reduce", fname, node, ("a",))
         if c.t("a") is None:
             return c.text(), None
-        op = _resolve(c.nodes["op"], self.ns)
-        kind = op.key if _is_builtin(op) else None
+        kind = self.builtin_key(c.nodes["op"])
         if kind == "add":
             y = self.tmp()
             self.emit(f"{y} = {c.text()}")
