@@ -518,8 +518,6 @@ def tangent_op(o: Op) -> Op:
         raise _refused(label, "it is a Python-function op (wp.Tape records reverse mode only)")
     # a kernel with struct parameters: its flat kernel (the struct fields as parameters) is
     # transformed; struct values the flat kernel rebuilds for a wp.func are refused by the generator
-    if desc.tiles and desc.jvp is None:
-        raise _refused(label, "it is a tile kernel (no tangent rules for tiles yet); give it jvp=<kernel>")
     diff = [p.name for p in desc.params if p.differentiable]
     if not diff:
         raise _refused(label, "it has no differentiable parameter")
@@ -553,7 +551,7 @@ def tangent_op(o: Op) -> Op:
                 if n in tangent_of:
                     od[tangent_of[n]] = d
     name = None if desc.name.startswith("interop::") else f"{desc.name}__jvp"
-    return op(
+    t = op(
         kernel,
         outputs=outputs,
         in_out=in_out,
@@ -567,6 +565,11 @@ def tangent_op(o: Op) -> Op:
         partition=desc.partition,
         output_dtypes=odt or None,
     )
+    if desc.tiles and t.description.tile_form != desc.tile_form:
+        # a tile kernel's tangent launches as the kernel does (the tile grid read from the primal's
+        # source: tangent code may read thread-derived tiles in calls of its own)
+        t.description = dataclasses.replace(t.description, tile_form=desc.tile_form)
+    return t
 
 
 def _mirror_overloads(fn: Any, tangent: Any, diff: list[str]) -> None:

@@ -292,9 +292,9 @@ PATHS = {
     "cupy": ("eager",),
 }
 # "fwd_grad" (JAX), "func_fwd" (torch): the gradients by forward mode (jax.jacfwd, torch.func.jacfwd
-# of the weighted loss: the generated tangent kernel), for ops that have one (kernels; not yet tiles,
-# not Python functions); drawn for a Python-function op, the reverse-mode path of the same transform
-# instead; for a tile kernel without tangent rules, the documented refusal (expected_error)
+# of the weighted loss: the generated tangent kernel), for ops that have one (kernels, tile kernels
+# too; not Python functions); drawn for a Python-function op, the reverse-mode path of the same
+# transform instead; for a tile kernel the generator refuses, the documented refusal (expected_error)
 # how a struct argument is packed ("warp": a Warp struct instance, whose array fields are Warp arrays
 # over the NumPy memory; every array of that call is then a Warp array)
 PACKINGS = {

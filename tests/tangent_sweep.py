@@ -29,6 +29,7 @@ import warp as wp
 
 import interop
 from interop import _tangent, _warp_compat
+from interop._extent import uses_tiles
 
 
 def _kernels(packages: list[str]) -> list[tuple[str, wp.Kernel]]:
@@ -79,6 +80,8 @@ def main() -> int:
                 tk = _tangent.tangent_kernel(k, diff, k.key)
             except interop.UnsupportedError as e:
                 outcome["refused"] += 1
+                if uses_tiles(k):
+                    outcome["refused (tile kernels)"] += 1
                 m = re.search(r"not available: (.*?)(?: at |\. Forward)", str(e))
                 reasons[(m.group(1) if m else str(e))[:100]] += 1
                 continue
@@ -87,6 +90,8 @@ def main() -> int:
                 bugs.append(f"{mname}.{k.key}: generation\n{traceback.format_exc(limit=4)}")
                 continue
             outcome["ok"] += 1
+            if uses_tiles(k):
+                outcome["ok (tile kernels)"] += 1
             if args.compile_arch is None:
                 continue
             try:

@@ -25,6 +25,8 @@ import warp as wp
 from catalogue import CASES
 from test_op_jvp import KERNEL_CASES
 from test_tangent_kernels import RULE_GROUPS, STRUCTURE, bfloat16_piecewise
+from test_tangent_tiles import CASES as TILE_CASES
+from test_tangent_tiles import _tangent_kernel as tile_tangent_kernel
 from user_kernels import USER_CASES
 
 from interop import _tangent, _warp_compat
@@ -36,6 +38,9 @@ GENERATED.update({f"structure-{n}": case.tangent for n, case in STRUCTURE.items(
 GENERATED["bfloat16-helpers"] = lambda: _tangent.tangent_kernel(
     bfloat16_piecewise, {"a": True, "b": True, "y": True}, "bfloat16"
 )
+# every tile tangent kernel of tests/test_tangent_tiles.py (tile_matmul, tile_map's generated
+# elementwise tangents, tile_max's selection... as NVRTC builds them for the GPU)
+GENERATED.update({f"tiles-{c.id}": (lambda c=c: tile_tangent_kernel(c)) for c in TILE_CASES})
 
 
 @pytest.fixture(scope="module")

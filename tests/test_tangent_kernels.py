@@ -1662,6 +1662,12 @@ def refuse_atomic_max(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
 
 
 @wp.kernel
+def refuse_tile_cholesky(a: wp.array2d(dtype=F64), y: wp.array2d(dtype=F64)):
+    t = wp.tile_load(a, shape=(4, 4))
+    wp.tile_store(y, wp.tile_cholesky(t))
+
+
+@wp.kernel
 def refuse_erfinv(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
     i = wp.tid()
     y[i] = wp.erfinv(x[i])
@@ -1713,7 +1719,7 @@ REFUSALS = {
         {},
     ),
     "atomic_value": (lambda: refuse_atomic_value, "old = wp.atomic_add(y, 0, x[i])", "the value returned by 'wp.atomic_add'", {"outputs": ["y", "z"]}),
-    "tile": (_tile_kernel, "t = wp.tile_load(x[i], shape=TILE)", "the tile builtin 'wp.tile_load'", {}),
+    "tile": (lambda: refuse_tile_cholesky, "wp.tile_store(y, wp.tile_cholesky(t))", "the tile builtin 'wp.tile_cholesky' has no tangent rule", {}),
     "func_grad": (lambda: refuse_custom_grad, "y[i] = clipped(x[i]) * F64(2.0)", "the function 'clipped'", {}),
 }  # fmt: skip
 
@@ -1773,10 +1779,16 @@ def test_op_tangent_and_jvp_refuse_with_the_line(name, fresh_tangent_cache):
         assert what in str(info.value) and f"{path}:{line}" in str(info.value)
 
 
-def test_op_tangent_refuses_a_tile_kernel():
-    op = interop.op(_tile_kernel())
-    with pytest.raises(interop.UnsupportedError, match=r"op 'tile_kernel': forward-mode .* tile kernel .*jvp="):
-        op.tangent()
+def test_op_tangent_of_a_tile_kernel_launches_as_the_kernel():
+    """A tile kernel's tangent op keeps its block_dim and launch form (the tile grid, then the lanes;
+    tests/test_tangent_tiles.py checks the tile rules themselves)."""
+    op = interop.op(_tile_kernel(), block_dim=16)
+    t = op.tangent().description
+    assert t.tiles and t.block_dim == 16 and t.tile_form == op.description.tile_form == ("tiled", 2, True)
+    x = np.arange(16.0, dtype=np.float32).reshape(2, 8) / 8.0
+    dx = np.ones_like(x)
+    (_, dy) = op.jvp(x, tangents=[dx], launch_dims=(2,))
+    np.testing.assert_allclose(dy, 2.0 * (x * dx).sum(axis=1), rtol=1e-6)
 
 
 def test_a_refused_kernel_raises_again_without_rebuilding(monkeypatch, fresh_tangent_cache):

@@ -31,6 +31,7 @@ mode for the second order).
 from __future__ import annotations
 
 import ast
+import itertools
 import textwrap
 import threading
 import weakref
@@ -81,6 +82,11 @@ class _Generator:
 
     def function(self, fobj: Any, mask: tuple[bool, ...], node: ast.AST, caller: _Gen) -> _FunctionJvp:
         return _function_jvp(fobj, mask, self.label, caller.src.where(node))
+
+    def map_tangent(self, obj: Any, op_text: str, ns: dict, mask: tuple[bool, ...], node: ast.AST, caller: _Gen):
+        """``tile_map(op, ...)``'s tangent: (name, wp.func) of a function returning the scalar tangent of
+        ``op`` from its arguments, each followed by its tangent where ``mask`` says (None: no tangent)."""
+        return _map_tangent(obj, op_text, ns, mask, self.label, caller.src.where(node))
 
     def transform(self, fdef: ast.FunctionDef, src: _Source, ns: dict, kind: str, arrays: dict, active: set) -> _Gen:
         """Run the body to a fixed point of the names carrying tangents."""
@@ -256,6 +262,41 @@ def _compile(text: str, name: str, ns: dict, annotations: dict) -> Any:
     fn = ns[name]
     fn.__annotations__ = annotations
     return fn
+
+
+# ---- tile_map's elementwise tangents (cached per operator and mask) --------------------------------
+_map_cache: dict = {}
+_map_count = itertools.count()
+
+
+def _map_tangent(obj: Any, op_text: str, ns: dict, mask: tuple[bool, ...], label: str, where: str) -> tuple:
+    """The operator as a ``wp.func`` of its own (``def f(a0, a1): return op(a0, a1)``), transformed as
+    any ``wp.func``, and a wrapper returning only the result's tangent (what ``tile_map`` maps)."""
+    with _fn_lock:
+        hit = _map_cache.get((obj, mask))
+        if hit is not None:
+            return hit
+        base = f"_interop_map{next(_map_count)}"
+        params = [f"a{k}" for k in range(len(mask))]
+        text = f"def {base}({', '.join(params)}):\n    return {op_text}({', '.join(params)})\n"
+        module = wp.get_module(f"interop_tangent_map.{base}")
+        fn = _compile(text, base, dict(ns), dict.fromkeys(params, Any))
+        scalar = retry_ast_race(lambda: make_function(fn, base, module, text))
+        fj = _function_jvp(scalar, mask, label, where)
+        if fj.arity != 1 or not fj.active_results[0]:
+            _map_cache[(obj, mask)] = (None, None)
+            return None, None
+        args = []
+        for p, m in zip(params, mask):
+            args += [p, p + SUFFIX] if m else [p]
+        name = base + "_dot"
+        text = (
+            f"def {name}({', '.join(args)}):\n    r, r{SUFFIX} = {fj.name}({', '.join(args)})\n    return r{SUFFIX}\n"
+        )
+        wrapper = _compile(text, name, {fj.name: fj.function}, dict.fromkeys(args, Any))
+        hit = (name, retry_ast_race(lambda: make_function(wrapper, name, module, text)))
+        _map_cache[(obj, mask)] = hit
+        return hit
 
 
 # ---- kernels ---------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import warp as wp
 
 from .._warp_compat import builtin_function, is_struct, struct_name, warp_function_class
 from . import rules as R
+from .tiles import _Tiles, is_tile_builtin
 
 SUFFIX = "__dot"
 
@@ -92,7 +93,7 @@ def _resolve(node: ast.AST, ns: dict) -> Any:
         if base is None:
             return None
         obj = getattr(base, node.attr, None)
-        if (base is wp or base is wp.types) and not isinstance(obj, type):
+        if (base is wp or base is wp.types) and (not isinstance(obj, type) or node.attr == "tile"):
             # wp.tid, wp.tile_load, wp.vector, wp.types.vector... exist only as kernels see them
             return builtin_function(node.attr) or obj
         return obj
@@ -191,6 +192,7 @@ class _Emitter:
         # a name bound to several values (r = f(x)) -> how many: r[k] is the local r__k (see
         # _Gen.assign), since Warp's adjoint through a tuple local drops its gradients
         self.tuples: dict[str, int] = {}
+        self.tile_names: set[str] = set()  # locals holding tiles (their zero tangent is a tile)
 
     # -- emission -------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -202,6 +204,13 @@ class _Emitter:
 
     def refuse(self, what: str, node: ast.AST | None) -> NoReturn:
         raise _Refusal(what, node)
+
+    def resolve(self, node: ast.AST) -> Any:
+        return _resolve(node, self.ns)
+
+    def builtin_key(self, node: ast.AST) -> str | None:
+        obj = _resolve(node, self.ns)
+        return obj.key if _is_builtin(obj) else None
 
     # -- names --------------------------------------------------------------------------------------
     def tangent_of_name(self, name: str) -> str | None:
@@ -323,6 +332,8 @@ class _Exprs(_Emitter):
             t: str | None = (
                 f"type({a[0]})({float(e)!r}) * {R.W}.pow({a[0]}, type({a[0]})({float(e) - 1.0!r})) * ({a[1]})"
             )
+        elif key in ("mul", "div") and (self.is_tile_expr(node.left) or self.is_tile_expr(node.right)):
+            t = self.tile_product(key, a, b, y)
         else:
             t = self.apply_rule(key, [a, b], y, node)
         return self.finish(y, t)
@@ -386,7 +397,7 @@ class _Exprs(_Emitter):
         raise AssertionError
 
 
-class _Calls(_Exprs):
+class _Calls(_Tiles, _Exprs):
     """Calls: builtins through their rules, constructors, ``wp.func`` calls through their tangent
     functions (or a ``jvp=``/expansion), atomics."""
 
@@ -403,9 +414,9 @@ class _Calls(_Exprs):
             return self.constructor(fname, node)  # x.dtype(...), x.dtype.dtype(...), type(x).dtype(...)
         if _is_builtin(obj):
             key = obj.key
-            if key in R.PASSTHROUGH or key in R.QUERIES or key.startswith("tile"):
-                if key.startswith("tile"):
-                    self.refuse(f"the tile builtin {fname!r} (tile kernels have no forward mode yet)", node)
+            if is_tile_builtin(key):
+                return self.tile_call(key, fname, node)
+            if key in R.PASSTHROUGH or key in R.QUERIES:
                 return _unparse(node), None
             if key in R.ATOMIC_LINEAR or key in R.ATOMIC_REFUSED:
                 if self.atomic_carries_tangent(node):
@@ -661,10 +672,13 @@ class _Gen(_Calls):
                 return
             p, t = self.expr(value)
             self.emit(f"{n}{ann} = {p}")
+            if self.is_tile_expr(value):
+                self.tile_names.add(n)
             if t is not None:
                 self.wants.add(n)
             if n in self.active:
-                self.emit(f"{n}{self.sfx}{ann} = {t if t is not None else R.zero(n)}")
+                zero = self.tile_zero(n) if n in self.tile_names else R.zero(n)
+                self.emit(f"{n}{self.sfx}{ann} = {t if t is not None else zero}")
             return
         if isinstance(target, (ast.Subscript, ast.Attribute)):
             p, t = self.simple(value)
@@ -805,8 +819,9 @@ class _Gen(_Calls):
                     )
                 self.emit(_unparse(s))
                 return
-            if key.startswith("tile"):
-                self.refuse(f"the tile builtin {fname!r} (tile kernels have no forward mode yet)", s)
+            if is_tile_builtin(key):
+                self.tile_stmt(key, fname, v, s)  # type: ignore[arg-type]
+                return
             self.emit(_unparse(s))
             return
         if _is_user_function(obj):
