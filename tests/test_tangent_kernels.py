@@ -1674,9 +1674,10 @@ def refuse_erfinv(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
 
 
 @wp.kernel
-def refuse_quat_slerp(q: wp.array(dtype=wp.quatd), p: wp.array(dtype=wp.vec3d), y: wp.array(dtype=wp.vec3d)):
+def refuse_svd3(a: wp.array(dtype=wp.mat33d), y: wp.array(dtype=wp.vec3d)):
     i = wp.tid()
-    y[i] = wp.quat_rotate(wp.quat_slerp(q[i], wp.quat_identity(dtype=F64), F64(0.5)), p[i])
+    u, s, v = wp.svd3(a[i])
+    y[i] = s
 
 
 @wp.kernel
@@ -1712,12 +1713,7 @@ REFUSALS = {
     # kernel, the line refused (its text), what the message names, the op's options
     "atomic_max": (lambda: refuse_atomic_max, "wp.atomic_max(y, 0, x[i] * x[i])", "'wp.atomic_max' into a differentiated array", {}),
     "erfinv": (lambda: refuse_erfinv, "y[i] = wp.erfinv(x[i])", "the builtin 'erfinv' has no tangent rule", {}),
-    "quat_slerp": (
-        lambda: refuse_quat_slerp,
-        "y[i] = wp.quat_rotate(wp.quat_slerp(q[i], wp.quat_identity(dtype=F64), F64(0.5)), p[i])",
-        "the builtin 'quat_slerp' has no tangent rule",
-        {},
-    ),
+    "svd3": (lambda: refuse_svd3, "u, s, v = wp.svd3(a[i])", "the builtin 'svd3' has no tangent rule", {}),
     "atomic_value": (lambda: refuse_atomic_value, "old = wp.atomic_add(y, 0, x[i])", "the value returned by 'wp.atomic_add'", {"outputs": ["y", "z"]}),
     "tile": (lambda: refuse_tile_cholesky, "wp.tile_store(y, wp.tile_cholesky(t))", "the tile builtin 'wp.tile_cholesky' has no tangent rule", {}),
     "func_grad": (lambda: refuse_custom_grad, "y[i] = clipped(x[i]) * F64(2.0)", "the function 'clipped'", {}),

@@ -747,7 +747,9 @@ class _Gen(_Calls):
                 return
             p, t = self.expr(value) if not (_is_builtin(obj) and obj.key == "tid") else (_unparse(value), None)
             if t is not None:
-                self.refuse(f"unpacking the differentiated builtin {_unparse(value.func)!r}'s results", s)
+                self.refuse(
+                    f"unpacking the results of the builtin {_unparse(value.func)!r} (it has no tangent rule)", s
+                )
             self.emit(f"{_unparse(target)} = {p}")
             return
         self.refuse("this unpacking assignment", s)
