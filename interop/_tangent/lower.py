@@ -112,16 +112,26 @@ def _static_value(node: ast.Call, ns: dict) -> Any:
         return None
 
 
-def _return_arity(fobj: Any) -> int:
-    """How many values a ``wp.func`` returns (its first ``return`` with a value; 0 for none)."""
+def _return_arity(fobj: Any, depth: int = 0) -> int:
+    """How many values a ``wp.func`` returns (a ``return`` of a tuple, or of a call of a function
+    returning several values; 1 for one value, 0 for none)."""
     try:
         fdef = ast.parse(textwrap.dedent(fobj.adj.source)).body[0]
     except Exception:  # noqa: BLE001 (no source: a native function, refused where it is transformed)
         return 1
+    arity = 0
     for node in ast.walk(fdef):
         if isinstance(node, ast.Return) and node.value is not None:
-            return len(node.value.elts) if isinstance(node.value, ast.Tuple) else 1
-    return 0
+            if isinstance(node.value, ast.Tuple):
+                return len(node.value.elts)
+            if isinstance(node.value, ast.Call) and depth < 8:  # return g(...): g's values
+                callee = _resolve(node.value.func, _ns_of(fobj.func))
+                if _is_user_function(callee) and callee is not fobj:
+                    n = _return_arity(callee, depth + 1)
+                    if n > 1:
+                        return n
+            arity = 1
+    return arity
 
 
 def _is_dtype_expression(node: ast.AST, ns: dict) -> bool:
@@ -551,6 +561,8 @@ class _Calls(_Tiles, _Exprs):
         if not isinstance(value, ast.Call):
             return None
         obj = _resolve(value.func, self.ns)
+        if obj is None and isinstance(value.func, ast.Call):
+            obj = self.owner.static_value(value.func, self.ns)
         fname = _unparse(value.func)
         if _is_user_function(obj) and _return_arity(obj) > 1:
             return self.user_call(obj, fname, value, nret=-1)
@@ -723,6 +735,8 @@ class _Gen(_Calls):
             return
         if isinstance(value, ast.Call):
             obj = _resolve(value.func, self.ns)
+            if obj is None and isinstance(value.func, ast.Call):
+                obj = self.owner.static_value(value.func, self.ns)  # wp.static(make_func())(...)
             if _is_user_function(obj):
                 results = self.user_call(obj, _unparse(value.func), value, nret=len(names))
                 if results is not None and len(results) == 1 and results[0][1] is None and len(names) > 1:
@@ -805,6 +819,8 @@ class _Gen(_Calls):
         if not isinstance(v, ast.Call):
             self.refuse("an expression statement that is not a call", s)
         obj = _resolve(v.func, self.ns)  # type: ignore[union-attr]
+        if obj is None and isinstance(v.func, ast.Call):  # type: ignore[union-attr]
+            obj = self.owner.static_value(v.func, self.ns)  # type: ignore[union-attr] (wp.static(make_func())(...))
         fname = _unparse(v.func)  # type: ignore[union-attr]
         if _is_builtin(obj):
             key = obj.key
