@@ -37,13 +37,20 @@ def _bump(x: Any, y: Any):
     return x * wp.exp(y) - wp.sin(x * y)
 
 
+@wp.func
+def _exp(y: Any):
+    # tile_map(wp.exp, b) itself: Warp 1.16-1.18 cannot build its adjoint (their tile_map adjoint calls
+    # adj_exp without the result it reads); through a wp.func it builds on every supported Warp
+    return wp.exp(y)
+
+
 @wp.kernel
 def rows_map_sum(x: wp.array2d(dtype=wp.float64), y: wp.array2d(dtype=wp.float64), out: wp.array(dtype=wp.float64)):
     # tile_load of a row, tile_map of a builtin and of a wp.func, arithmetic, tile_sum, tile_store
     i = wp.tid()
     a = wp.tile_load(x[i], shape=T)
     b = wp.tile_load(y[i], shape=T)
-    u = wp.tile_map(wp.sin, a) * wp.float64(2.0) + wp.tile_map(_bump, a, b) - a / wp.tile_map(wp.exp, b)
+    u = wp.tile_map(wp.sin, a) * wp.float64(2.0) + wp.tile_map(_bump, a, b) - a / wp.tile_map(_exp, b)
     s = wp.tile_sum(u * a)
     wp.tile_store(out, s, offset=i)
 
