@@ -394,6 +394,11 @@ def _interop_quat_slerp(q0: Any, q1: Any, t: Any):
     return q0 * wp.quat_from_axis_angle(axis, t * angle)
 
 
+#: builtins returning several values whose tangents have a closed form: builtin key -> a wp.func
+#: taking the builtin's arguments, then their tangents (zeros where none), returning the tangent of
+#: each result in order (the primal results stay the builtin's)
+TUPLE_TANGENTS: dict[str, Any] = {}
+
 EXPANSIONS = {
     "quat_from_matrix": _interop_quat_from_matrix,
     "quat_to_axis_angle": _interop_quat_to_axis_angle,

@@ -566,16 +566,30 @@ class _Calls(_Tiles, _Exprs):
         fname = _unparse(value.func)
         if _is_user_function(obj) and _return_arity(obj) > 1:
             return self.user_call(obj, fname, value, nret=-1)
-        if not (_is_builtin(obj) and obj.key in R.EXPANSIONS and _return_arity(R.EXPANSIONS[obj.key]) > 1):
+        if not _is_builtin(obj):
+            return None
+        key = obj.key
+        if key in R.TUPLE_TANGENTS:  # a closed form: f(primal arguments, their tangents) -> the results' tangents
+            arity = _return_arity(R.TUPLE_TANGENTS[key])
+        elif key in R.EXPANSIONS and _return_arity(R.EXPANSIONS[key]) > 1:
+            arity = _return_arity(R.EXPANSIONS[key])
+        else:
             return None
         if value.keywords:
             self.refuse(f"{fname!r} with keyword arguments", value)
         args = [self.simple(a) for a in value.args]
-        outs = [self.tmp() for _ in range(_return_arity(R.EXPANSIONS[obj.key]))]
+        outs = [self.tmp() for _ in range(arity)]
         self.emit(f"{', '.join(outs)} = {fname}({', '.join(p for p, _ in args)})")
         mask = tuple(t is not None for _, t in args)
         if not any(mask):
             return [(o, None) for o in outs]
+        if key in R.TUPLE_TANGENTS:
+            touts = [o + self.sfx for o in outs]
+            helper = R.TUPLE_TANGENTS[key]
+            self.ns[helper.key] = helper
+            targs = [p for p, _ in args] + [t if t is not None else R.zero(p) for p, t in args]
+            self.emit(f"{', '.join(touts)} = {helper.key}({', '.join(targs)})")
+            return list(zip(outs, touts))
         fj, text = self.jvp_call(R.EXPANSIONS[obj.key], args, mask, value)
         touts = [o + self.sfx for o in outs]
         self.emit(f"{', '.join([self.tmp() for _ in outs] + touts)} = {text}")
@@ -751,7 +765,11 @@ class _Gen(_Calls):
                     self.emit(f"{n.id} = {p}")  # type: ignore[attr-defined]
                     self.tangent_store_name(n.id, t)  # type: ignore[attr-defined]
                 return
-            results = self.tuple_results(value) if _is_builtin(obj) and obj.key in R.EXPANSIONS else None
+            results = (
+                self.tuple_results(value)
+                if _is_builtin(obj) and (obj.key in R.EXPANSIONS or obj.key in R.TUPLE_TANGENTS)
+                else None
+            )
             if results is not None:
                 if len(results) != len(names):
                     self.refuse("unpacking a builtin's results into another number of names", s)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .._warp_compat import builtin_function
-from .helpers import EXPANSIONS, HELPERS  # noqa: F401 (read by the generator as R.EXPANSIONS, R.HELPERS)
+from .helpers import EXPANSIONS, HELPERS, TUPLE_TANGENTS  # noqa: F401 (the generator reads them as R.*)
 
 W = "_interop_wp"
 Arg = tuple[str, str | None]
