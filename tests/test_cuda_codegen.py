@@ -43,6 +43,29 @@ GENERATED["bfloat16-helpers"] = lambda: _tangent.tangent_kernel(
 GENERATED.update({f"tiles-{c.id}": (lambda c=c: tile_tangent_kernel(c)) for c in TILE_CASES})
 
 
+def _all_differentiable(kernel: Any) -> Any:
+    """The tangent kernel of ``kernel`` with every float parameter differentiated."""
+    diff = {a.label: _tangent.float_like(getattr(a.type, "dtype", a.type)) for a in kernel.adj.args}
+    return lambda: _tangent.tangent_kernel(kernel, diff, kernel.key)
+
+
+def _module_kernels(name: str, kernels: tuple[str, ...]) -> dict:
+    mod = __import__(name)
+    return {f"{name.removeprefix('test_tangent_')}-{k}": _all_differentiable(getattr(mod, k)) for k in kernels}
+
+
+# the query, rotation, several-results and struct-value tangents (issue 42)
+GENERATED.update(
+    _module_kernels("test_tangent_queries", ("compute_density", "radius_search", "bvh_overlaps", "surface_points"))
+)
+GENERATED.update(
+    _module_kernels(
+        "test_tangent_rotations", ("axis_angle", "axis_angle_one_name", "func_tuple_one_name", "slerp", "static_calls")
+    )
+)
+GENERATED.update(_module_kernels("test_tangent_structs", ("struct_values", "defaults")))
+
+
 @pytest.fixture(scope="module")
 def arch():
     wp.init()

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import warp as wp
 
-from .._warp_compat import builtin_function, is_struct, struct_name, warp_function_class
+from .._warp_compat import builtin_function, is_struct, struct_fields, struct_name, warp_function_class
 from . import rules as R
 from .tiles import _Tiles, is_tile_builtin
 
@@ -132,6 +132,17 @@ def _return_arity(fobj: Any, depth: int = 0) -> int:
                         return n
             arity = 1
     return arity
+
+
+def _struct_array_fields(st: Any, prefix: str = "") -> list[str]:
+    """The fields of a ``@wp.struct`` (nested structs' fields dotted) that hold arrays."""
+    out = []
+    for name, t in struct_fields(st):
+        if is_struct(t):
+            out += _struct_array_fields(t, f"{prefix}{name}.")
+        elif wp.types.is_array(t):
+            out.append(prefix + name)
+    return out
 
 
 def _is_dtype_expression(node: ast.AST, ns: dict) -> bool:
@@ -452,11 +463,17 @@ class _Calls(_Tiles, _Exprs):
         if obj is len or obj is range:
             return _unparse(node), None
         if is_struct(obj):
-            self.refuse(
-                f"a value of struct {struct_name(obj)} (struct values, e.g. handed to a wp.func, have no tangent "
-                "yet; a kernel reading struct fields directly is transformed)",
-                node,
-            )
+            arrays = _struct_array_fields(obj)
+            if arrays:
+                self.refuse(
+                    f"a value of struct {struct_name(obj)} built in the code, whose field(s) {', '.join(arrays)} "
+                    "hold arrays (an array field has no tangent; a struct of values is transformed, and a kernel "
+                    "reading a struct parameter's fields directly)",
+                    node,
+                )
+            # a struct of values: its tangent is a struct of the same type (the float fields' tangents;
+            # the other fields stay zero, never read as tangents)
+            return self.constructor(fname, node)
         self.refuse(f"the call {fname!r} (not a Warp builtin, type or wp.func)", node)
         raise AssertionError
 
@@ -598,9 +615,9 @@ class _Calls(_Tiles, _Exprs):
     def positional(self, obj: Any, fname: str, node: ast.Call) -> list[ast.expr]:
         """A ``wp.func`` call's arguments in parameter order (keywords placed by name): the tangent
         function interleaves each argument with its tangent, so it is called positionally."""
-        if not node.keywords:
-            return list(node.args)
         params = list(obj.input_types or {})
+        if not node.keywords and len(node.args) >= len(params):
+            return list(node.args)
         by_name = {}
         for k in node.keywords:
             if k.arg is None or k.arg not in params[len(node.args) :] or k.arg in by_name:
@@ -609,9 +626,29 @@ class _Calls(_Tiles, _Exprs):
         ordered = list(node.args)
         for p in params[len(node.args) :]:
             if p not in by_name:
-                self.refuse(f"a call of {fname!r} without its argument {p!r} (defaults are not transformed)", node)
+                by_name[p] = self.default_argument(obj, fname, p, node)
             ordered.append(by_name[p])
         return ordered
+
+    def default_argument(self, obj: Any, fname: str, p: str, node: ast.Call) -> ast.expr:
+        """The default of ``obj``'s parameter ``p`` written as an argument: a number typed as the
+        parameter (``wp.float64(1e-06)``), a bool; other defaults are refused."""
+        import inspect
+
+        try:
+            default = inspect.signature(obj.func).parameters[p].default
+        except (TypeError, ValueError, KeyError):
+            default = inspect.Parameter.empty
+        t = (obj.input_types or {}).get(p)
+        if type(default) in (wp.float16, wp.float32, wp.float64) and t is type(default):
+            default = float(default.value)  # F64(1e-3): a Warp scalar of the parameter's type
+        if isinstance(default, bool) or (isinstance(default, int) and t in (int, wp.int32)):
+            return ast.Constant(default)
+        if isinstance(default, (int, float)) and t in (float, wp.float16, wp.float32, wp.float64):
+            name = "float32" if t is float else t.__name__
+            return ast.parse(f"{R.W}.{name}({float(default)!r})", mode="eval").body
+        self.refuse(f"a call of {fname!r} without its argument {p!r} (its default is not a number)", node)
+        raise AssertionError
 
 
 class _Gen(_Calls):
