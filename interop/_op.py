@@ -623,25 +623,36 @@ def jvp_call(o: Op, args: tuple, tangents: Any, launch_dims: Any, output_dims: A
             f"op {label!r}, jvp: expected {len(desc.call_params)} argument(s) "
             f"{[p.name for p in desc.call_params]}, got {len(args)}"
         )
-    top = o.tangent()
     by_name = dict(zip([p.name for p in desc.call_params], args))
     ts = [_zeros_like(by_name[p.name]) if t is None else t for p, t in zip(diff, tangents)]
-    tangent_of = tangent_names(o)
-    od = output_dims
-    if isinstance(output_dims, dict):
-        od = dict(output_dims)
-        for n, d in output_dims.items():
-            if n in tangent_of:
-                od[tangent_of[n]] = d
-    res = top(*args, *ts, launch_dims=launch_dims, output_dims=od)
-    res = res if isinstance(res, tuple) else (res,)
-    k = len(desc.returned_params)
-    prim, rest = res[:k], list(res[k:])
-    touts = []
-    for p in desc.returned_params:
-        touts.append(rest.pop(0) if p.differentiable else None)
+    prim, touts = tangent_results(o, args, ts, launch_dims, output_dims)
 
     def bare(r):
         return r[0] if len(r) == 1 else tuple(r)
 
     return bare(prim), bare(touts)
+
+
+def tangent_output_dims(o: Op, output_dims: Any) -> Any:
+    """``output_dims`` of a call of ``o`` as its tangent op takes them: the tangent of an output
+    sized as the output."""
+    if not isinstance(output_dims, dict):
+        return output_dims
+    tangent_of = tangent_names(o)
+    od = dict(output_dims)
+    for n, d in output_dims.items():
+        if n in tangent_of:
+            od[tangent_of[n]] = d
+    return od
+
+
+def tangent_results(o: Op, args: Sequence[Any], tangents: Sequence[Any], launch_dims: Any, output_dims: Any) -> tuple:
+    """Call ``o``'s tangent op with the call arguments ``args`` and one tangent per differentiable call
+    parameter (``tangents``, none ``None``): ``(results, tangents)``, two lists in the order of the
+    returned arrays (the tangent ``None`` for one that is not differentiable)."""
+    top = o.tangent()
+    res = top(*args, *tangents, launch_dims=launch_dims, output_dims=tangent_output_dims(o, output_dims))
+    res = res if isinstance(res, tuple) else (res,)
+    returned = o.description.returned_params
+    prim, rest = list(res[: len(returned)]), iter(res[len(returned) :])
+    return prim, [next(rest) if p.differentiable else None for p in returned]
