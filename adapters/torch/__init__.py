@@ -217,7 +217,9 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
     updated in place unless ``functional``."""
     if torch.compiler.is_compiling() and forward_ad_active():
         # Dynamo cannot trace an autograd.Function's jvp rule: the call leaves the graph (a graph
-        # break; under torch.func.jvp/jacfwd/hessian the whole transform then runs eagerly)
+        # break; under torch.func.jvp/jacfwd/hessian the whole transform then runs eagerly). Measured
+        # on torch 2.13: with the Function traced (its class made before), Dynamo keeps its forward
+        # and drops its jvp, and the compiled tangent is wrong, so fullgraph=True must raise
         return _call_eagerly(op, args, launch_dims, output_dims, functional)
     # first: registers the op if needed (at trace time under Dynamo), so that the binding
     # read below already exists when Dynamo first reads the registry
