@@ -106,7 +106,9 @@ class Op:
 
         Raises:
             UnsupportedError: naming the builtin and the source line the generator cannot
-                transform (and what to use instead); a Python-function op, a tile kernel.
+                transform (and what to use instead); a tile kernel. A Python-function op's tangent
+                op runs its function on a tangent tape (each launch replaced by its tangent
+                kernel's), whose refusals come when a launch is met.
         """
         t = self._tangent
         if t is None:
@@ -514,8 +516,8 @@ def tangent_op(o: Op) -> Op:
     """The op whose kernel is ``o``'s tangent kernel (generated, or the hand-written ``jvp=``)."""
     desc = o.description
     label = desc.label
-    if desc.kind != "kernel":
-        raise _refused(label, "it is a Python-function op (wp.Tape records reverse mode only)")
+    if desc.kind != "kernel":  # (jvp= is refused for them when described)
+        return _function_tangent_op(o)
     # a kernel with struct parameters: its flat kernel (the struct fields as parameters) is
     # transformed; struct values the flat kernel rebuilds for a wp.func are refused by the generator
     if desc.tiles and desc.jvp is None:
@@ -564,6 +566,44 @@ def tangent_op(o: Op) -> Op:
         vmap_method=desc.vmap_method,
         block_dim=desc.block_dim,
         partition=desc.partition,
+        output_dtypes=odt or None,
+    )
+
+
+def _function_tangent_op(o: Op) -> Op:
+    """A Python-function op's tangent op: its function run on a tangent tape (``interop/_tangent/tape.py``:
+    each launch replaced by its tangent kernel's), described like the original."""
+    desc = o.description
+    diff = [p for p in desc.params if p.differentiable]
+    if not diff:
+        raise _refused(desc.label, "it has no differentiable parameter")
+    taken = {p.name for p in desc.params}
+    names = {}
+    for p in diff:
+        n = p.name + "__dot"
+        while n in taken:
+            n += "_"
+        names[p.name] = n
+        taken.add(n)
+    outputs = [p.name for p in desc.params if p.role == OUTPUT]
+    outputs += [names[p.name] for p in desc.params if p.role == OUTPUT and p.name in names]
+    in_out = [p.name for p in desc.params if p.role == IN_OUT]
+    in_out += [names[p.name] for p in desc.params if p.role == IN_OUT and p.name in names]
+    nondiff = [p.name for p in desc.params if not p.differentiable and _tangent.float_like(p.dtype)]
+    od: Any = None
+    if desc.output_dims is not None:
+        how, dims = desc.output_dims
+        od = dims if how == "all" else {**dict(dims), **{names[n]: d for n, d in dims if n in names}}
+    odt = {**dict(desc.output_dtypes), **{names[n]: r for n, r in desc.output_dtypes if n in names}}
+    return op(
+        _tangent.function_tangent(desc, names),
+        outputs=outputs,
+        in_out=in_out,
+        output_dims=od,
+        name=None if desc.name.startswith("interop::") else f"{desc.name}__jvp",
+        zero_outputs=desc.zero_outputs,
+        nondifferentiable=nondiff,
+        vmap_method=desc.vmap_method,
         output_dtypes=odt or None,
     )
 

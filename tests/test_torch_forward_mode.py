@@ -1,7 +1,7 @@
 """PyTorch forward mode and second order through generated tangent kernels (issue 34): torch.func.jvp,
 jacfwd, hessian, forward_ad dual tensors, gradcheck(check_forward_ad=True) and gradgradcheck without a
-hand-written backward, torch.compile; and the refusals (a builtin without a tangent rule, a
-Python-function op, forward mode nested three deep); forward over forward and third order
+hand-written backward, torch.compile, a Python-function op (its tangent tape); and the refusals
+(a builtin without a tangent rule, forward mode nested three deep); forward over forward and third order
 through the tangent op's own tangent op (issue 42, row 5). float64 on the CPU, against plain torch."""
 
 from __future__ import annotations
@@ -289,17 +289,17 @@ def test_a_kernel_the_generator_refuses_raises_at_jvp_naming_the_builtin_and_lin
         torch.func.hessian(lambda x: (MAX(x, idx) ** 2).sum())(x)
 
 
-def test_a_python_function_op_keeps_the_forward_mode_error():
+def test_a_python_function_op_has_forward_mode_and_second_order_through_its_tangent_tape():
     a, b, v = _r(5), _r(5, seed=1), _r(5, seed=2)
-    forward = r"op 'tt_fm::two_launches': forward-mode differentiation .* not supported"
-    with pytest.raises(UnsupportedError, match=forward):
-        torch.func.jvp(lambda a: FUNC(a, b), (a,), (v,))
-    with fwAD.dual_level(), pytest.raises(UnsupportedError, match=forward):
-        FUNC(fwAD.make_dual(a, v), b)
+    _, t = torch.func.jvp(lambda a: FUNC(a, b), (a,), (v,))
+    torch.testing.assert_close(t, 6 * a * v, rtol=1e-12, atol=1e-12)
+    with fwAD.dual_level():
+        torch.testing.assert_close(fwAD.unpack_dual(FUNC(fwAD.make_dual(a, v), b)).tangent, 6 * a * v)
     ag = a.clone().requires_grad_()
-    (g,) = torch.autograd.grad(FUNC(ag, b).sum(), ag, create_graph=True)
-    with pytest.raises(UnsupportedError, match=r"op 'tt_fm::two_launches': second derivatives .* backward="):
-        g.sum().backward()
+    (g,) = torch.autograd.grad(FUNC(ag, b).sin().sum(), ag, create_graph=True)
+    g.sum().backward()
+    y = 3 * a * a + b.exp()
+    torch.testing.assert_close(ag.grad, -y.sin() * 36 * a * a + 6 * y.cos(), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", IDS)

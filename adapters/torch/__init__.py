@@ -31,10 +31,10 @@ first-class operator:
   ``torch.func`` a call goes through an autograd.Function whose ``jvp`` launches the tangent
   kernel (``torch.func.jvp``, ``jacfwd``, ``hessian``, ``torch.autograd.forward_ad``); the
   backward operator's own derivative (``create_graph=True``, ``gradgradcheck``, forward over
-  reverse) comes from the tangent kernel and Warp's adjoint of it. Where the generator refuses a
-  kernel (and for Python-function ops), forward mode raises its error (the builtin and the line)
-  and so does a second derivative through Warp's adjoint. Third order and forward over forward
-  (``jacfwd(jacfwd(f))``) raise. PyTorch's ``custom_op`` has no forward-mode rule: a direct
+  reverse) comes from the tangent kernel and Warp's adjoint of it (a Python-function op's: its
+  function on a tangent tape). Where the generator refuses a kernel, forward mode raises its error
+  (the builtin and the line) and so does a second derivative through Warp's adjoint. Third order
+  and forward over forward (``jacfwd(jacfwd(f))``) go through the tangent op's own rules. PyTorch's ``custom_op`` has no forward-mode rule: a direct
   ``torch.ops.<ns>.<name>`` call under ``torch.func.jvp`` gives a zero tangent (with
   ``forward_ad`` dual tensors it raises); calls through the op object carry tangents. Under
   ``torch.compile`` a forward-mode call is a graph break (the transform runs eagerly).

@@ -21,7 +21,8 @@ tangent op's own jvp: the tangent op's tangent op (the tangent kernel transforme
 (``jacrev(hessian)``, ``create_graph=True`` twice) goes the same way through the tangent op's rules.
 
 Refused, with an error naming the op: forward mode where the generator refuses the kernel (its error
-names the builtin and the line) and for Python-function ops; second order through Warp's adjoint
+names the builtin and the line; a Python-function op's tangent op replays its launches on a tangent
+tape, ``interop/_tangent/tape.py``, which refuses what it cannot follow); second order through Warp's adjoint
 then; more than two nested forward-mode transforms (``jacfwd(jacfwd(jacfwd(f)))``: torch.func trips
 an internal assert), and forward over reverse under a second forward transform (``jacfwd(hessian)``).
 In-out parameters only accumulate (README, "Gradients"): the tangent of an in-out result is the
@@ -37,7 +38,7 @@ import torch
 from interop._description import IN_OUT
 from interop._errors import UnsupportedError
 
-from .binding import _Binding, _forward_mode_error
+from .binding import _Binding
 from .compat import below_current_jvp, functorch_jvp_levels
 
 # the package front's calls of an op (adapters/torch/__init__.py fills this; it holds the call path):
@@ -49,10 +50,7 @@ FRONT: dict[str, Any] = {}
 
 def _tangent_op(b: _Binding):
     """The op's tangent op, or the error that says why there is none."""
-    op = b.op
-    if b.desc.kind == "function":
-        raise _forward_mode_error(b)
-    return op.tangent()  # UnsupportedError naming the builtin and the line the generator refuses
+    return b.op.tangent()  # UnsupportedError naming the builtin and the line the generator refuses
 
 
 def _check_second_order(b: _Binding) -> None:
