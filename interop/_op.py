@@ -106,7 +106,9 @@ class Op:
 
         Raises:
             UnsupportedError: naming the builtin and the source line the generator cannot
-                transform (and what to use instead); a Python-function op, a tile kernel.
+                transform (and what to use instead); a tile kernel. A Python-function op's tangent
+                op runs its function on a tangent tape (each launch replaced by its tangent
+                kernel's), whose refusals come when a launch is met.
         """
         t = self._tangent
         if t is None:
@@ -514,8 +516,8 @@ def tangent_op(o: Op) -> Op:
     """The op whose kernel is ``o``'s tangent kernel (generated, or the hand-written ``jvp=``)."""
     desc = o.description
     label = desc.label
-    if desc.kind != "kernel":
-        raise _refused(label, "it is a Python-function op (wp.Tape records reverse mode only)")
+    if desc.kind != "kernel":  # (jvp= is refused for them when described)
+        return _function_tangent_op(o)
     # a kernel with struct parameters: its flat kernel (the struct fields as parameters) is
     # transformed; struct values the flat kernel rebuilds for a wp.func are refused by the generator
     diff = [p.name for p in desc.params if p.differentiable]
@@ -585,6 +587,44 @@ def _mirror_overloads(fn: Any, tangent: Any, diff: list[str]) -> None:
             tangent.add_overload(list(types.values()) + [types[n] for n in diff])
 
 
+def _function_tangent_op(o: Op) -> Op:
+    """A Python-function op's tangent op: its function run on a tangent tape (``interop/_tangent/tape.py``:
+    each launch replaced by its tangent kernel's), described like the original."""
+    desc = o.description
+    diff = [p for p in desc.params if p.differentiable]
+    if not diff:
+        raise _refused(desc.label, "it has no differentiable parameter")
+    taken = {p.name for p in desc.params}
+    names = {}
+    for p in diff:
+        n = p.name + "__dot"
+        while n in taken:
+            n += "_"
+        names[p.name] = n
+        taken.add(n)
+    outputs = [p.name for p in desc.params if p.role == OUTPUT]
+    outputs += [names[p.name] for p in desc.params if p.role == OUTPUT and p.name in names]
+    in_out = [p.name for p in desc.params if p.role == IN_OUT]
+    in_out += [names[p.name] for p in desc.params if p.role == IN_OUT and p.name in names]
+    nondiff = [p.name for p in desc.params if not p.differentiable and _tangent.float_like(p.dtype)]
+    od: Any = None
+    if desc.output_dims is not None:
+        how, dims = desc.output_dims
+        od = dims if how == "all" else {**dict(dims), **{names[n]: d for n, d in dims if n in names}}
+    odt = {**dict(desc.output_dtypes), **{names[n]: r for n, r in desc.output_dtypes if n in names}}
+    return op(
+        _tangent.function_tangent(desc, names),
+        outputs=outputs,
+        in_out=in_out,
+        output_dims=od,
+        name=None if desc.name.startswith("interop::") else f"{desc.name}__jvp",
+        zero_outputs=desc.zero_outputs,
+        nondifferentiable=nondiff,
+        vmap_method=desc.vmap_method,
+        output_dtypes=odt or None,
+    )
+
+
 def _zeros_like(x: Any) -> Any:
     """A zero tangent for ``x`` in its own framework (a number for a number)."""
     import numbers
@@ -640,25 +680,36 @@ def jvp_call(o: Op, args: tuple, tangents: Any, launch_dims: Any, output_dims: A
             f"op {label!r}, jvp: expected {len(desc.call_params)} argument(s) "
             f"{[p.name for p in desc.call_params]}, got {len(args)}"
         )
-    top = o.tangent()
     by_name = dict(zip([p.name for p in desc.call_params], args))
     ts = [_zeros_like(by_name[p.name]) if t is None else t for p, t in zip(diff, tangents)]
-    tangent_of = tangent_names(o)
-    od = output_dims
-    if isinstance(output_dims, dict):
-        od = dict(output_dims)
-        for n, d in output_dims.items():
-            if n in tangent_of:
-                od[tangent_of[n]] = d
-    res = top(*args, *ts, launch_dims=launch_dims, output_dims=od)
-    res = res if isinstance(res, tuple) else (res,)
-    k = len(desc.returned_params)
-    prim, rest = res[:k], list(res[k:])
-    touts = []
-    for p in desc.returned_params:
-        touts.append(rest.pop(0) if p.differentiable else None)
+    prim, touts = tangent_results(o, args, ts, launch_dims, output_dims)
 
     def bare(r):
         return r[0] if len(r) == 1 else tuple(r)
 
     return bare(prim), bare(touts)
+
+
+def tangent_output_dims(o: Op, output_dims: Any) -> Any:
+    """``output_dims`` of a call of ``o`` as its tangent op takes them: the tangent of an output
+    sized as the output."""
+    if not isinstance(output_dims, dict):
+        return output_dims
+    tangent_of = tangent_names(o)
+    od = dict(output_dims)
+    for n, d in output_dims.items():
+        if n in tangent_of:
+            od[tangent_of[n]] = d
+    return od
+
+
+def tangent_results(o: Op, args: Sequence[Any], tangents: Sequence[Any], launch_dims: Any, output_dims: Any) -> tuple:
+    """Call ``o``'s tangent op with the call arguments ``args`` and one tangent per differentiable call
+    parameter (``tangents``, none ``None``): ``(results, tangents)``, two lists in the order of the
+    returned arrays (the tangent ``None`` for one that is not differentiable)."""
+    top = o.tangent()
+    res = top(*args, *tangents, launch_dims=launch_dims, output_dims=tangent_output_dims(o, output_dims))
+    res = res if isinstance(res, tuple) else (res,)
+    returned = o.description.returned_params
+    prim, rest = list(res[: len(returned)]), iter(res[len(returned) :])
+    return prim, [next(rest) if p.differentiable else None for p in returned]

@@ -393,12 +393,14 @@ def test_forward_mode_of_a_kernel_op_is_its_tangent_kernel():
     np.testing.assert_allclose(np.asarray(jax.jacfwd(f)(X)), np.asarray(jax.jacrev(f)(X)), rtol=1e-6)
 
 
-def test_forward_mode_of_a_python_function_op_is_refused_with_the_op_name():
+def test_forward_mode_of_a_python_function_op_runs_its_tangent_tape():
+    """Each launch of the function replaced by its tangent kernel's (tests/test_function_forward_mode.py)."""
     op = interop.op(function_op_fn)
-    with pytest.raises(TypeError, match=r"op 'function_op_fn': forward-mode differentiation \(jax.jvp.*Use jax.grad"):
-        jax.jvp(lambda x: op(x, Y), (X,), (X,))
-    with pytest.raises(TypeError, match=r"op 'function_op_fn': forward-mode"):
-        jax.jacfwd(lambda x: op(x, Y))(X)
+    out, t = jax.jvp(lambda x: op(x, Y), (X,), (X,))
+    np.testing.assert_allclose(np.asarray(t), 6.0 * np.asarray(X) * np.asarray(X), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(jax.jacfwd(lambda x: op(x, Y))(X)), np.asarray(jax.jacrev(lambda x: op(x, Y))(X)), rtol=1e-6
+    )
 
 
 # ---- bad input -----------------------------------------------------------------------------

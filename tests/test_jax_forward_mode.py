@@ -255,12 +255,14 @@ def test_a_refused_kernel_names_the_builtin_and_line_and_keeps_reverse_mode(devi
         jax.hessian(lambda x: f(x).sum())(x)
 
 
-def test_a_python_function_op_keeps_refusing_forward_mode(device):
+def test_a_python_function_op_has_forward_mode_through_its_tangent_tape(device):
     op = interop.op(function_op_fn)
     f = op.bound("jax")
     x = _arr(np.random.default_rng(0), 4, device).astype(jnp.float32)
-    with pytest.raises(TypeError, match=r"op 'function_op_fn': forward-mode differentiation"):
-        jax.jvp(lambda x: f(x, x), (x,), (x,))
+    _, t = jax.jvp(lambda x: f(x, x), (x,), (x,))  # out = 3 x^2 + x
+    np.testing.assert_allclose(np.asarray(t), np.asarray((6 * x + 1) * x), rtol=1e-5)
+    h = jax.hessian(lambda x: jnp.sum(f(x, x)))(x)
+    np.testing.assert_allclose(np.asarray(h), 6 * np.eye(4), rtol=1e-5, atol=1e-6)
 
 
 # ---- a hand-written tangent kernel (jvp=) ------------------------------------------------------

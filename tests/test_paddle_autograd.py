@@ -1,7 +1,8 @@
 """Paddle autograd through interop ops: float64 gradients against finite differences and closed
 forms (scalar, vec3, mat33 kernels, a Python-function op), ``stop_gradient`` semantics,
 ``paddle.no_grad``, multiple outputs used partly, in-out arguments, scalars passed as 0-d
-tensors, second derivatives (hand-written backward) and their refusal (Warp's adjoint)."""
+tensors, second derivatives (hand-written backward, Warp's adjoint of the tangent kernel, a Python-function
+op's tangent tape)."""
 
 import numpy as np
 import pytest
@@ -210,13 +211,21 @@ def test_handwritten_backward_gives_first_and_second_derivatives():
     np.testing.assert_allclose(px.grad.numpy(), 6 * x, rtol=1e-12)
 
 
-def test_second_derivative_through_warp_adjoint_is_refused():
+def test_second_derivative_through_warp_adjoint_uses_the_tangent_kernel():
     x = _rand(N, 12)
     px = _leaf(x)
     (g,) = paddle.grad([CUBE(px).sum()], [px], create_graph=True)
-    np.testing.assert_allclose(g.numpy(), 3 * x * x, rtol=1e-12)  # first derivative still right
-    with pytest.raises(Exception, match=r"op 'cube64': second derivatives through Warp's adjoint are not supported"):
-        g.sum().backward()
+    np.testing.assert_allclose(g.numpy(), 3 * x * x, rtol=1e-12)  # first derivative: Warp's adjoint
+    g.sum().backward()  # second: Warp's adjoint of the generated tangent kernel
+    np.testing.assert_allclose(px.grad.numpy(), 6 * x, rtol=1e-12)
+
+
+def test_second_derivative_of_a_python_function_op_through_its_tangent_tape():
+    a, b = _rand(N, 13), _rand(N, 14)
+    pa, pb = _leaf(a), _leaf(b)
+    ga, _ = paddle.grad([FUNCTION(pa, pb).sum()], [pa, pb], create_graph=True)
+    ga.sum().backward()
+    np.testing.assert_allclose(pa.grad.numpy(), np.full(N, 6.0), rtol=1e-12)  # d/da sum(6 a)
 
 
 def test_function_op_scalar_tensor_gradient_is_refused():

@@ -1,7 +1,8 @@
 """PyTorch forward mode and second order through generated tangent kernels (issue 34): torch.func.jvp,
 jacfwd, hessian, forward_ad dual tensors, gradcheck(check_forward_ad=True) and gradgradcheck without a
-hand-written backward, torch.compile; and the refusals (a builtin without a tangent rule, a
-Python-function op, third order, forward over forward). float64 on the CPU, against plain torch."""
+hand-written backward, torch.compile, a Python-function op (its tangent tape); and the refusals
+(a builtin without a tangent rule, forward mode nested three deep); forward over forward and third order
+through the tangent op's own tangent op (issue 42, row 5). float64 on the CPU, against plain torch."""
 
 from __future__ import annotations
 
@@ -288,30 +289,60 @@ def test_a_kernel_the_generator_refuses_raises_at_jvp_naming_the_builtin_and_lin
         torch.func.hessian(lambda x: (MAX(x, idx) ** 2).sum())(x)
 
 
-def test_a_python_function_op_keeps_the_forward_mode_error():
+def test_a_python_function_op_has_forward_mode_and_second_order_through_its_tangent_tape():
     a, b, v = _r(5), _r(5, seed=1), _r(5, seed=2)
-    forward = r"op 'tt_fm::two_launches': forward-mode differentiation .* not supported"
-    with pytest.raises(UnsupportedError, match=forward):
-        torch.func.jvp(lambda a: FUNC(a, b), (a,), (v,))
-    with fwAD.dual_level(), pytest.raises(UnsupportedError, match=forward):
-        FUNC(fwAD.make_dual(a, v), b)
+    _, t = torch.func.jvp(lambda a: FUNC(a, b), (a,), (v,))
+    torch.testing.assert_close(t, 6 * a * v, rtol=1e-12, atol=1e-12)
+    with fwAD.dual_level():
+        torch.testing.assert_close(fwAD.unpack_dual(FUNC(fwAD.make_dual(a, v), b)).tangent, 6 * a * v)
     ag = a.clone().requires_grad_()
-    (g,) = torch.autograd.grad(FUNC(ag, b).sum(), ag, create_graph=True)
-    with pytest.raises(UnsupportedError, match=r"op 'tt_fm::two_launches': second derivatives .* backward="):
-        g.sum().backward()
+    (g,) = torch.autograd.grad(FUNC(ag, b).sin().sum(), ag, create_graph=True)
+    g.sum().backward()
+    y = 3 * a * a + b.exp()
+    torch.testing.assert_close(ag.grad, -y.sin() * 36 * a * a + 6 * y.cos(), rtol=1e-10, atol=1e-12)
 
 
-def test_third_order_and_forward_over_forward_raise():
+@pytest.mark.parametrize("name", IDS)
+def test_forward_over_forward_matches_plain_torch_reverse_mode_and_finite_differences(name):
+    """jacfwd(jacfwd(f)) (issue 42, row 5): the op's jvp, under a second forward-mode transform, runs its
+    tangent op where the outer transform differentiates it (through the tangent op's own tangent op).
+    Against plain torch, against reverse mode (jacrev(jacrev), Warp's adjoints), and against central
+    differences of Warp's reverse-mode gradient along a tangent."""
+    f, ref, xs, ts = _case(name)
+    argnums = tuple(range(len(xs)))
+    loss = _loss(f)
+    got = torch.func.jacfwd(torch.func.jacfwd(loss, argnums=argnums), argnums=argnums)(*xs)
+    assert _max_err(got, torch.func.hessian(_loss(ref), argnums=argnums)(*xs)) < 1e-12
+    assert _max_err(got, torch.func.jacrev(torch.func.jacrev(loss, argnums=argnums), argnums=argnums)(*xs)) < 1e-12
+    grad = torch.func.grad(loss, argnums=argnums)
+    eps = 1e-6
+    plus = grad(*[x + eps * t for x, t in zip(xs, ts)])
+    minus = grad(*[x - eps * t for x, t in zip(xs, ts)])
+    for i in range(len(xs)):
+        ht = sum(torch.tensordot(got[i][j], ts[j], dims=ts[j].ndim) for j in range(len(xs)))
+        torch.testing.assert_close(ht, (plus[i] - minus[i]) / (2 * eps), rtol=1e-6, atol=1e-7)
+    # a jvp of a jacfwd of the op itself (its Jacobian's directional derivative)
+    jac = torch.func.jacfwd(f, argnums=argnums)
+    want = torch.func.jvp(torch.func.jacfwd(ref, argnums=argnums), xs, ts)[1]
+    assert _max_err(torch.func.jvp(jac, xs, ts)[1], want) < 1e-12
+
+
+def test_third_order_matches_plain_torch_and_deeper_forward_nesting_raises():
     x = _r(4)
-    with pytest.raises(UnsupportedError, match=r"op 'tt_fm::cube': forward mode over forward mode"):
-        torch.func.jacfwd(torch.func.jacfwd(CUBE))(x)
-    with pytest.raises(UnsupportedError, match=r"third derivatives"):
-        torch.func.jacrev(torch.func.hessian(lambda x: CUBE(x).sum()))(x)
-    xg = x.clone().requires_grad_()
-    (g,) = torch.autograd.grad(CUBE(xg).sum(), xg, create_graph=True)
-    (h,) = torch.autograd.grad(g.sum(), xg, create_graph=True)
-    with pytest.raises(UnsupportedError, match=r"third derivatives"):
+    loss, ref = _loss(CUBE), _loss(lambda x: x**3)
+    # third order: the tangent op's own second order (its tangent op's adjoint)
+    want = torch.func.jacrev(torch.func.hessian(ref))(x)
+    assert _max_err(torch.func.jacrev(torch.func.hessian(loss))(x), want) < 1e-11
+    xg, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    for leaf, fn in ((xg, CUBE), (xr, lambda x: x**3)):
+        (g,) = torch.autograd.grad(fn(leaf).sin().sum(), leaf, create_graph=True)
+        (h,) = torch.autograd.grad(g.sum(), leaf, create_graph=True)
         h.sum().backward()
+    torch.testing.assert_close(xg.grad, xr.grad, rtol=1e-12, atol=1e-12)
+    with pytest.raises(UnsupportedError, match=r"op 'tt_fm::cube': forward mode under 3 nested forward-mode"):
+        torch.func.jacfwd(torch.func.jacfwd(torch.func.jacfwd(loss)))(x)
+    with pytest.raises(UnsupportedError, match=r"op 'tt_fm::cube': forward over reverse mode .* under 2 nested"):
+        torch.func.jacfwd(torch.func.hessian(loss))(x)
 
 
 def test_a_direct_operator_call_with_dual_tensors_is_refused_naming_the_fix():

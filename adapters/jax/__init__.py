@@ -5,8 +5,7 @@ How one call becomes XLA work:
 - The call's static configuration (argument shapes and dtypes, Python-number scalars,
   ``launch_dims``, ``output_dims``, ``vmap_method``, the x64 mode) is frozen into a hashable
   key; static floats by their bits, dims with their types (:mod:`adapters.jax.operands`). Each
-  key gets, once, a :class:`_Entry`: the resolved plan, a ``jax.custom_jvp`` function (a
-  Python-function op's: a ``jax.custom_vjp``) of
+  key gets, once, a :class:`_Entry`: the resolved plan, a ``jax.custom_jvp`` function of
   the dynamic operands (arrays and traced scalars), and its ``jax.jit`` for eager calls
   (:mod:`adapters.jax.entry`).
 - The forward and the adjoint are each a :class:`_Launch` (:mod:`adapters.jax.launch`), called

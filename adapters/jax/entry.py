@@ -2,12 +2,11 @@
 
 Each key of a call's static configuration (:mod:`adapters.jax.operands`) gets, once, an entry:
 the resolved plan, its forward launch and an adjoint launch per set of wanted gradients
-(:mod:`adapters.jax.launch`), the function of the dynamic operands: a kernel op's ``jax.custom_jvp``
-over the primitives of :mod:`adapters.jax.forward` (forward mode, reverse mode, second order), a
-Python-function op's ``jax.custom_vjp`` (symbolic
-zeros, so the backward launch computes only the gradients asked for; a hand-written backward is
-called through the adapter; second order of Warp's adjoint is refused), and its ``jax.jit`` for
-eager calls. The entry's configuration as canonical JSON (:func:`_entry_config`) travels with
+(:mod:`adapters.jax.launch`), the function of the dynamic operands: a ``jax.custom_jvp`` over the
+primitives of :mod:`adapters.jax.forward` (forward mode, reverse mode, second order; a
+Python-function op's tangent op runs its function on a tangent tape, ``interop/_tangent/tape.py``;
+symbolic zeros, so the backward launch computes only the gradients asked for; a hand-written
+backward is called through the adapter), and its ``jax.jit`` for eager calls. The entry's configuration as canonical JSON (:func:`_entry_config`) travels with
 each FFI call; :func:`_entry_from_config` rebuilds the entry from it in a process that only
 described the op (``jax.export``).
 
@@ -122,11 +121,11 @@ class _Entry:
         self._bwd: dict[tuple, Any] = {}
         self._bwd_fns: dict[Any, Any] = {}  # adjoint launch -> its custom_vjp (no second order)
         self._folded: dict[int, Any] = {}
-        # a kernel op's function is a custom_jvp over the primitives of adapters/jax/forward.py
-        # (forward mode, reverse mode, second order); a Python-function op's a custom_vjp
-        self.forward_mode = desc.kind == "kernel"
+        # the op's function is a custom_jvp over the primitives of adapters/jax/forward.py (forward
+        # mode, reverse mode, second order); a Python-function op's too (its tangent op runs the
+        # function on a tangent tape, interop/_tangent/tape.py)
         self._ref = _forward._Ref(self)
-        self.fn = self._make_jvp() if self.forward_mode else self._make_vjp()
+        self.fn = self._make_jvp()
         self.jitted = jax.jit(self.fn)
         self._eager_jits: dict[tuple, Any] = {}
 
@@ -233,71 +232,6 @@ class _Entry:
         fn.defjvp(fn_jvp, symbolic_zeros=True)
         return fn
 
-    def _make_vjp(self):
-        desc = self.desc
-        fwd_launch = self.fwd
-        out_mask = tuple(p.role == OUTPUT for p in desc.returned_params)
-        # outputs the backward never reads (OpDescription.adjoint_unread) are not residuals: the
-        # adjoint launch gets their cotangent in their place (same shape and dtype, never read)
-        unread = self._unread_outputs()
-        # the rules reach this entry weakly: they sit in jaxprs that JAX caches by weak keys, among
-        # them fn (jax.jit(fn)) and the op; a strong path from a cached value to its key never frees
-        label, ref = desc.label, weakref.ref(self)
-
-        def me() -> _Entry:
-            entry = ref()
-            if entry is None:
-                raise _dropped(label)
-            return entry
-
-        @jax.custom_vjp
-        def fn(*xs):
-            return tuple(fwd_launch(*xs))
-
-        def fn_fwd(*pxs):
-            xs = [p.value for p in pxs]
-            want = tuple(i for i, p in enumerate(pxs) if p.perturbed)
-            entry = me()
-            entry._check_differentiable(want)
-            # through fn itself, not the raw launch: when this rule is differentiated again (grad of
-            # grad), the forward call meets fn's own rule instead of an FFI call JAX cannot differentiate
-            outs = tuple(entry.fn(*xs))
-            # which operands need a gradient is static: carry it in the residuals' tree structure
-            # the adjoint launch takes the pure outputs (in kernel order, wherever in-out ones sit)
-            pure = tuple(None if k in unread else o for k, (o, is_out) in enumerate(zip(outs, out_mask)) if is_out)
-            return outs, (tuple(xs), pure, {str(i): None for i in want})
-
-        def fn_bwd(res, cts):
-            xs, outs, want = res
-            want = tuple(sorted(int(k) for k in want))
-            # an eager jax.grad runs this rule with concrete values, outside the forward call's
-            # translation of errors: the same translation here (Ctrl-C in the adjoint's handler
-            # raises KeyboardInterrupt, an exception raised in it its original type)
-            seen = _jax_ffi.interrupts()
-            try:
-                entry = me()
-                grads = entry._backward(xs, outs, want, cts)
-                if entry.desc.kind == "function":
-                    # a Python-function op's backward (a wp.Tape replaying the function) may raise
-                    # in its handler; on CUDA JAX reports that when the result is read, past this
-                    # translation: called eagerly, wait here (as the forward call does)
-                    leaves = jax.tree_util.tree_leaves(grads)
-                    if not any(isinstance(g, jax.core.Tracer) for g in leaves):
-                        jax.block_until_ready(leaves)
-                return grads
-            except KeyboardInterrupt:
-                raise
-            except Exception as e:
-                if _jax_ffi.interrupts() != seen:
-                    raise KeyboardInterrupt from None
-                original = _jax_ffi.original_error(e)
-                if original is not None and not isinstance(original, KeyboardInterrupt):
-                    raise original from original.__cause__
-                raise
-
-        fn.defvjp(fn_fwd, fn_bwd, symbolic_zeros=True)
-        return fn
-
     def _unread_outputs(self) -> frozenset:
         """Positions among the returned arrays of the differentiable outputs the backward never
         reads: ones the kernel only stores into or adds into atomically, every output of an op
@@ -359,9 +293,12 @@ class _Entry:
         operands = list(xs) + outs + [c for c in ct_vals if c is not None]
         if not launch.results:
             results: Any = ()
-        elif self.forward_mode and desc.backward is None:
+        elif desc.backward is None:
             # a primitive: differentiable again (second order through the tangent op)
-            results = _forward.adj_p.bind(*operands, ref=self._ref, want=want, n=len(xs), nouts=len(outs), levels=())
+            def bind():
+                return _forward.adj_p.bind(*operands, ref=self._ref, want=want, n=len(xs), nouts=len(outs), levels=())
+
+            results = _eager_errors(bind) if desc.kind == "function" else bind()
         else:
             results = self._no_second_order(launch)(*operands)
         for i, r in zip(launch.grad_for, results):
@@ -431,6 +368,29 @@ class _Entry:
             elif p.index in by_param:
                 grads[i] = by_param[p.index]
         return _like_inputs(grads, xs)
+
+
+def _eager_errors(run):
+    """``run()`` (a Python-function op's backward: a wp.Tape replaying the function, which may raise in
+    its handler), with an eager call's error translated as the forward call's is: Ctrl-C in the
+    handler raises KeyboardInterrupt, an exception raised in it its original type. Called eagerly
+    (concrete results), it waits here: on CUDA JAX reports a failure when the result is read."""
+    seen = _jax_ffi.interrupts()
+    try:
+        results = run()
+        leaves = jax.tree_util.tree_leaves(results)
+        if not any(isinstance(g, jax.core.Tracer) for g in leaves):
+            jax.block_until_ready(leaves)
+        return results
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        if _jax_ffi.interrupts() != seen:
+            raise KeyboardInterrupt from None
+        original = _jax_ffi.original_error(e)
+        if original is not None and not isinstance(original, KeyboardInterrupt):
+            raise original from original.__cause__
+        raise
 
 
 # a hand-written backward's op, when the user did not describe it (its op holds it: JaxOp.backward_op)

@@ -12,7 +12,8 @@ Gradients flow through one ``paddle.autograd.PyLayer`` per call:
   when some input is; nothing is written to ``x.grad`` by the forward;
 - the backward runs Warp's adjoint (a ``wp.Tape`` for Python-function ops) or the op's
   hand-written backward, itself called through this adapter so that it can be
-  differentiated again; the adjoint path has no second derivative and says so;
+  differentiated again; Warp's adjoint is differentiated through the op's tangent kernel
+  (``paddle/second_order.py``: second derivatives, ``paddle.incubate.autograd.jvp``);
 - in-out arrays are updated in place and returned as the same tensor; their gradient
   passes through unchanged (the in-out rule of the core), and the update is recorded with
   a Paddle in-place ``add_`` of a zero tensor that carries the op's autograd node, so

@@ -21,6 +21,8 @@ from .compat import CONTEXT_DIRECT
 from .compat import zeros as _zeros
 from .eager import modified_in_place_error
 from .framework import _PADDLE_OF_NP, FRAMEWORK, _current_stream, _place
+from .second_order import FRONT as _SECOND_ORDER
+from .second_order import recorded_adjoint
 
 
 # ---- autograd ----------------------------------------------------------------------------
@@ -198,35 +200,14 @@ def _save(ctx, state, tensors: Sequence[Any], kept: Sequence[Any], kept_idx: Seq
 
 
 def _adjoint_recorded(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
-    """The adjoint when Paddle records the backward (``create_graph=True``)."""
+    """The adjoint when Paddle records the backward (``create_graph=True``): a node of its own,
+    differentiable through the op's tangent op (``paddle/second_order.py``)."""
     plan = state.plan
     mask = [state.need_grad[i] and plan.differentiable[i] for i in state.visible]
     if not any(mask):
         return tuple(None for _ in mask)
-    present = [g is not None for g in grads]
-    res = iter(_NoSecondDerivative.apply((state, len(saved), present), *saved, *[g for g in grads if g is not None]))
+    res = iter(recorded_adjoint(state, saved, grads, mask))
     return tuple(next(res) if m else None for m in mask)
-
-
-class _NoSecondDerivative(PyLayer):
-    """Runs the adjoint as a node of its own, so that differentiating its result raises
-    instead of giving a wrong (zero) second derivative."""
-
-    @staticmethod
-    def forward(ctx, info, *tensors):
-        state, n_saved, present = info
-        ctx.state = state
-        saved, rest = tensors[:n_saved], iter(tensors[n_saved:])
-        grads = [next(rest) if p else None for p in present]
-        return tuple(r for r in _backward(state, saved, grads) if r is not None)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise NotImplementedError(
-            f"op {ctx.state.plan.desc.label!r}: second derivatives through Warp's adjoint are not "
-            "supported; give the op a hand-written backward (interop.op(..., backward=...)), whose own "
-            "adjoint is then used"
-        )
 
 
 def _grad_order(desc) -> tuple:
@@ -410,3 +391,6 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
     for p in desc.returned_params:
         returned.append(state.in_out[p.index] if p.role == IN_OUT else next(it_out))
     return pack_result(returned)
+
+
+_SECOND_ORDER.update(backward=_backward, state=_State, grad_order=_grad_order)

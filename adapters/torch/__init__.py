@@ -31,10 +31,10 @@ first-class operator:
   ``torch.func`` a call goes through an autograd.Function whose ``jvp`` launches the tangent
   kernel (``torch.func.jvp``, ``jacfwd``, ``hessian``, ``torch.autograd.forward_ad``); the
   backward operator's own derivative (``create_graph=True``, ``gradgradcheck``, forward over
-  reverse) comes from the tangent kernel and Warp's adjoint of it. Where the generator refuses a
-  kernel (and for Python-function ops), forward mode raises its error (the builtin and the line)
-  and so does a second derivative through Warp's adjoint. Third order and forward over forward
-  (``jacfwd(jacfwd(f))``) raise. PyTorch's ``custom_op`` has no forward-mode rule: a direct
+  reverse) comes from the tangent kernel and Warp's adjoint of it (a Python-function op's: its
+  function on a tangent tape). Where the generator refuses a kernel, forward mode raises its error
+  (the builtin and the line) and so does a second derivative through Warp's adjoint. Third order
+  and forward over forward (``jacfwd(jacfwd(f))``) go through the tangent op's own rules. PyTorch's ``custom_op`` has no forward-mode rule: a direct
   ``torch.ops.<ns>.<name>`` call under ``torch.func.jvp`` gives a zero tangent (with
   ``forward_ad`` dual tensors it raises); calls through the op object carry tangents. Under
   ``torch.compile`` a forward-mode call is a graph break (the transform runs eagerly).
@@ -217,7 +217,9 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
     updated in place unless ``functional``."""
     if torch.compiler.is_compiling() and forward_ad_active():
         # Dynamo cannot trace an autograd.Function's jvp rule: the call leaves the graph (a graph
-        # break; under torch.func.jvp/jacfwd/hessian the whole transform then runs eagerly)
+        # break; under torch.func.jvp/jacfwd/hessian the whole transform then runs eagerly). Measured
+        # on torch 2.13: with the Function traced (its class made before), Dynamo keeps its forward
+        # and drops its jvp, and the compiled tangent is wrong, so fullgraph=True must raise
         return _call_eagerly(op, args, launch_dims, output_dims, functional)
     # first: registers the op if needed (at trace time under Dynamo), so that the binding
     # read below already exists when Dynamo first reads the registry

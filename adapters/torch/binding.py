@@ -466,15 +466,6 @@ def _refuse_tangents(b: _Binding, args: Sequence[Any]) -> None:
             )
 
 
-def _forward_mode_error(b: _Binding) -> UnsupportedError:
-    return UnsupportedError(
-        f"op {b.label!r}: forward-mode differentiation (torch.func.jvp, jacfwd, hessian, "
-        "torch.autograd.forward_ad) is not supported: the op has a reverse-mode rule only (Warp's "
-        "adjoint). Use reverse mode: torch.autograd.grad, torch.func.vjp, grad or jacrev (and for "
-        "second derivatives jacrev(jacrev(...)) with a hand-written backward=)"
-    )
-
-
 def _given_output_dims(b: _Binding, ods: Sequence[Any]) -> dict | None:
     """The call's per-output ``output_dims`` (those given, as ints; None where none is): the meta plan
     sizes its outputs as the call does, so a tile kernel whose tile grid has fewer dims than an output

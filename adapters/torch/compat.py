@@ -164,7 +164,8 @@ def forward_ad_active() -> bool:
 
 # torch.func's stack of transforms (torch._C._functorch.get_interpreter_stack, TransformType.Jvp: checked
 # on torch 2.11-2.15): an autograd.Function's jvp runs with forward grad off, so under two forward-mode
-# transforms (jacfwd(jacfwd(f))) the outer one's tangent of the jvp's result is silently zero in torch
+# transforms (jacfwd(jacfwd(f))) the outer one's tangent of the jvp's result would be silently zero in
+# torch: the jvp then runs its tangent op below the current transform (below_current_jvp)
 _functorch_c = getattr(_C, "_functorch", None)
 _interpreter_stack = getattr(_functorch_c, "get_interpreter_stack", None)
 _JVP_TRANSFORM = getattr(getattr(_functorch_c, "TransformType", None), "Jvp", None)
@@ -181,6 +182,27 @@ def functorch_jvp_levels() -> int:
     """How many torch.func forward-mode transforms (``jvp``, ``jacfwd``) are active now (0 where torch
     cannot say)."""
     return _transforms(_JVP_TRANSFORM)
+
+
+def below_current_jvp(fn, args: list, tangents: list) -> list:
+    """``fn(args, tangents)`` run from inside an autograd.Function's jvp rule under an outer torch.func
+    forward-mode transform (``jacfwd(jacfwd(f))``), so that the outer transforms see it: the tensors
+    unwrapped from the current (inner) transform's level, forward grad back on (torch runs a jvp rule
+    with it off), the transforms below the current one active (functorch's ``interpreter.lower()``,
+    as its own generated autograd.Function runs ``forward``); the results (a list, None kept) wrapped
+    back for the current level. torch._functorch internals: checked on torch 2.11-2.15."""
+    from torch._C._functorch import _unwrap_for_grad, _wrap_for_grad
+    from torch._functorch.pyfunctorch import retrieve_current_functorch_interpreter
+
+    interpreter = retrieve_current_functorch_interpreter()
+    level = interpreter.level()
+
+    def unwrap(t: Any) -> Any:
+        return _unwrap_for_grad(t, level) if isinstance(t, torch.Tensor) else t
+
+    with _fwad._set_fwd_grad_enabled(True), interpreter.lower():
+        outs = fn([unwrap(a) for a in args], [unwrap(t) for t in tangents])
+    return [None if o is None else _wrap_for_grad(o, level) for o in outs]
 
 
 def functorch_grad_levels() -> int:

@@ -14,17 +14,23 @@ Function and as the backward operator's registered autograd, gets ``jvp = A(x, d
 (forward over reverse: ``torch.func.hessian``) and ``backward = (S(x, g, ct), T(x, g))`` for (x, ct)
 (reverse over reverse: ``create_graph=True``, ``gradgradcheck``).
 
+Forward over forward mode (``jacfwd(jacfwd(f))``, a ``jvp`` of a ``jacfwd``): torch runs a jvp rule
+with forward grad off, so the op's jvp, under a second forward-mode transform, runs ``T`` below the
+current one (``compat.below_current_jvp``), where the outer transform differentiates it through the
+tangent op's own jvp: the tangent op's tangent op (the tangent kernel transformed again). Third order
+(``jacrev(hessian)``, ``create_graph=True`` twice) goes the same way through the tangent op's rules.
+
 Refused, with an error naming the op: forward mode where the generator refuses the kernel (its error
-names the builtin and the line) and for Python-function ops; second order through Warp's adjoint
-then; a third derivative, or forward over forward mode (``jacfwd(jacfwd(f))``: torch runs a jvp rule
-with forward grad off, so the outer transform would see a zero). In-out parameters only accumulate
-(README, "Gradients"): the tangent of an in-out result is the tangent passed in plus J·v, and no
-second derivative goes through their value.
+names the builtin and the line; a Python-function op's tangent op replays its launches on a tangent
+tape, ``interop/_tangent/tape.py``, which refuses what it cannot follow); second order through Warp's adjoint
+then; more than two nested forward-mode transforms (``jacfwd(jacfwd(jacfwd(f)))``: torch.func trips
+an internal assert), and forward over reverse under a second forward transform (``jacfwd(hessian)``).
+In-out parameters only accumulate (README, "Gradients"): the tangent of an in-out result is the
+tangent passed in plus J·v, and no second derivative goes through their value.
 """
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, Sequence
 
 import torch
@@ -32,8 +38,8 @@ import torch
 from interop._description import IN_OUT
 from interop._errors import UnsupportedError
 
-from .binding import _Binding, _forward_mode_error
-from .compat import functorch_jvp_levels
+from .binding import _Binding
+from .compat import below_current_jvp, functorch_jvp_levels
 
 # the package front's calls of an op (adapters/torch/__init__.py fills this; it holds the call path):
 # ``call_functional(op, args, launch_dims, output_dims) -> tuple``: every returned array, in-out
@@ -41,34 +47,15 @@ from .compat import functorch_jvp_levels
 # -> list``: Warp's adjoint of that call (its backward operator), the gradients ``needs`` marks
 FRONT: dict[str, Any] = {}
 
-# the tangent ops made here: theirs would be a third derivative
-_TANGENT_OPS: weakref.WeakSet = weakref.WeakSet()
-
 
 def _tangent_op(b: _Binding):
     """The op's tangent op, or the error that says why there is none."""
-    op = b.op
-    if op in _TANGENT_OPS:
-        raise _third_order_error(b)
-    if b.desc.kind == "function":
-        raise _forward_mode_error(b)
-    top = op.tangent()  # UnsupportedError naming the builtin and the line the generator refuses
-    _TANGENT_OPS.add(top)
-    return top
-
-
-def _third_order_error(b: _Binding) -> UnsupportedError:
-    return UnsupportedError(
-        f"op {b.label!r} is the tangent op of another op, which has no derivative of its own: third "
-        "derivatives, and forward mode over forward mode (jacfwd(jacfwd(f)), jvp of a jacfwd), are not "
-        "available; for second derivatives use torch.func.hessian (jacfwd over jacrev) or jacrev(jacrev(f))"
-    )
+    return b.op.tangent()  # UnsupportedError naming the builtin and the line the generator refuses
 
 
 def _check_second_order(b: _Binding) -> None:
-    """Raise the second-order error when the op has no tangent op (a second derivative is built from it)."""
-    if b.op in _TANGENT_OPS:
-        raise _third_order_error(b)
+    """Raise the second-order error when the op has no tangent op (a second derivative is built from it;
+    a third from the tangent op's own tangent op, and so on)."""
     try:
         _tangent_op(b)
     except UnsupportedError as e:
@@ -80,12 +67,14 @@ def _check_second_order(b: _Binding) -> None:
         ) from e
 
 
-def _check_one_forward_level(b: _Binding) -> None:
-    if functorch_jvp_levels() > 1:
+def _check_forward_levels(b: _Binding, most: int, what: str) -> None:
+    """Refuse more than ``most`` nested torch.func forward-mode transforms around ``what``."""
+    if functorch_jvp_levels() > most:
         raise UnsupportedError(
-            f"op {b.label!r}: forward mode over forward mode (jacfwd(jacfwd(f)), jvp of a jacfwd) is not "
-            "available: torch runs a jvp rule with forward grad off, so the outer transform would get a "
-            "zero; for second derivatives use torch.func.hessian (jacfwd over jacrev) or jacrev(jacrev(f))"
+            f"op {b.label!r}: {what} under {functorch_jvp_levels()} nested forward-mode transforms (jvp, jacfwd) "
+            f"is not available (at most {most}: torch runs a jvp rule with forward grad off, and lifting it "
+            "past more levels trips an internal assert of torch.func); use reverse mode for the further "
+            "derivatives (jacrev of it, torch.autograd.grad with create_graph=True)"
         )
 
 
@@ -176,8 +165,14 @@ def make_jvp(b: _Binding, call_args):
     single = len(b.returned) == 1
 
     def jvp(ctx, *tangents):
-        _check_one_forward_level(b)
-        outs = tangent_call(b, call_args(ctx), tangents[:n], ctx.dims)
+        _check_forward_levels(b, 2, "forward mode")
+        args = call_args(ctx)
+        if functorch_jvp_levels() > 1:
+            # forward over forward (jacfwd(jacfwd(f))): the tangent op called where the outer transforms
+            # see it, so that their tangent of J v is the tangent op's own tangent op (T of T)
+            outs = below_current_jvp(lambda a, t: tangent_call(b, a, t, ctx.dims), args, list(tangents[:n]))
+        else:
+            outs = tangent_call(b, args, tangents[:n], ctx.dims)
         return outs[0] if single else tuple(outs)
 
     return jvp
@@ -219,7 +214,7 @@ def make_backward_jvp(b: _Binding, adjoint):
 
     def jvp(ctx, *tangents):
         _check_second_order(b)
-        _check_one_forward_level(b)
+        _check_forward_levels(b, 1, "forward over reverse mode (torch.func.hessian)")
         layout, nt, dims, needs = ctx.second
         saved = ctx.saved_tensors
         args = _restore(layout, saved[:nt])

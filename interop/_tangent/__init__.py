@@ -428,3 +428,13 @@ def tangent_params(desc: Any) -> dict[str, str]:
     """Each differentiable parameter (float arrays and scalars, any role) -> its tangent's default
     name (that of a generated tangent kernel of a kernel without ``__dot`` in its source)."""
     return {p.name: p.name + SUFFIX for p in desc.params if p.differentiable}
+
+
+# ---- Python-function ops: a tangent tape (interop._tangent.tape) ----------------------------------
+def function_tangent(desc: Any, names: dict[str, str]) -> Any:
+    """A Python-function op's tangent function: its function run with each ``wp.launch`` replaced by
+    its kernel's tangent launch (:mod:`interop._tangent.tape`); ``names``: each differentiable
+    parameter's tangent name."""
+    from .tape import function_tangent as make
+
+    return make(desc, names, tangent_kernel, float_like)
