@@ -182,3 +182,18 @@ def pytest_terminal_summary(terminalreporter):
     if path:
         with open(path, "w") as f:
             json.dump(table, f, indent=1, sort_keys=True)
+
+
+@pytest.fixture(autouse=True)
+def _jax_x64_left_as_found():
+    """A test that turns JAX's 64-bit mode on (or off) for good changes every later test in its worker
+    (float64 where they expect float32): it fails here, naming the fix, and the setting is put back."""
+    jax = sys.modules.get("jax")
+    before = bool(jax.config.jax_enable_x64) if jax is not None else None
+    yield
+    if before is None:
+        return
+    after = bool(jax.config.jax_enable_x64)
+    if after != before:
+        jax.config.update("jax_enable_x64", before)
+        pytest.fail(f"the test left jax_enable_x64 {after} (was {before}): use `with jax.enable_x64(...)`")

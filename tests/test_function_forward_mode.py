@@ -72,7 +72,7 @@ def _xs(device, n=5, seed=0):
 def test_torch_forward_mode_second_order_and_reverse_mode_identity():
     torch = pytest.importorskip("torch")
     a0, b0, ta0, tb0 = _xs("cpu")
-    a, b, ta, tb = (torch.tensor(v, dtype=torch.float64) for v in (a0, b0, ta0, tb0))
+    a, b, ta, tb = (torch.tensor(v, dtype=torch.float64, device="cpu") for v in (a0, b0, ta0, tb0))
 
     def ref(a, b):
         return 3 * a * a + torch.exp(b)
@@ -80,7 +80,7 @@ def test_torch_forward_mode_second_order_and_reverse_mode_identity():
     y, t = torch.func.jvp(FUNC64, (a, b), (ta, tb))
     torch.testing.assert_close(t, torch.func.jvp(ref, (a, b), (ta, tb))[1], rtol=1e-12, atol=1e-12)
     # Warp's reverse mode (the op's wp.Tape backward): w . (J t) == (J^T w) . t
-    w = torch.linspace(-1, 1, 5, dtype=torch.float64)
+    w = torch.linspace(-1, 1, 5, dtype=torch.float64, device="cpu")
     ga, gb = torch.autograd.grad((FUNC64(a.requires_grad_(), b.requires_grad_()) * w).sum(), (a, b))
     torch.testing.assert_close((w * t).sum(), (ga * ta).sum() + (gb * tb).sum(), rtol=1e-12, atol=1e-12)
     a, b = a.detach(), b.detach()
@@ -107,7 +107,8 @@ def test_jax_forward_mode_and_second_order():
     f = FUNC64.bound("jax")
     a0, b0, ta0, tb0 = _xs("cpu", seed=1)
     with jax.enable_x64(True):
-        a, b, ta, tb = (jnp.asarray(v) for v in (a0, b0, ta0, tb0))
+        cpu = jax.devices("cpu")[0]
+        a, b, ta, tb = (jax.device_put(jnp.asarray(v), cpu) for v in (a0, b0, ta0, tb0))
 
         def ref(a, b):
             return 3 * a * a + jnp.exp(b)
@@ -115,7 +116,7 @@ def test_jax_forward_mode_and_second_order():
         _, t = jax.jvp(f, (a, b), (ta, tb))
         np.testing.assert_allclose(np.asarray(t), np.asarray(jax.jvp(ref, (a, b), (ta, tb))[1]), rtol=1e-12)
         _, vjp = jax.vjp(f, a, b)  # Warp's reverse mode
-        w = jnp.linspace(-1, 1, 5)
+        w = jax.device_put(jnp.linspace(-1, 1, 5), cpu)
         ga, gb = vjp(w)
         np.testing.assert_allclose(float(jnp.sum(w * t)), float(jnp.sum(ga * ta) + jnp.sum(gb * tb)), rtol=1e-12)
         np.testing.assert_allclose(np.asarray(jax.jacfwd(f)(a, b)), np.asarray(jax.jacrev(f)(a, b)), rtol=1e-12)

@@ -80,9 +80,9 @@ with warnings.catch_warnings(record=True) as caught:
     res = {{"value": f(x, y, 2.0).tolist()}}
     import torch
 
-    xt = torch.tensor(x, requires_grad=True)
-    at = torch.tensor(2.0, requires_grad=True)
-    f(xt, torch.tensor(y), at).sum().backward()
+    xt = torch.tensor(x, requires_grad=True, device="cpu")
+    at = torch.tensor(2.0, requires_grad=True, device="cpu")
+    f(xt, torch.tensor(y, device="cpu"), at).sum().backward()
     res["grad_x"], res["grad_a"] = xt.grad.tolist(), float(at.grad)
     if {more}:
         _, dy = f.jvp(x, y, 2.0, tangents=[np.ones(5, np.float32), None, None])

@@ -325,10 +325,10 @@ def test_sph_density_through_an_op(framework):
         import jax
         import jax.numpy as jnp
 
-        jax.config.update("jax_enable_x64", True)
-        cpu = jax.devices("cpu")[0]
-        xs, ts = (jax.device_put(jnp.asarray(a), cpu) for a in (x, tx))
-        out, tout = jax.jvp(lambda a: op(grid.id, a, 1.0, h), (xs,), (ts,))
+        with jax.enable_x64(True):  # this test's arrays are float64; the setting goes back after it
+            cpu = jax.devices("cpu")[0]
+            xs, ts = (jax.device_put(jnp.asarray(a), cpu) for a in (x, tx))
+            out, tout = jax.jvp(lambda a: op(grid.id, a, 1.0, h), (xs,), (ts,))
     else:
         import torch
 

@@ -123,22 +123,22 @@ def test_second_order_through_axis_angle_in_jax():
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    jax.config.update("jax_enable_x64", True)
-    op = interop.op(axis_angle, outputs=["axis", "angle"])
-    cpu = jax.devices("cpu")[0]
-    rng = np.random.default_rng(8)
-    q = jax.device_put(jnp.asarray(_quats(rng)), cpu)
-    v = jax.device_put(jnp.asarray(rng.normal(size=(N, 4))), cpu)
+    with jax.enable_x64(True):  # this test's arrays are float64; the setting goes back after it
+        op = interop.op(axis_angle, outputs=["axis", "angle"])
+        cpu = jax.devices("cpu")[0]
+        rng = np.random.default_rng(8)
+        q = jax.device_put(jnp.asarray(_quats(rng)), cpu)
+        v = jax.device_put(jnp.asarray(rng.normal(size=(N, 4))), cpu)
 
-    def f(a):
-        axis, angle = op(a)
-        return jnp.sum(angle * axis[:, 0])
+        def f(a):
+            axis, angle = op(a)
+            return jnp.sum(angle * axis[:, 0])
 
-    g = jax.grad(f)
-    hv = jax.jvp(g, (q,), (v,))[1]
-    eps = 1e-6
-    fd = (g(q + eps * v) - g(q - eps * v)) / (2 * eps)
-    np.testing.assert_allclose(np.asarray(hv), np.asarray(fd), rtol=1e-5, atol=1e-7)
+        g = jax.grad(f)
+        hv = jax.jvp(g, (q,), (v,))[1]
+        eps = 1e-6
+        fd = (g(q + eps * v) - g(q - eps * v)) / (2 * eps)
+        np.testing.assert_allclose(np.asarray(hv), np.asarray(fd), rtol=1e-5, atol=1e-7)
 
 
 def test_second_order_through_a_tuple_bound_to_one_name_in_jax():
@@ -148,29 +148,29 @@ def test_second_order_through_a_tuple_bound_to_one_name_in_jax():
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    jax.config.update("jax_enable_x64", True)
-    op = interop.op(func_tuple_one_name)
-    cpu = jax.devices("cpu")[0]
-    rng = np.random.default_rng(9)
-    values = [
-        rng.uniform(0.5, 2, N),
-        rng.uniform(0.5, 2, N),
-        rng.normal(size=N),
-        rng.normal(size=N),
-        rng.normal(size=N),
-    ]
-    x, y, tx, ty, ct = (jax.device_put(jnp.asarray(a), cpu) for a in values)
+    with jax.enable_x64(True):  # this test's arrays are float64; the setting goes back after it
+        op = interop.op(func_tuple_one_name)
+        cpu = jax.devices("cpu")[0]
+        rng = np.random.default_rng(9)
+        values = [
+            rng.uniform(0.5, 2, N),
+            rng.uniform(0.5, 2, N),
+            rng.normal(size=N),
+            rng.normal(size=N),
+            rng.normal(size=N),
+        ]
+        x, y, tx, ty, ct = (jax.device_put(jnp.asarray(a), cpu) for a in values)
 
-    def g(a, b):
-        return jnp.sum(jax.jvp(op, (a, b), (tx, ty))[1] * ct)
+        def g(a, b):
+            return jnp.sum(jax.jvp(op, (a, b), (tx, ty))[1] * ct)
 
-    gx, gy = jax.grad(g, argnums=(0, 1))(x, y)
-    eps = 1e-6
-    for got, (da, db) in ((gx, (1, 0)), (gy, (0, 1))):
-        for i in range(N):
-            e = jnp.zeros(N).at[i].set(eps)
-            fd = (g(x + da * e, y + db * e) - g(x - da * e, y - db * e)) / (2 * eps)
-            assert abs(float(got[i]) - float(fd)) <= 1e-6 * max(1.0, abs(float(fd))), (i, float(got[i]), float(fd))
+        gx, gy = jax.grad(g, argnums=(0, 1))(x, y)
+        eps = 1e-6
+        for got, (da, db) in ((gx, (1, 0)), (gy, (0, 1))):
+            for i in range(N):
+                e = jnp.zeros(N, device=cpu).at[i].set(eps)
+                fd = (g(x + da * e, y + db * e) - g(x - da * e, y - db * e)) / (2 * eps)
+                assert abs(float(got[i]) - float(fd)) <= 1e-6 * max(1.0, abs(float(fd))), (i, float(got[i]), float(fd))
 
 
 # ---- functions made by factories (wp.static(make())(...)) and `return g(...)` of several values ---

@@ -58,7 +58,7 @@ def struct_values(x: wp.array(dtype=wp.vec3d), r: wp.array(dtype=F64), y: wp.arr
 
 
 @wp.func
-def soft(x: F64, eps: F64 = F64(1.0e-3), k: int = 2):
+def soft(x: F64, eps: F64 = F64(1.0e-3), k: int = 2):  # noqa: B008 (a Warp default, typed)
     return wp.sqrt(x * x + eps) * F64(k)
 
 
@@ -112,21 +112,23 @@ def test_second_order_through_struct_values_in_jax():
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    jax.config.update("jax_enable_x64", True)
-    op = interop.op(struct_values)
-    cpu = jax.devices("cpu")[0]
-    rng = np.random.default_rng(3)
-    x = jax.device_put(jnp.asarray(rng.normal(size=(N, 3))), cpu)
-    r = jax.device_put(jnp.asarray(rng.uniform(0.5, 2, N)), cpu)
-    vx = jax.device_put(jnp.asarray(rng.normal(size=(N, 3))), cpu)
-    vr = jax.device_put(jnp.asarray(rng.normal(size=N)), cpu)
+    with jax.enable_x64(True):  # this test's arrays are float64; the setting goes back after it
+        op = interop.op(struct_values)
+        cpu = jax.devices("cpu")[0]
+        rng = np.random.default_rng(3)
+        x = jax.device_put(jnp.asarray(rng.normal(size=(N, 3))), cpu)
+        r = jax.device_put(jnp.asarray(rng.uniform(0.5, 2, N)), cpu)
+        vx = jax.device_put(jnp.asarray(rng.normal(size=(N, 3))), cpu)
+        vr = jax.device_put(jnp.asarray(rng.normal(size=N)), cpu)
 
-    def f(a, b):
-        return jnp.sum(op(a, b) ** 2)
+        def f(a, b):
+            return jnp.sum(op(a, b) ** 2)
 
-    g = jax.grad(f, argnums=(0, 1))
-    hv = jax.jvp(g, (x, r), (vx, vr))[1]
-    eps = 1e-6
-    hi, lo = g(x + eps * vx, r + eps * vr), g(x - eps * vx, r - eps * vr)
-    for got, a, b in zip(hv, hi, lo):
-        np.testing.assert_allclose(np.asarray(got), (np.asarray(a) - np.asarray(b)) / (2 * eps), rtol=1e-5, atol=1e-7)
+        g = jax.grad(f, argnums=(0, 1))
+        hv = jax.jvp(g, (x, r), (vx, vr))[1]
+        eps = 1e-6
+        hi, lo = g(x + eps * vx, r + eps * vr), g(x - eps * vx, r - eps * vr)
+        for got, a, b in zip(hv, hi, lo):
+            np.testing.assert_allclose(
+                np.asarray(got), (np.asarray(a) - np.asarray(b)) / (2 * eps), rtol=1e-5, atol=1e-7
+            )

@@ -327,15 +327,15 @@ def test_tile_op_jvp_in_frameworks(fw, case):
     names = list(case.inputs)
     if fw == "jax":
         jax = pytest.importorskip("jax")
-        jax.config.update("jax_enable_x64", True)
-        import jax.numpy as jnp
+        with jax.enable_x64(True):  # this test's arrays are float64; the setting goes back after it
+            import jax.numpy as jnp
 
-        with jax.default_device(jax.devices("cpu")[0]):
-            _, got = jax.jvp(
-                lambda *a: o(*a, **dims),
-                tuple(jnp.asarray(x[n]) for n in names),
-                tuple(jnp.asarray(t[n]) for n in names),
-            )
+            with jax.default_device(jax.devices("cpu")[0]):
+                _, got = jax.jvp(
+                    lambda *a: o(*a, **dims),
+                    tuple(jnp.asarray(x[n]) for n in names),
+                    tuple(jnp.asarray(t[n]) for n in names),
+                )
     else:
         torch = pytest.importorskip("torch")
         _, got = torch.func.jvp(
