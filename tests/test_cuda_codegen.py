@@ -6,7 +6,7 @@ generates; a GPU runs them only where one is lent. A construct CUDA rejects wher
 accepts it (a helper overload missing for a dtype, a literal typed differently) would first show on
 a GPU. Here the modules of the catalogue's and the user-style kernels (tests/catalogue.py,
 tests/user_kernels.py, with their generic overloads) and the tangent kernel of every rule group and structure case of
-``tests/test_tangent_kernels.py`` and the tangent op of every catalogue kernel (each dtype the
+``tests/test_tangent_kernels.py`` (and of ``tests/test_tangent_decompositions.py``) and the tangent op of every catalogue kernel (each dtype the
 catalogue calls it with, so generic kernels have their overloads) are compiled for
 ``INTEROP_CUDA_ARCH`` (default 90: the H100/H200 the GPU runs use). The values are checked on the
 CPU by those tests and on a GPU by the CUDA-marked forward-mode tests. Skipped where Warp has no
@@ -24,6 +24,7 @@ import pytest
 import warp as wp
 from catalogue import CASES
 from test_op_jvp import KERNEL_CASES
+from test_tangent_decompositions import CASES as DECOMPOSITION_CASES
 from test_tangent_kernels import RULE_GROUPS, STRUCTURE, bfloat16_piecewise
 from test_tangent_tiles import CASES as TILE_CASES
 from test_tangent_tiles import _tangent_kernel as tile_tangent_kernel
@@ -41,6 +42,8 @@ GENERATED["bfloat16-helpers"] = lambda: _tangent.tangent_kernel(
 # every tile tangent kernel of tests/test_tangent_tiles.py (tile_matmul, tile_map's generated
 # elementwise tangents, tile_max's selection... as NVRTC builds them for the GPU)
 GENERATED.update({f"tiles-{c.id}": (lambda c=c: tile_tangent_kernel(c)) for c in TILE_CASES})
+# the decompositions' closed forms (svd3, svd2, eig3, qr3: tests/test_tangent_decompositions.py)
+GENERATED.update({f"decompositions-{n}": case.tangent for n, case in DECOMPOSITION_CASES.items()})
 
 
 def _all_differentiable(kernel: Any) -> Any:

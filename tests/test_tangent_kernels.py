@@ -951,10 +951,15 @@ NOT_EXERCISED = {
     "mesh_eval_position": "float32 only (a wp.Mesh): tests/test_tangent_queries.py",
     "mesh_eval_velocity": "float32 only (a wp.Mesh): tests/test_tangent_queries.py",
 }
-#: expansions checked in a file of their own (several results, unpacked or bound to one name)
+#: expansions and closed forms (TUPLE_TANGENTS) checked in a file of their own (several results,
+#: unpacked or bound to one name)
 NOT_EXERCISED_HERE = {
     "quat_to_axis_angle": "tests/test_tangent_rotations.py",
     "quat_slerp": "tests/test_tangent_rotations.py",
+    "svd3": "tests/test_tangent_decompositions.py",
+    "svd2": "tests/test_tangent_decompositions.py",
+    "eig3": "tests/test_tangent_decompositions.py",
+    "qr3": "tests/test_tangent_decompositions.py",
 }
 
 
@@ -1006,7 +1011,12 @@ def test_every_rule_is_exercised():
                 exercised.add(key)
     assert not set(NOT_EXERCISED) & exercised, "a rule listed as not exercisable is exercised: drop it from the list"
     assert set(NOT_EXERCISED) <= set(R.RULES), "NOT_EXERCISED names a rule that no longer exists"
-    missing = (set(R.RULES) | set(R.EXPANSIONS)) - exercised - set(NOT_EXERCISED) - set(NOT_EXERCISED_HERE)
+    missing = (
+        (set(R.RULES) | set(R.EXPANSIONS) | set(R.TUPLE_TANGENTS))
+        - exercised
+        - set(NOT_EXERCISED)
+        - set(NOT_EXERCISED_HERE)
+    )
     assert not missing, f"rules without a column: {sorted(missing)}"
 
 
@@ -1674,10 +1684,9 @@ def refuse_erfinv(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
 
 
 @wp.kernel
-def refuse_svd3(a: wp.array(dtype=wp.mat33d), y: wp.array(dtype=wp.vec3d)):
+def refuse_noise(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
     i = wp.tid()
-    u, s, v = wp.svd3(a[i])
-    y[i] = s
+    y[i] = F64(wp.noise(wp.rand_init(7), float(x[i])))
 
 
 @wp.kernel
@@ -1713,7 +1722,7 @@ REFUSALS = {
     # kernel, the line refused (its text), what the message names, the op's options
     "atomic_max": (lambda: refuse_atomic_max, "wp.atomic_max(y, 0, x[i] * x[i])", "'wp.atomic_max' into a differentiated array", {}),
     "erfinv": (lambda: refuse_erfinv, "y[i] = wp.erfinv(x[i])", "the builtin 'erfinv' has no tangent rule", {}),
-    "svd3": (lambda: refuse_svd3, "u, s, v = wp.svd3(a[i])", "the builtin 'svd3' has no tangent rule", {}),
+    "noise": (lambda: refuse_noise, "y[i] = F64(wp.noise(wp.rand_init(7), float(x[i])))", "the builtin 'noise' has no tangent rule", {}),
     "atomic_value": (lambda: refuse_atomic_value, "old = wp.atomic_add(y, 0, x[i])", "the value returned by 'wp.atomic_add'", {"outputs": ["y", "z"]}),
     "tile": (lambda: refuse_tile_cholesky, "wp.tile_store(y, wp.tile_cholesky(t))", "the tile builtin 'wp.tile_cholesky' has no tangent rule", {}),
     "func_grad": (lambda: refuse_custom_grad, "y[i] = clipped(x[i]) * F64(2.0)", "the function 'clipped'", {}),

@@ -17,7 +17,7 @@ from typing import Any
 
 import warp as wp
 
-from .._warp_compat import make_function
+from .._warp_compat import builtin_function, make_function
 
 FLOATS = (wp.float16, wp.bfloat16, wp.float32, wp.float64)
 TRANSFORMS = (wp.transformh, wp.transformf, wp.transformd)
@@ -394,10 +394,111 @@ def _interop_quat_slerp(q0: Any, q1: Any, t: Any):
     return q0 * wp.quat_from_axis_angle(axis, t * angle)
 
 
+# ---- decompositions (svd.h): closed-form tangents of the exact factorization at the factors Warp
+# computes (the builtin again inside: the primal results stay the builtin's). Where two singular
+# values (eigenvalues) coincide the singular vectors (eigenvectors) have no derivative: the same
+# clamps as Warp's adjoint keep the tangent finite there (adj_svd3/adj_svd2: s_j^2 - s_i^2 <= -eps;
+# adj_eig3: |d_j - d_i| >= 1e-6), and an exact eigenvalue tie couples nothing (Warp's adjoint
+# divides by zero there).
+_SVD_EPS = "return type(x)({})"
+_interop_svd_eps = _typed(None, "_interop_svd_eps", "x", _SVD_EPS.format("1.0e-6"), [(t,) for t in FLOATS[:3]])
+_interop_svd_eps = _typed(_interop_svd_eps, "_interop_svd_eps", "x", _SVD_EPS.format("1.0e-12"), [(wp.float64,)])
+
+
+@wp.func
+def _interop_svd_f(si: Any, sj: Any):
+    # F_ij = 1 / (s_j^2 - s_i^2), i < j (the values sorted by decreasing magnitude), as adj_svd3 clamps it
+    return type(si)(1.0) / wp.min(sj * sj - si * si, -_interop_svd_eps(si))
+
+
+@wp.func
+def _interop_svd3_t(a: Any, ta: Any):
+    # A = U S V^T, P = U^T dA V: dS = diag(P), dU = U (F o (P S + S P^T)), dV = V (F o (S P + P^T S))
+    u, s, v = wp.svd3(a)
+    zero = type(s[0])(0.0)
+    p = wp.transpose(u) * ta * v
+    f01 = _interop_svd_f(s[0], s[1])
+    f02 = _interop_svd_f(s[0], s[2])
+    f12 = _interop_svd_f(s[1], s[2])
+    f = type(a)(zero, f01, f02, -f01, zero, f12, -f02, -f12, zero)
+    sm = wp.diag(s)
+    pt = wp.transpose(p)
+    du = u * wp.cw_mul(f, p * sm + sm * pt)
+    dv = v * wp.cw_mul(f, sm * p + pt * sm)
+    return du, type(s)(p[0, 0], p[1, 1], p[2, 2]), dv
+
+
+@wp.func
+def _interop_svd2_t(a: Any, ta: Any):
+    # as _interop_svd3_t, 2x2 (adj_svd2)
+    u, s, v = wp.svd2(a)
+    zero = type(s[0])(0.0)
+    p = wp.transpose(u) * ta * v
+    f01 = _interop_svd_f(s[0], s[1])
+    f = type(a)(zero, f01, -f01, zero)
+    sm = wp.diag(s)
+    pt = wp.transpose(p)
+    du = u * wp.cw_mul(f, p * sm + sm * pt)
+    dv = v * wp.cw_mul(f, sm * p + pt * sm)
+    return du, type(s)(p[0, 0], p[1, 1]), dv
+
+
+@wp.func
+def _interop_eig_e(di: Any, dj: Any):
+    # E_ij = 1 / (d_j - d_i) with adj_eig3's clamp of the difference to |.| >= 1e-6; 0 at a tie
+    x = dj - di
+    zero = type(x)(0.0)
+    lim = type(x)(1.0e-6)
+    if x == zero:
+        return zero
+    if x < zero and x > -lim:
+        x = -lim
+    if x > zero and x < lim:
+        x = lim
+    return type(x)(1.0) / x
+
+
+@wp.func
+def _interop_eig3_t(a: Any, ta: Any):
+    # A = Q diag(d) Q^T: dd_i = q_i^T dA q_i (d is diag(Q^T A Q): the whole of dA), dQ = Q (E o Q^T dL Q)
+    # with dL the symmetric matrix of dA's lower triangle (the one eig3 diagonalizes)
+    q, d = wp.eig3(a)
+    zero = type(d[0])(0.0)
+    tl = type(a)(ta[0, 0], ta[1, 0], ta[2, 0], ta[1, 0], ta[1, 1], ta[2, 1], ta[2, 0], ta[2, 1], ta[2, 2])
+    qt = wp.transpose(q)
+    p = qt * tl * q
+    e01 = _interop_eig_e(d[0], d[1])
+    e02 = _interop_eig_e(d[0], d[2])
+    e12 = _interop_eig_e(d[1], d[2])
+    e = type(a)(zero, e01, e02, -e01, zero, e12, -e02, -e12, zero)
+    pd = qt * ta * q
+    return q * wp.cw_mul(e, p), type(d)(pd[0, 0], pd[1, 1], pd[2, 2])
+
+
+@wp.func
+def _interop_qr3_t(a: Any, ta: Any):
+    # A = Q R: X = Q^T dA R^-1, W = lower(X) - lower(X)^T (strictly lower), dQ = Q W, dR = Q^T dA - W R
+    q, r = wp.qr3(a)
+    zero = type(r[0, 0])(0.0)
+    qta = wp.transpose(q) * ta
+    x = qta * wp.inverse(r)
+    w = type(a)(zero, -x[1, 0], -x[2, 0], x[1, 0], zero, -x[2, 1], x[2, 0], x[2, 1], zero)
+    return q * w, qta - w * r
+
+
 #: builtins returning several values whose tangents have a closed form: builtin key -> a wp.func
 #: taking the builtin's arguments, then their tangents (zeros where none), returning the tangent of
-#: each result in order (the primal results stay the builtin's)
-TUPLE_TANGENTS: dict[str, Any] = {}
+#: each result in order (the primal results stay the builtin's); only those this Warp has
+TUPLE_TANGENTS: dict[str, Any] = {
+    key: fn
+    for key, fn in (
+        ("svd3", _interop_svd3_t),
+        ("svd2", _interop_svd2_t),
+        ("eig3", _interop_eig3_t),
+        ("qr3", _interop_qr3_t),
+    )
+    if builtin_function(key) is not None
+}
 
 EXPANSIONS = {
     "quat_from_matrix": _interop_quat_from_matrix,

@@ -895,6 +895,9 @@ class _Gen(_Calls):
             if is_tile_builtin(key):
                 self.tile_stmt(key, fname, v, s)  # type: ignore[arg-type]
                 return
+            if key in R.TUPLE_TANGENTS:
+                self.out_args_call(key, fname, v, s)  # type: ignore[arg-type]
+                return
             self.emit(_unparse(s))
             return
         if _is_user_function(obj):
@@ -904,6 +907,28 @@ class _Gen(_Calls):
             self.emit(_unparse(s))
             return
         self.refuse(f"the call {fname!r}", s)
+
+    def out_args_call(self, key: str, fname: str, v: ast.Call, s: ast.stmt) -> None:
+        """``wp.svd3(A, U, sigma, V)``: a builtin of :data:`R.TUPLE_TANGENTS` storing its results in
+        the local variables after its arguments; their tangents from the same closed form."""
+        helper = R.TUPLE_TANGENTS[key]
+        n_in = len(v.args) - _return_arity(helper)
+        outs = v.args[n_in:]
+        if v.keywords or n_in < 1 or not all(isinstance(o, ast.Name) and o.id not in self.arrays for o in outs):
+            self.refuse(f"{fname!r} with keyword arguments or results stored elsewhere than in local variables", s)
+        args = [self.simple(a) for a in v.args[:n_in]]
+        names = [o.id for o in outs]  # type: ignore[attr-defined]
+        self.emit(f"{fname}({', '.join([p for p, _ in args] + names)})")
+        if all(t is None for _, t in args):
+            for n in names:
+                self.tangent_store_name(n, None)
+            return
+        touts = [self.tmp() for _ in names]
+        self.ns[helper.key] = helper
+        targs = [p for p, _ in args] + [t if t is not None else R.zero(p) for p, t in args]
+        self.emit(f"{', '.join(touts)} = {helper.key}({', '.join(targs)})")
+        for n, t in zip(names, touts):
+            self.tangent_store_name(n, t)
 
     def atomic(self, key: str, fname: str, v: ast.Call, s: ast.stmt) -> None:
         if v.keywords or len(v.args) < 3:
