@@ -205,7 +205,11 @@ class Op:
 
     def _call(self, args: tuple, launch_dims: Any, output_dims: Any, block_dim: Any, kwargs: dict) -> Any:
         if block_dim is not None and block_dim != self.description.block_dim:
-            return self.with_block_dim(block_dim)(*args, launch_dims=launch_dims, output_dims=output_dims, **kwargs)
+            # the variant's block_dim (None: this op), then the variant from this op's cache: under
+            # torch.compile the first step runs at trace time and the lookup is traced
+            key = _block_dim_variant[0](self, block_dim)
+            variant = self if key is None else self._block_dim_variants[key]
+            return variant(*args, launch_dims=launch_dims, output_dims=output_dims, **kwargs)
         fw = kwargs.pop("framework", None)
         params = self.description.call_params
         if kwargs and any(p.name in kwargs for p in params):
@@ -479,6 +483,20 @@ def scalar_of(param: str, inner: Sequence[int] = ()) -> DtypeOf:
         array([3., 3.])
     """
     return DtypeOf(str(param), tuple(int(n) for n in inner))
+
+
+def _with_block_dim(op: Op, block_dim: int) -> int | None:
+    """The block_dim of ``op``'s variant for ``block_dim`` (made by :meth:`Op.with_block_dim` and kept
+    in ``op._block_dim_variants``), or None where it is ``op`` itself."""
+    variant = op.with_block_dim(block_dim)
+    return None if variant is op else variant.description.block_dim
+
+
+#: how a per-call ``block_dim`` finds its variant op: :func:`_with_block_dim`, or what an adapter
+#: put in its place when it loaded (the torch adapter's runs at torch.compile's trace time, so a
+#: variant first used inside ``torch.compile(fullgraph=True)`` is described and registered there
+#: instead of breaking the graph)
+_block_dim_variant: list = [_with_block_dim]
 
 
 def _notify_adapters(o: Op) -> None:

@@ -438,8 +438,8 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
     if device != "cpu" and packing == "warp":
         packing = "dict"  # a Warp struct instance over NumPy memory: NumPy lives on the CPU
     block_dim = None
-    if pop.block_dim is not None and path != "compile":
-        # (not under torch.compile: a per-call block_dim not yet used eagerly fails there, xfail in
+    if pop.block_dim is not None:
+        # (under torch.compile too: a variant first used there is made at trace time,
         # test_properties_calls.py test_per_call_block_dim_first_used_under_torch_compile)
         block_dim = draw(st.sampled_from(TILE_BLOCK_DIMS))
     call = Call(pop, n, m, dtype, tuple(lays), tuple(grads), kind, scalar, path, launch, inplace, x64, batch, vm,

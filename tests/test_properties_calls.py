@@ -147,12 +147,6 @@ def test_generated_tile_ops_whatever_the_draws(fw, device, op_id):
         assert run_call(fw, replace(c, launch=(1, 3), block_dim=32)) == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a per-call block_dim first used inside torch.compile(fullgraph=True) fails: Op.with_block_dim "
-    "describes and registers the variant op while Dynamo traces (cached_property's RLock, _ops_lock, "
-    "torch.library registration); it works once the same block_dim was used in an eager call",
-)
 def test_per_call_block_dim_first_used_under_torch_compile():
     """op(x, block_dim=b) inside torch.compile(fullgraph=True), b used nowhere before in the process,
     gives Warp's values (found by the tile generators: block_dim drawn per call under compile)."""

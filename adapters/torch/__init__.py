@@ -86,6 +86,7 @@ from .autograd import _apply, _backward_call, _check_grad_supported, _function_c
 from .binding import _BINDINGS, _OVERLOADS, _Binding, _current_stream  # noqa: F401  (_current_stream: tests)
 from .compat import (
     any_wrapped,
+    assume_constant_result_of,
     forward_ad_active,
     functorch_grad_levels,
     functorch_transforms_active,
@@ -435,6 +436,26 @@ def _register_described() -> None:
 
 
 _register_described()
+
+
+@assume_constant_result_of  # torch.compiler.assume_constant_result, with the op passed by identity
+def _block_dim_variant(op, block_dim: int) -> int | None:
+    """The core's ``_with_block_dim``, run at trace time inside ``torch.compile``: a per-call
+    ``block_dim`` first used in a compiled function describes and registers its variant op there
+    (locks, ``torch.library`` registration) instead of breaking the graph; its result, an int, is a
+    constant of the trace."""
+    from interop import _op as core
+
+    return core._with_block_dim(op, block_dim)
+
+
+def _install_block_dim_variant() -> None:
+    from interop import _op as core
+
+    core._block_dim_variant[0] = _block_dim_variant
+
+
+_install_block_dim_variant()
 
 
 def _seed_type_cache() -> None:
