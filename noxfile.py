@@ -422,8 +422,13 @@ def _warp_minor_session(minor: str, version: str):
         env = {"INTEROP_TEST_SUMMARY": summary} if measure else {}
         try:
             session.run(
-                "pytest", "-q", "-p", "no:cacheprovider", *(["-n", workers] if workers != "0" else []),
-                *session.posargs, env=env,
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *(["-n", workers] if workers != "0" else []),
+                *session.posargs,
+                env=env,
             )
         finally:
             if env:

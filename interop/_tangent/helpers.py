@@ -1,3 +1,5 @@
+# mypy: disable-error-code="operator, index, call-arg"
+# (Warp kernel-language code: mypy reads wp.vec3 - wp.vec3, m[i, j], wp.vector(a, b, c) as Python)
 """The Warp functions tangent code calls (:mod:`interop._tangent.rules` writes the calls).
 
 Each is ordinary Warp code, so Warp differentiates a tangent kernel that calls it again (its

@@ -248,6 +248,8 @@ class _Exprs(_Emitter):
     # calls, lowered by the subclass :class:`_Calls` (an expression may hold one)
     call: Any
     expansion_tangent: Any
+    is_tile_expr: Any  # (interop._tangent.tiles._Tiles, mixed into _Calls)
+    tile_product: Any
 
     def expr(self, node: ast.AST) -> tuple[str, str | None]:
         if isinstance(node, ast.Constant):
@@ -762,6 +764,7 @@ class _Gen(_Calls):
         root = _root(target)
         if not isinstance(root, ast.Name):
             self.refuse("a store through an expression (not a named array or local)", s)
+        assert isinstance(root, ast.Name)
         rt = self.tangent_of_name(root.id)
         if rt is None:
             return None
@@ -873,10 +876,11 @@ class _Gen(_Calls):
             return  # a docstring
         if not isinstance(v, ast.Call):
             self.refuse("an expression statement that is not a call", s)
-        obj = _resolve(v.func, self.ns)  # type: ignore[union-attr]
-        if obj is None and isinstance(v.func, ast.Call):  # type: ignore[union-attr]
-            obj = self.owner.static_value(v.func, self.ns)  # type: ignore[union-attr] (wp.static(make_func())(...))
-        fname = _unparse(v.func)  # type: ignore[union-attr]
+        assert isinstance(v, ast.Call)
+        obj = _resolve(v.func, self.ns)
+        if obj is None and isinstance(v.func, ast.Call):
+            obj = self.owner.static_value(v.func, self.ns)  # wp.static(make_func())(...)
+        fname = _unparse(v.func)
         if _is_builtin(obj):
             key = obj.key
             if key in R.ATOMIC_LINEAR:
@@ -943,6 +947,7 @@ class _Gen(_Calls):
             root = _root(arr)
             if not isinstance(root, ast.Name):
                 self.refuse(f"{fname!r} into an expression", s)
+            assert isinstance(root, ast.Name)
             ta = self.tangent_target(arr, s) if self.tangent_of_name(root.id) else None
         if ta is not None and t is not None:
             self.emit(f"{R.W}.{key}({', '.join([ta] + idx + [t])})")

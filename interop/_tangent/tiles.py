@@ -119,7 +119,7 @@ class _TileCall:
     def p(self, name: str) -> str:
         return self.low[name][0] if name in self.low else ast.unparse(self.nodes[name])
 
-    def text(self, subs: dict[str, str] | None = None, fname: str | None = None) -> str:
+    def text(self, subs: dict[str, Any] | None = None, fname: str | None = None) -> str:
         """The call with each lowered argument's primal, or ``subs``' text for a parameter."""
         subs = subs or {}
         out = [subs.get(n, self.p(n)) if n in self.nodes else ast.unparse(a) for n, a in zip(self.pos, self.node.args)]
@@ -148,6 +148,7 @@ class _Tiles:
     ns: dict
     owner: Any
     tangent_of_name: Any
+    tile_names: set[str]
     resolve: Any  # the object a call's function expression names
     builtin_key: Any  # the key of the builtin it names (None: not a builtin)
 
