@@ -355,19 +355,19 @@ def test_second_order_through_svd3_in_jax():
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    jax.config.update("jax_enable_x64", True)
-    op = interop.op(svd3_parts, outputs=["u", "s", "v"])
-    cpu = jax.devices("cpu")[0]
-    rng = np.random.default_rng(9)
-    a = jax.device_put(jnp.asarray(_separated(rng, N, [3.0, 1.7, -0.6])), cpu)
-    w = jax.device_put(jnp.asarray(rng.normal(size=(N, 3, 3))), cpu)
+    with jax.enable_x64(True):  # this test's arrays are float64; the setting goes back after it
+        op = interop.op(svd3_parts, outputs=["u", "s", "v"])
+        cpu = jax.devices("cpu")[0]
+        rng = np.random.default_rng(9)
+        a = jax.device_put(jnp.asarray(_separated(rng, N, [3.0, 1.7, -0.6])), cpu)
+        w = jax.device_put(jnp.asarray(rng.normal(size=(N, 3, 3))), cpu)
 
-    def f(x):
-        u, s, v = op(x)
-        return jnp.sum(s[:, 0] * u[:, 1, 0] + s[:, 2] ** 2 + v[:, 0, 2] * u[:, 2, 2])
+        def f(x):
+            u, s, v = op(x)
+            return jnp.sum(s[:, 0] * u[:, 1, 0] + s[:, 2] ** 2 + v[:, 0, 2] * u[:, 2, 2])
 
-    g = jax.grad(f)
-    hv = jax.jvp(g, (a,), (w,))[1]
-    eps = 1e-6
-    fd = (g(a + eps * w) - g(a - eps * w)) / (2 * eps)
-    np.testing.assert_allclose(np.asarray(hv), np.asarray(fd), rtol=1e-5, atol=1e-7)
+        g = jax.grad(f)
+        hv = jax.jvp(g, (a,), (w,))[1]
+        eps = 1e-6
+        fd = (g(a + eps * w) - g(a - eps * w)) / (2 * eps)
+        np.testing.assert_allclose(np.asarray(hv), np.asarray(fd), rtol=1e-5, atol=1e-7)
