@@ -66,7 +66,7 @@ GENERATED.update(
         "test_tangent_rotations", ("axis_angle", "axis_angle_one_name", "func_tuple_one_name", "slerp", "static_calls")
     )
 )
-GENERATED.update(_module_kernels("test_tangent_structs", ("struct_values", "defaults")))
+GENERATED.update(_module_kernels("test_tangent_structs", ("struct_values", "defaults", "flags")))
 
 
 @pytest.fixture(scope="module")

@@ -132,3 +132,35 @@ def test_second_order_through_struct_values_in_jax():
             np.testing.assert_allclose(
                 np.asarray(got), (np.asarray(a) - np.asarray(b)) / (2 * eps), rtol=1e-5, atol=1e-7
             )
+
+
+# ---- a wp.func returning a flag or a key beside floats (newton's sm_90 sweep found these) --------
+@wp.func
+def flag_and_key(x: F64):
+    if x > F64(0.0):
+        return True, wp.uint64(7)
+    return False, wp.uint64(3)
+
+
+@wp.func
+def is_big(x: F64):
+    return x > F64(1.0)
+
+
+@wp.kernel
+def flags(x: wp.array(dtype=F64), y: wp.array(dtype=F64)):
+    i = wp.tid()
+    f, key = flag_and_key(x[i])
+    b = is_big(x[i] * x[i])
+    if f and b:
+        y[i] = x[i] * x[i] * F64(float(key))
+    else:
+        y[i] = wp.sin(x[i])
+
+
+def test_funcs_returning_bools_and_unsigned_keys():
+    """Their results get a zero tangent of their own type (Warp has no bool() nor uint64() without an
+    argument: the tangent function failed to build before)."""
+    rng = np.random.default_rng(4)
+    case = Case(flags, 6, {"x": (-2, 2)}, {"x": (6,), "y": (6,)}, ("y",))
+    check_tangent(case, {"x": rng.uniform(-2, 2, 6)}, {"x": rng.normal(size=6)})

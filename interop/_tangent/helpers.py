@@ -49,6 +49,16 @@ def _interop_zero(x: Any):
 
 _interop_zero = _typed(_interop_zero, "_interop_zero", "x", "return type(x)(0.0)", [(t,) for t in FLOATS])
 _interop_zero = _typed(_interop_zero, "_interop_zero", "x", "return type(x)(0)", [(wp.int32,), (wp.int64,)])
+# a wp.func's bool or unsigned result (a flag, a key) returned beside a tangent: its zero (Warp has no
+# bool() or uint64() without an argument)
+_interop_zero = _typed(
+    _interop_zero,
+    "_interop_zero",
+    "x",
+    "return type(x)(0)",
+    [(t,) for t in (wp.int8, wp.int16, wp.uint8, wp.uint16, wp.uint32, wp.uint64)],
+)
+_interop_zero = _typed(_interop_zero, "_interop_zero", "x", "return False", [(wp.bool,)])
 
 
 # min/max/abs tangents: scalars in the _s functions (the branch Warp's adjoint takes: adj_min/adj_max
