@@ -1,4 +1,4 @@
-"""nox sessions: tests, demo, bench, lint, properties, soak, and the version matrix.
+"""nox sessions: tests, demo, bench, measure, lint, properties, soak, and the version matrix.
 
 pyproject.toml declares the supported ranges; the exact versions every session installs are
 in constraints/*.txt, so runs are reproducible. Environments are built with uv when it is
@@ -18,7 +18,8 @@ available). With none of them a session fails (exit status 1) saying what to ins
 interpreter is never a "skipped" session with exit status 0.
 
 Matrix (each extra session runs only the tests of the framework it varies):
-    tests             Python 3.11, torch 2.13.0 CPU, jax 0.10.2, paddle 3.3.1 (what CI runs)
+    tests             Python 3.11, torch 2.13.0 CPU, jax 0.10.2, paddle 3.3.1 (what CI runs); changes nothing
+    measure           the maintainer's: the suite and the benchmarks measured, the docs' figures and chart written
     jax_newest        Python 3.12, jax/jaxlib 0.12.0.1, newest numpy and Warp
     jax_oldest        Python 3.11, the oldest jax/jaxlib pyproject.toml admits
     paddle_oldest     Python 3.11, the oldest paddlepaddle pyproject.toml admits
@@ -218,23 +219,77 @@ def _install(session, extras: str, constraints: str, *more: str) -> None:
 def tests(session):
     """The test suite on the pinned combination CI runs (Python 3.11, torch, jax, paddle; CPU).
 
-    Without Python 3.11: on 3.12 or 3.13, torch left out unless a CPU wheel for it is at hand."""
+    Without Python 3.11: on 3.12 or 3.13, torch left out unless a CPU wheel for it is at hand.
+    It changes nothing in the clone: in a git checkout, ``git status --porcelain`` after the run must
+    be what it was before (the session fails otherwise, naming what changed). Measuring for the
+    docs is ``nox -s measure``'s."""
     _install(session, "torch,jax,paddle,test", "ci.txt")
     # one worker per core (INTEROP_TEST_WORKERS overrides; 0 runs in this process): most of the time
     # is Warp building kernels and tests in subprocesses, which spread over the cores
     workers = os.environ.get("INTEROP_TEST_WORKERS", "auto")
-    # the run's counts, wall time and slowest files, which docs/figures.py writes into the docs
-    # (a maintainer's run renews the committed measurement; CI's run checks against it, changing nothing)
-    # (a whole run only: a selection of tests is no measurement of the suite)
-    measure = not os.environ.get("CI") and not session.posargs
-    env = {"INTEROP_TEST_SUMMARY": os.path.join(HERE, "docs", "measurements", "tests.json")} if measure else {}
+    before = _git_status()
     start = time.monotonic()
-    try:
-        session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs, env=env)
-    finally:
-        if env:  # the docs' figures follow the new measurement (commit both)
-            session.run("python", os.path.join("docs", "figures.py"), external=True)
+    session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), *session.posargs)
     _within_budget(session, time.monotonic() - start)
+    _unchanged(session, before)
+
+
+def _git_status() -> list[str] | None:
+    """``git status --porcelain`` of the clone as lines, or None where it cannot be read (no git, no checkout)."""
+    try:
+        r = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all"],
+            capture_output=True,
+            text=True,
+            cwd=HERE,
+            timeout=120,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.splitlines() if r.returncode == 0 else None
+
+
+def _unchanged(session, before: list[str] | None) -> None:
+    """Fail the session when the run changed the clone (a tracked file modified, a file left that git
+    does not ignore): the test command leaves a clone as it found it."""
+    after = _git_status()
+    if before is None or after is None:
+        session.log("not a git checkout (or no git): whether the run changed the clone is not checked")
+        return
+    changed = sorted(set(after) ^ set(before))
+    if changed:
+        session.error(
+            "the test run changed the clone (git status --porcelain, before vs after):\n  "
+            + "\n  ".join(changed)
+            + "\nthe test command must leave the clone as it found it: find what writes there"
+        )
+    session.log("the clone is as the run found it (git status --porcelain unchanged)")
+
+
+@nox.session(python=USER_PYTHONS)
+def measure(session):
+    """The maintainer's step that renews the published figures and the README's chart (commit them):
+    a whole run of the suite (``docs/measurements/tests.json``), one run of the benchmarks
+    (``docs/measurements/bench.json``), then ``python docs/figures.py --write``, which writes every
+    figure of the README and the docs and draws ``benchmarks/results.png`` from them, with its date
+    and machine. ``-- tests`` or ``-- bench`` renews one of the two measurements only.
+    ``INTEROP_MACHINE_NOTE`` adds to the machine's description (e.g. "shared with other jobs").
+    """
+    _install(session, "torch,jax,paddle,test", "ci.txt", "matplotlib")
+    parts = session.posargs or ["tests", "bench"]
+    if "tests" in parts:
+        summary = os.path.join(HERE, "docs", "measurements", "tests.json")
+        workers = os.environ.get("INTEROP_TEST_WORKERS", "auto")
+        start = time.monotonic()
+        session.run("pytest", "-q", *(["-n", workers] if workers != "0" else []), env={"INTEROP_TEST_SUMMARY": summary})
+        _within_budget(session, time.monotonic() - start)
+    if "bench" in parts:
+        # NVIDIA's warp_custom_op, compared against in the torch rows; --no-deps keeps torch pinned
+        session.install("--no-deps", "nvalchemi-toolkit-ops==0.5.0", success_codes=[0, 1, 2])
+        note = os.environ.get("INTEROP_MACHINE_NOTE")
+        out = os.path.join(HERE, "docs", "measurements", "bench.json")
+        session.run("python", "-m", "benchmarks", "--json", out, *(["--machine-note", note] if note else []))
+    session.run("python", os.path.join("docs", "figures.py"), "--write")
 
 
 #: the README's test command's budget on the project's 2-core machine (DEVELOPERS.md), and how far
@@ -310,7 +365,8 @@ def demo(session):
 
 @nox.session(python=USER_PYTHONS)
 def bench(session):
-    """Per-call overhead against the alternatives: ratios printed, chart written to benchmarks/results.png."""
+    """Per-call overhead against the alternatives: ratios printed (``-- --chart PATH`` draws them). The
+    README's chart and the docs' figures are ``nox -s measure``'s."""
     _install(session, "torch,jax,paddle", "ci.txt", "matplotlib")
     # NVIDIA's warp_custom_op, compared against in the torch rows; --no-deps keeps torch pinned
     session.install("--no-deps", "nvalchemi-toolkit-ops==0.5.0", success_codes=[0, 1, 2])
@@ -413,11 +469,12 @@ def _warp_minor_session(minor: str, version: str):
         session.install(*args, "-c", path, "-e", f".[{','.join(extras)}]", silent=False)
         check = f"import warp; print('warp', warp.__version__); assert warp.__version__ == '{version}'"
         session.run("python", "-c", check)
-        # a whole run is this version's measurement (docs/measurements/warp-1.XX.json: counts per
-        # outcome, the figures of README.md's Status and docs/install.md), as the tests session's
+        # with INTEROP_MEASURE=1, a whole run is this version's measurement (docs/measurements/warp-1.XX.json:
+        # counts per outcome, the figures of README.md's Status and docs/install.md); without, the
+        # clone is left as found, as by the tests session
         workers = os.environ.get("INTEROP_TEST_WORKERS", "auto")
-        # (CI's Warp: the tests session's run is that measurement, docs/measurements/tests.json)
-        measure = not os.environ.get("CI") and not session.posargs and not ci_warp
+        # (CI's Warp: nox -s measure's run is that measurement, docs/measurements/tests.json)
+        measure = os.environ.get("INTEROP_MEASURE") == "1" and not session.posargs and not ci_warp
         summary = os.path.join(HERE, "docs", "measurements", f"warp-{minor}.json")
         env = {"INTEROP_TEST_SUMMARY": summary} if measure else {}
         try:
@@ -432,12 +489,12 @@ def _warp_minor_session(minor: str, version: str):
             )
         finally:
             if env:
-                session.run("python", os.path.join("docs", "figures.py"), external=True)
+                session.run("python", os.path.join("docs", "figures.py"), "--write", external=True)
 
     session_fn.__doc__ = (
         f"The whole suite on warp-lang {version} (the rest pinned as in ci.txt), on the CPU; not in CI. "
-        f"A whole run writes docs/measurements/warp-{minor}.json and the docs' figures from it (on CI's Warp, the "
-        "tests session's run is that measurement)."
+        f"With INTEROP_MEASURE=1 a whole run writes docs/measurements/warp-{minor}.json and the docs' figures from "
+        "it (on CI's Warp, nox -s measure's run is that measurement)."
     )
     session_fn.__name__ = f"warp_{minor.replace('.', '_')}"
     return nox.session(python=USER_PYTHONS, name=session_fn.__name__)(session_fn)

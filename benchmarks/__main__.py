@@ -1,7 +1,9 @@
-"""Run the benchmarks: ``python -m benchmarks [numpy torch jax paddle] [--quick] [--chart PATH]``.
+"""Run the benchmarks: ``python -m benchmarks [numpy torch jax paddle] [--quick] [--chart PATH] [--json PATH]``.
 
-The chart (matplotlib) is written to benchmarks/results.png unless ``--chart PATH`` or
-``--no-chart`` says otherwise.
+Nothing tracked is written by default: ``--chart PATH`` draws the chart (matplotlib) of this run
+to ``PATH``. The README's chart, ``benchmarks/results.png``, is drawn by ``python docs/figures.py
+--write`` from the dated measurement ``docs/measurements/bench.json`` (``--json``, below), in the
+maintainer's ``nox -s measure``.
 
 ``--device cuda`` (or ``cpu``) measures the per-call rows of one device instead (torch, JAX,
 CuPy against their own floors, and bandwidth at n=2^26: ``benchmarks/bench_device.py``), the
@@ -18,6 +20,12 @@ than its baseline by more than the tolerance (default: the file's). ``--write-ba
 measures the same way three times and writes the median of each ratio to that file (naming the
 machine). ``--ratios-json PATH`` measures as the gate does and writes the run's ratios (and Warp's
 version) to ``PATH``: ``benchmarks/warp_versions.py`` compares Warp versions with it.
+
+``--json PATH`` writes the run's measurement to ``PATH``: its date, machine, versions, every block
+printed (label, microseconds, ratio) and the gate's ratios. ``nox -s measure`` writes
+``docs/measurements/bench.json`` so; ``python docs/figures.py --write`` draws the chart and the
+performance page's figures from it. ``--machine-note TEXT`` adds to the machine's description
+(e.g. ``"shared with 7 other jobs"``).
 """
 
 from __future__ import annotations
@@ -53,15 +61,16 @@ def main(argv: list[str]) -> int:
     check = "--check" in argv
     write = "--write-baseline" in argv
     quick = "--quick" in argv and not (check or write)  # the gate: full rounds, n=1024 only
-    chart = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.png")
-    argv, chart_arg = _option(argv, "--chart")
-    chart = chart_arg or chart
+    argv, chart = _option(argv, "--chart")
     argv, tolerance = _option(argv, "--tolerance")
     argv, device = _option(argv, "--device")
     argv, ratios_json = _option(argv, "--ratios-json")  # this run's gated ratios, for benchmarks/warp_versions.py
+    argv, measurement = _option(argv, "--json")  # the dated measurement docs/figures.py draws from
+    argv, note = _option(argv, "--machine-note")
     if "--no-chart" in argv or check or write or ratios_json:
         chart = None
-    harness.SMALL_ONLY = bool(check or write or ratios_json)
+    # the per-call size only (n=1024) for the gate and for the measurement the docs show
+    harness.SMALL_ONLY = bool(check or write or ratios_json or measurement)
     names = [a for a in argv if not a.startswith("--")] or list(ALL)
     import warp as wp
 
@@ -89,6 +98,8 @@ def main(argv: list[str]) -> int:
         from .chart import write_chart
 
         write_chart(harness.RECORDED, chart)
+    if measurement:
+        _write_measurement(measurement, runs[-1], note)
     if write:
         _write_baseline(runs, device)
     if ratios_json:
@@ -101,6 +112,42 @@ def main(argv: list[str]) -> int:
 
 def _machine() -> str:
     return f"{platform.node()}: {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, Python {platform.python_version()}"
+
+
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in ("warp-lang", "numpy", "torch", "jax", "paddlepaddle"):
+        try:
+            out.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(out)
+
+
+def _write_measurement(path: str, gated: dict, note: str | None) -> None:
+    """The run's measurement (``--json``): every block printed and the gate's ratios, dated."""
+    from . import harness
+
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}, Python {platform.python_version()}"
+    data = {
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{machine} ({note})" if note else machine,
+        "versions": _versions(),
+        "clock": harness.clock()[0],
+        "how": "python -m benchmarks --json PATH: one run, interleaved rounds, medians per call",
+        "blocks": [
+            {"title": title, "baseline": base, "rows": [[label, round(us, 2), round(r, 3)] for label, us, r in rows]}
+            for title, rows, base in harness.RECORDED
+        ],
+        "ratios": {fw: {k: round(v, 3) for k, v in r.items()} for fw, r in gated.items()},
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    print(f"\nmeasurement written to {path}")
 
 
 def _write_baseline(runs: list[dict], device: str | None = None) -> None:

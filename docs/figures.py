@@ -1,14 +1,20 @@
-"""Measured figures in the README and the docs, written from committed measurements.
+"""Measured figures and the chart in the README and the docs, written from committed measurements.
+
+A maintainer's explicit step (``nox -s measure`` runs the measurements, then this with ``--write``);
+the test command never runs it, so a clone is left as it was found.
 
 A figure is a marker around its text, ``<!-- figure SOURCE:PATH~FORMAT -->text<!-- /figure -->``
 (``~``, not ``|``: a marker may sit in a Markdown table cell);
 this script replaces each marker's text with the value at ``PATH`` in ``SOURCE``'s JSON file, so a
 figure is never typed by hand and changes only with its measurement. Sources (:data:`SOURCES`):
 
-- ``tests``: ``docs/measurements/tests.json``, written by a run of the test command (``nox -s
-  tests`` sets ``INTEROP_TEST_SUMMARY``; ``conftest.py`` writes counts per outcome, wall time,
+- ``tests``: ``docs/measurements/tests.json``, written by a whole run of the suite in ``nox -s
+  measure`` (it sets ``INTEROP_TEST_SUMMARY``; ``conftest.py`` writes counts per outcome, wall time,
   workers and the slowest files).
-- ``bench``: ``benchmarks/baseline.json`` (the CPU benchmark gate's ratios, ``--write-baseline``).
+- ``bench-run``: ``docs/measurements/bench.json``, one run of the benchmarks (``python -m benchmarks
+  --json``, in ``nox -s measure``): every n=1024 block and the gate's ratios. The README's chart
+  ``benchmarks/results.png`` is drawn from it too (:data:`CHARTS`), its date and machine on it.
+- ``bench``: ``benchmarks/baseline.json`` (the CPU benchmark gate's bars, ``--write-baseline``).
 - ``gpu``: the ``cuda`` section of ``benchmarks/baseline.json``.
 - ``gpu-run``: ``benchmarks/results/gpu-run.json``, the counts of the last GPU session's run
   (``tests/gpu_session.sh``; its log is named there).
@@ -24,8 +30,9 @@ inverse of a ratio: a gated time ratio as a bandwidth ratio), ``min`` (seconds
 as ``12 min 30 s``), ``s`` (``41 s``), ``s3`` (``0.061 s``), ``plus`` (``+0.028 s``), ``pct`` (``+4 %``: a quotient as a difference), ``files`` (the slowest files as a Markdown list), or none
 (the value as it is). Each source carries its ``date``; the docs name it beside the figures.
 
-``python docs/figures.py`` rewrites the files; ``--check`` exits 1 naming each stale figure (the
-docs session and ``tests/test_docs.py`` run the check).
+``python docs/figures.py --write`` rewrites the files and draws the charts; ``python docs/figures.py``
+(or ``--check``) changes nothing and exits 1 naming each stale figure or chart (the docs session and
+``tests/test_docs.py`` run the check).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = {
     "tests": ("docs/measurements/tests.json", None),
     "bench": ("benchmarks/baseline.json", None),
+    "bench-run": ("docs/measurements/bench.json", None),
     "gpu": ("benchmarks/baseline.json", ("devices", "cuda")),
     "gpu-run": ("benchmarks/results/gpu-run.json", None),
     "first-call": ("docs/measurements/first-call.json", None),
@@ -48,7 +56,9 @@ SOURCES = {
     "warp-versions": ("docs/measurements/warp-versions.json", None),
 }
 #: the files whose figures are written here
-FILES = ("README.md", "docs/development.md", "docs/performance.md", "docs/install.md")
+FILES = ("README.md", "docs/index.md", "docs/development.md", "docs/performance.md", "docs/install.md")
+#: charts drawn from a measurement: (source, the PNG)
+CHARTS = (("bench-run", "benchmarks/results.png"),)
 MARKER = re.compile(r"<!-- figure ([\w.-]+):([^~>]+?)(?:~(\w+))? -->(.*?)<!-- /figure -->", re.S)
 
 
@@ -125,12 +135,55 @@ def stale(root: str = ROOT) -> list[str]:
     return out
 
 
+def _png_text(path: str) -> dict[str, str]:
+    """The ``tEXt`` entries of a PNG (no imaging library needed)."""
+    import struct
+
+    out = {}
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 8
+    while pos + 8 <= len(data):
+        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        if kind == b"tEXt":
+            key, _, text = data[pos + 8 : pos + 8 + length].partition(b"\0")
+            out[key.decode("latin-1")] = text.decode("latin-1")
+        pos += 12 + length
+    return out
+
+
+def stale_charts(root: str = ROOT) -> list[str]:
+    """``chart: why`` for each chart not drawn from its source's current measurement."""
+    sys.path.insert(0, ROOT)
+    from benchmarks.chart import measurement_tag
+
+    out = []
+    for source, rel in CHARTS:
+        want = measurement_tag(load(source))
+        path = os.path.join(root, rel)
+        got = _png_text(path).get("Source") if os.path.exists(path) else "missing"
+        if got != want:
+            out.append(f"{rel}: drawn from {got!r}, its source {source} is {want!r}")
+    return out
+
+
+def write_charts() -> None:
+    sys.path.insert(0, ROOT)
+    from benchmarks.chart import chart_from_measurement
+
+    for source, rel in CHARTS:
+        chart_from_measurement(load(source), os.path.join(ROOT, rel))
+
+
 def main(argv: list[str]) -> int:
-    if "--check" in argv:
-        bad = stale()
+    if "--write" not in argv:
+        bad = stale() + stale_charts()
         for line in bad:
             print("stale figure:", line)
+        if bad:
+            print("(a maintainer's `python docs/figures.py --write` writes them from the measurements)")
         return 1 if bad else 0
+    write_charts()
     for rel in FILES:
         path = os.path.join(ROOT, rel)
         with open(path) as f:

@@ -237,6 +237,14 @@ def test_every_figure_is_its_measurement():
     assert _figures().stale() == []
 
 
+def test_every_chart_is_drawn_from_its_measurement():
+    """The README's chart carries the date and machine of the measurement it was drawn from (a PNG text
+    entry docs/figures.py --write stores): a chart from another run than the figures' is stale."""
+    figures = _figures()
+    assert figures.stale_charts() == []
+    assert figures.CHARTS and all(os.path.exists(os.path.join(ROOT, png)) for _, png in figures.CHARTS)
+
+
 @pytest.mark.parametrize("rel, heading", MEASURED_SECTIONS)
 def test_no_hand_typed_figure_where_figures_are_measured(rel, heading):
     figures = _figures()
