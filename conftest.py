@@ -12,6 +12,25 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+# The run's own temporary directory: every test, worker and child process (they inherit TMPDIR) and
+# the libraries they run (Warp's wp_pch_* folders, NVRTC's __nvrtc_auto_pch_*, tempfile.mkdtemp()
+# in a guide's code) write their temporary files there, not among other processes' files in the
+# shared one. The controlling process makes it and removes it when the run ends, and reports what
+# was left in it (pytest_sessionfinish): the suite leaves nothing behind in the temporary directory.
+if "INTEROP_TESTS_TMPDIR" not in os.environ:
+    _RUN_TMPDIR = tempfile.mkdtemp(prefix="interop-tests-")
+    os.environ["INTEROP_TESTS_TMPDIR"] = os.environ["TMPDIR"] = _RUN_TMPDIR
+    tempfile.tempdir = None  # tempfile reads TMPDIR again
+
+    def _remove_run_tmpdir(owner: int = os.getpid(), path: str = _RUN_TMPDIR) -> None:
+        if os.getpid() == owner:
+            shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(_remove_run_tmpdir)
+    _RUN_TMPDIR_OWNER = True
+else:
+    _RUN_TMPDIR_OWNER = False
+
 # torch.compile's on-disk caches are keyed by operator names: a run must not load code compiled by
 # another checkout (or an older version of a test) whose ops had the same names but other backwards.
 # The folder is this run's own, removed when the run ends (the suite leaves nothing outside the
@@ -112,6 +131,43 @@ def pytest_sessionstart(session):
     _SESSION_START[0] = time.monotonic()
 
 
+#: what may be in the run's temporary directory at its end: pytest's own tmp_path folders (pytest
+#: keeps them for inspection) and the torch.compile cache above, both removed with the directory
+_RUN_TMPDIR_EXPECTED = re.compile(r"pytest-of-.*|interop-tests-inductor-.*")
+
+
+def run_tmpdir_leftovers() -> list[str]:
+    """What the run left in its temporary directory, beyond what is expected there."""
+    path = os.environ.get("INTEROP_TESTS_TMPDIR", "")
+    if not os.path.isdir(path):
+        return []
+    return sorted(e for e in os.listdir(path) if not _RUN_TMPDIR_EXPECTED.fullmatch(e))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The controlling process of a run that made the temporary directory fails a passing run that
+    left something there (each entry named); the directory is removed at exit either way."""
+    if not _RUN_TMPDIR_OWNER or hasattr(session.config, "workerinput"):
+        return
+    import time
+
+    left, deadline = run_tmpdir_leftovers(), time.monotonic() + 10
+    while left and time.monotonic() < deadline:  # xdist's workers may still be exiting (their atexit cleanups)
+        time.sleep(0.5)
+        left = run_tmpdir_leftovers()
+    if not left:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    message = (
+        f"the run left {len(left)} entries in its temporary directory ({os.environ['INTEROP_TESTS_TMPDIR']}, "
+        f"removed now): {', '.join(left[:20])}: a test must remove what it and the code it runs create"
+    )
+    if reporter is not None:
+        reporter.write_line(message, red=True)
+    if exitstatus == 0 and os.environ.get("INTEROP_TMPDIR_LEFTOVERS") != "warn":
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def _write_summary(terminalreporter, path: str) -> None:
     """The run's measurement for the docs (docs/figures.py, source ``tests``): counts per outcome,
     wall time, workers, the slowest files; by the controlling process only (not xdist's workers)."""
@@ -182,6 +238,18 @@ def pytest_terminal_summary(terminalreporter):
     if path:
         with open(path, "w") as f:
             json.dump(table, f, indent=1, sort_keys=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nvrtc_pch_removed():
+    """NVRTC 13 (Warp's CUDA builds, on a GPU or for sm_XX without one) makes its automatic precompiled
+    header in the temporary directory, ``__nvrtc_auto_pch_<pid>_<n>`` (over 100 MB), and leaves it: this
+    process's are removed when its tests end."""
+    yield
+    import glob
+
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"__nvrtc_auto_pch_{os.getpid()}_*")):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -77,7 +77,8 @@ def precompile(
         ... def scale(x: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
         ...     i = wp.tid()
         ...     out[i] = s * x[i]
-        >>> folder = os.path.join(tempfile.mkdtemp(), "precompiled")
+        >>> where = tempfile.TemporaryDirectory()  # removed when it is dropped
+        >>> folder = os.path.join(where.name, "precompiled")
         >>> manifest = interop.precompile(interop.op(scale), folder, cuda_archs=())
         >>> len(manifest["modules"])  # the kernel's module and its variant for a scalar's gradient
         2

@@ -141,7 +141,8 @@ def use_precompiled(folder: str | os.PathLike) -> None:
         ... def twice(x: wp.array(dtype=float), out: wp.array(dtype=float)):
         ...     i = wp.tid()
         ...     out[i] = 2.0 * x[i]
-        >>> folder = os.path.join(tempfile.mkdtemp(), "precompiled")
+        >>> where = tempfile.TemporaryDirectory()  # removed when it is dropped
+        >>> folder = os.path.join(where.name, "precompiled")
         >>> _ = interop.precompile(interop.op(twice), folder, cuda_archs=())
         >>> interop.use_precompiled(folder)
         >>> interop.op(twice)(np.ones(2, np.float32))

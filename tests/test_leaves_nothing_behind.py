@@ -1,5 +1,8 @@
-"""The test suite leaves nothing behind outside the clone (issue 33 item 6): conftest.py's
-torch.compile cache folder, made in the temporary directory, is removed when the run ends."""
+"""The test suite leaves nothing behind outside the clone (issues 33 and 52).
+
+A run makes its own temporary directory (conftest.py: TMPDIR for the run, its workers and child
+processes), removes it at the end, and fails when something was left in it; the tests here run
+pytest in a fresh process with TMPDIR pointed at a folder of their own and look at that folder."""
 
 from __future__ import annotations
 
@@ -7,26 +10,72 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.join(ROOT, "tests", "test_leaves_nothing_behind.py")
 
 
-def test_a_pytest_run_removes_its_inductor_cache_folder(tmp_path):
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
-    env["TMPDIR"] = str(tmp)
-    # a test that compiles with inductor would write there; the folder exists from the start either way
+def _pytest(tmp, *tests: str, env_more: dict | None = None) -> subprocess.CompletedProcess:
+    """pytest on ``tests`` in a fresh process whose temporary directory is ``tmp`` (the run's own
+    temporary directory and torch.compile cache made afresh there by conftest.py)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "INTEROP_TESTS_TMPDIR")}
+    env.update({"TMPDIR": str(tmp), **(env_more or {})})
+    env.pop("PYTEST_XDIST_WORKER", None)
     code = (
         "import os, sys, pytest; "
-        "rc = pytest.main(['-q', '-p', 'no:cacheprovider', '--rootdir', sys.argv[1], sys.argv[2]]); "
-        "print('CACHE', os.environ['TORCHINDUCTOR_CACHE_DIR']); sys.exit(rc)"
+        "rc = pytest.main(['-q', '-p', 'no:cacheprovider', '--rootdir', sys.argv[1], *sys.argv[2:]]); "
+        "print('RUNTMP', os.environ['INTEROP_TESTS_TMPDIR']); print('CACHE', os.environ['TORCHINDUCTOR_CACHE_DIR']); "
+        "sys.exit(rc)"
     )
-    test = os.path.join(ROOT, "tests", "test_noxfile_torch.py") + "::test_the_pinned_torch_is_a_cpu_build"
-    r = subprocess.run(
-        [sys.executable, "-c", code, ROOT, test], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    return subprocess.run(
+        [sys.executable, "-c", code, ROOT, *tests], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600
     )
+
+
+def _printed(r: subprocess.CompletedProcess, key: str) -> str:
+    return next(line.split(" ", 1)[1] for line in r.stdout.splitlines() if line.startswith(key + " "))
+
+
+def test_a_run_removes_its_temporary_directory_and_inductor_cache(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = _pytest(tmp, os.path.join(ROOT, "tests", "test_noxfile_torch.py") + "::test_the_pinned_torch_is_a_cpu_build")
     assert r.returncode == 0, r.stdout + r.stderr
-    cache = next(line.split(" ", 1)[1] for line in r.stdout.splitlines() if line.startswith("CACHE "))
-    assert cache.startswith(str(tmp))  # made in the temporary directory...
-    assert not os.path.exists(cache)  # ...and gone
+    run_tmp, cache = _printed(r, "RUNTMP"), _printed(r, "CACHE")
+    assert run_tmp.startswith(str(tmp)) and cache.startswith(run_tmp)  # made in the temporary directory...
+    assert not os.path.exists(run_tmp)  # ...and gone
     assert os.listdir(tmp) == [], os.listdir(tmp)
+
+
+def test_the_guide_and_the_cuda_builds_leave_nothing_in_the_temporary_directory(tmp_path):
+    """The precompiled guide's block (its folder in a tempfile.TemporaryDirectory) and an sm_90 build
+    by NVRTC (Warp's wp_pch_* folders, NVRTC's __nvrtc_auto_pch_*): the run passes, so its temporary
+    directory held nothing but pytest's own folders at the end, and nothing is left beside it."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    guide = "tests/test_docs.py::test_python_block_runs_as_written[docs-guide-precompiled:what-is-checked-at-load-0]"
+    build = "tests/test_cuda_codegen.py::test_tangent_kernel_compiles_for_cuda[rules-scalar]"
+    r = _pytest(tmp, os.path.join(ROOT, guide), os.path.join(ROOT, build))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert os.listdir(tmp) == [], os.listdir(tmp)
+
+
+def test_a_run_that_leaves_a_file_in_its_temporary_directory_fails_naming_it(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = _pytest(tmp, HERE + "::test_leave_a_file", env_more={"INTEROP_TEST_LEAVE_A_FILE": "1"})
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "1 passed" in r.stdout and "left 1 entries in its temporary directory" in r.stdout, r.stdout
+    assert "interop-left-behind-" in r.stdout, r.stdout
+    assert os.listdir(tmp) == [], os.listdir(tmp)  # removed all the same
+
+
+def test_leave_a_file():
+    """A helper of the test above (skipped otherwise): a test that leaves a file in the temporary directory."""
+    if os.environ.get("INTEROP_TEST_LEAVE_A_FILE") != "1":
+        pytest.skip("a helper of test_a_run_that_leaves_a_file_in_its_temporary_directory_fails_naming_it")
+    import tempfile
+
+    fd, _ = tempfile.mkstemp(prefix="interop-left-behind-")
+    os.close(fd)
