@@ -117,11 +117,13 @@ def test_readme_is_a_front_page():
     text = _text("README.md")
     lines = text.splitlines()
     assert len(lines) < 300, len(lines)
-    first_screen = "\n".join(lines[:30])
-    # the status says where CUDA stands: verified on which GPU, and what is not yet run
-    assert "## Status" in first_screen and "CUDA" in first_screen and "not yet run" in first_screen
-    assert text.index("## Status") < text.index("## Features") < text.index("## Installation")
-    assert text.index("## Installation") < text.index("## Quick start") < text.index("## Try it")
+    first_screen = "\n".join(lines[:40])
+    # the first screen says what to run (the demo and the tests), then where CUDA stands: verified on
+    # which GPU, and what is not yet run
+    assert first_screen.index("nox -s demo") < first_screen.index("nox -s tests") < first_screen.index("## Status")
+    assert "CUDA" in first_screen and "not yet run" in first_screen
+    assert text.index("## Try it") < text.index("## Status") < text.index("## Features") < text.index("## Installation")
+    assert text.index("## Installation") < text.index("## Quick start") < text.index("## Try it: the demo and")
     # the CPU torch line sits inside the installation block, before any `.[torch]`
     install = re.search(r"## Installation\n.*?```bash\n(.*?)```", text, re.S).group(1)
     cpu = install.index("--index-url https://download.pytorch.org/whl/cpu")
