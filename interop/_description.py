@@ -55,7 +55,7 @@ class Param:
         differentiable: may receive a gradient (float, not excluded by ``nondifferentiable``).
             For generic parameters this holds if the resolved dtype is float. For a kernel
             compiled with ``enable_backward=False`` (and no ``backward=``) a gradient that
-            reaches the op raises :meth:`OpDescription.no_adjoint_error`, never a zero.
+            reaches the op raises ``OpDescription.no_adjoint_error``, never a zero.
     """
 
     name: str

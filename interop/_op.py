@@ -33,11 +33,11 @@ NOT_EAGER = object()
 class Op:
     """A Warp kernel (or annotated Python function) callable from every framework.
 
-    Create it with :func:`interop.op`. Calling it dispatches on the arrays passed:
+    Create it with ``interop.op``. Calling it dispatches on the arrays passed:
     the result comes back in the caller's framework, on the same device.
 
     Attributes:
-        description: the immutable :class:`OpDescription` (hashable; keys all caches).
+        description: the immutable ``OpDescription`` (hashable; keys all caches).
     """
 
     __slots__ = (
@@ -102,7 +102,7 @@ class Op:
         (``<name>__dot``, in order), and returns the op's in-out arrays and outputs, then their
         tangents (Jacobian-vector products), in kernel order. Its reverse mode (Warp's adjoint of
         the tangent kernel) gives second derivatives. Adapters build ``jax.jvp``, ``torch.func.jvp``,
-        ``jax.hessian``... on it; :meth:`jvp` calls it directly.
+        ``jax.hessian``... on it; ``jvp`` calls it directly.
 
         Raises:
             UnsupportedError: naming the builtin and the source line the generator cannot
@@ -355,8 +355,8 @@ def op(
         in_out: names of array parameters read and updated in place (e.g. accumulators),
             anywhere in the signature. The call returns in-out arrays and outputs in kernel order.
         launch_dims: default launch dimensions (int or tuple); default: the domain the kernel
-            is written for, from the arrays it indexes with its thread index (README, "Launch
-            dimensions"). Not for Python-function ops.
+            is written for, from the arrays it indexes with its thread index (docs/contract.md,
+            "Launch dimensions"). Not for Python-function ops.
         output_dims: default output shapes: int, tuple, or dict by output name; Warp or
             framework convention (trailing vec/mat dims optional). Default: launch dims.
         name: ``"namespace::name"`` (the PyTorch operator is ``torch.ops.namespace.name``). A
@@ -367,7 +367,7 @@ def op(
             the forward's call parameters (inputs, in-out) in order, then one adjoint array per
             returned array (in-out, outputs) in order, then one gradient output per
             differentiable array input in order. A kernel with its own parameter order is given
-            as :func:`interop.backward` ``(kernel, <parameter>=<slot>, ...)``. Its own adjoint
+            as ``interop.backward`` ``(kernel, <parameter>=<slot>, ...)``. Its own adjoint
             gives second derivatives.
         zero_outputs: zero-fill outputs before the launch (default True).
         nondifferentiable: parameter names that never receive a gradient.
@@ -389,7 +389,7 @@ def op(
             runs each shard where it lives (no all-gather), and so does PyTorch's DTensor with
             ``Shard(d)`` inputs. Default ``None``: no such promise (sharded inputs are gathered).
         output_dtypes: for generic outputs (``dtype=typing.Any``, ``wp.Float``...) whose dtype is
-            not the first generic input's: a dict from output name to :func:`scalar_of` (the scalar
+            not the first generic input's: a dict from output name to ``scalar_of`` (the scalar
             type of a parameter: float64 energies of float64 ``vec3`` positions),
             or a concrete Warp type. Part of the
             op's identity. Default: every generic output takes the first generic input's dtype.
@@ -397,11 +397,11 @@ def op(
             ``hessian``...), for kernels the generator refuses: it takes the kernel's parameters,
             then one tangent per differentiable parameter (float arrays and scalars: inputs, in-outs
             and outputs, in kernel order, of the primal's type), and writes the outputs and their
-            tangents. Default: generated from the kernel's source on first use (README, "Forward
-            mode"). Its own adjoint gives second derivatives.
+            tangents. Default: generated from the kernel's source on first use (docs/gradients.md,
+            "Forward mode and second order"). Its own adjoint gives second derivatives.
 
     Returns:
-        An :class:`Op`. Describing the same kernel with the same options again returns
+        An ``Op``. Describing the same kernel with the same options again returns
         the same op (and the same registered framework operators).
 
     Raises:

@@ -261,7 +261,7 @@ def number_type(desc: OpDescription, p: Param, number: type, generic_scalar: Any
 
 def default_launch(desc: OpDescription, shape_of: Any, *, check: bool = True) -> tuple[int, ...]:
     """The launch dims of a kernel call that gives no ``launch_dims``: the domain the kernel is
-    written for (README, "Launch dimensions").
+    written for (docs/contract.md, "Launch dimensions").
 
     - When the first array input is indexed by the thread index, one dimension per index, in order
       (``i = wp.tid()`` then ``a[i]`` or ``a[i + 1]``; ``i, j = wp.tid()`` then ``a[i, j]``), its shape.

@@ -50,7 +50,7 @@ def precompile(
     built for the CPU and, through Warp's NVRTC (which needs no GPU), as a cubin for each
     architecture in ``cuda_archs``. The folder gets Warp's own cache layout and a manifest
     (``interop-precompiled.json``: the Warp version, the platform, each module's full hash and
-    binaries); :func:`interop.use_precompiled` loads from it. A generic kernel is built with the
+    binaries); ``interop.use_precompiled`` loads from it. A generic kernel is built with the
     overloads declared (``wp.overload``) when ``precompile`` runs.
 
     Args:

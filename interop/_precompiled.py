@@ -117,7 +117,7 @@ def read_manifest(folder: Path) -> dict:
 
 
 def use_precompiled(folder: str | os.PathLike) -> None:
-    """Load the Warp modules of ops from ``folder`` (written by :func:`interop.precompile`) at first use.
+    """Load the Warp modules of ops from ``folder`` (written by ``interop.precompile``) at first use.
 
     Call it once, at the library's import (its ``__init__``), with the folder shipped inside the
     package. From then on, when any op first loads a Warp module on a device (its kernel, Warp's
@@ -126,7 +126,7 @@ def use_precompiled(folder: str | os.PathLike) -> None:
     full module hash (every kernel's source, the functions and structs it calls, the module options),
     same Warp version, and a binary for this device (the CPU target; a cubin of the GPU's
     architecture, or of an earlier minor version of the same major one). Otherwise the module is
-    compiled as without the folder, after a one-time :class:`interop.PrecompiledWarning` naming the
+    compiled as without the folder, after a one-time ``interop.PrecompiledWarning`` naming the
     op, the module and the mismatch. Registering the same folder again does nothing.
 
     Args:

@@ -273,3 +273,45 @@ def test_measurements_are_not_older_than_the_code_by_more_than_two_weeks():
     for source in figures.SOURCES:
         measured = datetime.date.fromisoformat(figures.load(source)["date"])
         assert (code - measured).days <= 14, f"{source}: measured {measured}, the code changed {code}; measure again"
+
+
+# ---- the API reference renders as written (issue 52) -------------------------------------------
+#: a Sphinx role (``:func:`x```): mkdocstrings renders Markdown, where it shows as raw text
+SPHINX_ROLE = re.compile(r":(?:func|class|meth|mod|data|attr|exc|obj):`")
+
+
+def _api_docstrings():
+    """(name, docstring) of every object docs/api.md renders (``::: name``), and of a class's or a
+    module's public members, which mkdocstrings renders with it."""
+    import importlib
+    import inspect
+
+    for name in re.findall(r"^::: ([\w.]+)", _text("docs/api.md"), re.M):
+        module, _, attr = name.rpartition(".")
+        try:
+            obj = importlib.import_module(name)
+        except ImportError:
+            obj = getattr(importlib.import_module(module), attr)
+        yield name, inspect.getdoc(obj) or ""
+        if inspect.isclass(obj) or inspect.ismodule(obj):
+            for member, value in vars(obj).items():
+                if member.startswith("_") or not (inspect.isfunction(value) or isinstance(value, property)):
+                    continue
+                if inspect.ismodule(obj) and getattr(value, "__module__", None) != obj.__name__:
+                    continue
+                yield f"{name}.{member}", inspect.getdoc(value) or ""
+
+
+def test_api_reference_docstrings_have_no_sphinx_roles_or_dangling_references():
+    """The API page shows each docstring as Markdown: no ``:func:`` roles, and a reference names a page
+    that exists (docs/..., not the README's sections, which move)."""
+    bad = []
+    for name, doc in _api_docstrings():
+        if SPHINX_ROLE.search(doc):
+            bad.append(f"{name}: a Sphinx role: {SPHINX_ROLE.search(doc).group(0)}")
+        if "(README," in doc:
+            bad.append(f"{name}: refers to a README section")
+        for page in re.findall(r"docs/[\w/]+\.md", doc):
+            if not os.path.exists(os.path.join(ROOT, page)):
+                bad.append(f"{name}: {page} does not exist")
+    assert bad == [], bad

@@ -384,7 +384,7 @@ def targets(*ops) -> list[str]:
 
 
 def disabled_checks(*ops) -> list:
-    """``disabled_checks=`` for :func:`jax.export.export` of a function calling ``ops``.
+    """``disabled_checks=`` for ``jax.export.export`` of a function calling ``ops``.
 
     JAX refuses to serialize custom calls it does not know to be stable; these targets are:
     their names come from the op descriptions and each call carries its own configuration,

@@ -1,14 +1,14 @@
 """JAX adapter: the op's stable FFI targets, registered with XLA.
 
 Each op has two FFI targets, ``interop.<op name>.fwd`` and ``.bwd``
-(:func:`adapters.jax.launch._target`: named from the description only, so the same in every
-process), registered for ``cpu`` and ``CUDA`` when the op is bound (:func:`_register_targets`) and
-shared by the live Op objects of one description. A :class:`_Target` finds the handler of each call
-by the call's ``config_id`` attribute (:func:`_config_id`; one dictionary lookup per call), and
+(``adapters.jax.launch._target``: named from the description only, so the same in every
+process), registered for ``cpu`` and ``CUDA`` when the op is bound (``_register_targets``) and
+shared by the live Op objects of one description. A ``_Target`` finds the handler of each call
+by the call's ``config_id`` attribute (``_config_id``; one dictionary lookup per call), and
 builds it from the call's ``config`` attribute the first time an id is seen (a module deserialized
 with ``jax.export``, XLA's instantiate stage).
 
-The target holds the op's binding (:class:`adapters.jax.JaxOp`, above) weakly and uses it by its
+The target holds the op's binding (``adapters.jax.JaxOp``, above) weakly and uses it by its
 attributes.
 """
 

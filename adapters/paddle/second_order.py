@@ -19,7 +19,7 @@ first-order node does.
 Refused, with an error naming the op (raised in the node's backward, which Paddle reports as an
 ``OSError`` carrying it): where the op has no tangent op (the generator refuses a builtin; a
 Python-function op's tangent op replays its launches on a tangent tape), and a third derivative (the second-order node's results differentiated again).
-In-out parameters only accumulate (README, "Gradients"): no second derivative goes through their value.
+In-out parameters only accumulate (docs/gradients.md): no second derivative goes through their value.
 """
 
 from __future__ import annotations

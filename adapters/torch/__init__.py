@@ -408,7 +408,7 @@ def operators(op, scalar_tensors: Sequence[str] = ()) -> dict[str, Any]:
     """Every registered operator of ``op`` for one scalar signature, by kind.
 
     Args:
-        op: an :class:`interop.Op`.
+        op: an ``interop.Op``.
         scalar_tensors: names of the scalar parameters passed as 0-d tensors.
 
     Returns:

@@ -25,7 +25,7 @@ names the builtin and the line; a Python-function op's tangent op replays its la
 tape, ``interop/_tangent/tape.py``, which refuses what it cannot follow); second order through Warp's adjoint
 then; more than two nested forward-mode transforms (``jacfwd(jacfwd(jacfwd(f)))``: torch.func trips
 an internal assert), and forward over reverse under a second forward transform (``jacfwd(hessian)``).
-In-out parameters only accumulate (README, "Gradients"): the tangent of an in-out result is the
+In-out parameters only accumulate (docs/gradients.md): the tangent of an in-out result is the
 tangent passed in plus J·v, and no second derivative goes through their value.
 """
 

@@ -433,5 +433,5 @@ QUERIES = frozenset(n for n in QUERY_NAMES if builtin_function(n) is not None)
 
 
 def supported_builtins() -> list[str]:
-    """The builtins with a tangent rule or an expansion (README, "Forward mode")."""
+    """The builtins with a tangent rule or an expansion (docs/gradients.md, "Forward mode and second order")."""
     return sorted(set(RULES) | set(EXPANSIONS))
