@@ -315,3 +315,29 @@ def test_api_reference_docstrings_have_no_sphinx_roles_or_dangling_references():
             if not os.path.exists(os.path.join(ROOT, page)):
                 bad.append(f"{name}: {page} does not exist")
     assert bad == [], bad
+
+
+def test_guide_code_fits_the_page():
+    """The framework guides' and the quick start's Python blocks wrap at 90 columns: the site shows
+    them without sideways scrolling."""
+    long = [
+        f"{ident}: {line}"
+        for ident, code in BLOCKS
+        if ident.startswith(("docs-guide-", "docs-quickstart"))
+        for line in code.splitlines()
+        if len(line) > 90
+    ]
+    assert long == [], long
+
+
+def test_no_figure_starts_a_line_inside_a_paragraph():
+    """Markdown (the site's) reads a line that starts with an HTML comment as an HTML block, which ends
+    the paragraph there: a figure marker stays on its sentence's line (a list of files excepted)."""
+    figures = _figures()
+    bad = [
+        f"{rel}:{n}"
+        for rel in figures.FILES
+        for n, line in enumerate(_text(rel).splitlines(), 1)
+        if line.startswith("<!-- figure") and not line.rstrip().endswith("~files -->")
+    ]
+    assert bad == [], bad
