@@ -131,9 +131,11 @@ def pytest_sessionstart(session):
     _SESSION_START[0] = time.monotonic()
 
 
-#: what may be in the run's temporary directory at its end: pytest's own tmp_path folders (pytest
-#: keeps them for inspection) and the torch.compile cache above, both removed with the directory
-_RUN_TMPDIR_EXPECTED = re.compile(r"pytest-of-.*|interop-tests-inductor-.*")
+#: what may be in the run's temporary directory at its end, all removed with the directory: pytest's
+#: own tmp_path folders (pytest keeps them for inspection), the torch.compile cache above, and
+#: torch's ``torchinductor_<user>`` (torch 2.13's inductor makes its header and kernel caches there
+#: whatever TORCHINDUCTOR_CACHE_DIR says: ``cache_dir_utils.default_cache_dir()``)
+_RUN_TMPDIR_EXPECTED = re.compile(r"pytest-of-.*|interop-tests-inductor-.*|torchinductor_.*")
 
 
 def run_tmpdir_leftovers() -> list[str]:

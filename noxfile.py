@@ -234,14 +234,14 @@ def tests(session):
     _unchanged(session, before)
 
 
-def _git_status() -> list[str] | None:
+def _git_status(root: str = HERE) -> list[str] | None:
     """``git status --porcelain`` of the clone as lines, or None where it cannot be read (no git, no checkout)."""
     try:
         r = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=all"],
             capture_output=True,
             text=True,
-            cwd=HERE,
+            cwd=root,
             timeout=120,
         )
     except (OSError, subprocess.SubprocessError):
@@ -249,10 +249,10 @@ def _git_status() -> list[str] | None:
     return r.stdout.splitlines() if r.returncode == 0 else None
 
 
-def _unchanged(session, before: list[str] | None) -> None:
+def _unchanged(session, before: list[str] | None, root: str = HERE) -> None:
     """Fail the session when the run changed the clone (a tracked file modified, a file left that git
     does not ignore): the test command leaves a clone as it found it."""
-    after = _git_status()
+    after = _git_status(root)
     if before is None or after is None:
         session.log("not a git checkout (or no git): whether the run changed the clone is not checked")
         return

@@ -79,3 +79,70 @@ def test_leave_a_file():
 
     fd, _ = tempfile.mkstemp(prefix="interop-left-behind-")
     os.close(fd)
+
+
+# ---- the README's test command leaves the clone as it found it (noxfile.py's tests session) ----
+class _Session:
+    """What the tests session's check calls on nox's session: ``log`` and ``error`` (which stops it)."""
+
+    def __init__(self):
+        self.logs: list[str] = []
+
+    def log(self, msg):
+        self.logs.append(msg)
+
+    def error(self, msg):
+        raise RuntimeError(msg)
+
+
+def _noxfile(monkeypatch):
+    import importlib.util
+    import types
+
+    fake = types.ModuleType("nox")
+    fake.options = types.SimpleNamespace()
+    fake.session = lambda *a, **k: lambda f: f
+    command = types.ModuleType("nox.command")
+    command.CommandFailed = type("CommandFailed", (Exception,), {})
+    fake.command = command
+    monkeypatch.setitem(sys.modules, "nox", fake)
+    monkeypatch.setitem(sys.modules, "nox.command", command)
+    spec = importlib.util.spec_from_file_location("interop_noxfile_clean", os.path.join(ROOT, "noxfile.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_tests_session_fails_when_the_run_changed_the_clone(monkeypatch, tmp_path):
+    """In a git checkout (a scratch one here), a tracked file modified or a file left that git does not
+    ignore fails the session, naming it; ignored files (.venv-nox/, .nox/) and an unchanged clone pass."""
+    import shutil
+
+    if shutil.which("git") is None:
+        pytest.skip("no git here")
+    nox = _noxfile(monkeypatch)
+    repo = tmp_path / "clone"
+    repo.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    shutil.copy(os.path.join(ROOT, ".gitignore"), repo / ".gitignore")
+    (repo / "README.md").write_text("figures\n")
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "clone"]):
+        subprocess.run(["git", *cmd], cwd=repo, env=env, check=True, capture_output=True)
+    before = nox._git_status(str(repo))
+    assert before == []
+    (repo / ".venv-nox").mkdir()  # what the README's command makes: ignored
+    (repo / ".nox").mkdir()
+    (repo / ".nox" / "x").write_text("")
+    session = _Session()
+    nox._unchanged(session, before, str(repo))
+    assert "unchanged" in session.logs[-1]
+    (repo / "README.md").write_text("other figures\n")
+    (repo / "tests.json").write_text("{}")
+    with pytest.raises(RuntimeError) as e:
+        nox._unchanged(_Session(), before, str(repo))
+    assert "M README.md" in str(e.value) and "?? tests.json" in str(e.value), str(e.value)
+    assert nox._git_status(str(tmp_path)) is None  # not a checkout: not checked, said so
+    session = _Session()
+    nox._unchanged(session, None, str(tmp_path))
+    assert "not checked" in session.logs[-1]

@@ -58,6 +58,7 @@ def test_sdist_contains_what_its_tests_need(tmp_path):
         pkg_info = tar.extractfile(f"{name[: -len('.tar.gz')]}/PKG-INFO").read().decode()
     needed_files = ("conftest.py", "tests/catalogue.py", "tests/test_errors.py", "LICENSE", "interop/_warp_compat.py")
     needed_files += ("mkdocs.yml", "docs/index.md", "docs/guide/torch.md", "docs/results.png", "benchmarks/results.png")
+    needed_files += ("docs/stylesheets/extra.css", "docs/measurements/bench.json")
     for needed in needed_files + (".ci/run",):
         assert needed in names, needed
     assert "License-Expression: Apache-2.0" in pkg_info
