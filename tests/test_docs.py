@@ -215,6 +215,7 @@ def _figures():
 #: (file, the heading of a section that holds measured figures, or None for the whole file)
 MEASURED_SECTIONS = [
     ("README.md", "## Status"),
+    ("docs/index.md", "## Status"),
     ("docs/development.md", "## Time of the test command"),
     ("docs/performance.md", None),
     ("docs/install.md", None),
