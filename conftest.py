@@ -134,8 +134,10 @@ def pytest_sessionstart(session):
 #: what may be in the run's temporary directory at its end, all removed with the directory: pytest's
 #: own tmp_path folders (pytest keeps them for inspection), the torch.compile cache above, and
 #: torch's ``torchinductor_<user>`` (torch 2.13's inductor makes its header and kernel caches there
-#: whatever TORCHINDUCTOR_CACHE_DIR says: ``cache_dir_utils.default_cache_dir()``)
-_RUN_TMPDIR_EXPECTED = re.compile(r"pytest-of-.*|interop-tests-inductor-.*|torchinductor_.*")
+#: whatever TORCHINDUCTOR_CACHE_DIR says: ``cache_dir_utils.default_cache_dir()``), and NVRTC 13's
+#: ``nvrtc_bundled_headers_*`` (the CUDA headers it extracts for a build and may leave at exit; no
+#: process id in the name, so a process cannot tell its own from a running worker's)
+_RUN_TMPDIR_EXPECTED = re.compile(r"pytest-of-.*|interop-tests-inductor-.*|torchinductor_.*|nvrtc_bundled_headers_.*")
 
 
 def run_tmpdir_leftovers() -> list[str]:
