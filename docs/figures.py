@@ -154,7 +154,8 @@ def _png_text(path: str) -> dict[str, str]:
 
 def stale_charts(root: str = ROOT) -> list[str]:
     """``chart: why`` for each chart not drawn from its source's current measurement."""
-    sys.path.insert(0, ROOT)
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
     from benchmarks.chart import measurement_tag
 
     out = []
@@ -168,7 +169,8 @@ def stale_charts(root: str = ROOT) -> list[str]:
 
 
 def write_charts() -> None:
-    sys.path.insert(0, ROOT)
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
     from benchmarks.chart import chart_from_measurement
 
     for source, rel in CHARTS:

@@ -342,3 +342,20 @@ def test_no_figure_starts_a_line_inside_a_paragraph():
         if line.startswith("<!-- figure") and not line.rstrip().endswith("~files -->")
     ]
     assert bad == [], bad
+
+
+def test_the_chart_draws_every_panel_from_the_measurement(tmp_path, capsys):
+    """benchmarks/chart.py finds each panel's rows in docs/measurements/bench.json (a row renamed in a
+    bench_*.py and not in the chart would be dropped, said so); the PNG carries the measurement's date
+    and machine. NVIDIA's warp_custom_op row is there only where nvalchemi-toolkit-ops is installed."""
+    pytest.importorskip("matplotlib")
+    from benchmarks.chart import PANELS, chart_from_measurement, measurement_tag
+
+    figures = _figures()
+    data = figures.load("bench-run")
+    path = chart_from_measurement(data, str(tmp_path / "chart.png"))
+    missing = [line for line in capsys.readouterr().out.splitlines() if "no row" in line]
+    assert all("nvidia warp_custom_op" in line for line in missing), missing
+    assert figures._png_text(path)["Source"] == measurement_tag(data) and data["date"] in measurement_tag(data)
+    titles = [b["title"] for b in data["blocks"]]
+    assert all(any(t.startswith(prefix) for t in titles) for prefix, _ in PANELS), titles
