@@ -259,9 +259,9 @@ def _unchanged(session, before: list[str] | None, root: str = HERE) -> None:
     changed = sorted(set(after) ^ set(before))
     if changed:
         session.error(
-            "the test run changed the clone (git status --porcelain, before vs after):\n  "
+            "the run changed the clone (git status --porcelain, before vs after):\n  "
             + "\n  ".join(changed)
-            + "\nthe test command must leave the clone as it found it: find what writes there"
+            + "\nthe README's commands must leave the clone as they found it: find what writes there"
         )
     session.log("the clone is as the run found it (git status --porcelain unchanged)")
 
@@ -360,7 +360,9 @@ def demo(session):
     _install(session, "torch,jax,paddle", "ci.txt")
     # the demo's last line names what was left out, with the reason found here
     env = {"INTEROP_DEMO_LEFT_OUT": json.dumps(_LEFT_OUT)}
+    before = _git_status()
     session.run("python", "examples/demo.py", *session.posargs, env=env)
+    _unchanged(session, before)  # the README's first command leaves the clone as it found it too
 
 
 @nox.session(python=USER_PYTHONS)
