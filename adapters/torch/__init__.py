@@ -206,7 +206,12 @@ def _scalar_args(b: _Binding, args: Sequence[Any]) -> tuple[tuple, list]:
                     f"got {type(x).__name__}"
                 )
             if p.inner:
-                sargs[pos] = vector_components(b.desc, p, x)
+                if torch.compiler.is_compiling() and not isinstance(x, (tuple, list)):
+                    # a Warp value (wp.vec3): Dynamo cannot read a ctypes array; its components are
+                    # read at trace time, the object guarded by identity (see the torch guide)
+                    sargs[pos] = list(_traced_vector_components(x, b.desc.name, pos))
+                else:
+                    sargs[pos] = vector_components(b.desc, p, x)
             elif isinstance(x, np.generic):
                 sargs[pos] = x.item()
     return tuple(mask), sargs
@@ -447,6 +452,15 @@ def _block_dim_variant(op, block_dim: int) -> int | None:
     from interop import _op as core
 
     return core._with_block_dim(op, block_dim)
+
+
+@assume_constant_result_of  # the value passed by identity, its components constants of the trace
+def _traced_vector_components(value: Any, name: str, pos: int) -> tuple:
+    """The components of a vec/mat value that Dynamo cannot read (a Warp ``wp.vec3``, a NumPy
+    array), read at trace time inside ``torch.compile``: constants of the graph, the object guarded
+    by identity (a new object recompiles; one changed in place after compiling is not seen)."""
+    b = _BINDINGS[name]
+    return tuple(vector_components(b.desc, b.call_params[pos], value))
 
 
 def _install_block_dim_variant() -> None:
