@@ -97,6 +97,17 @@ def framework_of(x: Any) -> str | None:
     return fw
 
 
+def seed_warp_values() -> None:
+    """Enter Warp's named value types (``wp.vec3``, ``wp.mat22``, ``wp.quat``, ...: ctypes arrays) in the
+    type cache as scalars. Adapters that trace (torch.compile) call it before anything is traced: a
+    first trace that fills the cache is guarded on it, and the next call would trace again."""
+    import warp
+
+    for v in vars(warp).values():
+        if isinstance(v, type) and issubclass(v, ctypes.Array):
+            _type_cache.setdefault(v, None)
+
+
 def _has_buffer(x: Any) -> bool:
     """Does ``x`` export the Python buffer protocol (checked once per type by the caller's cache)?"""
     try:

@@ -473,12 +473,14 @@ _install_block_dim_variant()
 
 
 def _seed_type_cache() -> None:
-    """Known before any call is traced: torch.compile's first trace then finds the tensor type in the
-    core's type cache instead of filling it (a guard on the cache that failed once: one recompile)."""
+    """Known before any call is traced: torch.compile's first trace then finds the tensor types and
+    Warp's value types in the core's type cache instead of filling it (a guard on the cache that
+    failed once: one recompile)."""
     from interop import _frameworks
 
     _frameworks._type_cache.setdefault(torch.Tensor, "torch")
     _frameworks._type_cache.setdefault(torch.nn.Parameter, "torch")
+    _frameworks.seed_warp_values()  # wp.vec3 values etc.: vector parameters in a compiled function
 
 
 _seed_type_cache()
