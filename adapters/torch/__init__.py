@@ -80,6 +80,7 @@ from interop._errors import ArgumentError, UnsupportedError
 from interop._plan import vector_components
 
 from .._common import pack_result, unexpected_keywords
+from . import autocast as _autocast
 from . import forward_mode as _forward_mode
 from . import sharding as _torch_sharding
 from .autograd import _apply, _backward_call, _check_grad_supported, _function_class
@@ -87,6 +88,7 @@ from .binding import _BINDINGS, _OVERLOADS, _Binding, _current_stream  # noqa: F
 from .compat import (
     any_wrapped,
     assume_constant_result_of,
+    autocast_enabled,
     forward_ad_active,
     functorch_grad_levels,
     functorch_transforms_active,
@@ -236,6 +238,8 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
             f"op {b.label!r} takes {b.ncall} argument(s) {[p.name for p in b.call_params]} "
             f"(outputs are returned, not passed), got {len(args)}"
         )
+    if b.autocast and autocast_enabled():
+        args = _autocast.cast(b, args)  # torch.autocast: an op is a float32-policy operator
     mask, sargs = _scalar_args(b, args)
     device, grad = _tensor_args(b, args)
     if functional and not grad and torch.is_grad_enabled() and functorch_grad_levels():

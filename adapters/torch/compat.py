@@ -354,6 +354,13 @@ def _eager_context_function() -> Any:
 eager_context = _eager_context_function()
 
 
+#: whether any torch.autocast region is active (any device type): one C call, which Dynamo traces
+#: (and guards); public torch.is_autocast_enabled(device_type) then tells the device
+autocast_enabled = getattr(_C, "_is_any_autocast_enabled", None) or (
+    lambda: any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+)
+
+
 def profiler_enabled() -> bool:
     """Whether a torch profiler is recording now."""
     return bool(_profiler_enabled()) if _profiler_enabled is not None else True

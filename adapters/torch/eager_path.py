@@ -16,6 +16,7 @@ from interop import _cache
 from interop._codegen import compile_functions
 from interop._op import NOT_EAGER
 
+from .autocast import would_cast
 from .autograd import _backward_call, _make_backward, _make_setup_context
 from .binding import _OVERLOADS, _Binding, _current_stream, _Entry, _pointer
 from .compat import (
@@ -162,6 +163,8 @@ def _remember_signature(b: _Binding, args: Sequence[Any]) -> None:
     key = _signature(args)
     if key is None or key in runs or len(runs) >= _cache.FAST_PATHS_PER_OP or not b.returned:
         return
+    if b.autocast and would_cast(b, args):
+        return  # a half-precision call (a generic kernel's): the hook does not look at torch.autocast
     runs[key] = b.eager_last = _Signature(b, args)
 
 

@@ -1,0 +1,74 @@
+"""``torch.autocast``: an op is one of torch's float32-policy operators.
+
+Under ``torch.autocast(device_type, dtype=torch.bfloat16 or torch.float16)`` torch runs the
+operators on its autocast "fp32" list (``exp``, ``sum``, ``layer_norm``, ...) in float32: their
+half-precision inputs are cast up, and autograd's record of the cast hands the gradients back in
+the caller's dtype. A Warp kernel is declared at one precision, and its atomics and reductions are
+written for it, so an op does the same:
+
+- a float16 or bfloat16 tensor on the autocast device, passed for a parameter declared float32 or
+  float64 (arrays, vectors and matrices of them, and 0-d tensors for float scalars), is cast to
+  the parameter's dtype with ``Tensor.to`` (recorded by autograd: its gradient comes back as
+  float16/bfloat16);
+- a generic parameter (``typing.Any``) takes float32, as torch's fp32 policy does (outside autocast
+  a bfloat16 tensor runs the kernel's bfloat16 overload, as before);
+- nothing else is cast: integer tensors, float32 passed for float64 (torch does not cast that
+  either), parameters declared float16, and in-out arrays (updated in place: their dtype is the
+  caller's storage), which keep today's refusal naming the dtypes.
+
+Outside autocast nothing is ever cast. The test costs a plain call one C call
+(``torch._C._is_any_autocast_enabled``, through ``compat.autocast_enabled``); Dynamo traces it and
+the casts, so a compiled function casts as eager does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from interop import _dtypes
+from interop._description import IN_OUT, Param
+
+HALF = (torch.float16, torch.bfloat16)
+_UP = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
+
+
+def _target(p: Param) -> torch.dtype | None:
+    """The dtype a half-precision tensor passed for ``p`` is cast to under autocast, or None."""
+    if p.role == IN_OUT:
+        return None
+    if p.generic:
+        return torch.float32
+    if not _dtypes.is_float(p.scalar):
+        return None
+    return _UP.get(_dtypes.np_dtype(p.scalar))
+
+
+def targets(params: Sequence[Param]) -> tuple:
+    """Per call parameter, its autocast dtype (None: never cast); the binding keeps them (``autocast_to``)."""
+    return tuple(_target(p) for p in params)
+
+
+def cast(b: Any, args: Sequence[Any]) -> Sequence[Any]:
+    """``args`` with each half-precision tensor on an autocast-enabled device cast to its parameter's
+    dtype (called only while some autocast is enabled; ``b``: the op's binding)."""
+    out = None
+    for i, (x, to) in enumerate(zip(args, b.autocast_to)):
+        if (
+            to is not None
+            and isinstance(x, torch.Tensor)
+            and x.dtype in HALF
+            and torch.is_autocast_enabled(x.device.type)
+        ):
+            if out is None:
+                out = list(args)
+            out[i] = x.to(to)
+    return args if out is None else tuple(out)
+
+
+def would_cast(b: Any, args: Sequence[Any]) -> bool:
+    """Whether a call with ``args`` would be cast under autocast (its half-precision tensors): such a
+    signature is not remembered for the eager hook, which does not look at autocast."""
+    return any(to is not None and isinstance(x, torch.Tensor) and x.dtype in HALF for x, to in zip(args, b.autocast_to))
