@@ -31,7 +31,9 @@ from __future__ import annotations
 import paddle
 
 from .._common import unexpected_keywords
+from . import amp as _amp
 from .autograd import _call_grad
+from .compat import autocast_enabled
 from .compat import place_key as _place_key  # noqa: F401 (tests read it here)
 from .framework import FRAMEWORK as FRAMEWORK
 from .framework import _check_args
@@ -47,6 +49,8 @@ def call(op, args, launch_dims, output_dims, kwargs):
     """Run ``op`` on Paddle tensors (see :meth:`interop.Op.__call__`)."""
     if kwargs:
         raise TypeError(unexpected_keywords(op.description, kwargs))
+    if autocast_enabled():
+        args = _amp.cast(op, args)  # paddle.amp.auto_cast: an op is a float32 (black-list) operator
     if _check_args(op, args) and paddle.is_grad_enabled():
         res = _call_grad(op, args, launch_dims, output_dims)
     else:

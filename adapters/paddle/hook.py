@@ -15,6 +15,7 @@ from interop._description import IN_OUT
 from interop._op import NOT_EAGER
 from interop._plan import check_layout
 
+from .amp import would_cast
 from .autograd import (
     _adjoint_launcher,
     _adjoint_recorded,
@@ -255,6 +256,8 @@ def _remember(op, args: Sequence[Any]) -> None:
     params = desc.call_params
     if len(args) != len(params) or any(p.role == IN_OUT for p in params):
         return
+    if would_cast(op, args):
+        return  # a half-precision call (a generic kernel's): the hook does not look at auto_cast
     specs, device = [], None
     for p, x in zip(params, args):
         if p.is_array != (type(x) in _TENSOR_TYPES):

@@ -28,27 +28,17 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from interop import _dtypes
-from interop._description import IN_OUT, Param
+from interop._description import Param
+
+from .._common import autocast_dtype
 
 HALF = (torch.float16, torch.bfloat16)
 _UP = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
 
 
-def _target(p: Param) -> torch.dtype | None:
-    """The dtype a half-precision tensor passed for ``p`` is cast to under autocast, or None."""
-    if p.role == IN_OUT:
-        return None
-    if p.generic:
-        return torch.float32
-    if not _dtypes.is_float(p.scalar):
-        return None
-    return _UP.get(_dtypes.np_dtype(p.scalar))
-
-
 def targets(params: Sequence[Param]) -> tuple:
     """Per call parameter, its autocast dtype (None: never cast); the binding keeps them (``autocast_to``)."""
-    return tuple(_target(p) for p in params)
+    return tuple(_UP.get(autocast_dtype(p)) for p in params)
 
 
 def cast(b: Any, args: Sequence[Any]) -> Sequence[Any]:
