@@ -91,7 +91,7 @@ def test_autocast_linear_trains_through_the_op(device, path, dtype):
     torch.testing.assert_close(w, ref_w, **tol)
 
 
-@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("path", [*PATHS, "compile-outside"])
 def test_autocast_casts_inputs_and_gradients_come_back_in_the_callers_dtype(device, path):
     x = torch.rand(6, device=device).to(torch.bfloat16).requires_grad_()
     y = torch.rand(6, device=device, dtype=torch.float32)
@@ -107,6 +107,10 @@ def test_autocast_casts_inputs_and_gradients_come_back_in_the_callers_dtype(devi
     if path == "operator":
         with _PassThrough():
             out = f(x, y, s)
+    elif path == "compile-outside":  # autocast entered outside the compiled function
+        torch.compiler.reset()
+        with torch.autocast(_autocast_device(device), dtype=torch.bfloat16):
+            out = torch.compile(SCALAR, fullgraph=True, backend="aot_eager")(x, y, s)
     else:
         out = f(x, y, s)
     assert out.dtype == torch.float32
