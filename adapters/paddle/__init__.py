@@ -20,6 +20,9 @@ Gradients flow through one ``paddle.autograd.PyLayer`` per call:
   Paddle's own in-place checks (leaf tensors, saved tensors) apply;
 - scalars passed as 0-d tensors with ``stop_gradient=False`` get real gradients.
 
+``paddle.amp.auto_cast`` (``paddle/amp.py``): an op is a float32 (black-list) operator: half-precision
+inputs of float32/float64 parameters are cast up at O1 and O2; outside it nothing is ever cast.
+
 ``paddle.jit.to_static``: with ``full_graph=False`` (SOT, the default) Paddle runs the op
 eagerly between compiled segments (a graph break), gradients included. Under
 ``full_graph=True`` Paddle hands over symbolic values with no memory; the call raises a

@@ -51,6 +51,9 @@ first-class operator:
   found by ``interop.Op.eager_paths`` before any other work. Everything else calls the
   registered operator. The profiler still sees the operator's name (a ``record_function``
   label, paid only while a profiler records).
+- **Autocast** (``adapters/torch/autocast.py``): under ``torch.autocast`` half-precision inputs of
+  float32/float64 parameters are cast up, as torch's own float32-policy operators do; outside it
+  nothing is ever cast.
 - **DTensor** (``adapters/torch/sharding.py``): every operator carries a sharding strategy
   derived from the op's ``partition=`` declaration (see the README, "Scaling out with PyTorch").
 
@@ -58,6 +61,7 @@ The adapter's rooms, imported one way (each from those above it only):
 
 - ``torch/compat.py``: the torch internals it needs, versions checked;
 - ``torch/eager.py``: the per-signature forward and adjoint, written out as code;
+- ``torch/autocast.py``: ``torch.autocast``'s casts (an op is a float32-policy operator);
 - ``torch/binding.py``: dtypes, schemas, validated entries, the operators' implementation and fake;
 - ``torch/autograd.py`` (setup_context, backward, torch.func Functions), ``torch/vmap.py``,
   ``torch/sharding.py`` (DTensor strategies);
