@@ -49,9 +49,18 @@ def _cpu(a, dtype="float32"):
     return paddle.to_tensor(np.asarray(a, dtype=np.float32), place=paddle.CPUPlace()).astype(dtype)
 
 
-def test_auto_cast_on_the_cpu_casts_nothing_as_paddle_does():
+@pytest.fixture
+def on_the_cpu():
+    """Paddle's expected place set to the CPU (auto_cast reads it; a GPU machine's default is the GPU)."""
+    before = paddle.get_device()
+    paddle.set_device("cpu")
+    yield
+    paddle.set_device(before)
+
+
+def test_auto_cast_on_the_cpu_casts_nothing_as_paddle_does(on_the_cpu):
     lin = paddle.nn.Linear(4, 3)
-    x = paddle.rand([2, 4]).cpu()
+    x = _cpu(np.ones((2, 4)))
     with pytest.warns(UserWarning, match="makes no effect"), paddle.amp.auto_cast(dtype="bfloat16"):
         assert lin(x).dtype == paddle.float32  # Paddle's own operators are not cast on the CPU
         with pytest.raises(interop.ArgumentError, match=r"parameter 'a'.*bfloat16; arrays are never cast"):
@@ -103,6 +112,7 @@ def test_generic_half_call_outside_then_inside_auto_cast():
 # ---- the real thing: Paddle's auto_cast on a GPU -----------------------------------------------
 def _train(level: str, half: str, explicit: bool, steps: int = 3):
     paddle.seed(0)
+    paddle.set_device("gpu:0")  # the Linear's parameters on the GPU, where auto_cast takes effect
     lin = paddle.nn.Linear(4, 3)
     opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=lin.parameters())
     rng = np.random.default_rng(1)
@@ -128,5 +138,10 @@ def _train(level: str, half: str, explicit: bool, steps: int = 3):
 def test_auto_cast_linear_trains_through_the_op_on_gpu(level, half):
     if not paddle.device.is_compiled_with_cuda():
         pytest.skip("this Paddle build has no CUDA")
-    for g, r in zip(_train(level, half, False), _train(level, half, True)):
+    before = paddle.get_device()
+    try:
+        got, ref = _train(level, half, False), _train(level, half, True)
+    finally:
+        paddle.set_device(before)
+    for g, r in zip(got, ref):
         np.testing.assert_allclose(g, r, rtol=1.6e-2, atol=1e-3)
