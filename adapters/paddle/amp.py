@@ -28,7 +28,7 @@ import paddle
 from .._common import autocast_dtype
 
 _HALF = (paddle.float16, paddle.bfloat16)
-_UP = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64"}
+_UP: dict[np.dtype, Any] = {np.dtype(np.float32): paddle.float32, np.dtype(np.float64): paddle.float64}
 
 
 def cast(op, args: Sequence[Any]) -> Sequence[Any]:
@@ -37,7 +37,8 @@ def cast(op, args: Sequence[Any]) -> Sequence[Any]:
     out = None
     for i, (p, x) in enumerate(zip(op.description.call_params, args)):
         if isinstance(x, paddle.Tensor) and x.dtype in _HALF:
-            to = _UP.get(autocast_dtype(p))
+            dt = autocast_dtype(p)
+            to = None if dt is None else _UP.get(dt)
             if to is not None:
                 if out is None:
                     out = list(args)

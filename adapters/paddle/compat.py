@@ -25,6 +25,8 @@ context, so it is gone exactly when ``Tensor.backward`` has released the node.
 
 from __future__ import annotations
 
+from typing import Any
+
 import paddle
 
 _ops = getattr(paddle, "_C_ops", None)
@@ -204,6 +206,7 @@ DYNAMIC, GLOBAL_VAR = _dynamic_mode_expr()
 # autocast" for a plain call, where paddle.amp.is_autocast_enabled() costs 3-4 us (the tracer's
 # ``_amp_level`` property). Inside one, the public function tells whether it took effect (Paddle
 # enables it on GPU, XPU and custom places only: on the CPU it warns and stays at level O0).
+_AMP_MODULE: Any
 try:
     import importlib as _importlib
 

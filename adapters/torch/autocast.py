@@ -38,7 +38,8 @@ _UP = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
 
 def targets(params: Sequence[Param]) -> tuple:
     """Per call parameter, its autocast dtype (None: never cast); the binding keeps them (``autocast_to``)."""
-    return tuple(_UP.get(autocast_dtype(p)) for p in params)
+    dtypes = (autocast_dtype(p) for p in params)
+    return tuple(None if dt is None else _UP.get(dt) for dt in dtypes)
 
 
 def cast(b: Any, args: Sequence[Any]) -> Sequence[Any]:
