@@ -212,12 +212,13 @@ def _scalar_args(b: _Binding, args: Sequence[Any]) -> tuple[tuple, list]:
                     f"got {type(x).__name__}"
                 )
             if p.inner:
-                if torch.compiler.is_compiling() and not isinstance(x, (tuple, list)):
-                    # a Warp value (wp.vec3): Dynamo cannot read a ctypes array; its components are
-                    # read at trace time, the object guarded by identity (see the torch guide)
-                    sargs[pos] = list(_traced_vector_components(x, b.desc.name, pos))
-                else:
+                if isinstance(x, (tuple, list)):
                     sargs[pos] = vector_components(b.desc, p, x)
+                else:
+                    # a Warp value (wp.vec3): Dynamo cannot read a ctypes array; under torch.compile its
+                    # components are read at trace time, the object guarded by identity (see the torch
+                    # guide); eager calls go through the same function (torch 2.11 finds the object so)
+                    sargs[pos] = list(_traced_vector_components(x, b.desc.name, pos))
             elif isinstance(x, np.generic):
                 sargs[pos] = x.item()
     return tuple(mask), sargs
