@@ -165,3 +165,14 @@ def test_generic_kernel_runs_in_float32_under_autocast_and_at_its_dtype_outside(
     assert inside.dtype == torch.float32
     torch.testing.assert_close(inside, a.float() * a.float() * 2.0)
     torch.testing.assert_close(outside, (a.float() * a.float() * 2.0).to(torch.bfloat16))
+
+
+def test_autocast_leaves_a_device_without_autocast_alone():
+    # meta tensors (shapes only) reach the registered operator's fake implementation: under a CPU
+    # autocast they are not cast (torch has no autocast for "meta"), and the dtype check still speaks
+    x = torch.empty(4, 3, device="meta", dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = VSCALE(x, 1.5)
+        assert (out.device.type, out.dtype, tuple(out.shape)) == ("meta", torch.float32, (4, 3))
+        with pytest.raises(interop.ArgumentError, match="bfloat16"):
+            VSCALE(torch.empty(4, 3, device="meta", dtype=torch.bfloat16), 1.5)

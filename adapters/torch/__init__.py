@@ -465,9 +465,10 @@ def _block_dim_variant(op, block_dim: int) -> int | None:
 
 @assume_constant_result_of  # the value passed by identity, its components constants of the trace
 def _traced_vector_components(value: Any, name: str, pos: int) -> tuple:
-    """The components of a vec/mat value that Dynamo cannot read (a Warp ``wp.vec3``, a NumPy
-    array), read at trace time inside ``torch.compile``: constants of the graph, the object guarded
-    by identity (a new object recompiles; one changed in place after compiling is not seen)."""
+    """The components of a vec/mat value given as an object (a Warp ``wp.vec3``, not a tuple or a
+    list), which Dynamo cannot read: inside ``torch.compile`` read at trace time, constants of the
+    graph, the object guarded by identity (a new object recompiles; one changed in place after
+    compiling is not seen)."""
     b = _BINDINGS[name]
     return tuple(vector_components(b.desc, b.call_params[pos], value))
 

@@ -31,6 +31,7 @@ import torch
 from interop._description import Param
 
 from .._common import autocast_dtype
+from .compat import autocast_on
 
 HALF = (torch.float16, torch.bfloat16)
 _UP = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
@@ -47,12 +48,7 @@ def cast(b: Any, args: Sequence[Any]) -> Sequence[Any]:
     dtype (called only while some autocast is enabled; ``b``: the op's binding)."""
     out = None
     for i, (x, to) in enumerate(zip(args, b.autocast_to)):
-        if (
-            to is not None
-            and isinstance(x, torch.Tensor)
-            and x.dtype in HALF
-            and torch.is_autocast_enabled(x.device.type)
-        ):
+        if to is not None and isinstance(x, torch.Tensor) and x.dtype in HALF and autocast_on(x.device.type):
             if out is None:
                 out = list(args)
             out[i] = x.to(to)

@@ -355,10 +355,19 @@ eager_context = _eager_context_function()
 
 
 #: whether any torch.autocast region is active (any device type): one C call, which Dynamo traces
-#: (and guards); public torch.is_autocast_enabled(device_type) then tells the device
+#: (and guards); autocast_on(device_type) then tells the device
 autocast_enabled = getattr(_C, "_is_any_autocast_enabled", None) or (
     lambda: any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
 )
+_autocast_available = getattr(_C, "_is_autocast_available", None)
+
+
+def autocast_on(device_type: str) -> bool:
+    """Whether autocast is enabled for ``device_type`` (False for a device type without autocast,
+    "meta" say, where ``torch.is_autocast_enabled`` raises)."""
+    if _autocast_available is not None:
+        return _autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+    return device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type)
 
 
 def profiler_enabled() -> bool:
