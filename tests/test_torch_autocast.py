@@ -176,3 +176,20 @@ def test_autocast_leaves_a_device_without_autocast_alone():
         assert (out.device.type, out.dtype, tuple(out.shape)) == ("meta", torch.float32, (4, 3))
         with pytest.raises(interop.ArgumentError, match="bfloat16"):
             VSCALE(torch.empty(4, 3, device="meta", dtype=torch.bfloat16), 1.5)
+
+
+def test_registered_operator_called_directly_under_autocast(device):
+    # torch.ops.<ns>.<name> itself: torch's autocast rule (one dtype, float32) where it gives the op's
+    # casts (every floating parameter float32 or generic); an op with a float64 parameter keeps its refusal
+    x = torch.rand(5, device=device).to(torch.bfloat16).requires_grad_()
+    y = torch.rand(5, device=device, dtype=torch.float32)
+    with torch.autocast(_autocast_device(device), dtype=torch.bfloat16):
+        out = torch.ops.tt_autocast.scalar(x, y, 2.0)
+        g = torch.ops.tt_autocast.generic(x.detach(), 2.0)
+        with pytest.raises(interop.ArgumentError, match=r"parameter 'x'.*float64.*bfloat16"):
+            torch.ops.tt_autocast.cube64(x.detach())
+    assert (out.dtype, g.dtype) == (torch.float32, torch.float32)
+    torch.testing.assert_close(out, SCALAR(x.detach().float(), y, 2.0))
+    (gx,) = torch.autograd.grad(out.sum(), (x,))
+    assert gx.dtype == torch.bfloat16
+    torch.testing.assert_close(gx, (2.0 * torch.cos(x.detach().float())).to(torch.bfloat16))

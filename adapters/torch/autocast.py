@@ -16,6 +16,9 @@ written for it, so an op does the same:
   either), parameters declared float16, and in-out arrays (updated in place: their dtype is the
   caller's storage), which keep today's refusal naming the dtypes.
 
+``torch.ops.<ns>.<name>`` called directly: the functional operator of an op whose floating
+parameters are all float32 or generic carries torch's own rule (``register_direct``).
+
 Outside autocast nothing is ever cast. The test costs a plain call one C call
 (``torch._C._is_any_autocast_enabled``, through ``compat.autocast_enabled``); Dynamo traces it and
 the casts, so a compiled function casts as eager does.
@@ -28,10 +31,11 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from interop import _dtypes
 from interop._description import Param
 
 from .._common import autocast_dtype
-from .compat import autocast_on
+from .compat import autocast_available, autocast_on
 
 HALF = (torch.float16, torch.bfloat16)
 _UP = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64}
@@ -59,3 +63,19 @@ def would_cast(b: Any, args: Sequence[Any]) -> bool:
     """Whether a call with ``args`` would be cast under autocast (its half-precision tensors): such a
     signature is not remembered for the eager hook, which does not look at autocast."""
     return any(to is not None and isinstance(x, torch.Tensor) and x.dtype in HALF for x, to in zip(args, b.autocast_to))
+
+
+def register_direct(b: Any, cdef: Any) -> None:
+    """Give the functional operator ``cdef`` torch's own autocast rule (``CustomOpDef.register_autocast``:
+    every floating tensor but float64 cast to one dtype) where that rule gives the op's casts: every
+    floating parameter float32 or generic, no in-out. Then ``torch.ops.<ns>.<name>`` called directly
+    under autocast casts as a call of the op does; otherwise such a direct call is not cast (the op's
+    own call path casts per parameter, before the operator)."""
+    if not b.autocast or b.inout_pos:
+        return
+    for p, to in zip(b.call_params, b.autocast_to):
+        if (p.generic or _dtypes.is_float(p.scalar)) and to is not torch.float32:
+            return  # float64 or float16 parameters: one cast dtype would be wrong for them
+    for device_type in ("cpu", "cuda"):
+        if autocast_available(device_type):
+            cdef.register_autocast(device_type, torch.float32)

@@ -362,6 +362,11 @@ autocast_enabled = getattr(_C, "_is_any_autocast_enabled", None) or (
 _autocast_available = getattr(_C, "_is_autocast_available", None)
 
 
+def autocast_available(device_type: str) -> bool:
+    """Whether torch has autocast for ``device_type`` (this build may still lack the device)."""
+    return device_type in ("cpu", "cuda") if _autocast_available is None else bool(_autocast_available(device_type))
+
+
 def autocast_on(device_type: str) -> bool:
     """Whether autocast is enabled for ``device_type`` (False for a device type without autocast,
     "meta" say, where ``torch.is_autocast_enabled`` raises)."""
