@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from interop import _cache, _dtypes
-from interop._description import INPUT, OUTPUT, Param
+from interop._description import IN_OUT, INPUT, OUTPUT, Param
 from interop._errors import ArgumentError
 from interop._op import _freeze
 from interop._plan import ArraySpec, CallPlan, ScalarSpec, check_layout
@@ -327,3 +327,19 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         spec.loader.exec_module = exec_module
         return spec
+
+
+# ---- autocast ----------------------------------------------------------------------------
+def autocast_dtype(p: Any) -> np.dtype | None:
+    """The dtype a half-precision (float16/bfloat16) array passed for parameter ``p`` takes under a
+    framework's autocast (``torch.autocast``, ``paddle.amp.auto_cast``), where an op is one of the
+    framework's float32-policy operators: a float32/float64 parameter's own dtype, float32 for a
+    generic one; None (never cast) for integer, float16 and in-out parameters."""
+    if p.role == IN_OUT:
+        return None
+    if p.generic:
+        return np.dtype(np.float32)
+    if not _dtypes.is_float(p.scalar):
+        return None
+    dt = _dtypes.np_dtype(p.scalar)
+    return dt if dt in (np.dtype(np.float32), np.dtype(np.float64)) else None

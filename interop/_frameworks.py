@@ -8,6 +8,7 @@ type in its MRO.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.abc
 import importlib.util
@@ -41,7 +42,10 @@ _ARRAY_BASES = {
 }
 
 _type_cache: dict[type, str | None] = {}
-_PY_NUMBERS = (bool, int, float, complex)
+#: Python values that are never arrays, answered before the type cache: torch.compile (Dynamo)
+#: traces this test at a cold first call, where reading a builtin type's ``__module__`` is untraceable
+#: (a vector parameter given as a tuple or a list: ``op(x, (0.0, -9.8, 0.0))``)
+_PY_VALUES = (bool, int, float, complex, tuple, list)
 
 
 def _module_root(t: type) -> str:
@@ -61,7 +65,7 @@ def _array_base_root(t: type) -> str | None:
 def framework_of(x: Any) -> str | None:
     """Name of the framework owning array ``x``, or None for a non-array (a Python scalar...)."""
     t = type(x)
-    if t in _PY_NUMBERS:  # first: cheap, and traceable by torch.compile (Dynamo) before any cache entry
+    if t in _PY_VALUES:  # first: cheap, and traceable by torch.compile (Dynamo) before any cache entry
         return None
     try:
         return _type_cache[t]
@@ -85,10 +89,23 @@ def framework_of(x: Any) -> str | None:
             fw = "cupy"  # any CAI producer (Numba, ...) is handled by the CuPy adapter
         elif hasattr(x, "__array_interface__") or hasattr(x, "__dlpack__") or _has_buffer(x):
             fw = "unsupported"  # memoryview, array.array, bytes...: say so instead of "got memoryview"
-    if fw == "warp" and not hasattr(x, "ptr"):
-        fw = None  # wp.vec3 values etc. are scalars
+    if fw == "warp" and (issubclass(t, ctypes.Array) or not hasattr(x, "ptr")):
+        # wp.vec3 values etc. are scalars: told by their type first (Warp's vector and matrix types
+        # are ctypes arrays), since under torch.compile (Dynamo) getattr on one is untraceable
+        fw = None
     _type_cache[t] = fw
     return fw
+
+
+def seed_warp_values() -> None:
+    """Enter Warp's named value types (``wp.vec3``, ``wp.mat22``, ``wp.quat``, ...: ctypes arrays) in the
+    type cache as scalars. Adapters that trace (torch.compile) call it before anything is traced: a
+    first trace that fills the cache is guarded on it, and the next call would trace again."""
+    import warp
+
+    for v in vars(warp).values():
+        if isinstance(v, type) and issubclass(v, ctypes.Array):
+            _type_cache.setdefault(v, None)
 
 
 def _has_buffer(x: Any) -> bool:

@@ -779,8 +779,11 @@ def vector_components(desc: OpDescription, p: Param, value: Any) -> list:
     """The components of a vec/mat value (a Warp value, tuple, nested list or array), flat, or an error
     naming the op and the parameter when their number or kind does not fit ``p``."""
     n = math.prod(p.inner)
-    if isinstance(value, (tuple, list)) and len(value) == n and all(type(c) in (int, float) for c in value):
-        # plain Python numbers, read without NumPy (torch.compile traces this function)
+    nested = _python_numbers(value) if isinstance(value, (tuple, list)) else None
+    if nested is not None and len(nested) == n and (len(value) == n or _rows_fit(value, p.inner)):
+        # plain Python numbers (a matrix as nested rows too), read without NumPy (torch.compile
+        # traces this function)
+        value = nested
         if not _dtypes.is_float(p.scalar) and not p.generic and any(type(c) is float for c in value):
             raise _err(desc, p, f"{p.expected_text()}: {n} integers", f"floats {tuple(value)}")
         rng = None if p.generic else _VALUE_RANGES.get(p.scalar)
@@ -803,6 +806,31 @@ def vector_components(desc: OpDescription, p: Param, value: Any) -> list:
         for c in components:  # each component as the parameter's scalar type holds it, or an error
             check_scalar_value(desc, p, p.scalar, c)
     return components
+
+
+def _python_numbers(value: tuple | list) -> list | None:
+    """The Python ints and floats of a (nested) tuple or list, flat; None if anything else is inside."""
+    out: list = []
+    for c in value:
+        if type(c) in (int, float):
+            out.append(c)
+        elif isinstance(c, (tuple, list)):
+            inner = _python_numbers(c)
+            if inner is None:
+                return None
+            out.extend(inner)
+        else:
+            return None
+    return out
+
+
+def _rows_fit(value: tuple | list, inner: tuple) -> bool:
+    """Whether nested rows have the matrix's shape (a ragged list takes NumPy's path, which refuses it)."""
+    return (
+        len(inner) == 2
+        and len(value) == inner[0]
+        and all(isinstance(r, (tuple, list)) and len(r) == inner[1] for r in value)
+    )
 
 
 # (min, max) per scalar type, made once: vector_components reads it under torch.compile's tracing

@@ -169,3 +169,118 @@ def test_rosenbrock_with_adam_through_the_compiled_op_converges():
     mean = xy.detach().mean(0)
     torch.testing.assert_close(mean, torch.tensor([1.0, 1.0], device="cpu"), atol=0.02, rtol=0)
     torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------------------
+# vector and matrix scalar parameters, first call compiled (issue 49, item 3)
+# ---------------------------------------------------------------------------------------
+@wp.kernel
+def drift(x: wp.array(dtype=wp.vec3), g: wp.vec3, m: wp.mat22, dt: float, out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    out[i] = x[i] + g * dt * (m[0, 0] + m[1, 1] * 2.0 + m[0, 1] * 3.0)
+
+
+_G = (0.0, -9.8, 0.5)
+_M = ((1.0, 0.5), (0.0, 2.0))
+
+
+def _spelled(spelling: str, value, device: str, grad: bool = False):
+    flat = torch.tensor(value, device=device).flatten().tolist()
+    if spelling == "tuple":
+        return tuple(value)
+    if spelling == "list":
+        return [list(r) if isinstance(r, tuple) else r for r in value]
+    if spelling == "warp":
+        return wp.vec3(*flat) if len(flat) == 3 else wp.mat22(*flat)
+    return torch.tensor(value, device=device, requires_grad=grad)
+
+
+def _cold(*values) -> None:
+    """The compiled call below is the first the process makes with these types, as at a user's first
+    call: only what the torch adapter knows at import (tensor types, Warp's named value types) is known."""
+    import adapters.torch
+    from interop import _frameworks
+
+    torch._dynamo.reset()
+    for v in values:
+        _frameworks._type_cache.pop(type(v), None)
+    adapters.torch._seed_type_cache()
+
+
+@pytest.mark.parametrize("spelling", ["tuple", "list", "warp", "tensor"])
+def test_vector_parameter_first_call_compiled(spelling):
+    op = interop.op(drift)  # a fresh op: nothing of it cached by an eager call
+    x = torch.rand(5, 3, device="cpu")
+    g, m = _spelled(spelling, _G, "cpu"), _spelled(spelling, _M, "cpu")
+    _cold(g, m)
+    cnt = dynamo_testing.CompileCounterWithBackend("aot_eager")
+    cf = torch.compile(lambda x, g, m: op(x, g, m, 0.5) * 1.0, backend=cnt, fullgraph=True)
+    got = cf(x, g, m)
+    ref = x + torch.tensor(_G, device="cpu") * 0.5 * (1.0 + 4.0 + 1.5)
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got, op(x, g, m, 0.5))  # eager
+    out = wp.zeros(5, dtype=wp.vec3, device="cpu")
+    wp.launch(
+        drift, 5, [wp.from_torch(x, dtype=wp.vec3), wp.vec3(*_G), wp.mat22(1.0, 0.5, 0.0, 2.0), 0.5, out], device="cpu"
+    )
+    torch.testing.assert_close(got, wp.to_torch(out))
+    cf(x, g, m)
+    assert cnt.frame_count == 1  # the same arguments again: no recompile
+    torch._dynamo.reset()
+
+
+def test_vector_tensor_parameter_gradient_first_call_compiled():
+    op = interop.op(drift)
+    x = torch.rand(4, 3, device="cpu", requires_grad=True)
+    g, m = _spelled("tensor", _G, "cpu", grad=True), _spelled("tensor", _M, "cpu", grad=True)
+    _cold(g, m)
+    cf = torch.compile(lambda x, g, m: (op(x, g, m, 0.5) ** 2).sum(), backend="aot_eager", fullgraph=True)
+    grads = torch.autograd.grad(cf(x, g, m), (x, g, m))
+    ref = torch.autograd.grad((op(x, g, m, 0.5) ** 2).sum(), (x, g, m))
+    for a, b in zip(grads, ref):
+        torch.testing.assert_close(a, b)
+    s = 1.0 + 4.0 + 1.5  # independent formula for g: d/dg sum((x + g*dt*s)^2) = 2*dt*s*sum_i(out_i)
+    out = x.detach() + g.detach() * 0.5 * s
+    torch.testing.assert_close(grads[1], 2 * 0.5 * s * out.sum(0))
+    torch._dynamo.reset()
+
+
+def test_vector_warp_value_is_read_when_compiling():
+    # a Warp value is read at trace time and guarded by identity: the documented behaviour (torch guide)
+    op = interop.op(drift)
+    x = torch.rand(3, 3, device="cpu")
+    cnt = dynamo_testing.CompileCounterWithBackend("aot_eager")
+    cf = torch.compile(lambda x, g: op(x, g, _M, 1.0), backend=cnt, fullgraph=True)
+    g1, g2 = wp.vec3(1.0, 2.0, 3.0), wp.vec3(-1.0, 0.0, 1.0)
+    torch.testing.assert_close(cf(x, g1), op(x, g1, _M, 1.0))
+    torch.testing.assert_close(cf(x, g2), op(x, g2, _M, 1.0))  # another object: traced again
+    assert cnt.frame_count == 2
+    torch._dynamo.reset()
+
+
+def test_rollout_step_recompiles_for_requires_grad_as_plain_torch_does():
+    # torch.compile of one step: x0 has no grad, later x has: Dynamo's requires_grad guard recompiles
+    # once, for a plain torch function too; the fix shown in the torch guide (x0.requires_grad_()) avoids it
+    op = interop.op(drift)
+
+    def step(x, v):
+        v = v + 0.1 * torch.sin(x)
+        return op(x, v.sum(0) * 0 + torch.tensor(_G, device="cpu"), _M, 0.1) + 0.1 * v, v
+
+    def plain(x, v):
+        v = v + 0.1 * torch.sin(x)
+        return x + 0.1 * v, v
+
+    counts = []
+    for fn, fix in ((step, False), (plain, False), (step, True)):
+        torch._dynamo.reset()
+        cnt = dynamo_testing.CompileCounterWithBackend("aot_eager")
+        cs = torch.compile(fn, backend=cnt, fullgraph=True)
+        x = torch.rand(4, 3, device="cpu", requires_grad=fix)
+        v = torch.rand(4, 3, device="cpu", requires_grad=True)
+        for _ in range(3):
+            x, v = cs(x, v)
+        x.sum().backward()
+        counts.append(cnt.frame_count)
+    assert counts == [2, 2, 1]
+    torch._dynamo.reset()

@@ -20,6 +20,9 @@ Gradients flow through one ``paddle.autograd.PyLayer`` per call:
   Paddle's own in-place checks (leaf tensors, saved tensors) apply;
 - scalars passed as 0-d tensors with ``stop_gradient=False`` get real gradients.
 
+``paddle.amp.auto_cast`` (``paddle/amp.py``): an op is a float32 (black-list) operator: half-precision
+inputs of float32/float64 parameters are cast up at O1 and O2; outside it nothing is ever cast.
+
 ``paddle.jit.to_static``: with ``full_graph=False`` (SOT, the default) Paddle runs the op
 eagerly between compiled segments (a graph break), gradients included. Under
 ``full_graph=True`` Paddle hands over symbolic values with no memory; the call raises a
@@ -31,7 +34,9 @@ from __future__ import annotations
 import paddle
 
 from .._common import unexpected_keywords
+from . import amp as _amp
 from .autograd import _call_grad
+from .compat import autocast_enabled
 from .compat import place_key as _place_key  # noqa: F401 (tests read it here)
 from .framework import FRAMEWORK as FRAMEWORK
 from .framework import _check_args
@@ -47,6 +52,8 @@ def call(op, args, launch_dims, output_dims, kwargs):
     """Run ``op`` on Paddle tensors (see :meth:`interop.Op.__call__`)."""
     if kwargs:
         raise TypeError(unexpected_keywords(op.description, kwargs))
+    if autocast_enabled():
+        args = _amp.cast(op, args)  # paddle.amp.auto_cast: an op is a float32 (black-list) operator
     if _check_args(op, args) and paddle.is_grad_enabled():
         res = _call_grad(op, args, launch_dims, output_dims)
     else:

@@ -25,6 +25,8 @@ context, so it is gone exactly when ``Tensor.backward`` has released the node.
 
 from __future__ import annotations
 
+from typing import Any
+
 import paddle
 
 _ops = getattr(paddle, "_C_ops", None)
@@ -196,3 +198,26 @@ def _dynamic_mode_expr() -> tuple[str, object]:
 
 
 DYNAMIC, GLOBAL_VAR = _dynamic_mode_expr()
+
+
+# ---- paddle.amp.auto_cast ------------------------------------------------------------------
+# Paddle's own amp_guard (auto_cast) keeps its arguments in a module global, ``_g_amp_state_``, None
+# outside any auto_cast (checked: 3.2.0, 3.3.1): one attribute read (about 30 ns) answers "no
+# autocast" for a plain call, where paddle.amp.is_autocast_enabled() costs 3-4 us (the tracer's
+# ``_amp_level`` property). Inside one, the public function tells whether it took effect (Paddle
+# enables it on GPU, XPU and custom places only: on the CPU it warns and stays at level O0).
+_AMP_MODULE: Any
+try:
+    import importlib as _importlib
+
+    _AMP_MODULE = _importlib.import_module("paddle.amp.auto_cast")
+    _AMP_MODULE._g_amp_state_  # noqa: B018  (present in this Paddle)
+except (ImportError, AttributeError):  # pragma: no cover - another Paddle: the public test per call
+    _AMP_MODULE = None
+
+
+def autocast_enabled() -> bool:
+    """Whether a ``paddle.amp.auto_cast`` region is active and in effect (level O1 or O2)."""
+    if _AMP_MODULE is not None and _AMP_MODULE._g_amp_state_ is None:
+        return False
+    return bool(paddle.amp.is_autocast_enabled())

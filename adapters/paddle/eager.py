@@ -307,7 +307,8 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     ``env`` holds what the code reads: ``TT`` (tensor types), ``PN`` (number types), ``PK``
     (place key), ``NOT_EAGER``, ``dynamic`` (or ``GV``: ``_paddle_compat.DYNAMIC``), ``grad_enabled``,
     ``signatures`` (a :class:`Remembered`), ``calls``,
-    ``general`` (a remembered signature's call through the general node), ``guard``, ``LABEL``
+    ``general`` (a remembered signature's call through the general node), ``autocast``
+    (``compat.autocast_enabled``), ``guard``, ``LABEL``
     (the error of a second ``Tensor.backward`` through a node, which the gradient hook registered
     on its output raises once the node's context is gone: the signature's PyLayer returns a weak
     reference to it after its outputs).
@@ -354,7 +355,9 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     # makes no shape list), else the key's lookup
     body += [f"if F is not None and {' and '.join(same) if same else 'True'}:", "    sig = F[0]", "else:"]
     body += [f"    sig = signatures.get({key})", "    if sig is None:", "        return NOT_EAGER"]
-    body += ["    signatures.last = sig.fast", "calls[0] += 1"]
+    body += ["    signatures.last = sig.fast"]
+    # a signature with half-precision tensors that paddle.amp.auto_cast casts: the full path casts it
+    body += ["if sig.half and autocast():", "    return NOT_EAGER", "calls[0] += 1"]
     body += ["if sig.grad and grad_enabled():", "    layer = sig.layer"]
     body += ["    if layer is None:  # a hand-written backward: the general node"]
     body += ["        return general(sig, args)"]

@@ -15,6 +15,7 @@ from interop._description import IN_OUT
 from interop._op import NOT_EAGER
 from interop._plan import check_layout
 
+from .amp import would_cast
 from .autograd import (
     _adjoint_launcher,
     _adjoint_recorded,
@@ -26,6 +27,7 @@ from .autograd import (
 )
 from .compat import allocation as _allocation
 from .compat import allocation_like as _allocation_like
+from .compat import autocast_enabled as _autocast_enabled
 from .compat import cpu_only as _cpu_only
 from .compat import grad_enabled_c as _grad_enabled_c
 from .compat import place_key as _place_key
@@ -72,6 +74,7 @@ class _Signature:
         "forward",
         "layer",
         "fast",
+        "half",
     )
 
     def __init__(self, op, args: Sequence[Any], plan, device: str):
@@ -225,6 +228,7 @@ def _make_hook(op):
         "general": _apply,
         "guard": second_backward_error,
         "LABEL": op.description.label,
+        "autocast": _autocast_enabled,
     }
     # a Paddle built for the CPU only has every tensor there: its keys need not read places
     hook, key_of = hook_code(op.description, env, places=not _CPU_ONLY)
@@ -268,4 +272,7 @@ def _remember(op, args: Sequence[Any]) -> None:
         return
     sig = _Signature(op, args, op.plan(specs), device)
     sig.fast = fast_entry(key, sig, not _CPU_ONLY, args)
+    # half-precision tensors auto_cast would cast (a generic kernel's bfloat16 call): under
+    # auto_cast the hook leaves such a call to the full path, which casts it
+    sig.half = would_cast(op, args)
     signatures[key] = sig

@@ -51,6 +51,9 @@ first-class operator:
   found by ``interop.Op.eager_paths`` before any other work. Everything else calls the
   registered operator. The profiler still sees the operator's name (a ``record_function``
   label, paid only while a profiler records).
+- **Autocast** (``adapters/torch/autocast.py``): under ``torch.autocast`` half-precision inputs of
+  float32/float64 parameters are cast up, as torch's own float32-policy operators do; outside it
+  nothing is ever cast.
 - **DTensor** (``adapters/torch/sharding.py``): every operator carries a sharding strategy
   derived from the op's ``partition=`` declaration (see the README, "Scaling out with PyTorch").
 
@@ -58,6 +61,7 @@ The adapter's rooms, imported one way (each from those above it only):
 
 - ``torch/compat.py``: the torch internals it needs, versions checked;
 - ``torch/eager.py``: the per-signature forward and adjoint, written out as code;
+- ``torch/autocast.py``: ``torch.autocast``'s casts (an op is a float32-policy operator);
 - ``torch/binding.py``: dtypes, schemas, validated entries, the operators' implementation and fake;
 - ``torch/autograd.py`` (setup_context, backward, torch.func Functions), ``torch/vmap.py``,
   ``torch/sharding.py`` (DTensor strategies);
@@ -80,6 +84,7 @@ from interop._errors import ArgumentError, UnsupportedError
 from interop._plan import vector_components
 
 from .._common import pack_result, unexpected_keywords
+from . import autocast as _autocast
 from . import forward_mode as _forward_mode
 from . import sharding as _torch_sharding
 from .autograd import _apply, _backward_call, _check_grad_supported, _function_class
@@ -87,6 +92,7 @@ from .binding import _BINDINGS, _OVERLOADS, _Binding, _current_stream  # noqa: F
 from .compat import (
     any_wrapped,
     assume_constant_result_of,
+    autocast_enabled,
     forward_ad_active,
     functorch_grad_levels,
     functorch_transforms_active,
@@ -206,7 +212,13 @@ def _scalar_args(b: _Binding, args: Sequence[Any]) -> tuple[tuple, list]:
                     f"got {type(x).__name__}"
                 )
             if p.inner:
-                sargs[pos] = vector_components(b.desc, p, x)
+                if isinstance(x, (tuple, list)):
+                    sargs[pos] = vector_components(b.desc, p, x)
+                else:
+                    # a Warp value (wp.vec3): Dynamo cannot read a ctypes array; under torch.compile its
+                    # components are read at trace time, the object guarded by identity (see the torch
+                    # guide); eager calls go through the same function (torch 2.11 finds the object so)
+                    sargs[pos] = list(_traced_vector_components(x, b.desc.name, pos))
             elif isinstance(x, np.generic):
                 sargs[pos] = x.item()
     return tuple(mask), sargs
@@ -231,6 +243,8 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
             f"op {b.label!r} takes {b.ncall} argument(s) {[p.name for p in b.call_params]} "
             f"(outputs are returned, not passed), got {len(args)}"
         )
+    if b.autocast and autocast_enabled():
+        args = _autocast.cast(b, args)  # torch.autocast: an op is a float32-policy operator
     mask, sargs = _scalar_args(b, args)
     device, grad = _tensor_args(b, args)
     if functional and not grad and torch.is_grad_enabled() and functorch_grad_levels():
@@ -449,6 +463,16 @@ def _block_dim_variant(op, block_dim: int) -> int | None:
     return core._with_block_dim(op, block_dim)
 
 
+@assume_constant_result_of  # the value passed by identity, its components constants of the trace
+def _traced_vector_components(value: Any, name: str, pos: int) -> tuple:
+    """The components of a vec/mat value given as an object (a Warp ``wp.vec3``, not a tuple or a
+    list), which Dynamo cannot read: inside ``torch.compile`` read at trace time, constants of the
+    graph, the object guarded by identity (a new object recompiles; one changed in place after
+    compiling is not seen)."""
+    b = _BINDINGS[name]
+    return tuple(vector_components(b.desc, b.call_params[pos], value))
+
+
 def _install_block_dim_variant() -> None:
     from interop import _op as core
 
@@ -459,12 +483,14 @@ _install_block_dim_variant()
 
 
 def _seed_type_cache() -> None:
-    """Known before any call is traced: torch.compile's first trace then finds the tensor type in the
-    core's type cache instead of filling it (a guard on the cache that failed once: one recompile)."""
+    """Known before any call is traced: torch.compile's first trace then finds the tensor types and
+    Warp's value types in the core's type cache instead of filling it (a guard on the cache that
+    failed once: one recompile)."""
     from interop import _frameworks
 
     _frameworks._type_cache.setdefault(torch.Tensor, "torch")
     _frameworks._type_cache.setdefault(torch.nn.Parameter, "torch")
+    _frameworks.seed_warp_values()  # wp.vec3 values etc.: vector parameters in a compiled function
 
 
 _seed_type_cache()

@@ -23,6 +23,7 @@ from interop._plan import ArraySpec, ScalarSpec, check_layout, default_launch, t
 from interop._warp_compat import type_size_in_bytes
 
 from .._common import EagerFramework
+from .autocast import targets as _autocast_targets
 from .compat import (
     current_raw_stream,
     forward_ad_active,
@@ -212,6 +213,8 @@ class _Binding:
         # wp.Tape replay writes into the output gradients it is given): such gradients are copied
         self.clone_grads = tuple(desc.kind == "function" or p.name in desc.reads_returned for p in self.returned)
         self.differentiable = tuple(p.differentiable for p in self.call_params)
+        self.autocast_to = _autocast_targets(self.call_params)  # per parameter: its dtype under autocast
+        self.autocast = any(t is not None for t in self.autocast_to)
         self.eager_runs: dict[tuple, Any] = {}  # remembered plain-eager signatures (_torch_eager_path._Signature)
         self.eager_last: Any = None  # the one of them the last fast-path call had
         self.backward_op = None

@@ -354,6 +354,27 @@ def _eager_context_function() -> Any:
 eager_context = _eager_context_function()
 
 
+#: whether any torch.autocast region is active (any device type): one C call, which Dynamo traces
+#: (and guards); autocast_on(device_type) then tells the device
+autocast_enabled = getattr(_C, "_is_any_autocast_enabled", None) or (
+    lambda: any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
+)
+_autocast_available = getattr(_C, "_is_autocast_available", None)
+
+
+def autocast_available(device_type: str) -> bool:
+    """Whether torch has autocast for ``device_type`` (this build may still lack the device)."""
+    return device_type in ("cpu", "cuda") if _autocast_available is None else bool(_autocast_available(device_type))
+
+
+def autocast_on(device_type: str) -> bool:
+    """Whether autocast is enabled for ``device_type`` (False for a device type without autocast,
+    "meta" say, where ``torch.is_autocast_enabled`` raises)."""
+    if _autocast_available is not None:
+        return _autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+    return device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type)
+
+
 def profiler_enabled() -> bool:
     """Whether a torch profiler is recording now."""
     return bool(_profiler_enabled()) if _profiler_enabled is not None else True

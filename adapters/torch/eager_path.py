@@ -16,11 +16,13 @@ from interop import _cache
 from interop._codegen import compile_functions
 from interop._op import NOT_EAGER
 
+from .autocast import would_cast
 from .autograd import _backward_call, _make_backward, _make_setup_context
 from .binding import _OVERLOADS, _Binding, _current_stream, _Entry, _pointer
 from .compat import (
     PLAIN_TENSOR_TYPES,
     any_wrapped,
+    autocast_enabled,
     eager_context_source,
     function_apply,
     profiler_enabled,
@@ -98,7 +100,7 @@ def _signature(args: Sequence[Any]) -> tuple | None:
 class _Signature:
     """One validated plain-eager call signature of an op: its entry and its autograd.Function."""
 
-    __slots__ = ("e", "tensor_pos", "scalar_pos", "can", "grad", "apply", "match")
+    __slots__ = ("e", "tensor_pos", "scalar_pos", "can", "grad", "apply", "match", "half")
 
     def __init__(self, b: _Binding, args: Sequence[Any]):
         self.e = b.entry(b.base_mask, "functional", args, None, (None,) * len(b.outputs))
@@ -112,6 +114,9 @@ class _Signature:
         # a hand-written backward runs through the general eager Function (_eager_apply)
         self.apply = None if b.backward_op is not None else signature_function(b, self, f"{b.base}_eager", helpers(b))
         self.match = _matcher(args)
+        # half-precision tensors torch.autocast would cast (a generic kernel's bfloat16 call): under
+        # autocast the hook leaves such a call to the full path, which casts it
+        self.half = b.autocast and would_cast(b, args)
 
 
 def _matcher(args: Sequence[Any]) -> Any:
@@ -186,6 +191,7 @@ def _eager_hook(b: _Binding):
         eager_apply=_eager_apply,
         eager_forward=_eager_forward,
         any_wrapped=any_wrapped,
+        autocast_enabled=autocast_enabled,
         NOT_EAGER=NOT_EAGER,
     )
     source = f"""def hook(args):
@@ -197,6 +203,8 @@ def _eager_hook(b: _Binding):
         if sig is None:
             return NOT_EAGER
         b.eager_last = sig
+    if sig.half and autocast_enabled():
+        return NOT_EAGER
     try:
         if sig.grad and grad_enabled():
             apply = sig.apply

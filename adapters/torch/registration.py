@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from . import sharding as _torch_sharding
+from .autocast import register_direct as register_autocast
 from .autograd import _make_backward, _make_setup_context
 from .binding import _BINDINGS, _OVERLOADS, _bind_lock, _Binding, _make_fake, _make_impl
 from .compat import (
@@ -115,6 +116,7 @@ def _register(b: _Binding, mask: tuple) -> dict[str, Any]:
         cdef.register_fake(_make_fake(b, mask, kind))
         if kind == "functional":
             cdef.register_autograd(_make_backward(b, mask), setup_context=_make_setup_context(b, mask))
+            register_autocast(b, cdef)  # torch.ops.<ns>.<name> called directly under autocast
         elif kind == "backward":
             # second order through the op's tangent op (or its error, raised then)
             cdef.register_autograd(make_double_backward(b), setup_context=make_backward_setup(b))
