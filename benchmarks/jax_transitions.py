@@ -10,6 +10,7 @@
 - where the executable ran: XLA's CPU client runs one whose cost analysis counts fewer than 1,000
   flops on the calling thread and any other on a worker thread of its own, where a Python handler
   used to pay for a thread state per call (see ``adapters/jax/ffi.py``);
+- the same in plain XLA (a ctypes ``jax.ffi`` handler that does nothing, no op);
 - a training rollout (a 32x32 cloth, 3,906 springs, T=100 steps of two kernels: a gather and
   scatter with ``atomic_add`` and a ``vec3`` integrator with ground contact), gradient w.r.t. the
   initial velocities, SGD: Warp's own ``wp.Tape`` loop against ``jax.jit(jax.value_and_grad(...))``
@@ -127,35 +128,36 @@ def transitions(quick: bool = False) -> dict[str, float]:
     cpu = jax.devices("cpu")[0]
     x = jax.device_put(jnp.linspace(0.0, 1.0, 1024, dtype=jnp.float32), cpu)
     y = jax.device_put(jnp.ones(1024, jnp.float32), cpu)
-    rows = {
-        "op alone": jax.jit(lambda x, y: op(x, y, 2.0)),
-        "op -> op": jax.jit(lambda x, y: op(op(x, y, 2.0), y, 2.0)),
-        "op -> jnp.sum": jax.jit(lambda x, y: jnp.sum(op(x, y, 2.0))),
-        "op -> * 2": jax.jit(lambda x, y: op(x, y, 2.0) * 2),
-        "jnp.sum alone": jax.jit(lambda x, y: jnp.sum(x)),
-        "jnp.sum(2 x + y)": jax.jit(lambda x, y: jnp.sum(2 * x + y)),
+    rows = {  # key: (label, the jitted function)
+        "op": ("op alone", jax.jit(lambda x, y: op(x, y, 2.0))),
+        "op_op": ("op -> op", jax.jit(lambda x, y: op(op(x, y, 2.0), y, 2.0))),
+        "op_sum": ("op -> jnp.sum", jax.jit(lambda x, y: jnp.sum(op(x, y, 2.0)))),
+        "op_times_2": ("op -> * 2", jax.jit(lambda x, y: op(x, y, 2.0) * 2)),
+        "sum": ("jnp.sum alone", jax.jit(lambda x, y: jnp.sum(x))),
+        "sum_2x_y": ("jnp.sum(2 x + y)", jax.jit(lambda x, y: jnp.sum(2 * x + y))),
     }
     calls, rounds = (100, 5) if quick else (300, 15)
     samples: dict[tuple[str, bool], list[float]] = {(k, b): [] for k in rows for b in (True, False)}
-    for fn in rows.values():
+    for _, fn in rows.values():
         for _ in range(50):
             fn(x, y).block_until_ready()
     for _ in range(rounds):
-        for (label, block), got in samples.items():
-            got.append(_batch(rows[label], (x, y), block, calls))
-    out: dict[str, float] = {}
+        for (key, block), got in samples.items():
+            got.append(_batch(rows[key][1], (x, y), block, calls))
+    out: dict[str, dict[str, float]] = {}
     print("\nJAX on the CPU, per call under jax.jit (n=1024), median of round-robin batches")
     print(f"  {'':24s} {'waited':>10s} {'pipelined':>10s}   the op's handler ran on")
-    for label, fn in rows.items():
-        waited = statistics.median(samples[(label, True)]) * 1e6
-        piped = statistics.median(samples[(label, False)]) * 1e6
-        seen = _threads_of(fn, x, y) if label.startswith("op") else set()
+    for key, (label, fn) in rows.items():
+        waited = statistics.median(samples[(key, True)]) * 1e6
+        piped = statistics.median(samples[(key, False)]) * 1e6
+        seen = _threads_of(fn, x, y) if key.startswith("op") else set()
         where = ", ".join(sorted(("the caller's thread" if s else "an XLA thread") for s in seen)) or "-"
-        out[f"{label} (waited)"], out[f"{label} (pipelined)"] = waited, piped
+        out[key] = {"waited": waited, "pipelined": piped, "on_xla_thread": seen == {False}}
         print(f"  {label:24s} {waited:8.1f}us {piped:8.1f}us   {where}")
+    out["margin"] = {}
     for mode in ("waited", "pipelined"):
-        margin = out[f"op -> jnp.sum ({mode})"] - out[f"op alone ({mode})"] - out[f"jnp.sum alone ({mode})"]
-        out[f"margin ({mode})"] = margin
+        margin = out["op_sum"][mode] - out["op"][mode] - out["sum"][mode]
+        out["margin"][mode] = margin
         print(f"  op -> jnp.sum minus (op alone + jnp.sum alone), {mode}: {margin:+.1f} us (target <= 10 us)")
     return out
 
@@ -186,6 +188,81 @@ def _threads_of(fn, *args) -> set[bool]:
         for slot, ref in refs:
             slot.ref = ref
     return seen
+
+
+# -- the same in plain XLA: a ctypes FFI handler that does nothing -----------------------------
+
+
+_PLAIN_HANDLERS: list = []
+
+
+def plain_xla(quick: bool = False):
+    """A Python handler that does nothing, registered with ``jax.ffi`` through ctypes (no op): alone,
+    and followed by ``jnp.sum`` (on an XLA thread: a thread state made and freed per call). Returns
+    the figures and ``kept()``, which measures the latter once the handler keeps its thread state:
+    call it last, a thread state kept by any callback serves every later callback on its thread."""
+    import ctypes
+
+    import jax
+    import jax.numpy as jnp
+
+    from adapters.jax import ffi as _jax_ffi
+
+    keep = {"on": False}
+    here = threading.local()
+    ensure = ctypes.pythonapi.PyGILState_Ensure
+
+    @_jax_ffi._Handler
+    def noop(p):
+        if _jax_ffi.MEM[(p + _jax_ffi.EXTENSION) >> 3]:  # XLA's metadata query: API version 0.1, no traits
+            _jax_ffi._metadata(p, 0)
+            return 0
+        if keep["on"] and not getattr(here, "kept", False):
+            ensure()  # never released: the thread state outlives the call
+            here.kept = True
+        return 0
+
+    _PLAIN_HANDLERS.append(noop)  # XLA keeps a raw pointer to it
+    jax.ffi.register_ffi_target(
+        "interop_bench.noop", jax.ffi.pycapsule(ctypes.cast(noop, ctypes.c_void_p).value), platform="cpu"
+    )
+    cpu = jax.devices("cpu")[0]
+    x = jax.device_put(jnp.linspace(0.0, 1.0, 1024, dtype=jnp.float32), cpu)
+
+    def call(x):
+        return jax.ffi.ffi_call("interop_bench.noop", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+    fns = {
+        "noop": jax.jit(call),
+        "noop_sum": jax.jit(lambda x: jnp.sum(call(x))),
+        "sum": jax.jit(jnp.sum),
+    }
+    calls, rounds = (100, 5) if quick else (300, 9)
+
+    def measure(keys) -> dict[str, float]:
+        got: dict[str, list[float]] = {k: [] for k in keys}
+        for k in keys:
+            for _ in range(50):
+                fns[k](x).block_until_ready()
+        for _ in range(rounds):
+            for k in keys:
+                got[k].append(_batch(fns[k], (x,), True, calls))
+        return {k: statistics.median(v) * 1e6 for k, v in got.items()}
+
+    out = measure(["noop", "noop_sum", "sum"])
+
+    def kept() -> None:
+        keep["on"] = True
+        again = measure(["noop_sum", "sum"])
+        out["noop_sum_kept"], out["sum_last"] = again["noop_sum"], again["sum"]
+        print("\nPlain XLA: a ctypes FFI handler that does nothing, per call under jax.jit (n=1024, waited)")
+        print(f"  handler alone (the caller's thread)              {out['noop']:8.1f} us")
+        print(f"  handler -> jnp.sum (an XLA thread)               {out['noop_sum']:8.1f} us")
+        print(f"  jnp.sum alone                                    {out['sum']:8.1f} us")
+        print(f"  (last) handler -> jnp.sum, thread state kept     {out['noop_sum_kept']:8.1f} us")
+        print(f"  (last) jnp.sum alone                             {out['sum_last']:8.1f} us")
+
+    return out, kept
 
 
 # -- a training rollout -------------------------------------------------------------------------
@@ -319,12 +396,13 @@ def rollout(quick: bool = False) -> dict[str, float]:
                 fn()
             samples[name].append((time.perf_counter() - t0) / iters)
     base = statistics.median(samples["Warp wp.Tape loop"])
-    out = {"Warp wp.Tape loop (ms)": base * 1e3}
+    out = {"tape_ms": base * 1e3, "gradient_rel": max(agree.values())}
     print(f"\nTraining rollout on the CPU: {N_SIDE}x{N_SIDE} cloth, {len(rest)} springs, T={T}, per iteration")
     print(f"  {'Warp wp.Tape loop':40s} {base * 1e3:8.2f} ms   1.00x")
-    for name, _, bar in rows:
+    for (name, _, bar), key in zip(rows, ("loop", "scan", "scan_checkpoint")):
         sec = statistics.median(samples[name])
-        out[name] = sec / base
+        out[key] = sec / base
+        out[f"{key}_ms"] = sec * 1e3
         ok = "ok" if sec / base <= bar else "OVER"
         print(
             f"  {name:40s} {sec * 1e3:8.2f} ms {sec / base:6.2f}x (bar {bar}x: {ok}); "
@@ -334,13 +412,44 @@ def rollout(quick: bool = False) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
+    """``[--quick] [--no-rollout] [--json PATH --label NAME]``: with ``--json``, this run's figures
+    are written into ``PATH`` under ``NAME`` (other labels kept; docs/measurements/jax-transitions.json
+    holds ``before`` and ``after`` the fix, see docs/performance.md)."""
     quick = "--quick" in argv
     wp.config.quiet = True
     wp.init()
-    transitions(quick)
+    plain, plain_kept = plain_xla(quick)  # first: before any callback keeps a thread state
+    run: dict = {"plain_xla": plain, "transitions": transitions(quick)}
     if "--no-rollout" not in argv:
-        rollout(quick)
+        run["rollout"] = rollout(quick)
+    plain_kept()  # last: this handler's kept thread states would serve the rows above
+    if "--json" in argv:
+        _write(argv[argv.index("--json") + 1], argv[argv.index("--label") + 1], run)
     return 0
+
+
+def _write(path: str, label: str, run: dict) -> None:
+    import datetime
+    import json
+    import os
+    import platform
+
+    import jax
+
+    data: dict = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+    data[label] = run
+    data["date"] = datetime.date.today().isoformat()
+    data["machine"] = (
+        f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"jax {jax.__version__}, warp-lang {wp.config.version}"
+    )
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(f"\nwritten: {path} ({label})")
 
 
 if __name__ == "__main__":
