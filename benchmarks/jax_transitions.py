@@ -232,10 +232,13 @@ def plain_xla(quick: bool = False):
     def call(x):
         return jax.ffi.ffi_call("interop_bench.noop", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
+    jk = wp.jax_kernel(saxpy)  # Warp's own: a ctypes callback too
     fns = {
         "noop": jax.jit(call),
         "noop_sum": jax.jit(lambda x: jnp.sum(call(x))),
         "sum": jax.jit(jnp.sum),
+        "jax_kernel": jax.jit(lambda x: jk(x, x, 2.0)[0]),
+        "jax_kernel_sum": jax.jit(lambda x: jnp.sum(jk(x, x, 2.0)[0])),
     }
     calls, rounds = (100, 5) if quick else (300, 9)
 
@@ -249,18 +252,22 @@ def plain_xla(quick: bool = False):
                 got[k].append(_batch(fns[k], (x,), True, calls))
         return {k: statistics.median(v) * 1e6 for k, v in got.items()}
 
-    out = measure(["noop", "noop_sum", "sum"])
+    out = measure(["noop", "noop_sum", "sum", "jax_kernel", "jax_kernel_sum"])
 
     def kept() -> None:
         keep["on"] = True
-        again = measure(["noop_sum", "sum"])
+        again = measure(["noop_sum", "sum", "jax_kernel_sum"])
         out["noop_sum_kept"], out["sum_last"] = again["noop_sum"], again["sum"]
+        out["jax_kernel_sum_kept"] = again["jax_kernel_sum"]
         print("\nPlain XLA: a ctypes FFI handler that does nothing, per call under jax.jit (n=1024, waited)")
         print(f"  handler alone (the caller's thread)              {out['noop']:8.1f} us")
         print(f"  handler -> jnp.sum (an XLA thread)               {out['noop_sum']:8.1f} us")
         print(f"  jnp.sum alone                                    {out['sum']:8.1f} us")
         print(f"  (last) handler -> jnp.sum, thread state kept     {out['noop_sum_kept']:8.1f} us")
         print(f"  (last) jnp.sum alone                             {out['sum_last']:8.1f} us")
+        print(f"  wp.jax_kernel alone (the caller's thread)        {out['jax_kernel']:8.1f} us")
+        print(f"  wp.jax_kernel -> jnp.sum (an XLA thread)         {out['jax_kernel_sum']:8.1f} us")
+        print(f"  (last) the same, XLA's threads' states kept      {out['jax_kernel_sum_kept']:8.1f} us")
 
     return out, kept
 
@@ -412,9 +419,10 @@ def rollout(quick: bool = False) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    """``[--quick] [--no-rollout] [--json PATH --label NAME]``: with ``--json``, this run's figures
-    are written into ``PATH`` under ``NAME`` (other labels kept; docs/measurements/jax-transitions.json
-    holds ``before`` and ``after`` the fix, see docs/performance.md)."""
+    """``[--quick] [--no-rollout] [--json PATH --label NAME]``: with ``--json``, this run is added to
+    ``PATH``'s runs under ``NAME`` and ``NAME`` holds the median of its runs (other labels kept;
+    docs/measurements/jax-transitions.json holds ``before`` and ``after`` the fix, see
+    docs/performance.md)."""
     quick = "--quick" in argv
     wp.config.quiet = True
     wp.init()
@@ -428,7 +436,18 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _median(runs: list):
+    """The runs' median, figure by figure (nested dicts of numbers; a flag: that of the last run)."""
+    first = runs[-1]
+    if isinstance(first, dict):
+        return {k: _median([r[k] for r in runs if k in r]) for k in first}
+    if isinstance(first, bool) or not isinstance(first, (int, float)):
+        return first
+    return statistics.median(runs)
+
+
 def _write(path: str, label: str, run: dict) -> None:
+    """Add ``run`` to ``path``'s runs under ``label``; ``label`` then holds their median."""
     import datetime
     import json
     import os
@@ -440,7 +459,9 @@ def _write(path: str, label: str, run: dict) -> None:
     if os.path.exists(path):
         with open(path) as f:
             data = json.load(f)
-    data[label] = run
+    runs = data.setdefault("runs", {}).setdefault(label, [])
+    runs.append(run)
+    data[label] = _median(runs)  # each figure the median over this label's runs (a shared machine's load varies)
     data["date"] = datetime.date.today().isoformat()
     data["machine"] = (
         f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
