@@ -13,6 +13,11 @@ device named in the output; with ``--check`` they are compared with that device'
 ``--first-call`` measures the time to first result instead, each row a fresh process, warm and
 cold Warp kernel cache (``benchmarks/first_call.py``; ``--repeat N``, ``--warm-only``).
 
+``--jax-transitions`` measures a JAX op inside a larger XLA program on the CPU (an op alone, an op
+followed by a jnp operation, the jnp operation alone) and a cloth rollout trained through JAX
+against Warp's own ``wp.Tape`` loop (``benchmarks/jax_transitions.py``; ``--quick``, ``--no-rollout``,
+``--json PATH --label NAME``).
+
 The gate: ``python -m benchmarks --check [--tolerance 0.3]`` measures only n=1024 (full
 interleaved rounds, no chart) and compares each framework's ratios (two rows of one interleaved run, never
 absolute times) with ``benchmarks/baseline.json``; it exits 1, naming every ratio that is worse
@@ -56,6 +61,10 @@ def main(argv: list[str]) -> int:
         from . import first_call
 
         return first_call.main([a for a in argv if a != "--first-call"])
+    if "--jax-transitions" in argv:  # a JAX op inside a larger XLA program (benchmarks/jax_transitions.py)
+        from . import jax_transitions
+
+        return jax_transitions.main([a for a in argv if a != "--jax-transitions"])
     from . import harness
 
     check = "--check" in argv

@@ -23,10 +23,14 @@ figure is never typed by hand and changes only with its measurement. Sources (:d
   that Warp (``nox -s warp_1_XX``; the same summary as ``tests``, which is the run on CI's Warp, 1.19).
 - ``warp-versions``: ``docs/measurements/warp-versions.json``, the gate's per-call ratios on each Warp
   against the newest's (``python -m benchmarks.warp_versions``).
+- ``jax-transitions``: ``docs/measurements/jax-transitions.json``, a JAX op inside a larger XLA
+  program on the CPU and the cloth rollout, before and after the fix of issue 49
+  (``python -m benchmarks.jax_transitions --json PATH --label before|after``).
 
 ``PATH`` is dot-separated keys; a key holding dots or spaces goes in braces
 (``ratios{torch: a / b}``; not brackets: MkDocs would read ``[a][b]`` as a link reference). ``FORMAT``: ``int`` (``2,960``), ``x`` (``1.45x``), ``inv`` (the
-inverse of a ratio: a gated time ratio as a bandwidth ratio), ``min`` (seconds
+inverse of a ratio: a gated time ratio as a bandwidth ratio), ``us`` (``12.3 us``), ``usplus``
+(``+1.5 us``), ``ms`` (``17.0 ms``), ``sci`` (``5e-07``), ``min`` (seconds
 as ``12 min 30 s``), ``s`` (``41 s``), ``s3`` (``0.061 s``), ``plus`` (``+0.028 s``), ``pct`` (``+4 %``: a quotient as a difference), ``files`` (the slowest files as a Markdown list), or none
 (the value as it is). Each source carries its ``date``; the docs name it beside the figures.
 
@@ -54,9 +58,10 @@ SOURCES = {
     "first-call": ("docs/measurements/first-call.json", None),
     **{f"warp-{m}": (f"docs/measurements/warp-{m}.json", None) for m in ("1.16", "1.17", "1.18")},
     "warp-versions": ("docs/measurements/warp-versions.json", None),
+    "jax-transitions": ("docs/measurements/jax-transitions.json", None),
 }
 #: the files whose figures are written here
-FILES = ("README.md", "docs/index.md", "docs/development.md", "docs/performance.md", "docs/install.md")
+FILES = ("README.md", "docs/index.md", "docs/development.md", "docs/performance.md", "docs/install.md", "docs/guide/jax.md")
 #: charts drawn from a measurement: (source, the PNG)
 CHARTS = (("bench-run", "benchmarks/results.png"),)
 MARKER = re.compile(r"<!-- figure ([\w.-]+):([^~>]+?)(?:~(\w+))? -->(.*?)<!-- /figure -->", re.S)
@@ -97,6 +102,14 @@ def render(v: Any, fmt: str | None) -> str:
         return f"{1 / float(v):.2f}x"
     if fmt == "s":
         return f"{round(float(v))} s"
+    if fmt == "us":  # microseconds to the tenth
+        return f"{float(v):.1f} us"
+    if fmt == "usplus":  # a difference in microseconds
+        return f"{float(v):+.1f} us"
+    if fmt == "sci":  # a small quantity, one significant digit
+        return f"{float(v):.0e}"
+    if fmt == "ms":  # milliseconds to the tenth
+        return f"{float(v):.1f} ms"
     if fmt == "s3":  # seconds to the millisecond
         return f"{float(v):.3f} s"
     if fmt == "plus":  # a difference in seconds

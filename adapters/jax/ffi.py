@@ -558,8 +558,36 @@ def register(
     _slots[name] = slots
 
 
+# -- a thread state kept on XLA's threads ---------------------------------------------------------
+#
+# XLA's CPU client runs an executable on the caller's thread only when its cost analysis counts
+# fewer than 1,000 flops (``cheap_computation_`` in ``xla/pjrt/cpu/cpu_client.cc``): an op alone
+# (a custom call counts none) runs there, an op whose result flows into any XLA operation on 1,024
+# floats (``jnp.sum(op(x))``) runs on a worker thread of XLA's. A ctypes callback on a thread
+# Python did not start gets a Python thread state for the call (``PyGILState_Ensure``) and frees it
+# when the call returns (``PyGILState_Release`` at a count of zero): 20-25 us a call on the CPU,
+# and every ``threading.local`` of the handlers (their launch records) is built anew per call. One
+# more ``PyGILState_Ensure``, never released, keeps the thread's state for the thread's life:
+# later calls on that thread find it (XLA's threads are a fixed pool). The main thread's state is
+# Python's own; counting it once more changes nothing there.
+
+_here = threading.local()
+_gil_state_ensure = ctypes.pythonapi.PyGILState_Ensure
+
+
+def _keep_thread_state() -> None:
+    """Keep this thread's Python thread state beyond the running callback (once per thread)."""
+    _gil_state_ensure()
+    _here.kept = True
+
+
+def kept_thread_state() -> bool:
+    """Whether a callback has kept the calling thread's Python thread state."""
+    return getattr(_here, "kept", False)
+
+
 def _callback(slot: Slot, platform: str, traits: int):
-    mem, extension = MEM, EXTENSION
+    mem, extension, here, keep = MEM, EXTENSION, _here, _keep_thread_state
 
     @_enter_without_signal_check
     def callback(p):
@@ -567,6 +595,8 @@ def _callback(slot: Slot, platform: str, traits: int):
         try:
             if mem[(p + extension) >> 3]:
                 return _metadata(p, traits)
+            if not getattr(here, "kept", False):
+                keep()
             handler = slot.ref()  # the one weak dereference per call (the op may have been dropped)
             if handler is None:
                 raise slot.dropped()
