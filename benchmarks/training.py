@@ -21,8 +21,6 @@ import statistics
 import time
 import traceback
 
-import numpy as np
-
 from examples import cloth
 
 from .harness import gate
