@@ -75,56 +75,90 @@ def counted_step(
 COUNTED = interop.op(counted_step, outputs=["x_out", "v_out"], output_dims={"x_out": SCENE.n, "v_out": SCENE.n})
 
 
-def _torch_rollout(torch, v0):
-    dev = torch.device("cpu")
-    x = torch.tensor(SCENE.x0, device=dev)
-    sp, rest = torch.tensor(SCENE.springs, device=dev), torch.tensor(SCENE.rest, device=dev)
-    v = v0
+def _rollout(fw: str, v0):
+    """The loss of a rollout of the counted Python-function op from velocities ``v0``."""
+    if fw == "torch":
+        import torch
+
+        dev = torch.device("cpu")
+        t = {k: torch.tensor(getattr(SCENE, k), device=dev) for k in ("x0", "springs", "rest", "target")}
+    else:
+        import paddle
+
+        t = {
+            k: paddle.to_tensor(getattr(SCENE, k), place=paddle.CPUPlace()) for k in ("x0", "springs", "rest", "target")
+        }
+    x, v = t["x0"], v0
     for _ in range(SCENE.steps):
-        x, v = COUNTED(x, v, sp, rest, cloth.GRAVITY, cloth.DT)
-    return ((x - torch.tensor(SCENE.target, device=dev)) ** 2).sum(-1).mean()
+        x, v = COUNTED(x, v, t["springs"], t["rest"], cloth.GRAVITY, cloth.DT)
+    return ((x - t["target"]) ** 2).sum(-1).mean()
 
 
-def test_torch_function_op_runs_once_per_forward_and_backward(tape_gradient):
-    torch = pytest.importorskip("torch")
+def _v0(fw: str):
+    if fw == "torch":
+        import torch
+
+        return torch.tensor(SCENE.v0, device=torch.device("cpu"), requires_grad=True)
+    import paddle
+
+    return paddle.to_tensor(SCENE.v0, place=paddle.CPUPlace(), stop_gradient=False)
+
+
+FRAMEWORKS = [
+    pytest.param(fw, marks=pytest.mark.skipif(importlib.util.find_spec(fw) is None, reason=f"{fw} not installed"))
+    for fw in ("torch", "paddle")
+]
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_function_op_runs_once_per_forward_and_backward(fw, tape_gradient):
     for k in range(3):  # the first rollout validates each call signature; later ones take the eager fast path
         RUNS.clear()
-        v0 = torch.tensor(SCENE.v0, device=torch.device("cpu"), requires_grad=True)
-        _torch_rollout(torch, v0).backward()
+        v0 = _v0(fw)
+        _rollout(fw, v0).backward()
         if k:
             assert len(RUNS) == SCENE.steps  # the forward's runs only: the backward ran the kept tapes
         np.testing.assert_allclose(v0.grad.numpy(), tape_gradient, rtol=1e-5, atol=1e-8)
 
 
-def test_torch_kept_tape_is_released():
-    torch = pytest.importorskip("torch")
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_kept_tape_is_released(fw):
     for _ in range(2):
-        _torch_rollout(torch, torch.tensor(SCENE.v0, device=torch.device("cpu"), requires_grad=True)).backward()
+        _rollout(fw, _v0(fw)).backward()
     # kept until the backward: the graph holds the tapes, which hold the intermediates
     RUNS.clear()
-    loss = _torch_rollout(torch, torch.tensor(SCENE.v0, device=torch.device("cpu"), requires_grad=True))
+    loss = _rollout(fw, _v0(fw))
     gc.collect()
-    assert all(r() is not None for r in RUNS)
+    assert len(RUNS) == SCENE.steps and all(r() is not None for r in RUNS)
     loss.backward()
     gc.collect()
     assert all(r() is None for r in RUNS)  # released by the backward, though the loss is still held
     # a graph dropped without a backward frees its tapes with it
     RUNS.clear()
-    loss = _torch_rollout(torch, torch.tensor(SCENE.v0, device=torch.device("cpu"), requires_grad=True))
+    loss = _rollout(fw, _v0(fw))
     del loss
     gc.collect()
     assert RUNS and all(r() is None for r in RUNS)
 
 
-def test_torch_kept_tape_second_backward_replays(tape_gradient):
-    torch = pytest.importorskip("torch")
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_kept_tape_second_backward_replays(fw, tape_gradient):
     for _ in range(2):
-        _torch_rollout(torch, torch.tensor(SCENE.v0, device=torch.device("cpu"), requires_grad=True)).backward()
-    v0 = torch.tensor(SCENE.v0, device=torch.device("cpu"), requires_grad=True)
-    loss = _torch_rollout(torch, v0)
-    loss.backward(retain_graph=True)
-    first = v0.grad.clone()
-    v0.grad = None
-    loss.backward()  # the tapes were released: the function is replayed under new ones
-    np.testing.assert_allclose(v0.grad.numpy(), first.numpy(), rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(first.numpy(), tape_gradient, rtol=1e-5, atol=1e-8)
+        _rollout(fw, _v0(fw)).backward()
+    v0 = _v0(fw)
+    loss = _rollout(fw, v0)
+    if fw == "torch":
+        import torch
+
+        first = torch.autograd.grad(loss, v0, retain_graph=True)[0].numpy()
+        RUNS.clear()
+        again = torch.autograd.grad(loss, v0)[0].numpy()  # the tapes were released: replayed under new ones
+    else:
+        import paddle
+
+        first = paddle.grad(loss, v0, retain_graph=True)[0].numpy()
+        RUNS.clear()
+        again = paddle.grad(loss, v0)[0].numpy()
+    assert len(RUNS) == SCENE.steps
+    np.testing.assert_allclose(again, first, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(first, tape_gradient, rtol=1e-5, atol=1e-8)

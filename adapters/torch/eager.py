@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 
+from adapters._common import keep_tape
 from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._description import IN_OUT
 from interop._launch import direct_env, direct_lines
@@ -361,28 +362,6 @@ def _shared_zeros(b, e, arrays: dict) -> tuple[int, dict[int, tuple[int, int, tu
     return (total, picked) if len(picked) >= 2 else None
 
 
-def _keep_tape(e, env: dict[str, Any], fwd: list[str], adj: list[str]) -> tuple[list[str], list[str]]:
-    """A Python-function op's forward records its launches on a ``wp.Tape`` kept on ``ctx``
-    (``Runner.record_forward``) and its backward runs that tape (``Runner.kept_backward``), which
-    releases it: no replay of the function (issue 49). The calls of the shared launchers are the
-    only launch lines of a function op's bodies (no direct launch records)."""
-    runner, wdev = e.runner, e.wdev
-
-    def rec(values, adj, stream):
-        return runner.record_forward(wdev, values, stream)
-
-    def kept_adj(ctx, values, adj, stream):
-        kept, ctx.kept = ctx.kept, None
-        runner.kept_backward(kept, wdev, values, adj, stream)
-
-    env.update(rec=rec, kept_adj=kept_adj)
-    fwd = [ln.replace("go([", "ctx.kept = rec([", 1) if ln.lstrip().startswith("go([") else ln for ln in fwd]
-    adj = [ln.replace("go_adj([", "kept_adj(ctx, [", 1) for ln in adj]
-    if not any("rec([" in ln for ln in fwd) or not any("kept_adj(ctx" in ln for ln in adj):  # pragma: no cover
-        raise RuntimeError("interop: a Python-function op's eager bodies have no shared launcher call")
-    return fwd, adj
-
-
 def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     """``apply(*args)`` of the autograd.Function of one remembered plain-eager signature.
 
@@ -412,7 +391,7 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     kept = [f"r{j}" for j, p in enumerate(b.returned) if p.index not in e.runner.unread_outputs]
     standins = [f"    r{j} = g{j}" for j, p in enumerate(b.returned) if p.index in e.runner.unread_outputs]
     if b.desc.kind == "function":
-        fwd, adj = _keep_tape(e, env, fwd, adj)
+        fwd, adj = keep_tape(e.runner, e.wdev, env, fwd, adj)
     lines = [f"def forward(ctx, {', '.join(args)}):", stream, *fwd]
     lines += ctx_statements(tensors + kept, nondiff)
     for a in scalars:
