@@ -6,6 +6,7 @@ it. Small sizes (a 4x4 cloth, 4 steps): the timing is the benchmark's (``--train
 from __future__ import annotations
 
 import gc
+import importlib
 import importlib.util
 import weakref
 
@@ -162,3 +163,26 @@ def test_kept_tape_second_backward_replays(fw, tape_gradient):
     assert len(RUNS) == SCENE.steps
     np.testing.assert_allclose(again, first, rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(first, tape_gradient, rtol=1e-5, atol=1e-8)
+
+
+# ---- the examples train as Warp's own loop does ---------------------------------------------------
+EXAMPLES = [
+    ("torch", "train_cloth_torch", {}),
+    ("torch", "train_cloth_torch", {"function": True}),
+    ("torch", "train_cloth_torch", {"chunk": 3}),
+    ("jax", "train_cloth_jax", {}),
+    ("jax", "train_cloth_jax", {"remat": True}),
+    ("paddle", "train_cloth_paddle", {"function": True}),
+]
+
+
+@pytest.mark.parametrize("fw, name, kw", EXAMPLES, ids=[f"{n}-{'-'.join(k) or 'plain'}" for _, n, k in EXAMPLES])
+def test_example_loss_curve_is_warps(fw, name, kw):
+    if importlib.util.find_spec(fw) is None:
+        pytest.skip(f"{fw} not installed")
+    mod = importlib.import_module(f"examples.{name}")
+    losses, _ = mod.train(side=4, steps=4, iters=3, lr=1000.0, **kw)
+    ref = cloth.WarpTapeLoop(cloth.scene(4, 4), "cpu", lr=1000.0)
+    expected = [ref.iteration() for _ in range(3)]
+    assert expected[-1] < expected[0]
+    np.testing.assert_allclose(losses, expected, rtol=1e-4)
