@@ -10,6 +10,7 @@ from typing import Any
 import warp as wp
 
 from . import _dtypes
+from ._description import IN_OUT, INPUT, OUTPUT
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._plan import check_scalar_value, vector_components
 from ._scalar_ref import build_lock
@@ -144,11 +145,12 @@ class FunctionCalls:
     def _record_function(self, device, values, stream) -> KeptTape:
         """The forward of a Python-function op under a ``wp.Tape`` that is kept for the backward
         (:meth:`_kept_backward`): what ``wp.Tape`` users do, no replay of the function. The
-        returned and in-out arrays are Warp's own scratch arrays (copied to the caller's memory
-        after the call), so the tape never reads the caller's results, which may be freed before
-        the backward; inputs are read in place (the framework keeps them for its backward).
-        Memory: the tape keeps every array the function allocates (its intermediates) and one copy
-        of each returned array until the backward runs or the framework drops it."""
+        tape reads the caller's memory: the adapter keeps the inputs and the returned arrays alive
+        for its backward (a function op's ``adjoint_unread`` is empty: its node saves them all), and
+        the framework refuses a backward after one was modified in place. In-out arrays run on a
+        copy (written back after the call): the tape must see the value the function read.
+        Memory: the tape keeps every array the function allocates (its intermediates) until the
+        backward runs or the framework drops the node."""
         plan = self.plan
         tape = wp.Tape()
         with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
@@ -159,11 +161,13 @@ class FunctionCalls:
                 if not p.is_array or i in self.ref_idx:
                     continue
                 a = args[i]
-                if p.role != "input":
-                    scratch = wp.clone(a) if p.role != "output" else wp.zeros_like(a)
+                if p.role == IN_OUT or (p.role == OUTPUT and not a.is_contiguous):
+                    # a packed copy, written back after the call (Warp wants a gradient laid out
+                    # like its array; an in-out array's tape must keep the value the function read)
+                    scratch = wp.clone(a)
                     kept[i] = (scratch, a)
                     args[i] = scratch
-                elif plan.differentiable[i] and not a.is_contiguous:
+                elif p.role == INPUT and plan.differentiable[i] and not a.is_contiguous:
                     args[i] = wp.clone(a)  # Warp wants a gradient laid out like its array
             try:
                 with tape:
