@@ -124,6 +124,7 @@ def write_chart(path: str, sc: cloth.Scene, losses: dict, times: dict, rows: lis
     failed = [n for n, _, it in rows if not callable(it)]
     b.set_yticks(range(len(names)), names, fontsize=7)
     b.invert_yaxis()
+    b.set_xscale("log")
     b.set_xlabel("ms per iteration (median, interleaved rounds)")
     b.set_title("Time per iteration vs Warp's Tape loop" + (f" ({len(failed)} path(s) failed)" if failed else ""))
     fig.suptitle(

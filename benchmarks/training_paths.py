@@ -122,16 +122,18 @@ def make_torch_compile(sc: cloth.Scene, lr: float, backend: str = "inductor"):
     return _torch_loop(sc, lr, rollout)
 
 
-def _jax_setup(sc: cloth.Scene, lr: float, rollout_of: Callable):
+def _jax_setup(sc: cloth.Scene, lr: float, rollout_of: Callable, function: bool = False):
     import jax
     import jax.numpy as jnp
 
     cpu = jax.devices("cpu")[0]
     put = lambda a: jax.device_put(a, cpu)  # noqa: E731
     x0, sp, rest, target = put(sc.x0), put(sc.springs), put(sc.rest), put(sc.target)
-    springs_op, integrate_op, _ = cloth.ops(sc.n)
+    springs_op, integrate_op, step_op = cloth.ops(sc.n)
 
     def step(x, v):
+        if function:
+            return step_op(x, v, sp, rest, cloth.GRAVITY, cloth.DT)
         f = springs_op(x, v, sp, rest, cloth.KE, cloth.KD)
         return integrate_op(x, v, f, cloth.GRAVITY, cloth.INV_MASS, cloth.DT)
 
@@ -165,7 +167,7 @@ def make_jax_loop(sc: cloth.Scene, lr: float):
     return _jax_setup(sc, lr, rollout_of)
 
 
-def make_jax_scan(sc: cloth.Scene, lr: float, remat: bool = False):
+def make_jax_scan(sc: cloth.Scene, lr: float, remat: bool = False, function: bool = False):
     import jax
 
     def rollout_of(step):
@@ -180,11 +182,15 @@ def make_jax_scan(sc: cloth.Scene, lr: float, remat: bool = False):
 
         return rollout
 
-    return _jax_setup(sc, lr, rollout_of)
+    return _jax_setup(sc, lr, rollout_of, function)
 
 
 def make_jax_scan_checkpoint(sc: cloth.Scene, lr: float):
     return make_jax_scan(sc, lr, remat=True)
+
+
+def make_jax_scan_function(sc: cloth.Scene, lr: float):
+    return make_jax_scan(sc, lr, function=True)
 
 
 def make_paddle(sc: cloth.Scene, lr: float, kind: str = "two"):
@@ -232,6 +238,7 @@ PATHS: list[tuple[str, str, float, Callable]] = [
     ("JAX jit(value_and_grad), Python loop", "jax", 1.2, make_jax_loop),
     ("JAX jit(value_and_grad), lax.scan", "jax", 1.2, make_jax_scan),
     ("JAX lax.scan(jax.checkpoint(body))", "jax", 1.4, make_jax_scan_checkpoint),
+    ("JAX lax.scan, Python-function op a step", "jax", 1.2, make_jax_scan_function),
     ("Paddle eager (2 ops a step)", "paddle", 1.2, make_paddle),
     ("Paddle, Python-function op a step", "paddle", 1.2, make_paddle_function),
 ]
