@@ -34,7 +34,12 @@ def test_path_gradient_equals_the_tape(path, tape_gradient):
     name, module, _, make = path
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} not installed")
-    kw = {"backend": "aot_eager"} if make.__name__ == "make_torch_compile" else {}
+    kw = {}
+    if make.__name__ == "make_torch_compile":
+        kw = {"backend": "aot_eager"}
+        # one eager call first: a cold compiled first call with a vec3 given as a tuple fails today
+        # (issue 49 item 3, fixed elsewhere); the benchmark runs the eager rows first as well
+        PATHS[0][3](SCENE, 0.0)[0]()
     it, grad = make(SCENE, 0.0, **kw)
     losses = [it() for _ in range(2)]
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)  # lr 0: the same iteration twice
