@@ -36,7 +36,7 @@ def _failure(e: BaseException) -> str:
 
 
 def run(check: bool = False, chart: str | None = None) -> dict:
-    steps, rounds = (20, 5) if check else (100, 12)
+    steps, rounds = (20, 9) if check else (100, 12)
     sc = cloth.scene(32, steps)
     lr = 0.0 if check else LR
     print(f"\n[training] cloth 32x32 (N={sc.n}, {len(sc.rest)} springs), T={steps} steps, SGD lr={lr}, CPU")
