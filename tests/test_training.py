@@ -234,3 +234,26 @@ def test_kept_tape_strided_inputs_and_gradients(fw):
         np.testing.assert_allclose(out.detach().numpy(), 3 * a_np**2 + b_np, rtol=1e-6)
         np.testing.assert_allclose(ga, 6 * a_np * w_np, rtol=1e-5)
         np.testing.assert_allclose(gb, w_np, rtol=1e-6)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_vector_tuple_on_the_fast_path_is_still_checked(fw):
+    """A vec3 given as a tuple of numbers takes the eager fast path once its signature is known
+    (tuple length and component types are part of it): a tuple of another length is refused."""
+    for _ in range(2):
+        _rollout(fw, _v0(fw)).backward()
+    x = _v0(fw)
+    if fw == "torch":
+        import torch
+
+        cpu = torch.device("cpu")
+        sp, rest = torch.tensor(SCENE.springs, device=cpu), torch.tensor(SCENE.rest, device=cpu)
+    else:
+        import paddle
+
+        sp, rest = (paddle.to_tensor(a, place=paddle.CPUPlace()) for a in (SCENE.springs, SCENE.rest))
+    with pytest.raises(Exception, match=r"counted_step.*gravity"):
+        COUNTED(x, x, sp, rest, (0.0, -9.8), cloth.DT)
+    RUNS.clear()
+    COUNTED(x, x, sp, rest, (0, -9.8, 0.0), cloth.DT)  # other component types: a signature of its own
+    assert len(RUNS) == 1
