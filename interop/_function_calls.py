@@ -176,7 +176,7 @@ class FunctionCalls:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
             for scratch, mine in kept.values():
                 wp.copy(mine, scratch)
-        return KeptTape(tape, args)
+        return KeptTape(tape, args, device)
 
     def _kept_backward(self, kept: KeptTape, adj, stream) -> None:
         """The backward from a tape :meth:`_record_function` kept: the upstream gradients and the
@@ -223,11 +223,12 @@ class KeptTape:
     Warp arrays it was called with (by parameter index). Held by the framework's autograd node
     (``ctx``), released by the backward."""
 
-    __slots__ = ("tape", "args", "device", "__weakref__")
+    __slots__ = ("tape", "args", "device")
 
-    def __init__(self, tape: Any, args: list):
-        self.tape, self.args = tape, args
-        self.device = next((a.device for a in args if isinstance(a, wp.array)), None)
+    def __init__(self, tape: Any, args: list, device: Any):
+        self.tape: Any = tape
+        self.args: Any = args
+        self.device = device
 
     def release(self) -> None:
         self.tape, self.args = None, None
