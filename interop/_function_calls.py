@@ -204,7 +204,10 @@ class FunctionCalls:
                 kept.tape.backward()
             except Exception as e:
                 raise naming_op(e, plan.desc.label)  # noqa: B904 (the original is its __cause__)
-        kept.release()
+            finally:
+                # the tape's arrays (the function's intermediates) are freed here, in stream
+                # order with the caller's stream (see ordered_warp_work)
+                kept.release()
 
     def _refuse_scalar_gradients(self, adj) -> None:
         asked = [self.plan.desc.params[i].name for i in self.ref_idx if adj is not None and adj[i] is not None]

@@ -82,33 +82,45 @@ def counted_step(
 COUNTED = interop.op(counted_step, outputs=["x_out", "v_out"], output_dims={"x_out": SCENE.n, "v_out": SCENE.n})
 
 
-def _rollout(fw: str, v0):
-    """The loss of a rollout of the counted Python-function op from velocities ``v0``."""
+def _tensors(fw: str, device: str) -> dict:
+    names = ("x0", "springs", "rest", "target")
     if fw == "torch":
         import torch
 
-        dev = torch.device("cpu")
-        t = {k: torch.tensor(getattr(SCENE, k), device=dev) for k in ("x0", "springs", "rest", "target")}
-    else:
-        import paddle
+        return {k: torch.tensor(getattr(SCENE, k), device=torch.device(device)) for k in names}
+    import paddle
 
-        t = {
-            k: paddle.to_tensor(getattr(SCENE, k), place=paddle.CPUPlace()) for k in ("x0", "springs", "rest", "target")
-        }
+    place = paddle.CPUPlace() if device == "cpu" else paddle.CUDAPlace(0)
+    return {k: paddle.to_tensor(getattr(SCENE, k), place=place) for k in names}
+
+
+def _rollout(fw: str, v0, device: str = "cpu"):
+    """The loss of a rollout of the counted Python-function op from velocities ``v0``."""
+    t = _tensors(fw, device)
     x, v = t["x0"], v0
     for _ in range(SCENE.steps):
         x, v = COUNTED(x, v, t["springs"], t["rest"], cloth.GRAVITY, cloth.DT)
     return ((x - t["target"]) ** 2).sum(-1).mean()
 
 
-def _v0(fw: str):
+def _v0(fw: str, device: str = "cpu"):
     if fw == "torch":
         import torch
 
-        return torch.tensor(SCENE.v0, device=torch.device("cpu"), requires_grad=True)
+        return torch.tensor(SCENE.v0, device=torch.device(device), requires_grad=True)
     import paddle
 
-    return paddle.to_tensor(SCENE.v0, place=paddle.CPUPlace(), stop_gradient=False)
+    place = paddle.CPUPlace() if device == "cpu" else paddle.CUDAPlace(0)
+    return paddle.to_tensor(SCENE.v0, place=place, stop_gradient=False)
+
+
+def _skip_without_cuda_build(fw: str, device: str) -> None:
+    if device != "cpu":
+        from _cuda import framework_cuda_missing
+
+        why = framework_cuda_missing(fw)
+        if why is not None:
+            pytest.skip(why)
 
 
 FRAMEWORKS = [
@@ -118,23 +130,26 @@ FRAMEWORKS = [
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-def test_function_op_runs_once_per_forward_and_backward(fw, tape_gradient):
+def test_function_op_runs_once_per_forward_and_backward(fw, device, tape_gradient):
+    _skip_without_cuda_build(fw, device)
     for k in range(3):  # the first rollout validates each call signature; later ones take the eager fast path
         RUNS.clear()
-        v0 = _v0(fw)
-        _rollout(fw, v0).backward()
+        v0 = _v0(fw, device)
+        _rollout(fw, v0, device).backward()
         if k:
             assert len(RUNS) == SCENE.steps  # the forward's runs only: the backward ran the kept tapes
-        np.testing.assert_allclose(v0.grad.numpy(), tape_gradient, rtol=1e-5, atol=1e-8)
+        g = v0.grad.cpu().numpy() if fw == "torch" else v0.grad.numpy()
+        np.testing.assert_allclose(g, tape_gradient, rtol=1e-4 if device != "cpu" else 1e-5, atol=1e-8)
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-def test_kept_tape_is_released(fw):
+def test_kept_tape_is_released(fw, device):
+    _skip_without_cuda_build(fw, device)
     for _ in range(2):
-        _rollout(fw, _v0(fw)).backward()
+        _rollout(fw, _v0(fw, device), device).backward()
     # kept until the backward: the graph holds the tapes, which hold the intermediates
     RUNS.clear()
-    loss = _rollout(fw, _v0(fw))
+    loss = _rollout(fw, _v0(fw, device), device)
     gc.collect()
     assert len(RUNS) == SCENE.steps and all(r() is not None for r in RUNS)
     loss.backward()
@@ -142,7 +157,7 @@ def test_kept_tape_is_released(fw):
     assert all(r() is None for r in RUNS)  # released by the backward, though the loss is still held
     # a graph dropped without a backward frees its tapes with it
     RUNS.clear()
-    loss = _rollout(fw, _v0(fw))
+    loss = _rollout(fw, _v0(fw, device), device)
     del loss
     gc.collect()
     assert RUNS and all(r() is None for r in RUNS)
