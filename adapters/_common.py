@@ -343,3 +343,27 @@ def autocast_dtype(p: Any) -> np.dtype | None:
         return None
     dt = _dtypes.np_dtype(p.scalar)
     return dt if dt in (np.dtype(np.float32), np.dtype(np.float64)) else None
+
+
+def keep_tape(runner, device, env: dict[str, Any], fwd: list[str], adj: list[str]) -> tuple[list[str], list[str]]:
+    """The generated bodies of a Python-function op's autograd node (torch ``autograd.Function``,
+    Paddle ``PyLayer``), rewritten so that its forward records its launches on a ``wp.Tape``
+    kept on ``ctx`` (``Runner.record_forward``) and its backward runs that tape
+    (``Runner.kept_backward``), which releases it: no replay of the function (issue 49). The
+    framework's node holds the tape (stateless here); freed with the node if no backward runs.
+    A function op's bodies launch only through the shared launchers ``go`` / ``go_adj`` (no
+    direct launch records)."""
+
+    def rec(values, adj, stream):
+        return runner.record_forward(device, values, stream)
+
+    def kept_adj(ctx, values, adj, stream):
+        kept, ctx.kept = ctx.kept, None
+        runner.kept_backward(kept, device, values, adj, stream)
+
+    env.update(rec=rec, kept_adj=kept_adj)
+    fwd = [ln.replace("go([", "ctx.kept = rec([", 1) if ln.lstrip().startswith("go([") else ln for ln in fwd]
+    adj = [ln.replace("go_adj([", "kept_adj(ctx, [", 1) for ln in adj]
+    if not any("rec([" in ln for ln in fwd) or not any("kept_adj(ctx" in ln for ln in adj):  # pragma: no cover
+        raise RuntimeError("interop: a Python-function op's eager bodies have no shared launcher call")
+    return fwd, adj

@@ -10,6 +10,10 @@ CuPy against their own floors, and bandwidth at n=2^26: ``benchmarks/bench_devic
 device named in the output; with ``--check`` they are compared with that device's section of
 ``baseline.json`` (``"devices"``), with ``--write-baseline`` written there.
 
+``--training`` trains the cloth rollout of ``examples/cloth.py`` through every framework path
+against Warp's own Tape loop instead (``benchmarks/training.py``); it writes ``docs/training.png``
+unless ``--chart PATH`` or ``--no-chart``. ``--check`` includes its rows (a T=20 rollout).
+
 ``--first-call`` measures the time to first result instead, each row a fresh process, warm and
 cold Warp kernel cache (``benchmarks/first_call.py``; ``--repeat N``, ``--warm-only``).
 
@@ -67,6 +71,8 @@ def main(argv: list[str]) -> int:
         return jax_transitions.main([a for a in argv if a != "--jax-transitions"])
     from . import harness
 
+    if "--training" in argv and "--check" not in argv:  # the cloth rollout trained through every path
+        return _training(argv)
     check = "--check" in argv
     write = "--write-baseline" in argv
     quick = "--quick" in argv and not (check or write)  # the gate: full rounds, n=1024 only
@@ -80,7 +86,7 @@ def main(argv: list[str]) -> int:
         chart = None
     # the per-call size only (n=1024) for the gate and for the measurement the docs show
     harness.SMALL_ONLY = bool(check or write or ratios_json or measurement)
-    names = [a for a in argv if not a.startswith("--")] or list(ALL)
+    names = [a for a in argv if not a.startswith("--") and a != "training"] or list(ALL)
     import warp as wp
 
     wp.config.quiet = True
@@ -102,6 +108,10 @@ def main(argv: list[str]) -> int:
                 continue
             mod = importlib.import_module(f"benchmarks.bench_{name}")
             mod.run(quick=quick)
+        if check and (not [a for a in argv if not a.startswith("--")] or "training" in argv):
+            from . import training  # the training rows of the gate: a T=20 rollout per path
+
+            training.run(check=True)
         runs.append({fw: dict(r) for fw, r in harness.GATED.items()})
     if chart:
         from .chart import write_chart
@@ -116,6 +126,21 @@ def main(argv: list[str]) -> int:
             json.dump({"warp": wp.__version__, "ratios": runs[-1]}, f, indent=1, sort_keys=True)
     if check:
         return _check(harness.GATED, None if tolerance is None else float(tolerance), device)
+    return 0
+
+
+def _training(argv: list[str]) -> int:
+    import warp as wp
+
+    from . import training
+
+    wp.config.quiet = True
+    wp.config.log_level = wp.LOG_WARNING
+    wp.init()
+    argv, chart = _option(argv, "--chart")
+    if chart is None and "--no-chart" not in argv:
+        chart = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "training.png")
+    training.run(check=False, chart=None if "--no-chart" in argv else chart)
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import warp as wp
 
 from . import _dtypes
+from ._description import IN_OUT, INPUT, OUTPUT
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._plan import check_scalar_value, vector_components
 from ._scalar_ref import build_lock
@@ -109,15 +110,7 @@ class FunctionCalls:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
     def _tape_backward(self, device, values, adj, stream) -> None:
-        asked = [self.plan.desc.params[i].name for i in self.ref_idx if adj is not None and adj[i] is not None]
-        if asked:
-            # only gradients *with respect to* such scalars are unknown; array gradients still work
-            names = ", ".join(asked)
-            raise UnsupportedError(
-                f"op {self.plan.desc.label!r}: gradients with respect to scalar parameters ({names}) of a "
-                "Python-function op are not supported (wp.Tape does not record scalar adjoints); pass the "
-                "scalar as a 1-element array parameter instead"
-            )
+        self._refuse_scalar_gradients(adj)
         tape = wp.Tape()
         # the scratch arrays (recomputed outputs, packed copies, throwaway gradients) are made, used
         # and freed in stream order with the caller's stream (see ordered_warp_work)
@@ -129,3 +122,116 @@ class FunctionCalls:
                 tape.backward()
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
+
+    # -- kept tapes: the forward recorded for the backward -----------------------------------
+    def record_forward(self, device, values, stream=None) -> KeptTape | None:
+        """The forward of a Python-function op whose backward will run: the call under a kept
+        ``wp.Tape``; the adapter holds the result in its autograd node and hands it to
+        :meth:`kept_backward`. None when the call launches nothing (an empty launch)."""
+        if self.empty:  # type: ignore[attr-defined]
+            return None
+        return self._record_function(wp.get_device(device), values, stream)
+
+    def kept_backward(self, kept: KeptTape | None, device, values, adj, stream=None) -> None:
+        """The backward from the tape :meth:`record_forward` kept (released here); without one
+        (released by an earlier backward, ``retain_graph=True``), a replay under a new tape."""
+        if self.empty:  # type: ignore[attr-defined]
+            return
+        if kept is None or kept.tape is None:
+            self._tape_backward(wp.get_device(device), values, adj, stream)
+            return
+        self._kept_backward(kept, adj, stream)
+
+    def _record_function(self, device, values, stream) -> KeptTape:
+        """The forward of a Python-function op under a ``wp.Tape`` that is kept for the backward
+        (:meth:`_kept_backward`): what ``wp.Tape`` users do, no replay of the function. The
+        tape reads the caller's memory: the adapter keeps the inputs and the returned arrays alive
+        for its backward (a function op's ``adjoint_unread`` is empty: its node saves them all), and
+        the framework refuses a backward after one was modified in place. In-out arrays run on a
+        copy (written back after the call): the tape must see the value the function read.
+        Memory: the tape keeps every array the function allocates (its intermediates) until the
+        backward runs or the framework drops the node."""
+        plan = self.plan
+        tape = wp.Tape()
+        with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
+            args = self._function_args(device, values)
+            kept: dict[int, Any] = {}
+            for p in plan.desc.params:
+                i = p.index
+                if not p.is_array or i in self.ref_idx:
+                    continue
+                a = args[i]
+                if p.role == IN_OUT or (p.role == OUTPUT and not a.is_contiguous):
+                    # a packed copy, written back after the call (Warp wants a gradient laid out
+                    # like its array; an in-out array's tape must keep the value the function read)
+                    scratch = wp.clone(a)
+                    kept[i] = (scratch, a)
+                    args[i] = scratch
+                elif p.role == INPUT and plan.differentiable[i] and not a.is_contiguous:
+                    args[i] = wp.clone(a)  # Warp wants a gradient laid out like its array
+            try:
+                with tape:
+                    self.plan.kernel(*args)
+            except Exception as e:
+                raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
+            for scratch, mine in kept.values():
+                wp.copy(mine, scratch)
+        return KeptTape(tape, args, device)
+
+    def _kept_backward(self, kept: KeptTape, adj, stream) -> None:
+        """The backward from a tape :meth:`_record_function` kept: the upstream gradients and the
+        gradient buffers are attached to the recorded arrays, then ``tape.backward()``. The tape
+        is released (the caller drops ``kept``); a second backward replays the function."""
+        plan = self.plan
+        self._refuse_scalar_gradients(adj)
+        device = kept.device
+        with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
+            for p in plan.desc.params:
+                i = p.index
+                if not p.is_array or i in self.ref_idx:
+                    continue
+                a = kept.args[i]
+                g = None if adj is None or adj[i] is None else self._wp_array(device, i, adj[i])
+                if g is not None and tuple(g.strides) != tuple(a.strides):
+                    # Warp wants a gradient laid out like its array (the recorded arrays are packed,
+                    # as are the adapter's gradient buffers): a packed copy of an upstream gradient
+                    g = wp.clone(g)
+                if g is None and p.role == "input" and plan.differentiable[i]:
+                    g = wp.zeros_like(a)  # keep the tape from dropping intermediate gradients
+                if g is not None:
+                    a.grad = g
+            try:
+                kept.tape.backward()
+            except Exception as e:
+                raise naming_op(e, plan.desc.label)  # noqa: B904 (the original is its __cause__)
+            finally:
+                # the tape's arrays (the function's intermediates) are freed here, in stream
+                # order with the caller's stream (see ordered_warp_work)
+                kept.release()
+
+    def _refuse_scalar_gradients(self, adj) -> None:
+        asked = [self.plan.desc.params[i].name for i in self.ref_idx if adj is not None and adj[i] is not None]
+        if asked:
+            # only gradients *with respect to* such scalars are unknown; array gradients still work
+            names = ", ".join(asked)
+            raise UnsupportedError(
+                f"op {self.plan.desc.label!r}: gradients with respect to scalar parameters ({names}) of a "
+                "Python-function op are not supported (wp.Tape does not record scalar adjoints); pass the "
+                "scalar as a 1-element array parameter instead"
+            )
+
+
+class KeptTape:
+    """What the forward of a Python-function op recorded for its backward: the ``wp.Tape`` and the
+    Warp arrays it was called with (by parameter index). Held by the framework's autograd node
+    (``ctx``), released by the backward."""
+
+    __slots__ = ("tape", "args", "device")
+
+    def __init__(self, tape: Any, args: list, device: Any):
+        self.tape: Any = tape
+        self.args: Any = args
+        self.device = device
+
+    def release(self) -> None:
+        self.tape, self.args = None, None

@@ -741,6 +741,10 @@ def value_range(t: Any) -> tuple[int, int] | tuple[float, float] | None:
 def check_scalar_value(desc: OpDescription, p: Param, t: Any, value: Any) -> None:
     """Refuse a value that the scalar parameter's type cannot hold: an integer out of its range
     (Warp would wrap it), a finite number that would become infinite in a narrower float type."""
+    if type(value) is float:  # the common case, per call of a Python-function op: one comparison
+        rng = _VALUE_RANGES.get(t)
+        if rng is not None and rng[0] <= value <= rng[1]:
+            return
     if isinstance(value, bool):
         return
     if isinstance(value, (int, np.integer)):

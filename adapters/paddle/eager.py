@@ -23,6 +23,7 @@ from weakref import ref as _weakref
 
 from paddle.autograd import PyLayer
 
+from adapters._common import keep_tape
 from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._launch import direct_env, direct_lines
 
@@ -74,6 +75,8 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
     names: tuple[str, ...] = ("forward",)
     if recorded is not None:
         adj_body, gradients = w.adjoint_body()
+        if w.plan.desc.kind == "function":
+            fwd, adj_body = keep_tape(w.runner, w.device, w.env, fwd, adj_body)
         lines += w.layer_forward(fwd)
         lines += w.layer_backward(adj_body, gradients)
         names += ("layer_forward", "layer_backward")
@@ -338,9 +341,10 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
                 same.append(f"PK({a}) == F[{k}]")
                 k += 1
         else:
-            checks.append(f"type({a}) not in PN")
-            parts.append(f"type({a})")
-            same.append(f"type({a}) is F[{k}]")
+            # a Python number, or (a vector parameter) a tuple of numbers: VK names its types
+            checks.append(f"(type({a}) not in PN and VK({a}) is None)")
+            parts.append(f"(type({a}) if type({a}) is not tuple else VK({a}))")
+            same.append(f"(type({a}) is F[{k}] or (type({a}) is tuple and VK({a}) == F[{k}]))")
             k += 1
     unpack = f"    {''.join(x + ', ' for x in args)}= args" if n else ""
     refuse = " or ".join(checks) if checks else "False"
@@ -348,6 +352,7 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     lines = ["def key_of(args):", f"    if len(args) != {n}:", "        return None", unpack]
     lines += [f"    if {refuse}:", "        return None", f"    return {key}"]
     env.setdefault("GV", GLOBAL_VAR)
+    env.setdefault("VK", vector_key)
     body = [f"if not ({DYNAMIC}):  # paddle.enable_static(): the full path says what to do instead"]
     body += ["    return NOT_EAGER", f"if len(args) != {n}:", "    return NOT_EAGER", unpack.strip()]
     body += [f"if {refuse}:", "    return NOT_EAGER", "F = signatures.last"]
@@ -375,6 +380,18 @@ def hook_code(desc, env: dict[str, Any], places: bool) -> tuple[Callable, Callab
     lines += ["def hook(args):", *("    " + b for b in body)]
     hook, key_of = _compile_fn("\n".join(lines) + "\n", env, ("hook", "key_of"))
     return hook, key_of
+
+
+_NUMBERS = (float, int, bool)
+
+
+def vector_key(a: Any) -> str | None:
+    """The signature key of a vector parameter given as a tuple of Python numbers (a gravity
+    vector ``(0.0, -9.8, 0.0)``): a string naming its components' types (not a tuple: an array's
+    key is one, see :func:`fast_entry`); None for anything else (the full path)."""
+    if type(a) is not tuple or not a or not all(type(c) in _NUMBERS for c in a):
+        return None
+    return "tuple:" + ",".join(type(c).__name__ for c in a)
 
 
 class Remembered(dict):

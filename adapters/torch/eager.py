@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import torch
 
+from adapters._common import keep_tape
 from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._description import IN_OUT
 from interop._launch import direct_env, direct_lines
@@ -389,6 +390,8 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     # the others (Runner.unread_outputs) the upstream gradient stands in, as in the operator's backward
     kept = [f"r{j}" for j, p in enumerate(b.returned) if p.index not in e.runner.unread_outputs]
     standins = [f"    r{j} = g{j}" for j, p in enumerate(b.returned) if p.index in e.runner.unread_outputs]
+    if b.desc.kind == "function":
+        fwd, adj = keep_tape(e.runner, e.wdev, env, fwd, adj)
     lines = [f"def forward(ctx, {', '.join(args)}):", stream, *fwd]
     lines += ctx_statements(tensors + kept, nondiff)
     for a in scalars:

@@ -90,6 +90,9 @@ def _signature(args: Sequence[Any]) -> tuple | None:
                 key.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad, a.is_neg()))
             elif t in _PLAIN_NUMBERS:
                 key.append(t)
+            elif t is tuple and all(type(c) in _PLAIN_NUMBERS for c in a):
+                # a vector parameter as a tuple of numbers (a gravity vector): its length and types
+                key.append((tuple, tuple(type(c) for c in a)))
             else:
                 return None
     except RuntimeError:  # a tensor with no sizes or strides (nested): the full path names it
@@ -130,7 +133,10 @@ def _matcher(args: Sequence[Any]) -> Any:
     check = tensors_matcher([args[i] for i in tensors])
     terms = []
     for i, a in enumerate(args):
-        if i not in tensors:
+        if i not in tensors and type(a) is tuple:
+            env[f"N{i}"] = tuple(type(c) for c in a)
+            terms.append(f"type(a{i}) is tuple and tuple(map(type, a{i})) == N{i}")
+        elif i not in tensors:
             env[f"N{i}"] = type(a)
             terms.append(f"type(a{i}) is N{i}")
         elif check is None:
