@@ -205,6 +205,25 @@ class OpDescription:
         Python-function op (recorded by ``wp.Tape``)."""
         return self.kind != "kernel" or self.enable_backward
 
+    @cached_property
+    def blind_spot(self) -> str | None:
+        """Why Warp's adjoint of the kernel would be wrong (:mod:`interop._blind_spots`), or None;
+        read at the first backward, never at description (the forward is right)."""
+        if self.kind != "kernel" or self.backward is not None:
+            return None
+        from . import _blind_spots
+
+        spot = _blind_spots.find(self.fn)
+        return None if spot is None else spot.message(self.label)
+
+    def check_adjoint(self) -> None:
+        """Raises where a gradient cannot reach the op's inputs right: no adjoint, or an adjoint that
+        Warp gets wrong."""
+        if not self.has_adjoint:
+            raise self.no_adjoint_error()
+        if self.blind_spot is not None:
+            raise UnsupportedError(self.blind_spot)
+
     def no_adjoint_error(self) -> UnsupportedError:
         """The error for a gradient reaching an op whose kernel has no adjoint."""
         return UnsupportedError(
