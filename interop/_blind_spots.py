@@ -40,6 +40,7 @@ from ._warp_compat import is_struct
 _LINEAR = frozenset({"add", "sub", "neg", "pos", "float", "float32", "float64", "float16", "int", "extract"})
 # bilinear builtins: an operand's value is needed for the other operands' gradients only
 _BILINEAR = frozenset({"mul", "dot", "cross", "outer", "cw_mul", "ddot"})
+_STORES = frozenset({"atomic_add", "atomic_sub", "tile_store", "tile_atomic_add", "array_store"})
 _CONSTRUCTOR_PREFIXES = ("vec", "mat", "quat", "transform", "spatial_", "vector", "matrix")
 
 
@@ -229,10 +230,7 @@ class _Function:
         head = "for" if isinstance(loop, ast.For) else "while"
         loop_line = f"the dynamic `{head}` loop at line {self.src.first + loop.lineno - 1}"
         # inside the loop: the carried locals' values are stale in every iteration of the adjoint
-        stale = _spread(carried, loop.body + ([loop] if isinstance(loop, ast.While) else []))
-        hit = self._needed(loop.body, stale)
-        if hit is None and isinstance(loop, ast.While):
-            hit = self._control(loop.test, loop.body, stale, loop)
+        hit = self._walk([loop], set(carried), self._needs_value, header=False)
         if hit is not None:
             name, node = hit
             return BlindSpot(
@@ -243,17 +241,17 @@ class _Function:
                 "keep each iteration's value in an array",
             )
         # after the loop: the adjoint sees the carried locals' values from before it
-        stale_after = _spread(carried | first, after)
-        for name in sorted(first & self.active):
-            node = _first_read(after, name)
-            if node is not None:
-                return BlindSpot(
-                    f"local `{name}`, first assigned inside {loop_line}, is read after it (Warp's adjoint "
-                    "passes it no gradient)",
-                    self.src.where(node),
-                    f"assign `{name}` before the loop, and accumulate what reads it inside the loop",
-                )
-        hit = self._needed(after, stale_after)
+        gone = first & self.active
+        hit = self._walk(after, set(gone), lambda node, names: _stale_load(node, names), header=True)
+        if hit is not None:
+            name, node = hit
+            return BlindSpot(
+                f"local `{name}`, first assigned inside {loop_line}, is read after it (Warp's adjoint "
+                "passes it no gradient)",
+                self.src.where(node),
+                f"assign `{name}` before the loop, and accumulate what reads it inside the loop",
+            )
+        hit = self._walk(after, carried | first, self._needs_value, header=True)
         if hit is not None:
             name, node = hit
             return BlindSpot(
@@ -265,19 +263,51 @@ class _Function:
             )
         return None
 
-    def _needed(self, body: list[ast.stmt], stale: set[str]) -> tuple[str, ast.AST] | None:
-        """The first read of a stale local in ``body`` whose value a gradient needs."""
-        if not stale:
-            return None
+    def _walk(self, body: list[ast.stmt], stale: set[str], check, header: bool, report: bool = True):
+        """The first read in ``body``, in program order, that ``check(node, stale)`` names, or None.
+        ``stale`` follows the code: a local assigned from a stale value becomes stale, one assigned
+        anew at the same level is not any more (a loop's body is read twice: what its end makes
+        stale is stale at its start). ``header``: a loop's own header is read too."""
         for stmt in body:
-            for node in ast.walk(stmt):
-                name = self._needs_value(node, stale)
+            if isinstance(stmt, (ast.For, ast.While, ast.If)):
+                hit = self._compound(stmt, stale, check, header, report)
+                if hit is not None:
+                    return hit
+                header = True
+                continue
+            if report:
+                for node in ast.walk(stmt):
+                    name = check(node, stale)
+                    if name is not None:
+                        return name, stmt
+            _follow(stmt, stale)
+        return None
+
+    def _compound(self, stmt: ast.For | ast.While | ast.If, stale: set[str], check, header: bool, report: bool):
+        head = stmt.iter if isinstance(stmt, ast.For) else stmt.test
+        if report and header:
+            for node in ast.walk(head):
+                name = check(node, stale)
                 if name is not None:
-                    return name, node
-                if isinstance(node, ast.If):
-                    hit = self._control(node.test, node.body + node.orelse, stale, node)
-                    if hit is not None:
-                        return hit
+                    return name, stmt
+        loop = not isinstance(stmt, ast.If)
+        inner = set(stale)
+        if loop:  # the next iteration starts with what this one made stale
+            end = set(stale)
+            self._walk(stmt.body, end, check, True, report=False)
+            inner |= end
+        if report and not isinstance(stmt, ast.For) and check == self._needs_value:
+            hit = self._control(stmt.test, stmt.body + stmt.orelse, inner, stmt)
+            if hit is not None:
+                return hit
+        hit = self._walk(stmt.body, inner, check, True, report)
+        if hit is not None:
+            return hit
+        other = set(stale)
+        hit = self._walk(stmt.orelse, other, check, True, report)
+        if hit is not None:
+            return hit
+        stale |= inner | other
         return None
 
     def _control(self, test: ast.AST, body: list[ast.stmt], stale: set[str], node: ast.AST):
@@ -335,8 +365,9 @@ class _Function:
         key = getattr(f, "key", getattr(f, "__name__", "")) or ""
         if f is float or f is int or key in _LINEAR or key.startswith(_CONSTRUCTOR_PREFIXES) or isinstance(f, type):
             return None
-        if key in ("atomic_add", "atomic_sub") and node.args:
-            index = [s for _, s in stale_args[1:-1] if s]
+        if key in _STORES and node.args:  # linear in the value; the index says where the gradient is
+            value = 1 if key.startswith("tile_") else len(node.args) - 1
+            index = [s for j, (_, s) in enumerate(stale_args) if s and j not in (0, value)]
             return index[0] if index and self.reads(node.args[0], self.active) else None
         for k, (_a, s) in enumerate(stale_args):
             if not s:
@@ -424,28 +455,21 @@ def _stale_in(expr: ast.AST, stale: set[str], values_only: bool = True) -> str |
     return None
 
 
-def _spread(names: set[str], body: list[ast.stmt]) -> set[str]:
-    """``names`` and the locals ``body`` assigns from them (their values are stale too)."""
-    out = set(names)
-    changed = bool(out)
-    while changed:
-        changed = False
-        for stmt in body:
-            for node in ast.walk(stmt):
-                for target, value in _assignments(node):
-                    if value is not None and _stale_in(value, out, values_only=False):
-                        for n in _target_names(target):
-                            if n not in out:
-                                out.add(n)
-                                changed = True
-    return out
+def _follow(stmt: ast.stmt, stale: set[str]) -> None:
+    """Updates ``stale`` past a simple statement: what it assigns from a stale value is stale, a
+    local it assigns anew from fresh values is not."""
+    for target, value in _assignments(stmt):
+        names = _target_names(target)
+        from_stale = value is not None and _stale_in(value, stale, values_only=False)
+        if from_stale or (isinstance(stmt, ast.AugAssign) and set(names) & stale):
+            stale.update(names)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name):
+            stale.discard(target.id)
 
 
-def _first_read(body: list[ast.stmt], name: str) -> ast.AST | None:
-    for stmt in body:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-                return stmt
+def _stale_load(node: ast.AST, names: set[str]) -> str | None:
+    if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
+        return node.id
     return None
 
 
