@@ -216,6 +216,21 @@ class OpDescription:
         spot = _blind_spots.find(self.fn)
         return None if spot is None else spot.message(self.label)
 
+    @cached_property
+    def fold_refusal(self) -> str | None:
+        """Why ``vmap_method="fold"`` would be wrong for the kernel, naming the line (:mod:`interop._promises`)."""
+        from . import _promises
+
+        return _promises.fold_refusal(self) if self.kind == "kernel" else None
+
+    @cached_property
+    def row_arrays(self) -> dict[str, bool] | None:
+        """For ``partition="rows"``: which array parameters are rows (sharded) and which are replicated,
+        from the thread index that walks them (:mod:`interop._promises`); None: run unpartitioned."""
+        from . import _promises
+
+        return _promises.row_arrays(self) if self.kind == "kernel" else None
+
     def check_adjoint(self) -> None:
         """Raises where a gradient cannot reach the op's inputs right: no adjoint, or an adjoint that
         Warp gets wrong."""
