@@ -153,3 +153,24 @@ def test_rows_of_a_kernel_handing_an_array_to_a_function_are_not_guessed():
         out[i] = _first(a, i)
 
     assert interop.op(through_func, partition="rows").description.row_arrays is None
+
+
+@pytest.mark.parametrize("features", [8, 3], ids=["B==F", "B!=F"])
+def test_dtensor_rows_strategy_replicates_what_the_rows_do_not_walk(kernels, features):
+    """DTensor: the sharded strategy of a rows op shards x (and the output) and replicates gamma,
+    also when gamma is as long as the batch; in the backward gamma's gradient is a partial sum."""
+    torch = pytest.importorskip("torch")
+    from adapters.torch.registration import _binding
+    from adapters.torch.sharding import strategies
+
+    op = interop.op(kernels.scale_features, partition="rows")
+    b = _binding(op)
+    x = torch.zeros(8, features, device="cpu")
+    g = torch.zeros(features, device="cpu")
+    is_tensor = lambda a: isinstance(a, torch.Tensor)  # noqa: E731
+    fwd = strategies(b, "functional", (x, g), {}, is_tensor)
+    assert fwd[1] == ([("S", 0)], [("S", 0), "R"] + [None] * (len(fwd[1][1]) - 2))
+    out = torch.zeros(8, features, device="cpu")
+    bwd = strategies(b, "backward", (x, g, out, out), {"needs": [True, True]}, is_tensor)
+    assert bwd[1][0] == [("S", 0), "P"]
+    assert bwd[1][1][:4] == [("S", 0), "R", ("S", 0), ("S", 0)]
