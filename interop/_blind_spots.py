@@ -51,12 +51,14 @@ class BlindSpot:
     what: str
     where: str
     rewrite: str
+    # the scalar parameters whose gradient alone is wrong (None: every gradient may be)
+    scalars: frozenset[str] | None = None
 
     def message(self, label: str) -> str:
         return (
             f"op {label!r}: Warp's reverse mode would give a wrong gradient (often zero, with no error) for "
             f"this kernel: {self.what} {self.where}. Rewrite: {self.rewrite}. Forward mode (jvp, jacfwd) is "
-            "right; see docs/limitations.md, 'Warp's reverse-mode blind spots'"
+            "right; see docs/gradients.md, 'Warp's reverse-mode blind spots'"
         )
 
 
@@ -71,19 +73,23 @@ def find(fn: Any) -> BlindSpot | None:
     module = getattr(fn, "module", None)
     options = getattr(module, "options", None) or {}
     max_unroll = int(options.get("max_unroll", getattr(wp.config, "max_unroll", 16)) or 16)
-    return _Function(fn, max_unroll, set()).scan()
+    return _Function(fn, max_unroll, set(), top=True).scan()
 
 
 class _Function:
     """The analysis of one function's body."""
 
-    def __init__(self, fn: Any, max_unroll: int, seen: set[int]):
+    def __init__(self, fn: Any, max_unroll: int, seen: set[int], top: bool = False):
         self.fn = fn
         self.max_unroll = max_unroll
         self.seen = seen
+        self.top = top  # the kernel itself: its float scalar parameters are told apart
+        self.scalar_hits: list[tuple[str, ast.AST, set[str]]] = []
         seen.add(id(fn))
 
-    def scan(self) -> BlindSpot | None:
+    def _read(self, active_params: set[str] | None = None) -> ast.FunctionDef | None:
+        """Parses the function; ``active_params``: the parameters carrying a gradient (default: the
+        float ones). None where there is no Python source, or a custom gradient replaces the adjoint."""
         adj = getattr(self.fn, "adj", None)
         if adj is None or getattr(self.fn, "custom_grad_func", None) is not None:
             return None
@@ -96,17 +102,52 @@ class _Function:
             return None
         self.ns = _ns_of(adj.func)
         self.constants = _literal_locals(fdef)
-        self.active = self._active(fdef, adj)
+        self.active = self._active(fdef, adj, active_params)
+        return fdef
+
+    def scan(self) -> BlindSpot | None:
+        fdef = self._read()
+        if fdef is None:
+            return None
         for check in (self._tuples, self._loops, self._callees):
             spot = check(fdef)
             if spot is not None:
                 return spot
+        if self.scalar_hits:  # only the gradients of float scalars are wrong
+            name, node, scalars = self.scalar_hits[0]
+            every = frozenset(set().union(*(h[2] for h in self.scalar_hits)))
+            return BlindSpot(
+                f"local `{name}`, reassigned inside a dynamic loop, is read where the gradient of the scalar "
+                f"parameter(s) {sorted(every)} needs its value (Warp's adjoint sees a stale value there)",
+                self.src.where(node),
+                f"do not differentiate {sorted(every)} (pass a Python number, or stop its gradient), or give the "
+                "loop a static bound (`range(wp.static(N))`); the arrays' gradients are right",
+                every,
+            )
         return None
 
+    def needs_params(self, stale: set[str], active: set[str]) -> bool:
+        """Whether a gradient through this function needs the value of one of the parameters
+        ``stale`` (with ``active`` the parameters carrying a gradient at the call): where it does
+        not (``_interop_mul_tb(a, b, tb)`` returns ``a * tb``), a stale argument does no harm."""
+        fdef = self._read(active)
+        if fdef is None:
+            return True
+        return self._walk(fdef.body, set(stale), self._needs_value, header=True) is not None
+
     # -- which locals carry a gradient -------------------------------------------------
-    def _active(self, fdef: ast.FunctionDef, adj: Any) -> set[str]:
+    def _active(self, fdef: ast.FunctionDef, adj: Any, params: set[str] | None) -> set[str]:
         types = dict(getattr(adj, "arg_types", {}) or {})
-        active = {a.arg for a in fdef.args.args if _float_like(types.get(a.arg))}
+        if params is None:
+            active = {a.arg for a in fdef.args.args if _float_like(types.get(a.arg))}
+        else:
+            active = set(params)
+        self.kernel_scalars = (
+            {a.arg for a in fdef.args.args if a.arg in active and not wp.types.is_array(types.get(a.arg))}
+            if self.top
+            else set()
+        )
+        self.deps = _dependencies(fdef)
         changed = True
         while changed:
             changed = False
@@ -335,13 +376,13 @@ class _Function:
             ls, rs = _stale_in(left, stale), _stale_in(right, stale)
             if isinstance(op, (ast.Mult, ast.MatMult)):
                 if ls and self.reads(right, active):
-                    return ls
+                    return self._coefficient(ls, node, [right])
                 if rs and self.reads(left, active):
-                    return rs
+                    return self._coefficient(rs, node, [left])
                 return None
             if isinstance(op, ast.Div):
                 if ls and self.reads(right, active):
-                    return ls
+                    return self._coefficient(ls, node, [right])
                 if rs and (self.reads(right, active) or self.reads(left, active)):
                     return rs
                 return None
@@ -369,16 +410,40 @@ class _Function:
             value = 1 if key.startswith("tile_") else len(node.args) - 1
             index = [s for j, (_, s) in enumerate(stale_args) if s and j not in (0, value)]
             return index[0] if index and self.reads(node.args[0], self.active) else None
+        if _is_user_function(f) and not node.keywords:
+            names = list(getattr(f, "input_types", None) or {})
+            if len(names) == len(node.args):
+                stale_params = {n for n, (_, st) in zip(names, stale_args) if st}
+                active_params = {n for n, a in zip(names, node.args) if self.reads(a, self.active)}
+                callee = _Function(f, self.max_unroll, set())
+                if not callee.needs_params(stale_params, active_params):
+                    return None
+                return next(st for _, st in stale_args if st)
         for k, (_a, s) in enumerate(stale_args):
             if not s:
                 continue
             others = [b for j, (b, _) in enumerate(stale_args) if j != k]
             if key in _BILINEAR:
                 if any(self.reads(b, self.active) for b in others):
-                    return s
+                    return self._coefficient(s, node, others)
             elif any(self.reads(b, self.active) for b in args):
                 return s
         return None
+
+    def _coefficient(self, name: str, node: ast.AST, others: list[ast.AST]) -> str | None:
+        """A stale ``name`` multiplies ``others``: only their gradients need its value. Where those
+        come from float scalar parameters of the kernel alone, the hit is kept aside (an op whose
+        scalars are not differentiated is right) and the scan goes on."""
+        feeds: set[str] = set()
+        for o in others:
+            for n in _value_nodes(o):
+                if isinstance(n, ast.Name):
+                    feeds |= self.deps.get(n.id, set())
+        feeds &= self.active
+        if feeds and feeds <= self.kernel_scalars:
+            self.scalar_hits.append((name, node, feeds))
+            return None
+        return name
 
     # -- the functions the body calls ------------------------------------------------
     def _callees(self, fdef: ast.FunctionDef) -> BlindSpot | None:
@@ -390,6 +455,28 @@ class _Function:
                     if spot is not None:
                         return spot
         return None
+
+
+def _dependencies(fdef: ast.FunctionDef) -> dict[str, set[str]]:
+    """For each name, the parameters its value is computed from (a fixed point over assignments)."""
+    deps: dict[str, set[str]] = {a.arg: {a.arg} for a in fdef.args.args}
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(fdef):
+            for target, value in _assignments(node):
+                if value is None:
+                    continue
+                came: set[str] = set()
+                for n in _value_nodes(value):
+                    if isinstance(n, ast.Name):
+                        came |= deps.get(n.id, set())
+                for name in _target_names(target):
+                    have = deps.setdefault(name, set())
+                    if not came <= have:
+                        have |= came
+                        changed = True
+    return deps
 
 
 def _float_like(t: Any) -> bool:

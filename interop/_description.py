@@ -206,15 +206,14 @@ class OpDescription:
         return self.kind != "kernel" or self.enable_backward
 
     @cached_property
-    def blind_spot(self) -> str | None:
-        """Why Warp's adjoint of the kernel would be wrong (:mod:`interop._blind_spots`), or None;
-        read at the first backward, never at description (the forward is right)."""
+    def blind_spot(self) -> Any:
+        """Where Warp's adjoint of the kernel would be wrong (an :class:`interop._blind_spots.BlindSpot`),
+        or None; read at the first backward, never at description (the forward is right)."""
         if self.kind != "kernel" or self.backward is not None:
             return None
         from . import _blind_spots
 
-        spot = _blind_spots.find(self.fn)
-        return None if spot is None else spot.message(self.label)
+        return _blind_spots.find(self.fn)
 
     @cached_property
     def fold_refusal(self) -> str | None:
@@ -231,13 +230,15 @@ class OpDescription:
 
         return _promises.row_arrays(self) if self.kind == "kernel" else None
 
-    def check_adjoint(self) -> None:
+    def check_adjoint(self, grad_scalars: Sequence[str] = ()) -> None:
         """Raises where a gradient cannot reach the op's inputs right: no adjoint, or an adjoint that
-        Warp gets wrong."""
+        Warp gets wrong (for a blind spot that only touches float scalars: when ``grad_scalars``, the
+        scalars differentiated, name one of them)."""
         if not self.has_adjoint:
             raise self.no_adjoint_error()
-        if self.blind_spot is not None:
-            raise UnsupportedError(self.blind_spot)
+        spot = self.blind_spot
+        if spot is not None and (spot.scalars is None or spot.scalars & set(grad_scalars)):
+            raise UnsupportedError(spot.message(self.label))
 
     def no_adjoint_error(self) -> UnsupportedError:
         """The error for a gradient reaching an op whose kernel has no adjoint."""

@@ -323,7 +323,7 @@ class Runner(FunctionCalls):
     def _fast(self, device, adjoint: bool):
         device = get_device(device)
         if adjoint:
-            self.plan.desc.check_adjoint()
+            self.plan.desc.check_adjoint(self.plan.scalar_refs)
         if self.empty:
             return _nothing
         if self.plan.desc.kind == "function":
@@ -421,7 +421,7 @@ class Runner(FunctionCalls):
         if not device.is_cuda or self.empty or self.tiles or self.plan.desc.kind != "kernel":
             return None
         if adjoint:
-            self.plan.desc.check_adjoint()
+            self.plan.desc.check_adjoint(self.plan.scalar_refs)
         slot = self._new_slot(device, adjoint)
         if isinstance(slot.launch, _PlainLaunch):
             return None
@@ -438,7 +438,7 @@ class Runner(FunctionCalls):
         contiguous). Only where :meth:`can_direct` says so."""
         device = get_device(device)
         if adjoint:
-            self.plan.desc.check_adjoint()
+            self.plan.desc.check_adjoint(self.plan.scalar_refs)
         slot = self._new_slot(device, adjoint)
         fwd, adj = dict(slot.fwd), dict(slot.adj)
         rec = _direct_cpu_record(slot.launch, fwd, adj)
@@ -518,7 +518,7 @@ class Runner(FunctionCalls):
                 caller for inputs; the upstream gradient for outputs and in-out arrays), or None.
         """
         device = get_device(device)
-        self.plan.desc.check_adjoint()
+        self.plan.desc.check_adjoint(self.plan.scalar_refs)
         if self.empty:
             return
         if self.plan.desc.kind == "function":

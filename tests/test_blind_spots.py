@@ -361,3 +361,27 @@ def test_the_rewrite_gives_the_right_gradient(fw):
     np.testing.assert_allclose(value, W * np.sum(A**2), rtol=1e-5)
     expected = np.concatenate([2 * A * np.dot(V, W), V * np.sum(A**2)])
     np.testing.assert_allclose(grad, expected, rtol=1e-5)
+
+
+@wp.kernel
+def scaled_sum(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    n = a.shape[0]
+    acc = float(0.0)  # noqa: UP018 - a Warp variable the loop mutates
+    for j in range(n):
+        acc += a[j] * a[j]
+    # Warp's SPH density: only the gradient of the scalar `s` needs acc's value
+    out[i] = s * acc
+
+
+def test_a_blind_spot_of_a_scalar_alone_is_refused_only_when_the_scalar_is_differentiated():
+    torch = pytest.importorskip("torch")
+    spot = _blind_spots.find(scaled_sum)
+    assert spot is not None and spot.scalars == {"s"}
+    op = interop.op(scaled_sum)
+    a = torch.tensor(A, dtype=torch.float32, requires_grad=True, device="cpu")
+    op(a, 1.5).sum().backward()  # the scalar is a number: a's gradient is right
+    np.testing.assert_allclose(a.grad.numpy(), 2 * A * 1.5 * 4, rtol=1e-5)
+    s = torch.tensor(1.5, requires_grad=True, device="cpu")
+    with pytest.raises(interop.UnsupportedError, match=r"scalar parameter\(s\) \['s'\].*`out\[i\] = s \* acc`"):
+        op(a, s).sum().backward()
