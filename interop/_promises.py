@@ -6,9 +6,10 @@ with ``i`` from ``wp.tid()``). What the kernel does with each array parameter is
 source (:func:`accesses`):
 
 - ``fold`` (a ``vmap`` batch folded into the first dimension of every array and of the launch) needs
-  every array indexed that way and nothing else: an array read at another row (``a[j]``, ``a[i + 1]``),
-  an array's shape (``a.shape[0]``: a batch element would see the folded length) or an array handed to
-  a function (not read here) is refused, naming the line (:func:`fold_refusal`).
+  every array indexed that way: an array read at another row (``a[j]``, ``a[i + 1]``) or an array's
+  shape (``a.shape[0]``: a batch element would see the folded length) is refused, naming the line
+  (:func:`fold_refusal`); what a function the array is handed to does with it (a ``wp.func``,
+  ``wp.tile_load``) is not read, and stays the caller's promise.
 - ``partition="rows"`` shards the arrays the first thread index walks and replicates those it never
   indexes with it along their first dimension (a per-feature ``gamma[f]``), whatever their lengths
   (:func:`row_arrays`); an array read both ways, or handed to a function, or whose shape is read, leaves
@@ -99,7 +100,6 @@ def fold_refusal(desc: Any) -> str | None:
         for what, nodes in (
             ("reads the shape of", acc.shape),
             ("indexes, along its first dimension, other than by the first thread index", acc.other),
-            ("hands to a function (not checked)", acc.escapes),
         ):
             if nodes:
                 return (
