@@ -133,6 +133,7 @@ class _Function:
         fdef = self._read(active)
         if fdef is None:
             return True
+        self._guards = {}
         return self._walk(fdef.body, set(stale), self._needs_value, header=True) is not None
 
     # -- which locals carry a gradient -------------------------------------------------
@@ -148,6 +149,8 @@ class _Function:
             else set()
         )
         self.deps = _dependencies(fdef)
+        # array parameters: a store into one writes memory, not a local the loop carries
+        self.arrays = {a.arg for a in fdef.args.args if wp.types.is_array(types.get(a.arg))}
         changed = True
         while changed:
             changed = False
@@ -266,11 +269,12 @@ class _Function:
             for target, _ in _assignments(node):
                 assigned.update(_target_names(target))
         loop_var = set(_target_names(loop.target)) if isinstance(loop, ast.For) else set()
-        carried = (assigned & bound) - loop_var
-        first = assigned - bound - loop_var
+        carried = (assigned & bound) - loop_var - self.arrays
+        first = assigned - bound - loop_var - self.arrays
         head = "for" if isinstance(loop, ast.For) else "while"
         loop_line = f"the dynamic `{head}` loop at line {self.src.first + loop.lineno - 1}"
         # inside the loop: the carried locals' values are stale in every iteration of the adjoint
+        self._guards: dict[str, tuple[set[str], set[str]]] = {}
         hit = self._walk([loop], set(carried), self._needs_value, header=False)
         if hit is not None:
             name, node = hit
@@ -283,6 +287,7 @@ class _Function:
             )
         # after the loop: the adjoint sees the carried locals' values from before it
         gone = first & self.active
+        self._guards = {}
         hit = self._walk(after, set(gone), lambda node, names: _stale_load(node, names), header=True)
         if hit is not None:
             name, node = hit
@@ -292,6 +297,7 @@ class _Function:
                 self.src.where(node),
                 f"assign `{name}` before the loop, and accumulate what reads it inside the loop",
             )
+        self._guards = {}
         hit = self._walk(after, carried | first, self._needs_value, header=True)
         if hit is not None:
             name, node = hit
@@ -322,6 +328,9 @@ class _Function:
                     if name is not None:
                         return name, stmt
             _follow(stmt, stale)
+            assigned = {n for t, _ in _assignments(stmt) for n in _target_names(t)}
+            for test in [t for t, (names, _) in self._guards.items() if names & assigned]:
+                del self._guards[test]  # the condition may have changed
         return None
 
     def _compound(self, stmt: ast.For | ast.While | ast.If, stale: set[str], check, header: bool, report: bool):
@@ -334,13 +343,18 @@ class _Function:
         loop = not isinstance(stmt, ast.If)
         inner = set(stale)
         if loop:  # the next iteration starts with what this one made stale
-            end = set(stale)
+            end, guards = set(stale), dict(self._guards)
             self._walk(stmt.body, end, check, True, report=False)
             inner |= end
+            self._guards = guards  # what the iteration's end proves does not hold at its start
+        test = None if isinstance(stmt, ast.For) else ast.unparse(stmt.test)
+        if not loop and test in self._guards:  # `if c: x = fresh` earlier: under the same `c`, x is fresh
+            inner -= self._guards[test][1]
         if report and not isinstance(stmt, ast.For) and check == self._needs_value:
             hit = self._control(stmt.test, stmt.body + stmt.orelse, inner, stmt)
             if hit is not None:
                 return hit
+        before = set(inner)
         hit = self._walk(stmt.body, inner, check, True, report)
         if hit is not None:
             return hit
@@ -348,6 +362,12 @@ class _Function:
         hit = self._walk(stmt.orelse, other, check, True, report)
         if hit is not None:
             return hit
+        if not loop and not stmt.orelse:
+            fresh = (stale - inner) | (before - inner)
+            if fresh:
+                names = _names_in(stmt.test)
+                had = self._guards.get(test, (names, set()))[1]
+                self._guards[test] = (names, had | fresh)
         stale |= inner | other
         return None
 

@@ -163,6 +163,21 @@ def reassigned_per_iteration(a: wp.array(dtype=float), w: wp.array(dtype=float),
 
 
 @wp.kernel
+def guarded_reassign(a: wp.array(dtype=float), w: wp.array(dtype=float), out: wp.array(dtype=float)):
+    # newton's forward kinematics: `if parent >= 0: X_wp = ...`, later `if parent >= 0:` reads it
+    i = wp.tid()
+    n = a.shape[0]
+    x = float(0.0)  # noqa: UP018 - a Warp variable the loop mutates
+    s = float(0.0)  # noqa: UP018 - a Warp variable the loop mutates
+    for j in range(n):
+        if j > 0:
+            x = a[j - 1] * a[j]
+        if j > 0:
+            s += x * w[i]
+    out[i] = s
+
+
+@wp.kernel
 def nested_loops(a: wp.array(dtype=float), w: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
     n = a.shape[0]
@@ -214,6 +229,7 @@ PATTERNS = [
     branch_after,
     first_in_loop,
     reassigned_per_iteration,
+    guarded_reassign,
     nested_loops,
     func_returns_sum,
     func_scales_after,
