@@ -17,7 +17,7 @@ the first time one of its arrays is seen.
 """
 
 from ._backward import backward
-from ._check_gradients import GradientCheckError, GradientReport, check_gradients
+from ._check_gradients import check_gradients
 from ._convert import convert
 from ._description import OpDescription, Param
 from ._errors import ArgumentError, InteropError, UnsupportedError
@@ -40,7 +40,5 @@ __all__ = [
     "ArgumentError",
     "UnsupportedError",
     "check_gradients",
-    "GradientReport",
-    "GradientCheckError",
 ]
 __version__ = "0.1.0"

@@ -33,8 +33,8 @@ from typing import Any
 import warp as wp
 
 from ._errors import UnsupportedError
-from ._tangent.lower import _is_builtin, _is_user_function, _ns_of, _resolve, _return_arity, _Source, _static_value
-from ._warp_compat import is_struct
+from ._tangent import _is_builtin, _ns_of, _resolve, _Source, _static_value
+from ._warp_compat import is_struct, warp_function_class
 
 # builtins whose adjoint needs none of its operands' values (linear in each, constants aside)
 _LINEAR = frozenset({"add", "sub", "neg", "pos", "float", "float32", "float64", "float16", "int", "extract"})
@@ -603,6 +603,28 @@ def _contains_break(body: list[ast.stmt]) -> bool:
         if isinstance(stmt, ast.If) and (_contains_break(stmt.body) or _contains_break(stmt.orelse)):
             return True
     return False
+
+
+def _is_user_function(obj: Any) -> bool:
+    return isinstance(obj, warp_function_class()) and not obj.is_builtin()
+
+
+def _return_arity(fobj: Any, depth: int = 0) -> int:
+    """How many values a ``wp.func`` returns (a ``return`` of a tuple, or of a call of a function
+    returning several)."""
+    try:
+        fdef = ast.parse(textwrap.dedent(fobj.adj.source)).body[0]
+    except Exception:  # noqa: BLE001 (no source: a native function)
+        return 1
+    for node in ast.walk(fdef):
+        if isinstance(node, ast.Return) and node.value is not None:
+            if isinstance(node.value, ast.Tuple):
+                return len(node.value.elts)
+            if isinstance(node.value, ast.Call) and depth < 8:
+                callee = _resolve(node.value.func, _ns_of(fobj.func))
+                if _is_user_function(callee) and callee is not fobj and _return_arity(callee, depth + 1) > 1:
+                    return _return_arity(callee, depth + 1)
+    return 1
 
 
 def _returns_tuple(f: Any, nargs: int) -> bool:

@@ -15,7 +15,8 @@ from ._frameworks import framework_of
 
 
 class GradientCheckError(InteropError, AssertionError):
-    """:func:`check_gradients` with ``raise_on=``: an input whose reverse and forward modes disagree."""
+    """:func:`check_gradients` with ``raise_on=``: an input whose reverse and forward modes disagree
+    (an ``AssertionError``, so a test suite reports it as a failed check)."""
 
 
 class GradientReport(dict):
@@ -46,14 +47,16 @@ def check_gradients(op: Any, *args: Any, raise_on: float | None = None, seed: in
         **kwargs: call arguments by name, and ``launch_dims=`` / ``output_dims=``.
 
     Returns:
-        :class:`GradientReport`: ``{input name: |a - b| / max(|a|, |b|)}`` with ``a = v . (J t)``
+        a ``dict`` (with ``.how``: per name, ``"forward mode"``, ``"finite differences"`` or the
+        reverse mode's refusal) ``{input name: |a - b| / max(|a|, |b|)}`` with ``a = v . (J t)``
         and ``b = (J^T v) . t`` (0 where both vanish; ``inf`` where the reverse mode is refused, as
         for a kernel in one of Warp's blind spots). Float array inputs are checked; scalars and
         in-out arrays are not. Around 1e-6 (float32) or 1e-14 (float64) for a right gradient
         compared with forward mode; around the square root of that with finite differences.
 
     Raises:
-        GradientCheckError: with ``raise_on``, an input whose disagreement is past it.
+        AssertionError: (an :class:`interop.InteropError` too) with ``raise_on``, naming the inputs
+            whose disagreement is past it.
 
     Example:
         >>> import numpy as np, warp as wp, interop

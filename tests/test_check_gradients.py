@@ -95,9 +95,7 @@ def test_a_wrong_hand_written_backward_is_reported_and_raised(fw):
     with _x64(fw):
         report = interop.check_gradients(op, *_in(fw, (X64, Y64)))
         assert report["x"] > 0.05 and report["y"] < 1e-12
-        with pytest.raises(
-            interop.GradientCheckError, match=r"op 'cube64'.*past 0.001 for \['x'\]: 'x': .*forward mode"
-        ):
+        with pytest.raises(AssertionError, match=r"op 'cube64'.*past 0.001 for \['x'\]: 'x': .*forward mode"):
             interop.check_gradients(op, *_in(fw, (X64, Y64)), raise_on=1e-3)
         assert interop.check_gradients(interop.op(cube64), *_in(fw, (X64, Y64)), raise_on=1e-12)["x"] <= 1e-12
 
@@ -109,7 +107,7 @@ def test_a_blind_spot_is_reported_as_the_refusal(fw):
     report = interop.check_gradients(AFTER, *_in(fw, (a, w)))
     assert report == {"a": np.inf, "w": np.inf}
     assert "reverse mode refused: op 'after_loop': Warp's reverse mode" in report.how["w"]
-    with pytest.raises(interop.GradientCheckError, match=r"\['a', 'w'\].*local `acc`"):
+    with pytest.raises(AssertionError, match=r"\['a', 'w'\].*local `acc`"):
         interop.check_gradients(AFTER, *_in(fw, (a, w)), raise_on=1e-3)
     assert max(interop.check_gradients(INSIDE, *_in(fw, (a, w)), raise_on=1e-5).values()) <= 1e-5
 
