@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import warp as wp
 
@@ -85,6 +85,8 @@ class _Function:
         self.seen = seen
         self.top = top  # the kernel itself: its float scalar parameters are told apart
         self.scalar_hits: list[tuple[str, ast.AST, set[str]]] = []
+        # condition text -> (the names it reads, the locals made fresh under it): see _compound
+        self._guards: dict[str, tuple[set[str], set[str]]] = {}
         seen.add(id(fn))
 
     def _read(self, active_params: set[str] | None = None) -> ast.FunctionDef | None:
@@ -231,11 +233,12 @@ class _Function:
             return True
         if not 1 <= len(it.args) <= 3:
             return True
-        values = [self._constant(a) for a in it.args]
-        if any(v is None for v in values):
+        found = [self._constant(a) for a in it.args]
+        values = [v for v in found if v is not None]
+        if len(values) != len(found):
             return True
         try:
-            count = len(range(*values))  # type: ignore[misc]
+            count = len(range(*values))
         except (TypeError, ValueError):
             return True
         if any(self._is_static_call(n) for n in ast.walk(loop) if isinstance(n, ast.Call)):
@@ -274,7 +277,7 @@ class _Function:
         head = "for" if isinstance(loop, ast.For) else "while"
         loop_line = f"the dynamic `{head}` loop at line {self.src.first + loop.lineno - 1}"
         # inside the loop: the carried locals' values are stale in every iteration of the adjoint
-        self._guards: dict[str, tuple[set[str], set[str]]] = {}
+        self._guards = {}
         hit = self._walk([loop], set(carried), self._needs_value, header=False)
         if hit is not None:
             name, node = hit
@@ -364,7 +367,7 @@ class _Function:
             return hit
         if not loop and not stmt.orelse:
             fresh = (stale - inner) | (before - inner)
-            if fresh:
+            if fresh and isinstance(stmt, ast.If) and test is not None:
                 names = _names_in(stmt.test)
                 had = self._guards.get(test, (names, set()))[1]
                 self._guards[test] = (names, had | fresh)
@@ -450,7 +453,7 @@ class _Function:
                 return s
         return None
 
-    def _coefficient(self, name: str, node: ast.AST, others: list[ast.AST]) -> str | None:
+    def _coefficient(self, name: str, node: ast.AST, others: Sequence[ast.AST]) -> str | None:
         """A stale ``name`` multiplies ``others``: only their gradients need its value. Where those
         come from float scalar parameters of the kernel alone, the hit is kept aside (an op whose
         scalars are not differentiated is right) and the scan goes on."""

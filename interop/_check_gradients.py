@@ -73,7 +73,7 @@ def check_gradients(op: Any, *args: Any, raise_on: float | None = None, seed: in
     if kwargs:
         args = op._bind_keywords(args, kwargs)
     params = desc.call_params
-    fw = next((framework_of(a) for a in args if framework_of(a) is not None), "numpy")
+    fw: str = next((f for f in map(framework_of, args) if f is not None), "numpy")
     diff = [k for k, p in enumerate(params) if p.role == "input" and p.is_array and p.differentiable]
     rng = np.random.default_rng(seed)
     results = _tuple(op(*args, **dims))
@@ -135,7 +135,7 @@ def _finite_differences(op, args, dims, k, t_np, vs_np) -> float:
     x = w.numpy().astype(np.float64)
     eps = np.finfo(w.numpy().dtype).eps
     h = math.sqrt(eps) * max(1.0, float(np.abs(x).max())) / max(float(np.abs(t_np).max()), 1e-30)
-    fw = framework_of(args[k])
+    fw = framework_of(args[k]) or "numpy"
 
     def at(step: float) -> tuple:
         moved = list(args)
@@ -160,7 +160,7 @@ def _host(x: Any) -> np.ndarray:
 
 def _like(values: np.ndarray, w: wp.array, fw: str) -> Any:
     """``values`` as an array of framework ``fw`` on ``w``'s device with ``w``'s dtype."""
-    made = wp.array(values, dtype=w.dtype, shape=w.shape, device=w.device)
+    made: Any = wp.array(values, dtype=w.dtype, shape=w.shape, device=w.device)
     return made if fw == "warp" else convert(made, to=fw, copy=True)
 
 

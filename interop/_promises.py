@@ -53,7 +53,7 @@ class KernelAccesses:
 
 def accesses(fn: Any, arrays: list[str]) -> KernelAccesses | None:
     """Each array parameter's accesses in kernel ``fn``'s body; None where there is no source."""
-    adj = getattr(fn, "adj", None)
+    adj: Any = getattr(fn, "adj", None)
     try:
         text = textwrap.dedent(adj.source)
         fdef = ast.parse(text).body[0]
