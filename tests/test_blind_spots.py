@@ -401,3 +401,17 @@ def test_a_blind_spot_of_a_scalar_alone_is_refused_only_when_the_scalar_is_diffe
     s = torch.tensor(1.5, requires_grad=True, device="cpu")
     with pytest.raises(interop.UnsupportedError, match=r"scalar parameter\(s\) \['s'\].*`out\[i\] = s \* acc`"):
         op(a, s).sum().backward()
+
+
+@pytest.mark.parametrize("how", ["compile", "func"])
+def test_torch_compile_and_torch_func_refuse_too(how):
+    torch = pytest.importorskip("torch")
+    a = torch.tensor(A, dtype=torch.float32, device="cpu")
+    w = torch.tensor(W, dtype=torch.float32, requires_grad=True, device="cpu")
+    with pytest.raises(interop.UnsupportedError, match=r"op 'after_loop'.*local `acc`"):
+        if how == "compile":
+            torch._dynamo.reset()
+            torch.compile(lambda a, w: AFTER(a, w).sum(), fullgraph=True)(a, w).backward()
+        else:
+            torch.func.grad(lambda w: AFTER(a, w).sum())(w.detach())
+    assert w.grad is None  # nothing was written
