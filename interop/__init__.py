@@ -6,6 +6,7 @@ Public names:
 - :class:`Op` is called with any framework's arrays and returns that framework's arrays;
 - :func:`convert` exchanges an array between frameworks without copying;
 - :func:`scalar_of` says which dtype a generic output takes;
+- :func:`check_gradients` checks an op's reverse mode against its forward mode;
 - :func:`backward` hands over a hand-written backward kernel in its author's parameter order;
 - :func:`precompile` builds ops' Warp modules into a folder a library ships, and
   :func:`use_precompiled` loads them from there at first use (:class:`PrecompiledWarning` says
@@ -16,6 +17,7 @@ the first time one of its arrays is seen.
 """
 
 from ._backward import backward
+from ._check_gradients import check_gradients
 from ._convert import convert
 from ._description import OpDescription, Param
 from ._errors import ArgumentError, InteropError, UnsupportedError
@@ -37,5 +39,6 @@ __all__ = [
     "InteropError",
     "ArgumentError",
     "UnsupportedError",
+    "check_gradients",
 ]
 __version__ = "0.1.0"

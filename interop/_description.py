@@ -205,6 +205,41 @@ class OpDescription:
         Python-function op (recorded by ``wp.Tape``)."""
         return self.kind != "kernel" or self.enable_backward
 
+    @cached_property
+    def blind_spot(self) -> Any:
+        """Where Warp's adjoint of the kernel would be wrong (an :class:`interop._blind_spots.BlindSpot`),
+        or None; read at the first backward, never at description (the forward is right)."""
+        if self.kind != "kernel" or self.backward is not None:
+            return None
+        from . import _blind_spots
+
+        return _blind_spots.find(self.fn)
+
+    @cached_property
+    def fold_refusal(self) -> str | None:
+        """Why ``vmap_method="fold"`` would be wrong for the kernel, naming the line (:mod:`interop._promises`)."""
+        from . import _promises
+
+        return _promises.fold_refusal(self) if self.kind == "kernel" else None
+
+    @cached_property
+    def row_arrays(self) -> dict[str, bool] | None:
+        """For ``partition="rows"``: which array parameters are rows (sharded) and which are replicated,
+        from the thread index that walks them (:mod:`interop._promises`); None: run unpartitioned."""
+        from . import _promises
+
+        return _promises.row_arrays(self) if self.kind == "kernel" else None
+
+    def check_adjoint(self, grad_scalars: Sequence[str] = ()) -> None:
+        """Raises where a gradient cannot reach the op's inputs right: no adjoint, or an adjoint that
+        Warp gets wrong (for a blind spot that only touches float scalars: when ``grad_scalars``, the
+        scalars differentiated, name one of them)."""
+        if not self.has_adjoint:
+            raise self.no_adjoint_error()
+        spot = self.blind_spot
+        if spot is not None and (spot.scalars is None or spot.scalars & set(grad_scalars)):
+            raise UnsupportedError(spot.message(self.label))
+
     def no_adjoint_error(self) -> UnsupportedError:
         """The error for a gradient reaching an op whose kernel has no adjoint."""
         return UnsupportedError(

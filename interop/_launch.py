@@ -322,8 +322,8 @@ class Runner(FunctionCalls):
 
     def _fast(self, device, adjoint: bool):
         device = get_device(device)
-        if adjoint and not self.plan.desc.has_adjoint:
-            raise self.plan.desc.no_adjoint_error()
+        if adjoint:
+            self.plan.desc.check_adjoint(self.plan.scalar_refs)
         if self.empty:
             return _nothing
         if self.plan.desc.kind == "function":
@@ -420,8 +420,8 @@ class Runner(FunctionCalls):
         device = get_device(device)
         if not device.is_cuda or self.empty or self.tiles or self.plan.desc.kind != "kernel":
             return None
-        if adjoint and not self.plan.desc.has_adjoint:
-            raise self.plan.desc.no_adjoint_error()
+        if adjoint:
+            self.plan.desc.check_adjoint(self.plan.scalar_refs)
         slot = self._new_slot(device, adjoint)
         if isinstance(slot.launch, _PlainLaunch):
             return None
@@ -437,8 +437,8 @@ class Runner(FunctionCalls):
         of the arrays that are not contiguous are set once here (the gradients of the adjoint are
         contiguous). Only where :meth:`can_direct` says so."""
         device = get_device(device)
-        if adjoint and not self.plan.desc.has_adjoint:
-            raise self.plan.desc.no_adjoint_error()
+        if adjoint:
+            self.plan.desc.check_adjoint(self.plan.scalar_refs)
         slot = self._new_slot(device, adjoint)
         fwd, adj = dict(slot.fwd), dict(slot.adj)
         rec = _direct_cpu_record(slot.launch, fwd, adj)
@@ -518,8 +518,7 @@ class Runner(FunctionCalls):
                 caller for inputs; the upstream gradient for outputs and in-out arrays), or None.
         """
         device = get_device(device)
-        if not self.plan.desc.has_adjoint:
-            raise self.plan.desc.no_adjoint_error()
+        self.plan.desc.check_adjoint(self.plan.scalar_refs)
         if self.empty:
             return
         if self.plan.desc.kind == "function":

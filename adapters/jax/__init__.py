@@ -69,6 +69,9 @@ from .entry import DEFAULT_VMAP_METHOD as DEFAULT_VMAP_METHOD
 from .entry import _Entry
 from .entry import _jsonable as _jsonable
 from .entry import _unjson as _unjson
+from .exported import check_exported as check_exported
+from .exported import deserialize as deserialize
+from .exported import missing_targets as missing_targets
 from .ffi import _interrupt
 from .launch import _dropped, _target
 from .launch import _Handler as _Handler

@@ -282,10 +282,9 @@ class _Entry:
             return tuple(grads)
         if desc.backward is not None:
             return self._handwritten_backward(xs, want, ct_vals)
-        if not desc.has_adjoint and any(
-            self.dyn[i].role != IN_OUT and plan.differentiable[self.dyn[i].index] for i in want
-        ):
-            raise desc.no_adjoint_error()  # at trace time, not as an XLA runtime error
+        if any(self.dyn[i].role != IN_OUT and plan.differentiable[self.dyn[i].index] for i in want):
+            # at trace time, not as an XLA runtime error
+            desc.check_adjoint([self.dyn[i].name for i in want if not self.dyn[i].is_array])
         launch = self.adjoint(want)
         # an output that is not a residual (see _make_vjp): its cotangent stands in
         stand_in = [ct for ct, p in zip(ct_vals, ret) if p.role == OUTPUT]

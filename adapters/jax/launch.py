@@ -35,6 +35,7 @@ from jax.custom_batching import custom_vmap
 
 from interop._codegen import compile_functions
 from interop._description import IN_OUT, INPUT, OUTPUT
+from interop._errors import UnsupportedError
 from interop._launch import direct_lines, external_stream, get_device
 from interop._plan import ArraySpec
 
@@ -292,6 +293,8 @@ class _Launch:
 
             outs = jax.lax.map(body, [x for x, b in zip(xs, flags) if b])
             return tuple(outs), (True,) * n_out
+        if method == "fold" and self.entry.desc.fold_refusal is not None:
+            raise UnsupportedError(self.entry.desc.fold_refusal)
         if method == "fold" and not levels and all(b.spec.shape for b in self.operands) and self._foldable():
             return self._fold(axis_size, in_batched, xs), (True,) * n_out
         # loop: aliased operands must be batched like their results

@@ -39,19 +39,31 @@ def _split_flags(launch, levels: tuple):
     ld = tuple(launch.plan.launch_dims)
     lead = ld[:1] if partition == "rows" else ld
     nd = len(lead)
+    rows = _rows(entry.desc, partition)
+    if rows is None:
+        return None
     ops = []
     for b in launch.operands:
         p = entry.desc.params[b.index]
-        if p.is_array:
+        if p.is_array and rows.get(p.name, True):
             if tuple(b.spec.shape[:nd]) != lead:
                 return None
             ops.append(True)
         else:
-            ops.append(False)  # a traced scalar: the same on every shard
+            ops.append(False)  # a traced scalar, an array the rows do not walk: the same on every shard
     for b in launch.results:
-        if not entry.desc.params[b.index].is_array or tuple(b.spec.shape[:nd]) != lead:
-            return None  # e.g. the gradient of a traced scalar is a sum over all rows
+        p = entry.desc.params[b.index]
+        if not p.is_array or not rows.get(p.name, True) or tuple(b.spec.shape[:nd]) != lead:
+            return None  # e.g. the gradient of a traced scalar or of a replicated array: a sum over all rows
     return tuple(ops), (True,) * len(launch.results), lead
+
+
+def _rows(desc, partition: str) -> dict | None:
+    """Which array parameters split: with ``partition="rows"``, those the first thread index walks
+    (read from the kernel, never from their lengths: ``interop._promises``); every array otherwise."""
+    if partition != "rows":
+        return {}
+    return desc.row_arrays
 
 
 def _local_launch(launch, levels: tuple, sizes: tuple):
@@ -60,11 +72,12 @@ def _local_launch(launch, levels: tuple, sizes: tuple):
         return launch._ffi(levels[:-1] + ((sizes[0], levels[-1][1]),))
     entry = launch.entry
     nd = len(sizes)
+    rows = _rows(entry.desc, entry.desc.partition) or {}
     args = []
     for p, spec in zip(entry.desc.call_params, entry.specs):
         if p.index in entry.static:
             args.append(entry.static[p.index])
-        elif p.is_array:
+        elif p.is_array and rows.get(p.name, True):
             args.append(jax.ShapeDtypeStruct(tuple(sizes) + tuple(spec.shape[nd:]), spec.dtype))
         else:
             args.append(jax.ShapeDtypeStruct(tuple(spec.shape), spec.dtype))

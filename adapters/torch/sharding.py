@@ -190,9 +190,12 @@ def _shard_dims(c: _Call) -> tuple[int, ...]:
         return ()
     want = 1 if partition == "rows" else len(ld)
     b = c.b
-    # every array argument (and in the backward, every result and upstream gradient) has the launch's
-    # leading dims, and so does every output
-    positions = [i for i, p in enumerate(b.call_params) if p.is_array]
+    rows = _rows(b.desc)
+    if rows is None or any(not rows.get(p.name, True) for p in b.returned):
+        return ()
+    # every array argument the rows walk (and in the backward, every result and upstream gradient) has
+    # the launch's leading dims, and so does every output
+    positions = [i for i, p in enumerate(b.call_params) if p.is_array and rows.get(p.name, True)]
     if c.kind == "backward":
         positions += list(range(c.n, c.n + 2 * c.k))
     for pos in positions:
@@ -208,6 +211,12 @@ def _shard_dims(c: _Call) -> tuple[int, ...]:
     return tuple(range(want))
 
 
+def _rows(desc) -> dict | None:
+    """With ``partition="rows"``, which arrays are rows (sharded) and which are replicated, read from
+    the kernel (``interop._promises``, never from their lengths); every array otherwise."""
+    return desc.row_arrays if desc.partition == "rows" else {}
+
+
 def strategies(b, kind: str, args: tuple, kwargs: dict, is_tensor) -> list[tuple[list, list]]:
     """The single-mesh-dimension strategies of operator ``kind`` of binding ``b`` for a call with
     ``args``/``kwargs`` (tensor arguments carry global ``.shape``)."""
@@ -216,20 +225,22 @@ def strategies(b, kind: str, args: tuple, kwargs: dict, is_tensor) -> list[tuple
     out_r: list[Any] = ["R"] * _n_outputs(c)
     result: list[tuple[list, list]] = [(out_r, ins_r)]
     array_pos = {i for i, p in enumerate(b.call_params) if p.is_array}
+    rows = _rows(b.desc) or {}
+    row_pos = {i for i in array_pos if rows.get(b.call_params[i].name, True)}
     for d in _shard_dims(c):
         s = ("S", d)
         ins: list[Any] = []
         for i, t in enumerate(c.tensor):
             if not t:
                 ins.append(None)
-            elif i in array_pos or (kind == "backward" and c.n <= i < c.n + 2 * c.k):
+            elif i in row_pos or (kind == "backward" and c.n <= i < c.n + 2 * c.k):
                 ins.append(s)
             else:
-                ins.append("R")  # a scalar passed as a 0-d tensor: the same on every shard
+                ins.append("R")  # a scalar passed as a 0-d tensor, an array the rows do not walk
         if kind == "backward":
-            # a gradient per needed call argument: an array's is sharded like it, a scalar's is the
-            # sum of the shards' sums
-            outs: list[Any] = [s if i in array_pos else "P" for i, need in enumerate(c.needs[: c.n]) if need]
+            # a gradient per needed call argument: a row array's is sharded like it, a scalar's or a
+            # replicated array's is the sum of the shards' sums
+            outs: list[Any] = [s if i in row_pos else "P" for i, need in enumerate(c.needs[: c.n]) if need]
         else:
             outs = [s] * _n_outputs(c)
         result.append((outs, ins))
