@@ -4,6 +4,7 @@ Public names:
 
 - :func:`op` describes a ``wp.kernel`` (or an annotated Python function) as an :class:`Op`;
 - :class:`Op` is called with any framework's arrays and returns that framework's arrays;
+- :func:`indexed` passes a view of an array through index arrays to a ``wp.indexedarray`` parameter;
 - :func:`convert` exchanges an array between frameworks without copying;
 - :func:`scalar_of` says which dtype a generic output takes;
 - :func:`backward` hands over a hand-written backward kernel in its author's parameter order;
@@ -19,6 +20,7 @@ from ._backward import backward
 from ._convert import convert
 from ._description import OpDescription, Param
 from ._errors import ArgumentError, InteropError, UnsupportedError
+from ._indexed import Indexed, indexed
 from ._op import Op, op, scalar_of
 from ._precompile import precompile
 from ._precompiled import PrecompiledWarning, use_precompiled
@@ -27,6 +29,8 @@ __all__ = [
     "op",
     "Op",
     "convert",
+    "indexed",
+    "Indexed",
     "backward",
     "scalar_of",
     "precompile",

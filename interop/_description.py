@@ -381,7 +381,8 @@ def describe(
     if _structs.has_struct_params(fn):
         if jvp is not None:
             raise ArgumentError(
-                f"op {name or getattr(fn, 'key', fn)!r}: jvp= is not supported for kernels with struct parameters"
+                f"op {name or getattr(fn, 'key', fn)!r}: jvp= is not supported for kernels with struct or "
+                "indexed-array parameters"
             )
         return _describe_structs(
             fn,
@@ -510,9 +511,10 @@ def _param(opname: str, i: int, pname: str, ann: Any, in_out: tuple, returned: l
     if _warp_compat.is_array_annotation(ann):
         if not _warp_compat.is_plain_array_annotation(ann):
             raise ArgumentError(
-                f"op {opname!r}: parameter {pname!r} is a wp.{_warp_compat.array_class_name(ann)}; indexed and "
-                "fabric arrays are not supported, annotate it as a plain array (wp.array(dtype=...) or "
-                "wp.array[...])"
+                f"op {opname!r}: parameter {pname!r} is a wp.{_warp_compat.array_class_name(ann)}; fabric arrays "
+                "are not supported: they address Omniverse Fabric memory, which no framework array holds. Annotate "
+                "it as a plain array (wp.array(dtype=...) or wp.array[...]) or a wp.indexedarray (called with "
+                "interop.indexed(data, indices))"
             )
         if not isinstance(ann.ndim, int) or isinstance(ann.ndim, bool):
             raise ArgumentError(
@@ -751,6 +753,13 @@ def _describe_structs(
     nodes = {e.field: e for e in entries if isinstance(e, _structs.Node)}
     for n in outputs:
         node = nodes.get(n) if isinstance(n, str) else None
+        if isinstance(node, _structs.IndexedNode) and n not in inout_set:
+            raise ArgumentError(
+                f"op {label!r}: parameter {n!r} is a wp.indexedarray, which the call cannot make: it is a view of "
+                f"the caller's array. Describe it as in-out (in_out=[{n!r}]: the call passes "
+                "interop.indexed(data, indices), data is updated through the view and returned) or pass "
+                "outputs= naming the arrays the kernel writes"
+            )
         if node is not None and n not in inout_set:
             scalars = [leaf.path for leaf in node.leaves() if not leaf.is_array]
             if scalars:

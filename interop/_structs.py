@@ -25,7 +25,7 @@ from typing import Any
 
 import warp as wp
 
-from . import _warp_compat
+from . import _indexed, _warp_compat
 from ._codegen import kernel_with_signature
 from ._errors import ArgumentError
 
@@ -64,15 +64,41 @@ class Node:
         return _warp_compat.struct_name(self.struct)
 
 
+@dataclass(frozen=True)
+class IndexedNode(Node):
+    """A ``wp.indexedarray`` parameter (see ``_indexed``): its leaves are the data (the flat
+    parameter of the same name) and one int32 index array per dimension."""
+
+    ndim: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"wp.indexedarray(ndim={self.ndim})"
+
+
+def _indexed_node(pname: str, ann: Any) -> IndexedNode:
+    ndim = int(ann.ndim)
+    names = _indexed.leaf_names(pname, ndim)
+    children = [Leaf(field="data", path=pname, param=pname, is_array=True)]
+    children += [
+        Leaf(field=f"indices[{k}]", path=f"{pname}.indices[{k}]", param=names[k + 1], is_array=True)
+        for k in range(ndim)
+    ]
+    return IndexedNode(
+        field=pname, path=pname, struct_key="indexedarray", children=tuple(children), struct=ann, ndim=ndim
+    )
+
+
 def _is_struct(t: Any) -> bool:
     return _warp_compat.is_struct(t)
 
 
 def has_struct_params(fn: Any) -> bool:
-    """Whether ``fn`` (a ``wp.Kernel``) has a parameter annotated with a ``@wp.struct`` type."""
+    """Whether ``fn`` (a ``wp.Kernel``) has a parameter annotated with a ``@wp.struct`` type or a
+    ``wp.indexedarray`` (both described as trees of leaves by a flat kernel)."""
     if not isinstance(fn, wp.Kernel):
         return False
-    return any(_is_struct(a.type) for a in fn.adj.args)
+    return any(_is_struct(a.type) or _indexed.is_indexed(a.type) for a in fn.adj.args)
 
 
 def _node(struct: Any, fieldname: str, path: tuple[str, ...], opname: str) -> Node:
@@ -216,7 +242,20 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
     annotations: dict[str, Any] = {}
     leafmap: dict[tuple[str, ...], str] = {}
     nodes: dict[str, Node] = {}
+    indexed: dict[str, int] = {}
     for pname, ann in args:
+        if _indexed.is_indexed(ann):
+            inode = _indexed_node(pname, ann)
+            entries.append(inode)
+            indexed[pname] = inode.ndim
+            for leaf, leaf_ann in _indexed.leaf_annotations(pname, ann).items():
+                if leaf != pname and (leaf in names or leaf in annotations):
+                    raise ArgumentError(
+                        f"op {opname!r}: the index arrays of wp.indexedarray {pname!r} would be read as parameter "
+                        f"{leaf!r}, which the kernel already has; rename it"
+                    )
+                annotations[leaf] = leaf_ann
+            continue
         if not _is_struct(ann):
             entries.append(pname)
             annotations[pname] = ann
@@ -242,6 +281,8 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
         _sub_nodes(node, (root,), all_nodes)
     flat = _Flatten(leafmap, set(all_nodes))
     flat.visit(fdef)
+    if indexed:
+        _indexed.rewrite(fdef, indexed, opname)
     # struct types the rebuilt values are made of, reached through the flat function's closure
     ctor: dict[str, str] = {}
     structs: dict[str, Any] = {}
@@ -306,6 +347,9 @@ def expand_names(values: Any, entries: tuple, what: str, opname: str, arrays_onl
             continue
         head, *rest = v.split(".")
         e = by_name.get(head)
+        if isinstance(e, IndexedNode):
+            out.append(e.field)  # the view stands for its data (index arrays are inputs only)
+            continue
         if isinstance(e, Node):
             target: Any = e
             for part in rest:
@@ -415,12 +459,18 @@ def flatten_call(op_label: str, entries: tuple, called: tuple[bool, ...], skip: 
     """The flat arguments of a call whose arguments follow ``entries`` (those ``called``);
     ``skip``: the flat names of output leaves (not passed)."""
     out: list[Any] = []
+    from_warp: list[int] = []
     for e, a in zip((e for e, c in zip(entries, called) if c), args):
-        if isinstance(e, Node):
+        if isinstance(e, IndexedNode):
+            leaves, warp_made = _indexed.flatten(a, e.field, e.ndim, op_label)
+            if warp_made:
+                from_warp.extend(range(len(out), len(out) + len(leaves)))
+            out.extend(leaves)
+        elif isinstance(e, Node):
             _flatten_value(a, e, out, op_label, skip)
         else:
             out.append(a)
-    return tuple(out)
+    return tuple(_indexed.harmonize(out, from_warp))
 
 
 def _replace(value: Any, node: Node, new: dict[str, Any]) -> Any:
@@ -449,6 +499,8 @@ def _replace(value: Any, node: Node, new: dict[str, Any]) -> Any:
 def _rebuild(value: Any, node: Node, results: dict[str, Any]) -> Any:
     """The caller's in-out structure ``value`` as it is after the call: itself when every returned
     field is the object passed (updated in place), else a new one with the new fields."""
+    if isinstance(node, IndexedNode):
+        return results[node.field]  # the data: the object passed (updated in place) or JAX's new array
     new = {}
     for c in node.children:
         old = _field_of(value, c.field, node, "")

@@ -361,6 +361,27 @@ def is_plain_array_annotation(ann: Any) -> bool:
     return bool(_types.matches_array_class(ann, wp.array))
 
 
+def is_indexed_array_annotation(ann: Any) -> bool:
+    """True for a ``wp.indexedarray`` annotation: ``wp.indexedarray(dtype=...)`` or ``wp.indexedarray[...]``."""
+    return bool(_types.is_array(ann)) and bool(_types.matches_array_class(ann, wp.indexedarray))
+
+
+def is_indexedarray_value(x: Any) -> bool:
+    """True for a ``wp.indexedarray`` instance (an array, not an annotation: it has data)."""
+    return isinstance(x, wp.indexedarray) and getattr(x, "data", None) is not None
+
+
+def indexedarray_parts(x: Any) -> tuple[Any, list]:
+    """The data and the per-dimension indices (``None`` for a whole dimension) of a ``wp.indexedarray``;
+    ``indices`` is padded to Warp's 4 dimensions in every checked version: trimmed to ``ndim``."""
+    return x.data, list(x.indices)[: x.ndim]
+
+
+def is_fabric_value(x: Any) -> bool:
+    """True for a ``wp.fabricarray`` / ``wp.indexedfabricarray`` instance."""
+    return isinstance(x, (_types.fabricarray, _types.indexedfabricarray))
+
+
 def array_class_name(ann: Any) -> str:
     """The user-facing name of the array class an annotation stands for (``indexedarray``, ``fabricarray``...)."""
     cls = getattr(ann, "_concrete_cls", None) or type(ann)
