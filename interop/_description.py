@@ -509,6 +509,12 @@ def _param(opname: str, i: int, pname: str, ann: Any, in_out: tuple, returned: l
     vector/matrix shape, number of dimensions, genericity and differentiability."""
     role = IN_OUT if pname in in_out else OUTPUT if pname in returned else INPUT
     if _warp_compat.is_array_annotation(ann):
+        if _warp_compat.is_indexed_array_annotation(ann):
+            raise UnsupportedError(
+                f"op {opname!r}: parameter {pname!r} is a wp.indexedarray inside a struct or of a Python-function "
+                "op; indexed arrays are supported as parameters of a wp.kernel (called with interop.indexed(data, "
+                "indices)). Annotate it as a plain array (wp.array(dtype=...)) and index it explicitly"
+            )
         if not _warp_compat.is_plain_array_annotation(ann):
             raise ArgumentError(
                 f"op {opname!r}: parameter {pname!r} is a wp.{_warp_compat.array_class_name(ann)}; fabric arrays "
