@@ -20,7 +20,7 @@ from ._backward import backward
 from ._convert import convert
 from ._description import OpDescription, Param
 from ._errors import ArgumentError, InteropError, UnsupportedError
-from ._indexed import Indexed, indexed
+from ._indexed import indexed
 from ._op import Op, op, scalar_of
 from ._precompile import precompile
 from ._precompiled import PrecompiledWarning, use_precompiled
@@ -30,7 +30,6 @@ __all__ = [
     "Op",
     "convert",
     "indexed",
-    "Indexed",
     "backward",
     "scalar_of",
     "precompile",

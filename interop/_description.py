@@ -757,24 +757,7 @@ def _describe_structs(
         )
     inout_set = set(in_out)
     nodes = {e.field: e for e in entries if isinstance(e, _structs.Node)}
-    for n in outputs:
-        node = nodes.get(n) if isinstance(n, str) else None
-        if isinstance(node, _structs.IndexedNode) and n not in inout_set:
-            raise ArgumentError(
-                f"op {label!r}: parameter {n!r} is a wp.indexedarray, which the call cannot make: it is a view of "
-                f"the caller's array. Describe it as in-out (in_out=[{n!r}]: the call passes "
-                "interop.indexed(data, indices), data is updated through the view and returned) or pass "
-                "outputs= naming the arrays the kernel writes"
-            )
-        if node is not None and n not in inout_set:
-            scalars = [leaf.path for leaf in node.leaves() if not leaf.is_array]
-            if scalars:
-                raise ArgumentError(
-                    f"op {label!r}: output {n!r} is struct {node.name}, whose field(s) {scalars} are not arrays: "
-                    f"only arrays can be outputs. Describe it as in-out (in_out=[{n!r}]: the call passes the "
-                    "struct, its array fields are updated in place and returned) or make it an output of array "
-                    "fields only"
-                )
+    _structs.refuse_tree_outputs(label, outputs, inout_set, nodes)
     flat_outputs = _structs.expand_names([n for n in outputs if n not in inout_set], entries, "outputs", label, True)
     flat_in_out = _structs.expand_names(in_out, entries, "in_out", label, True)
     flat_outputs = [n for n in flat_outputs if n not in flat_in_out]

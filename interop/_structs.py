@@ -235,6 +235,18 @@ def flatten_kernel(kernel: Any, opname: str) -> FlatKernel:
         return got
 
 
+def _add_indexed(pname: str, ann: Any, names: set, annotations: dict, opname: str) -> IndexedNode:
+    """The tree of indexed parameter ``pname``, its leaves' annotations added to ``annotations``."""
+    for leaf, leaf_ann in _indexed.leaf_annotations(pname, ann).items():
+        if leaf != pname and (leaf in names or leaf in annotations):
+            raise ArgumentError(
+                f"op {opname!r}: the index arrays of wp.indexedarray {pname!r} would be read as parameter "
+                f"{leaf!r}, which the kernel already has; rename it"
+            )
+        annotations[leaf] = leaf_ann
+    return _indexed_node(pname, ann)
+
+
 def _make_flat(kernel: Any, opname: str) -> FlatKernel:
     args = [(a.label, a.type) for a in kernel.adj.args]
     names = {n for n, _ in args}
@@ -245,16 +257,9 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
     indexed: dict[str, int] = {}
     for pname, ann in args:
         if _indexed.is_indexed(ann):
-            inode = _indexed_node(pname, ann)
+            inode = _add_indexed(pname, ann, names, annotations, opname)
             entries.append(inode)
             indexed[pname] = inode.ndim
-            for leaf, leaf_ann in _indexed.leaf_annotations(pname, ann).items():
-                if leaf != pname and (leaf in names or leaf in annotations):
-                    raise ArgumentError(
-                        f"op {opname!r}: the index arrays of wp.indexedarray {pname!r} would be read as parameter "
-                        f"{leaf!r}, which the kernel already has; rename it"
-                    )
-                annotations[leaf] = leaf_ann
             continue
         if not _is_struct(ann):
             entries.append(pname)
@@ -336,6 +341,29 @@ def grad_pointer_params(kernel: Any) -> frozenset:
 
 
 # ---- describing: names given for structs, as leaves -------------------------------------------
+def refuse_tree_outputs(label: str, outputs: list, inout_set: set, nodes: dict) -> None:
+    """Refuse an output (not in-out) that the call cannot make: a view (``wp.indexedarray``) or a
+    struct with scalar fields."""
+    for n in outputs:
+        node = nodes.get(n) if isinstance(n, str) else None
+        if isinstance(node, IndexedNode) and n not in inout_set:
+            raise ArgumentError(
+                f"op {label!r}: parameter {n!r} is a wp.indexedarray, which the call cannot make: it is a view of "
+                f"the caller's array. Describe it as in-out (in_out=[{n!r}]: the call passes "
+                "interop.indexed(data, indices), data is updated through the view and returned) or pass "
+                "outputs= naming the arrays the kernel writes"
+            )
+        if node is not None and n not in inout_set:
+            scalars = [leaf.path for leaf in node.leaves() if not leaf.is_array]
+            if scalars:
+                raise ArgumentError(
+                    f"op {label!r}: output {n!r} is struct {node.name}, whose field(s) {scalars} are not arrays: "
+                    f"only arrays can be outputs. Describe it as in-out (in_out=[{n!r}]: the call passes the "
+                    "struct, its array fields are updated in place and returned) or make it an output of array "
+                    "fields only"
+                )
+
+
 def expand_names(values: Any, entries: tuple, what: str, opname: str, arrays_only: bool) -> tuple[str, ...]:
     """Names in ``values`` (a struct parameter, a dotted leaf ``"state.x"`` or a plain parameter)
     as flat parameter names; a struct stands for its array leaves (``arrays_only``) or all."""
