@@ -414,3 +414,38 @@ def test_a_plain_array_is_a_view_of_all_of_it_and_other_values_are_refused():
     np.testing.assert_array_equal(GATHER(BLOCKS), BLOCKS)
     with pytest.raises(interop.ArgumentError, match=r"parameter 'port': expected interop.indexed\(data, indices\)"):
         GATHER([1.0, 2.0])
+
+
+def test_warp_tape_differentiates_the_call_where_warp_alone_cannot(device):
+    # wp.Tape over wp.launch with a wp.indexedarray fails ('indexedarray' object has no attribute 'grad');
+    # over the op, the gradient reaches the data, from interop.indexed or a wp.indexedarray alike
+    data = wp.array(BLOCKS, dtype=wp.float32, requires_grad=True, device=device)
+    robots, cols = wp.array(ROBOTS, device=device), wp.array(COLS, device=device)
+    w = np.random.default_rng(4).uniform(-1, 1, (3, 3, 2)).astype(np.float32)
+    for view in (interop.indexed(data, [robots, None, cols]), wp.indexedarray(data, [robots, None, cols])):
+        data.grad.zero_()
+        tape = wp.Tape()
+        with tape:
+            out = GATHER(view)
+        tape.backward(grads={out: wp.array(w, device=device)})
+        np.testing.assert_allclose(data.grad.numpy(), _gather_grad_formula(w), rtol=1e-6)
+
+
+def test_numpy_jvp_paddle_to_static_and_paddle_jvp():
+    tangent = np.arange(BLOCKS.size, dtype=np.float32).reshape(BLOCKS.shape)
+    expected = tangent[ROBOTS][:, :, COLS]
+    res, tan = GATHER.jvp(interop.indexed(BLOCKS, [ROBOTS, None, COLS]), tangents=[tangent])
+    np.testing.assert_array_equal(res, _gather_reference("cpu"))
+    np.testing.assert_array_equal(tan, expected)
+    paddle = pytest.importorskip("paddle")
+    from paddle.incubate.autograd import jvp
+
+    data = to_fw("paddle", BLOCKS, requires_grad=True)
+    r, c = _ix("paddle", ROBOTS, "cpu"), _ix("paddle", COLS, "cpu")
+
+    def f(d):
+        return GATHER(interop.indexed(d, [r, None, c]))
+
+    np.testing.assert_array_equal(paddle.jit.to_static(f)(data).numpy(), _gather_reference("cpu"))
+    _, t_out = jvp(f, data, to_fw("paddle", tangent))
+    np.testing.assert_array_equal(t_out.numpy(), expected)
