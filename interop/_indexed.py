@@ -27,7 +27,7 @@ import warp as wp
 
 from . import _warp_compat
 from ._errors import ArgumentError, UnsupportedError
-from ._frameworks import framework_of
+from ._frameworks import adapter, framework_of
 
 IDX = "__idx"
 _ATOMICS = {
@@ -92,6 +92,8 @@ def indexed(data: Any, indices: Any) -> Indexed:
         raise ArgumentError("interop.indexed: data must be an array, got None")
     if indices is None or not isinstance(indices, (list, tuple)):
         indices = [indices]
+    if framework_of(data) == "jax":
+        adapter("jax")  # registers Indexed as a pytree: a view may be a jit/vmap/grad argument
     return Indexed(data, tuple(indices))
 
 

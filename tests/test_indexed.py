@@ -278,6 +278,15 @@ def test_jax_jit_vmap_grad_and_jvp(device):
     tangent = jax.numpy.arange(BLOCKS.size, dtype=jax.numpy.float32).reshape(BLOCKS.shape)
     _, t_out = jax.jvp(f, (data,), (jax.device_put(tangent, list(data.devices())[0]),))
     np.testing.assert_array_equal(np.asarray(t_out), np.asarray(tangent)[ROBOTS][:, :, COLS])
+    # a view is a pytree: an argument of jit, grad (an Indexed of gradients) and vmap
+    view = interop.indexed(data, [r, None, c])
+    np.testing.assert_array_equal(np.asarray(jax.jit(GATHER)(view)), ref)
+    g_view = jax.grad(lambda v: GATHER(v).sum(), allow_int=True)(view)
+    np.testing.assert_array_equal(np.asarray(g_view.data), _gather_grad_formula(np.ones_like(ref)))
+    batched = jax.vmap(GATHER, in_axes=(interop.indexed(0, [None, None, None]),))(
+        interop.indexed(jax.numpy.stack([data, 2 * data]), [r, None, c])
+    )
+    np.testing.assert_allclose(np.asarray(batched), np.stack([ref, 2 * ref]))
     # an in-out view under jit: the updated data comes back
     idx = _ix("jax", np.array([1, 0], np.int32), device)
     got = jax.jit(lambda v, d: SCATTER(v, interop.indexed(d, idx)))(data[0, 0, :2], data[0, 0])
