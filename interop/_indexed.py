@@ -277,12 +277,11 @@ def _whole(data: Any, k: int, pname: str, opname: str) -> Any:
         return torch.arange(n, dtype=torch.int32, device=data.device)
     if fw == "jax":
         jnp = importlib.import_module("jax.numpy")
-        r = jnp.arange(n, dtype=jnp.int32)
         try:
             (dev,) = data.devices()
-        except Exception:  # a tracer: the computation places it
-            return r
-        return sys.modules["jax"].device_put(r, dev)
+        except Exception:  # a tracer: a constant of the computation, which places it
+            return jnp.arange(n, dtype=jnp.int32)
+        return jnp.arange(n, dtype=jnp.int32, device=dev)
     if fw == "paddle":
         paddle = sys.modules["paddle"]
         return paddle.to_tensor(np.arange(n, dtype=np.int32), place=data.place)

@@ -275,8 +275,8 @@ def test_jax_jit_vmap_grad_and_jvp(device):
     np.testing.assert_allclose(np.asarray(jax.vmap(f)(jax.numpy.stack([data, 2 * data]))), np.stack([ref, 2 * ref]))
     g = jax.jit(jax.grad(lambda d: f(d).sum()))(data)
     np.testing.assert_array_equal(np.asarray(g), _gather_grad_formula(np.ones_like(ref)))
-    tangent = jax.numpy.arange(BLOCKS.size, dtype=jax.numpy.float32).reshape(BLOCKS.shape)
-    _, t_out = jax.jvp(f, (data,), (jax.device_put(tangent, list(data.devices())[0]),))
+    tangent = to_fw("jax", np.arange(BLOCKS.size, dtype=np.float32).reshape(BLOCKS.shape), device=device)
+    _, t_out = jax.jvp(f, (data,), (tangent,))
     np.testing.assert_array_equal(np.asarray(t_out), np.asarray(tangent)[ROBOTS][:, :, COLS])
     # a view is a pytree: an argument of jit, grad (an Indexed of gradients) and vmap
     view = interop.indexed(data, [r, None, c])
