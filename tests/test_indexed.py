@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import typing
 import warnings
 
 import numpy as np
@@ -60,8 +61,26 @@ def reset_root_pos_kernel(
     root_pos[env, k] = initial_root_pos[env, k] + scale * offsets[env, k]
 
 
+@wp.kernel
+def _gather_rank1_port_kernel(
+    port: wp.indexedarray(dtype=typing.Any),  # view of a simulation-sized array
+    out: wp.array[typing.Any],  # one entry per element the view addresses
+):
+    # verbatim from newton's controller ports (generic over dtype)
+    dof = wp.tid()
+    out[dof] = port[dof]
+
+
+@wp.kernel
+def vec3_view_kernel(p: wp.indexedarray(dtype=wp.vec3), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = wp.length(p[i]) + p[i][2]  # a vector element, then one of its components
+
+
 GATHER = interop.op(_gather_mass_matrix_port_kernel, name="indexed_test::gather")
 SCATTER = interop.op(_scatter_port_kernel, outputs=0, in_out=["port"], name="indexed_test::scatter")
+VEC3 = interop.op(vec3_view_kernel, name="indexed_test::vec3")
+RANK1 = interop.op(_gather_rank1_port_kernel, name="indexed_test::rank1")
 RESET = interop.op(reset_root_pos_kernel, outputs=0, in_out=["root_pos"], name="indexed_test::reset")
 
 BLOCKS = np.random.default_rng(0).uniform(-1, 1, (4, 3, 3)).astype(np.float32)
@@ -181,6 +200,18 @@ def test_environment_reset_overwrites_the_reset_rows(fw, device):
     np.testing.assert_array_equal(to_np(got), w_root.numpy())
 
 
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_generic_rank1_gather_resolves_the_data_dtype(fw, dtype, device):
+    _skip_numpy_on_cuda(fw, device)
+    data = np.arange(5, dtype=dtype) / 3
+    x64 = __import__("jax").enable_x64(True) if fw == "jax" else contextlib.nullcontext()
+    with x64:  # (JAX makes float64 float32 itself unless x64 is on)
+        got = RANK1(interop.indexed(to_fw(fw, data, device=device), _ix(fw, ROBOTS, device)))
+        assert to_np(got).dtype == dtype
+    np.testing.assert_array_equal(to_np(got), data[ROBOTS])
+
+
 # ---- gradients: scattered into the data through the indices ------------------------------------
 def _grad(fw: str, f, args: list[np.ndarray], device: str) -> list[np.ndarray]:
     """Gradients of f(*args) (a scalar) with respect to every float argument, in framework ``fw``."""
@@ -205,6 +236,18 @@ def test_gather_gradient_is_scattered_through_the_indices(fw, device):
     r, c = _ix(fw, ROBOTS, device), _ix(fw, COLS, device)
     (g,) = _grad(fw, lambda d: (GATHER(interop.indexed(d, [r, None, c])) * ww).sum(), [BLOCKS], device)
     np.testing.assert_allclose(g, _gather_grad_formula(w), rtol=1e-6)
+
+
+@pytest.mark.parametrize("fw", GRAD_FRAMEWORKS)
+def test_vec3_view_gradient(fw, device):
+    x = np.random.default_rng(5).uniform(0.5, 1.5, (4, 3)).astype(np.float32)
+    w = np.array([1.0, -2.0, 0.5], np.float32)
+    ix, ww = _ix(fw, ROBOTS, device), to_fw(fw, w, device=device)
+    (g,) = _grad(fw, lambda d: (VEC3(interop.indexed(d, ix)) * ww).sum(), [x], device)
+    expected = np.zeros_like(x)
+    for k, r in enumerate(ROBOTS):
+        expected[r] += w[k] * (x[r] / np.linalg.norm(x[r]) + [0, 0, 1])
+    np.testing.assert_allclose(g, expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize("fw", GRAD_FRAMEWORKS)
