@@ -501,3 +501,17 @@ def test_numpy_jvp_paddle_to_static_and_paddle_jvp():
     np.testing.assert_array_equal(paddle.jit.to_static(f)(data).numpy(), _gather_reference("cpu"))
     _, t_out = jvp(f, data, to_fw("paddle", tangent))
     np.testing.assert_array_equal(t_out.numpy(), expected)
+
+
+@wp.kernel(module="unique")
+def scale_any(q: typing.Any, s: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = s * q[i]
+
+
+def test_an_overload_of_a_generic_kernel_for_an_indexed_array():
+    # generic kernels ship overloads for both plain and indexed arrays
+    ovl = wp.overload(scale_any, {"q": wp.indexedarray(dtype=float), "s": float, "out": wp.array(dtype=float)})
+    data = np.arange(5, dtype=np.float32)
+    got = interop.op(ovl)(interop.indexed(data, np.array([4, 0], np.int32)), 2.0)
+    np.testing.assert_array_equal(got, [8.0, 0.0])
