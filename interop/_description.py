@@ -511,8 +511,8 @@ def _param(opname: str, i: int, pname: str, ann: Any, in_out: tuple, returned: l
     if _warp_compat.is_array_annotation(ann):
         if _warp_compat.is_indexed_array_annotation(ann):
             raise UnsupportedError(
-                f"op {opname!r}: parameter {pname!r} is a wp.indexedarray inside a struct or of a Python-function "
-                "op; indexed arrays are supported as parameters of a wp.kernel (called with interop.indexed(data, "
+                f"op {opname!r}: parameter {pname!r} is a wp.indexedarray of a Python-function op; indexed arrays "
+                "are supported as parameters (and struct fields) of a wp.kernel (called with interop.indexed(data, "
                 "indices)). Annotate it as a plain array (wp.array(dtype=...)) and index it explicitly"
             )
         if not _warp_compat.is_plain_array_annotation(ann):

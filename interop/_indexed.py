@@ -292,6 +292,24 @@ def _whole(data: Any, k: int, pname: str, opname: str) -> Any:
     return np.arange(n, dtype=np.int32)  # the plain checks report data's type
 
 
+def data_of(view: Any) -> Any:
+    """The data of a caller's view (``interop.indexed`` or ``wp.indexedarray``), or the array itself."""
+    if isinstance(view, Indexed):
+        return view.data
+    if _warp_compat.is_indexedarray_value(view):
+        return _warp_compat.indexedarray_parts(view)[0]
+    return view
+
+
+def indices_of(view: Any) -> tuple:
+    """The indices of a caller's view (none for a whole array)."""
+    if isinstance(view, Indexed):
+        return view.indices
+    if _warp_compat.is_indexedarray_value(view):
+        return tuple(_warp_compat.indexedarray_parts(view)[1])
+    return ()
+
+
 def harmonize(flat: list[Any], from_warp: Sequence[int]) -> list[Any]:
     """A ``wp.indexedarray`` passed to a NumPy call: its CPU leaves as NumPy views (no copy)."""
     if not from_warp:

@@ -27,7 +27,7 @@ import warp as wp
 
 from . import _indexed, _warp_compat
 from ._codegen import kernel_with_signature
-from ._errors import ArgumentError
+from ._errors import ArgumentError, UnsupportedError
 
 SEP = "__"
 FLAT_SUFFIX = "__interop_flat"
@@ -76,17 +76,34 @@ class IndexedNode(Node):
         return f"wp.indexedarray(ndim={self.ndim})"
 
 
-def _indexed_node(pname: str, ann: Any) -> IndexedNode:
+def _indexed_node(pname: str, ann: Any, field: str | None = None, path: str | None = None) -> IndexedNode:
+    """The tree of indexed array ``pname`` (flat name), a parameter or a struct's ``field`` at ``path``."""
     ndim = int(ann.ndim)
+    path = path or pname
     names = _indexed.leaf_names(pname, ndim)
-    children = [Leaf(field="data", path=pname, param=pname, is_array=True)]
+    children = [Leaf(field="data", path=path, param=pname, is_array=True)]
     children += [
-        Leaf(field=f"indices[{k}]", path=f"{pname}.indices[{k}]", param=names[k + 1], is_array=True)
-        for k in range(ndim)
+        Leaf(field=f"indices[{k}]", path=f"{path}.indices[{k}]", param=names[k + 1], is_array=True) for k in range(ndim)
     ]
     return IndexedNode(
-        field=pname, path=pname, struct_key="indexedarray", children=tuple(children), struct=ann, ndim=ndim
+        field=field or pname, path=path, struct_key="indexedarray", children=tuple(children), struct=ann, ndim=ndim
     )
+
+
+def _indexed_fields(node: Node) -> dict[str, int]:
+    """The indexed arrays among the fields of struct ``node`` (nested too): flat name -> ndim."""
+    out: dict[str, int] = {}
+    for c in node.children:
+        if isinstance(c, IndexedNode):
+            out[c.children[0].param] = c.ndim
+        elif isinstance(c, Node):
+            out.update(_indexed_fields(c))
+    return out
+
+
+def _is_index_leaf(leaf: Leaf) -> bool:
+    """An index array of an indexed array: an input, never returned or differentiated."""
+    return leaf.field.startswith("indices[")
 
 
 def _is_struct(t: Any) -> bool:
@@ -107,6 +124,8 @@ def _node(struct: Any, fieldname: str, path: tuple[str, ...], opname: str) -> No
         sub = (*path, fname)
         if _is_struct(ftype):
             children.append(_node(ftype, fname, sub, opname))
+        elif _indexed.is_indexed(ftype):
+            children.append(_indexed_node(SEP.join(sub), ftype, field=fname, path=".".join(sub)))
         else:
             children.append(
                 Leaf(
@@ -134,6 +153,8 @@ def _leaf_types(struct: Any, path: tuple[str, ...], out: dict[str, Any]) -> None
     for fname, ftype in _warp_compat.struct_fields(struct):
         if _is_struct(ftype):
             _leaf_types(ftype, (*path, fname), out)
+        elif _indexed.is_indexed(ftype):
+            out.update(_indexed.leaf_annotations(SEP.join((*path, fname)), ftype))
         else:
             out[SEP.join((*path, fname))] = ftype
 
@@ -278,6 +299,7 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
                 )
             annotations[leaf.param] = types[leaf.param]
             leafmap[tuple(leaf.path.split("."))] = leaf.param
+        indexed.update(_indexed_fields(node))
 
     tree = ast.parse(textwrap.dedent(kernel.adj.source))
     fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
@@ -293,6 +315,11 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
     structs: dict[str, Any] = {}
 
     def collect(node: Node) -> None:
+        if isinstance(node, IndexedNode):
+            raise UnsupportedError(
+                f"op {opname!r}: a struct holding the wp.indexedarray {node.path!r} is used as a whole value (passed "
+                "to a function or assigned); an op reads such a field only as `struct.field[i, ...]`"
+            )
         if node.struct_key not in ctor:
             ctor[node.struct_key] = f"__interop_struct{len(ctor)}"
             structs[ctor[node.struct_key]] = node.struct
@@ -391,7 +418,11 @@ def expand_names(values: Any, entries: tuple, what: str, opname: str, arrays_onl
             if isinstance(target, Leaf):
                 out.append(target.param)
             else:
-                out.extend(leaf.param for leaf in target.leaves() if leaf.is_array or not arrays_only)
+                out.extend(
+                    leaf.param
+                    for leaf in target.leaves()
+                    if (leaf.is_array and not _is_index_leaf(leaf)) or not arrays_only
+                )
         else:
             out.append(v)
     return tuple(out)
@@ -472,6 +503,9 @@ def _flatten_value(value: Any, node: Node, out: list, opname: str, skip: frozens
         if isinstance(c, Leaf) and c.param in skip:
             continue  # an output field (outputs=["state.x"]): the call makes it
         v = _field_of(value, c.field, node, opname)
+        if isinstance(c, IndexedNode):
+            out.extend(_indexed.flatten(v, c.path, c.ndim, opname)[0])
+            continue
         if isinstance(c, Node):
             _flatten_value(v, c, out, opname, skip)
             continue
@@ -532,6 +566,11 @@ def _rebuild(value: Any, node: Node, results: dict[str, Any]) -> Any:
     new = {}
     for c in node.children:
         old = _field_of(value, c.field, node, "")
+        if isinstance(c, IndexedNode):
+            r = results.get(c.children[0].param)
+            if r is not None and r is not _indexed.data_of(old):  # JAX: a view of the new data
+                new[c.field] = _indexed.Indexed(r, _indexed.indices_of(old))
+            continue
         if isinstance(c, Node):
             sub = _rebuild(old, c, results)
             if sub is not old:

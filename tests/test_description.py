@@ -347,7 +347,7 @@ def test_indexed_array_of_a_python_function_op_is_refused_with_what_to_do():
     def indexed_function(a: wp.indexedarray(dtype=float), out: wp.array(dtype=float)):
         pass
 
-    with pytest.raises(interop.UnsupportedError, match=r"parameter 'a' is a wp.indexedarray .*of a Python-function op"):
+    with pytest.raises(interop.UnsupportedError, match=r"parameter 'a' is a wp.indexedarray of a Python-function op"):
         interop.op(indexed_function)
 
 

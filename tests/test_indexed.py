@@ -371,6 +371,39 @@ def test_warp_test_indexedarray_kernels(fw, ndim, device):
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("nested", [False, True])
+def test_warp_test_indexedarray_struct_kernels(fw, nested, device):
+    # kernel_indexedarray_in_struct / _in_nested_struct: the view is a struct field (a dict of
+    # interop.indexed here; a Warp struct instance holding a wp.indexedarray in Warp calls)
+    _skip_numpy_on_cuda(fw, device)
+    mod = _warp_test_kernels()
+    kernel = mod.kernel_indexedarray_in_nested_struct if nested else mod.kernel_indexedarray_in_struct
+    op = interop.op(kernel, outputs=0, in_out=["arg"])
+    values = np.arange(10, dtype=np.float32)
+    idx = np.array([1, 5, 3], np.int32)
+    data = to_fw(fw, values, device=device)
+    if fw == "warp":
+        inner = mod.IndexedArrayStruct()
+        inner.iarr = wp.indexedarray(data, [wp.array(idx, device=device)])
+        arg = inner
+        if nested:
+            arg = mod.NestedIndexedArrayStruct()
+            arg.inner = inner
+    else:
+        view = {"iarr": interop.indexed(data, _ix(fw, idx, device))}
+        arg = {"inner": view} if nested else view
+    got = op(arg, to_fw(fw, values[idx], device=device))
+    want = values.copy()
+    want[idx] = 2 * values[idx] + 1
+    if fw == "jax":  # a new structure: its view is over the new data
+        field = got["inner"]["iarr"] if nested else got["iarr"]
+        np.testing.assert_array_equal(to_np(field.data), want)
+    else:
+        assert got is arg
+        np.testing.assert_array_equal(to_np(data), want)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
 def test_warp_sparse_kernel_with_an_int_indexedarray(fw, device):
     # warp.sparse's _bsr_mm_compute_values as shipped: summed_triplet_src_blocks is an indexed view of
     # the x blocks a product block sums (here x = one row of 4 blocks, y = 4 rows of 1 block at column 0)
