@@ -268,6 +268,22 @@ def _add_indexed(pname: str, ann: Any, names: set, annotations: dict, opname: st
     return _indexed_node(pname, ann)
 
 
+def _add_struct(pname: str, ann: Any, names: set, annotations: dict, leafmap: dict, opname: str) -> Node:
+    """The tree of struct parameter ``pname``, its leaves' annotations and source paths recorded."""
+    node = _node(ann, pname, (pname,), opname)
+    types: dict[str, Any] = {}
+    _leaf_types(ann, (pname,), types)
+    for leaf in node.leaves():
+        if leaf.param in names or leaf.param in annotations:
+            raise ArgumentError(
+                f"op {opname!r}: struct field {leaf.path!r} would be read as parameter {leaf.param!r}, "
+                "which the kernel already has; rename one of them"
+            )
+        annotations[leaf.param] = types[leaf.param]
+        leafmap[tuple(leaf.path.split("."))] = leaf.param
+    return node
+
+
 def _make_flat(kernel: Any, opname: str) -> FlatKernel:
     args = [(a.label, a.type) for a in kernel.adj.args]
     names = {n for n, _ in args}
@@ -286,19 +302,8 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
             entries.append(pname)
             annotations[pname] = ann
             continue
-        node = _node(ann, pname, (pname,), opname)
+        node = nodes[pname] = _add_struct(pname, ann, names, annotations, leafmap, opname)
         entries.append(node)
-        nodes[pname] = node
-        types: dict[str, Any] = {}
-        _leaf_types(ann, (pname,), types)
-        for leaf in node.leaves():
-            if leaf.param in names or leaf.param in annotations:
-                raise ArgumentError(
-                    f"op {opname!r}: struct field {leaf.path!r} would be read as parameter {leaf.param!r}, "
-                    "which the kernel already has; rename one of them"
-                )
-            annotations[leaf.param] = types[leaf.param]
-            leafmap[tuple(leaf.path.split("."))] = leaf.param
         indexed.update(_indexed_fields(node))
 
     tree = ast.parse(textwrap.dedent(kernel.adj.source))
