@@ -79,6 +79,21 @@ def vec3_view_kernel(p: wp.indexedarray(dtype=wp.vec3), out: wp.array(dtype=floa
 
 GATHER = interop.op(_gather_mass_matrix_port_kernel, name="indexed_test::gather")
 SCATTER = interop.op(_scatter_port_kernel, outputs=0, in_out=["port"], name="indexed_test::scatter")
+
+
+@wp.struct
+class ViewModel:
+    v: wp.indexedarray(dtype=float)
+    k: float
+
+
+@wp.kernel
+def struct_view_kernel(s: ViewModel, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = s.k * s.v[i] * s.v[i]
+
+
+STRUCT_VIEW = interop.op(struct_view_kernel, name="indexed_test::struct_view")
 VEC3 = interop.op(vec3_view_kernel, name="indexed_test::vec3")
 RANK1 = interop.op(_gather_rank1_port_kernel, name="indexed_test::rank1")
 RESET = interop.op(reset_root_pos_kernel, outputs=0, in_out=["root_pos"], name="indexed_test::reset")
@@ -248,6 +263,18 @@ def test_vec3_view_gradient(fw, device):
     for k, r in enumerate(ROBOTS):
         expected[r] += w[k] * (x[r] / np.linalg.norm(x[r]) + [0, 0, 1])
     np.testing.assert_allclose(g, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fw", GRAD_FRAMEWORKS)
+def test_gradient_through_a_struct_field_view(fw, device):
+    x = np.arange(5, dtype=np.float32)
+    idx = np.array([4, 1, 4], np.int32)
+    w = np.array([1.0, -1.0, 0.5], np.float32)
+    ix, ww = _ix(fw, idx, device), to_fw(fw, w, device=device)
+    (g,) = _grad(fw, lambda d: (STRUCT_VIEW({"v": interop.indexed(d, ix), "k": 2.0}) * ww).sum(), [x], device)
+    expected = np.zeros_like(x)
+    np.add.at(expected, idx, w * 4.0 * x[idx])
+    np.testing.assert_allclose(g, expected, rtol=1e-6)
 
 
 @pytest.mark.parametrize("fw", GRAD_FRAMEWORKS)
