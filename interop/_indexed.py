@@ -17,6 +17,8 @@ in the data's framework at the call (a small int32 array; the data is never copi
 from __future__ import annotations
 
 import ast
+import collections
+import copy
 import importlib
 import sys
 from collections.abc import Sequence
@@ -41,7 +43,6 @@ _ATOMICS = {
     "atomic_xor",
 }
 _ATOMIC_CAS = "atomic_cas"
-_SAME_ATTRS = {"ndim", "dtype"}  # what the view shares with its data
 
 
 class Indexed:
@@ -119,7 +120,10 @@ def leaf_annotations(pname: str, ann: Any) -> dict[str, Any]:
 
 def rewrite(fdef: ast.FunctionDef, dims: dict[str, int], opname: str) -> None:
     """Make every access through the indexed parameters ``dims`` (name -> ndim) explicit."""
-    fdef.body = [_Rewrite(dims, opname).visit(s) for s in fdef.body]
+    stores = collections.Counter(
+        n.id for n in ast.walk(fdef) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))
+    )
+    fdef.body = _Rewrite(dims, opname, stores).visit_body(fdef.body)
 
 
 def _idx_name(name: str, k: int) -> ast.Name:
@@ -130,95 +134,149 @@ def _indices_of(sl: ast.expr) -> list[ast.expr]:
     return list(sl.elts) if isinstance(sl, ast.Tuple) else [sl]
 
 
+def _tuple_or_one(elts: list[ast.expr]) -> ast.expr:
+    return elts[0] if len(elts) == 1 else ast.Tuple(elts=elts, ctx=ast.Load())
+
+
 class _Rewrite(ast.NodeTransformer):
-    def __init__(self, dims: dict[str, int], opname: str):
+    """The rewrite. A view of the view bound once to a local (``row = a[i]``, the names in its
+    indices never reassigned) is an alias: ``row[j]`` reads ``a[a__idx0[i], a__idx1[j]]``."""
+
+    def __init__(self, dims: dict[str, int], opname: str, stores: collections.Counter):
         self.dims = dims
         self.opname = opname
+        self.stores = stores
+        self.aliases: dict[str, tuple[str, list[ast.expr]]] = {}  # local -> (parameter, its first indices)
+
+    def visit_body(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        out = []
+        for stmt in body:
+            new = self.visit(stmt)
+            if new is not None:
+                out.append(new)
+        return out
 
     def _refuse(self, name: str, node: ast.AST, what: str) -> UnsupportedError:
+        base = self.aliases[name][0] if name in self.aliases else name
         return UnsupportedError(
-            f"op {self.opname!r}: parameter {name!r} is a wp.indexedarray, and the kernel {what} "
-            f"(`{ast.unparse(node)}`); an op supports reading and writing its elements (`{name}[i, ...]` with "
-            f"all {self.dims[name]} indices), wp.atomic_* on them, `{name}.shape[k]` and `len({name})`. "
-            "Index the view fully, or annotate the parameter as a plain array and pass the rows it needs"
+            f"op {self.opname!r}: parameter {base!r} is a wp.indexedarray, and the kernel {what} "
+            f"(`{ast.unparse(node)}`); an op supports reading and writing its elements (`{base}[i, ...]` with "
+            f"all {self.dims[base]} indices, also through a view bound once, `row = {base}[i]`), wp.atomic_* on "
+            f"them, `{base}.shape[k]` and `len({base})`. Index the view fully, or annotate the parameter as a "
+            "plain array and pass the rows it needs"
         )
 
-    def _chain(self, node: ast.Subscript) -> tuple[str, list[ast.expr]] | None:
+    def _root(self, name: str) -> tuple[str, list[ast.expr]] | None:
+        """(parameter, the index expressions an alias fixes) of a name that is a view."""
+        if name in self.dims:
+            return name, []
+        if name in self.aliases:
+            base, fixed = self.aliases[name]
+            return base, [copy.deepcopy(e) for e in fixed]
+        return None
+
+    def _chain(self, node: ast.Subscript) -> tuple[str, list[ast.expr], list[ast.expr]] | None:
         parts: list[ast.expr] = []
         n: ast.expr = node
         while isinstance(n, ast.Subscript):
             parts = _indices_of(n.slice) + parts
             n = n.value
-        if isinstance(n, ast.Name) and n.id in self.dims:
-            return n.id, parts
-        return None
+        root = self._root(n.id) if isinstance(n, ast.Name) else None
+        return None if root is None else (root[0], root[1], parts)
+
+    def _indices(self, base: str, fixed: list[ast.expr], parts: list[ast.expr]) -> list[ast.expr]:
+        """The data's indices: those an alias fixed, then each given index through its index array."""
+        return fixed + [
+            ast.Subscript(value=_idx_name(base, len(fixed) + k), slice=self.visit(e), ctx=ast.Load())
+            for k, e in enumerate(parts)
+        ]
+
+    def visit_Assign(self, node: ast.Assign):
+        t, v = node.targets, node.value
+        if len(t) == 1 and isinstance(t[0], ast.Name) and isinstance(v, ast.Subscript):
+            chain = self._chain(v)
+            if chain is not None and len(chain[1]) + len(chain[2]) < self.dims[chain[0]]:
+                base, fixed, parts = chain
+                used = {n.id for e in parts for n in ast.walk(e) if isinstance(n, ast.Name)}
+                if self.stores[t[0].id] != 1 or any(self.stores[u] > 1 for u in used):
+                    raise self._refuse(base, node, "binds a view of it to a name assigned more than once")
+                self.aliases[t[0].id] = (base, self._indices(base, fixed, parts))
+                return None  # each use of the alias reads through the data
+        return self.generic_visit(node)
 
     def visit_Subscript(self, node: ast.Subscript):
         v = node.value
-        if (
-            isinstance(v, ast.Attribute)
-            and v.attr == "shape"
-            and isinstance(v.value, ast.Name)
-            and v.value.id in self.dims
-        ):
-            name = v.value.id
-            k = node.slice
-            if not (isinstance(k, ast.Constant) and isinstance(k.value, int) and 0 <= k.value < self.dims[name]):
-                raise self._refuse(name, node, "reads its shape by an index that is not a constant dimension")
-            new = ast.parse(f"{name}{IDX}{k.value}.shape[0]", mode="eval").body
-            return ast.copy_location(new, node)
+        if isinstance(v, ast.Attribute) and v.attr == "shape" and isinstance(v.value, ast.Name):
+            root = self._root(v.value.id)
+            if root is not None:
+                base, fixed = root
+                k = node.slice
+                if not (
+                    isinstance(k, ast.Constant)
+                    and isinstance(k.value, int)
+                    and 0 <= k.value < self.dims[base] - len(fixed)
+                ):
+                    raise self._refuse(v.value.id, node, "reads its shape by an index that is not a constant dimension")
+                new = ast.parse(f"{base}{IDX}{len(fixed) + k.value}.shape[0]", mode="eval").body
+                return ast.copy_location(new, node)
         chain = self._chain(node)
         if chain is None:
             return self.generic_visit(node)
-        name, parts = chain
-        n = self.dims[name]
+        base, fixed, parts = chain
+        n = self.dims[base] - len(fixed)
         if len(parts) < n:
-            raise self._refuse(name, node, f"takes a view of it with {len(parts)} of its {n} indices")
-        first = [
-            ast.Subscript(value=_idx_name(name, k), slice=self.visit(e), ctx=ast.Load())
-            for k, e in enumerate(parts[:n])
-        ]
+            raise self._refuse(
+                base, node, f"takes a view of it with {len(fixed) + len(parts)} of its {self.dims[base]} indices"
+            )
         new: ast.expr = ast.Subscript(
-            value=ast.Name(id=name, ctx=ast.Load()),
-            slice=first[0] if n == 1 else ast.Tuple(elts=first, ctx=ast.Load()),
+            value=ast.Name(id=base, ctx=ast.Load()),
+            slice=_tuple_or_one(self._indices(base, fixed, parts[:n])),
             ctx=node.ctx if len(parts) == n else ast.Load(),
         )
         rest = [self.visit(e) for e in parts[n:]]
         if rest:  # components of a vector/matrix element: a[i][0]
-            new = ast.Subscript(
-                value=new, slice=rest[0] if len(rest) == 1 else ast.Tuple(elts=rest, ctx=ast.Load()), ctx=node.ctx
-            )
+            new = ast.Subscript(value=new, slice=_tuple_or_one(rest), ctx=node.ctx)
         return ast.copy_location(new, node)
 
     def visit_Call(self, node: ast.Call):
         f = node.func
         fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
         a0 = node.args[0] if node.args else None
-        if isinstance(a0, ast.Name) and a0.id in self.dims:
-            name, n = a0.id, self.dims[a0.id]
+        root = self._root(a0.id) if isinstance(a0, ast.Name) else None
+        if root is not None:
+            base, fixed = root
+            n = self.dims[base] - len(fixed)
             if fname == "len" and len(node.args) == 1:
-                return ast.copy_location(ast.parse(f"{name}{IDX}0.shape[0]", mode="eval").body, node)
+                return ast.copy_location(ast.parse(f"{base}{IDX}{len(fixed)}.shape[0]", mode="eval").body, node)
             extra = 2 if fname == _ATOMIC_CAS else 1 if fname in _ATOMICS else None
             if extra is None or node.keywords or len(node.args) != 1 + n + extra:
-                raise self._refuse(name, node, "passes it whole to a function")
-            idx = [
-                ast.Subscript(value=_idx_name(name, k), slice=self.visit(e), ctx=ast.Load())
-                for k, e in enumerate(node.args[1 : 1 + n])
-            ]
-            node.args = [a0, *idx, *(self.visit(e) for e in node.args[1 + n :])]
+                raise self._refuse(a0.id, node, "passes it whole to a function")
+            idx = self._indices(base, fixed, node.args[1 : 1 + n])
+            node.args = [ast.Name(id=base, ctx=ast.Load()), *idx, *(self.visit(e) for e in node.args[1 + n :])]
             node.func = self.visit(f)
             return node
         return self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute):
-        if isinstance(node.value, ast.Name) and node.value.id in self.dims:
-            if node.attr in _SAME_ATTRS:
-                return node
+        if isinstance(node.value, ast.Name) and self._root(node.value.id) is not None:
+            if node.attr == "dtype" or (node.attr == "ndim" and node.value.id in self.dims):
+                return (
+                    node
+                    if node.value.id in self.dims
+                    else ast.copy_location(
+                        ast.Attribute(
+                            value=ast.Name(id=self.aliases[node.value.id][0], ctx=ast.Load()),
+                            attr="dtype",
+                            ctx=ast.Load(),
+                        ),
+                        node,
+                    )
+                )
             raise self._refuse(node.value.id, node, f"reads its {node.attr!r} whole")
         return self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name):
-        if node.id in self.dims:
+        if self._root(node.id) is not None:
             raise self._refuse(node.id, node, "uses it as a value")
         return node
 

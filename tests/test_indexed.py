@@ -430,6 +430,48 @@ def test_warp_test_indexedarray_struct_kernels(fw, nested, device):
         np.testing.assert_array_equal(to_np(data), want)
 
 
+@wp.kernel
+def row_view_kernel(a: wp.indexedarray(dtype=float, ndim=2), out: wp.array2d(dtype=float)):
+    i = wp.tid()
+    row = a[i]  # a view of the view (Warp's wp.view), bound once
+    for j in range(row.shape[0]):
+        out[i, j] = row[j] * float(j + 1)
+
+
+ROW_VIEW = interop.op(row_view_kernel, launch_dims=2, output_dims=(2, 2), name="indexed_test::row_view")
+
+
+@pytest.mark.parametrize("fw", GRAD_FRAMEWORKS)
+def test_a_view_of_the_view_bound_to_a_name(fw, device):
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    rows, cols = np.array([3, 1], np.int32), np.array([2, 0], np.int32)
+    r, c = _ix(fw, rows, device), _ix(fw, cols, device)
+    got = ROW_VIEW(interop.indexed(to_fw(fw, x, device=device), [r, c]))
+    np.testing.assert_array_equal(to_np(got), x[np.ix_(rows, cols)] * [1, 2])
+    (g,) = _grad(fw, lambda d: ROW_VIEW(interop.indexed(d, [r, c])).sum(), [x], device)
+    expected = np.zeros_like(x)
+    expected[np.ix_(rows, cols)] = [1, 2]
+    np.testing.assert_array_equal(g, expected)
+
+
+@pytest.mark.parametrize("ndim", [2, 3, 4])
+def test_warp_test_indexedarray_shape_kernels(ndim, capfd):
+    # shape_kernel_2d/3d/4d: the view's shape and its views' shapes (view = arr[0], arr[0, 0]), checked
+    # by wp.expect_eq inside the kernel, which prints a failure (the wrong expectation shows it does)
+    mod = _warp_test_kernels()
+    kernel = {2: mod.shape_kernel_2d, 3: mod.shape_kernel_3d, 4: mod.shape_kernel_4d}[ndim]
+    vec = {2: wp.vec2i, 3: wp.vec3i, 4: wp.vec4i}[ndim]
+    op = interop.op(kernel, outputs=0, in_out=["arr"], launch_dims=1)
+    data = np.zeros((5, 4, 3, 2)[:ndim], np.float32)
+    view = interop.indexed(data, [np.array([1, 2], np.int32), None, np.array([0, 2], np.int32), None][:ndim])
+    shape = [2, 4, 2, 2][:ndim]
+    capfd.readouterr()
+    op(view, vec(*shape))
+    assert "expect_eq() failed" not in capfd.readouterr().out
+    op(view, vec(*shape[:-1], 7))
+    assert "expect_eq() failed" in capfd.readouterr().out
+
+
 @pytest.mark.parametrize("fw", FRAMEWORKS)
 def test_warp_sparse_kernel_with_an_int_indexedarray(fw, device):
     # warp.sparse's _bsr_mm_compute_values as shipped: summed_triplet_src_blocks is an indexed view of
@@ -503,6 +545,7 @@ def test_what_an_op_cannot_do_with_a_view_is_refused_when_described():
     def partial_view(a: wp.indexedarray(dtype=float, ndim=2), out: wp.array(dtype=float)):
         i = wp.tid()
         row = a[i]
+        row = a[0]
         out[i] = row[0]
 
     @wp.kernel(module="unique")  # never built: kept out of this file's Warp module
@@ -511,7 +554,8 @@ def test_what_an_op_cannot_do_with_a_view_is_refused_when_described():
         out[i] = wp.tile_sum(wp.tile_load(a, shape=4))[0]
 
     with pytest.raises(
-        interop.UnsupportedError, match=r"parameter 'a' is a wp.indexedarray, and the kernel takes a view"
+        interop.UnsupportedError,
+        match=r"parameter 'a' is a wp.indexedarray, and the kernel binds a view of it to a name assigned more than once",
     ):
         interop.op(partial_view)
     with pytest.raises(interop.UnsupportedError, match=r"passes it whole to a function"):
