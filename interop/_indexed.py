@@ -258,22 +258,15 @@ class _Rewrite(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute):
-        if isinstance(node.value, ast.Name) and self._root(node.value.id) is not None:
-            if node.attr == "dtype" or (node.attr == "ndim" and node.value.id in self.dims):
-                return (
-                    node
-                    if node.value.id in self.dims
-                    else ast.copy_location(
-                        ast.Attribute(
-                            value=ast.Name(id=self.aliases[node.value.id][0], ctx=ast.Load()),
-                            attr="dtype",
-                            ctx=ast.Load(),
-                        ),
-                        node,
-                    )
-                )
-            raise self._refuse(node.value.id, node, f"reads its {node.attr!r} whole")
-        return self.generic_visit(node)
+        name = node.value.id if isinstance(node.value, ast.Name) else None
+        root = self._root(name) if name is not None else None
+        if root is None:
+            return self.generic_visit(node)
+        if node.attr == "dtype":  # the data's, for the view and its views alike
+            return ast.copy_location(ast.parse(f"{root[0]}.dtype", mode="eval").body, node)
+        if node.attr == "ndim" and not root[1]:
+            return node
+        raise self._refuse(name, node, f"reads its {node.attr!r} whole")
 
     def visit_Name(self, node: ast.Name):
         if self._root(node.id) is not None:
