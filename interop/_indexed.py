@@ -93,8 +93,8 @@ def indexed(data: Any, indices: Any) -> Indexed:
         raise ArgumentError("interop.indexed: data must be an array, got None")
     if indices is None or not isinstance(indices, (list, tuple)):
         indices = [indices]
-    if framework_of(data) == "jax":
-        adapter("jax")  # registers Indexed as a pytree: a view may be a jit/vmap/grad argument
+    if framework_of(data) in ("jax", "torch"):
+        adapter(framework_of(data))  # registers Indexed as a pytree: a view may be a transform's argument
     return Indexed(data, tuple(indices))
 
 

@@ -327,6 +327,12 @@ def test_torch_compile_vmap_and_forward_mode(device):
     np.testing.assert_array_equal(to_np(g), _gather_grad_formula(np.ones_like(ref)))
     batch = torch.stack([data.detach(), 2 * data.detach()])
     np.testing.assert_allclose(to_np(torch.vmap(f)(batch)), np.stack([ref, 2 * ref]), rtol=1e-6)
+    # a view is a pytree node: vmap maps over its data, compile takes it as an argument
+    in_dims = (interop.indexed(0, [None, None, None]),)
+    batched = torch.vmap(GATHER, in_dims=in_dims)(interop.indexed(batch, [r, None, c]))
+    np.testing.assert_allclose(to_np(batched), np.stack([ref, 2 * ref]), rtol=1e-6)
+    compiled = torch.compile(GATHER, fullgraph=True)(interop.indexed(data, [r, None, c]))
+    np.testing.assert_array_equal(to_np(compiled), ref)
     tangent = torch.arange(BLOCKS.size, dtype=torch.float32, device=device).reshape(BLOCKS.shape)
     _, t_out = torch.func.jvp(f, (data.detach(),), (tangent,))
     np.testing.assert_array_equal(to_np(t_out), to_np(tangent)[ROBOTS][:, :, COLS])
