@@ -4,6 +4,7 @@ Public names:
 
 - :func:`op` describes a ``wp.kernel`` (or an annotated Python function) as an :class:`Op`;
 - :class:`Op` is called with any framework's arrays and returns that framework's arrays;
+- :func:`indexed` passes a view of an array through index arrays to a ``wp.indexedarray`` parameter;
 - :func:`convert` exchanges an array between frameworks without copying;
 - :func:`scalar_of` says which dtype a generic output takes;
 - :func:`check_gradients` checks an op's reverse mode against its forward mode;
@@ -21,6 +22,7 @@ from ._check_gradients import check_gradients
 from ._convert import convert
 from ._description import OpDescription, Param
 from ._errors import ArgumentError, InteropError, UnsupportedError
+from ._indexed import indexed
 from ._op import Op, op, scalar_of
 from ._precompile import precompile
 from ._precompiled import PrecompiledWarning, use_precompiled
@@ -29,6 +31,7 @@ __all__ = [
     "op",
     "Op",
     "convert",
+    "indexed",
     "backward",
     "scalar_of",
     "precompile",

@@ -416,7 +416,8 @@ def describe(
     if _structs.has_struct_params(fn):
         if jvp is not None:
             raise ArgumentError(
-                f"op {name or getattr(fn, 'key', fn)!r}: jvp= is not supported for kernels with struct parameters"
+                f"op {name or getattr(fn, 'key', fn)!r}: jvp= is not supported for kernels with struct or "
+                "indexed-array parameters"
             )
         return _describe_structs(
             fn,
@@ -543,11 +544,18 @@ def _param(opname: str, i: int, pname: str, ann: Any, in_out: tuple, returned: l
     vector/matrix shape, number of dimensions, genericity and differentiability."""
     role = IN_OUT if pname in in_out else OUTPUT if pname in returned else INPUT
     if _warp_compat.is_array_annotation(ann):
+        if _warp_compat.is_indexed_array_annotation(ann):
+            raise UnsupportedError(
+                f"op {opname!r}: parameter {pname!r} is a wp.indexedarray of a Python-function op; indexed arrays "
+                "are supported as parameters (and struct fields) of a wp.kernel (called with interop.indexed(data, "
+                "indices)). Annotate it as a plain array (wp.array(dtype=...)) and index it explicitly"
+            )
         if not _warp_compat.is_plain_array_annotation(ann):
             raise ArgumentError(
-                f"op {opname!r}: parameter {pname!r} is a wp.{_warp_compat.array_class_name(ann)}; indexed and "
-                "fabric arrays are not supported, annotate it as a plain array (wp.array(dtype=...) or "
-                "wp.array[...])"
+                f"op {opname!r}: parameter {pname!r} is a wp.{_warp_compat.array_class_name(ann)}; fabric arrays "
+                "are not supported: they address Omniverse Fabric memory, which no framework array holds. Annotate "
+                "it as a plain array (wp.array(dtype=...) or wp.array[...]) or a wp.indexedarray (called with "
+                "interop.indexed(data, indices))"
             )
         if not isinstance(ann.ndim, int) or isinstance(ann.ndim, bool):
             raise ArgumentError(
@@ -784,17 +792,7 @@ def _describe_structs(
         )
     inout_set = set(in_out)
     nodes = {e.field: e for e in entries if isinstance(e, _structs.Node)}
-    for n in outputs:
-        node = nodes.get(n) if isinstance(n, str) else None
-        if node is not None and n not in inout_set:
-            scalars = [leaf.path for leaf in node.leaves() if not leaf.is_array]
-            if scalars:
-                raise ArgumentError(
-                    f"op {label!r}: output {n!r} is struct {node.name}, whose field(s) {scalars} are not arrays: "
-                    f"only arrays can be outputs. Describe it as in-out (in_out=[{n!r}]: the call passes the "
-                    "struct, its array fields are updated in place and returned) or make it an output of array "
-                    "fields only"
-                )
+    _structs.refuse_tree_outputs(label, outputs, inout_set, nodes)
     flat_outputs = _structs.expand_names([n for n in outputs if n not in inout_set], entries, "outputs", label, True)
     flat_in_out = _structs.expand_names(in_out, entries, "in_out", label, True)
     flat_outputs = [n for n in flat_outputs if n not in flat_in_out]

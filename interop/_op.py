@@ -129,7 +129,8 @@ class Op:
             *args: the op's call parameters, as for a call.
             tangents: one tangent per differentiable call parameter (float arrays and scalars,
                 inputs and in-outs, in order; ``None`` for a zero tangent): arrays of the same
-                shape, dtype and framework as their primal, numbers for scalars.
+                shape, dtype and framework as their primal, numbers for scalars. For an
+                ``interop.indexed(data, indices)`` argument, the tangent of ``data`` (its shape).
             launch_dims: as for a call.
             output_dims: as for a call (the tangents take their outputs' shapes).
 
@@ -146,7 +147,18 @@ class Op:
             >>> dy
             array([ 3., 12.])
         """
-        return jvp_call(self, args, tangents, launch_dims, output_dims)
+        d = self.description
+        if not d.entries:
+            return jvp_call(self, args, tangents, launch_dims, output_dims)
+        # struct and indexed-array parameters: the flat op's jvp (an indexed view's tangent is its data's)
+        called, names = d.entry_called, tuple(p.name for p in d.returned_params)
+        try:
+            flat = _structs.flatten_call(d.label, d.entries, called, frozenset(p.name for p in d.output_params), args)
+            res, tans = jvp_call(self, flat, tangents, launch_dims, output_dims)
+        except (ArgumentError, UnsupportedError) as e:
+            raise _structs.readable(e, d.entries) from e.__cause__
+        rebuilt = (_structs.rebuild_results(d.entries, called, d.entry_returned, args, names, r) for r in (res, tans))
+        return tuple(rebuilt)
 
     def with_block_dim(self, block_dim: int) -> Op:
         """This op launched with ``block_dim`` threads per block (a cached op of its own).

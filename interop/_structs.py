@@ -25,9 +25,9 @@ from typing import Any
 
 import warp as wp
 
-from . import _warp_compat
+from . import _indexed, _warp_compat
 from ._codegen import kernel_with_signature
-from ._errors import ArgumentError
+from ._errors import ArgumentError, UnsupportedError
 
 SEP = "__"
 FLAT_SUFFIX = "__interop_flat"
@@ -64,15 +64,58 @@ class Node:
         return _warp_compat.struct_name(self.struct)
 
 
+@dataclass(frozen=True)
+class IndexedNode(Node):
+    """A ``wp.indexedarray`` parameter (see ``_indexed``): its leaves are the data (the flat
+    parameter of the same name) and one int32 index array per dimension."""
+
+    ndim: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"wp.indexedarray(ndim={self.ndim})"
+
+
+def _indexed_node(pname: str, ann: Any, field: str | None = None, path: str | None = None) -> IndexedNode:
+    """The tree of indexed array ``pname`` (flat name), a parameter or a struct's ``field`` at ``path``."""
+    ndim = int(ann.ndim)
+    path = path or pname
+    names = _indexed.leaf_names(pname, ndim)
+    children = [Leaf(field="data", path=path, param=pname, is_array=True)]
+    children += [
+        Leaf(field=f"indices[{k}]", path=f"{path}.indices[{k}]", param=names[k + 1], is_array=True) for k in range(ndim)
+    ]
+    return IndexedNode(
+        field=field or pname, path=path, struct_key="indexedarray", children=tuple(children), struct=ann, ndim=ndim
+    )
+
+
+def _indexed_fields(node: Node) -> dict[str, int]:
+    """The indexed arrays among the fields of struct ``node`` (nested too): flat name -> ndim."""
+    out: dict[str, int] = {}
+    for c in node.children:
+        if isinstance(c, IndexedNode):
+            out[c.children[0].param] = c.ndim
+        elif isinstance(c, Node):
+            out.update(_indexed_fields(c))
+    return out
+
+
+def _is_index_leaf(leaf: Leaf) -> bool:
+    """An index array of an indexed array: an input, never returned or differentiated."""
+    return leaf.field.startswith("indices[")
+
+
 def _is_struct(t: Any) -> bool:
     return _warp_compat.is_struct(t)
 
 
 def has_struct_params(fn: Any) -> bool:
-    """Whether ``fn`` (a ``wp.Kernel``) has a parameter annotated with a ``@wp.struct`` type."""
+    """Whether ``fn`` (a ``wp.Kernel``) has a parameter annotated with a ``@wp.struct`` type or a
+    ``wp.indexedarray`` (both described as trees of leaves by a flat kernel)."""
     if not isinstance(fn, wp.Kernel):
         return False
-    return any(_is_struct(a.type) for a in fn.adj.args)
+    return any(_is_struct(a.type) or _indexed.is_indexed(a.type) for a in fn.adj.args)
 
 
 def _node(struct: Any, fieldname: str, path: tuple[str, ...], opname: str) -> Node:
@@ -81,6 +124,8 @@ def _node(struct: Any, fieldname: str, path: tuple[str, ...], opname: str) -> No
         sub = (*path, fname)
         if _is_struct(ftype):
             children.append(_node(ftype, fname, sub, opname))
+        elif _indexed.is_indexed(ftype):
+            children.append(_indexed_node(SEP.join(sub), ftype, field=fname, path=".".join(sub)))
         else:
             children.append(
                 Leaf(
@@ -108,6 +153,8 @@ def _leaf_types(struct: Any, path: tuple[str, ...], out: dict[str, Any]) -> None
     for fname, ftype in _warp_compat.struct_fields(struct):
         if _is_struct(ftype):
             _leaf_types(ftype, (*path, fname), out)
+        elif _indexed.is_indexed(ftype):
+            out.update(_indexed.leaf_annotations(SEP.join((*path, fname)), ftype))
         else:
             out[SEP.join((*path, fname))] = ftype
 
@@ -209,6 +256,34 @@ def flatten_kernel(kernel: Any, opname: str) -> FlatKernel:
         return got
 
 
+def _add_indexed(pname: str, ann: Any, names: set, annotations: dict, opname: str) -> IndexedNode:
+    """The tree of indexed parameter ``pname``, its leaves' annotations added to ``annotations``."""
+    for leaf, leaf_ann in _indexed.leaf_annotations(pname, ann).items():
+        if leaf != pname and (leaf in names or leaf in annotations):
+            raise ArgumentError(
+                f"op {opname!r}: the index arrays of wp.indexedarray {pname!r} would be read as parameter "
+                f"{leaf!r}, which the kernel already has; rename it"
+            )
+        annotations[leaf] = leaf_ann
+    return _indexed_node(pname, ann)
+
+
+def _add_struct(pname: str, ann: Any, names: set, annotations: dict, leafmap: dict, opname: str) -> Node:
+    """The tree of struct parameter ``pname``, its leaves' annotations and source paths recorded."""
+    node = _node(ann, pname, (pname,), opname)
+    types: dict[str, Any] = {}
+    _leaf_types(ann, (pname,), types)
+    for leaf in node.leaves():
+        if leaf.param in names or leaf.param in annotations:
+            raise ArgumentError(
+                f"op {opname!r}: struct field {leaf.path!r} would be read as parameter {leaf.param!r}, "
+                "which the kernel already has; rename one of them"
+            )
+        annotations[leaf.param] = types[leaf.param]
+        leafmap[tuple(leaf.path.split("."))] = leaf.param
+    return node
+
+
 def _make_flat(kernel: Any, opname: str) -> FlatKernel:
     args = [(a.label, a.type) for a in kernel.adj.args]
     names = {n for n, _ in args}
@@ -216,24 +291,20 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
     annotations: dict[str, Any] = {}
     leafmap: dict[tuple[str, ...], str] = {}
     nodes: dict[str, Node] = {}
+    indexed: dict[str, int] = {}
     for pname, ann in args:
+        if _indexed.is_indexed(ann):
+            inode = _add_indexed(pname, ann, names, annotations, opname)
+            entries.append(inode)
+            indexed[pname] = inode.ndim
+            continue
         if not _is_struct(ann):
             entries.append(pname)
             annotations[pname] = ann
             continue
-        node = _node(ann, pname, (pname,), opname)
+        node = nodes[pname] = _add_struct(pname, ann, names, annotations, leafmap, opname)
         entries.append(node)
-        nodes[pname] = node
-        types: dict[str, Any] = {}
-        _leaf_types(ann, (pname,), types)
-        for leaf in node.leaves():
-            if leaf.param in names or leaf.param in annotations:
-                raise ArgumentError(
-                    f"op {opname!r}: struct field {leaf.path!r} would be read as parameter {leaf.param!r}, "
-                    "which the kernel already has; rename one of them"
-                )
-            annotations[leaf.param] = types[leaf.param]
-            leafmap[tuple(leaf.path.split("."))] = leaf.param
+        indexed.update(_indexed_fields(node))
 
     tree = ast.parse(textwrap.dedent(kernel.adj.source))
     fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
@@ -242,11 +313,18 @@ def _make_flat(kernel: Any, opname: str) -> FlatKernel:
         _sub_nodes(node, (root,), all_nodes)
     flat = _Flatten(leafmap, set(all_nodes))
     flat.visit(fdef)
+    if indexed:
+        _indexed.rewrite(fdef, indexed, opname)
     # struct types the rebuilt values are made of, reached through the flat function's closure
     ctor: dict[str, str] = {}
     structs: dict[str, Any] = {}
 
     def collect(node: Node) -> None:
+        if isinstance(node, IndexedNode):
+            raise UnsupportedError(
+                f"op {opname!r}: a struct holding the wp.indexedarray {node.path!r} is used as a whole value (passed "
+                "to a function or assigned); an op reads such a field only as `struct.field[i, ...]`"
+            )
         if node.struct_key not in ctor:
             ctor[node.struct_key] = f"__interop_struct{len(ctor)}"
             structs[ctor[node.struct_key]] = node.struct
@@ -295,6 +373,29 @@ def grad_pointer_params(kernel: Any) -> frozenset:
 
 
 # ---- describing: names given for structs, as leaves -------------------------------------------
+def refuse_tree_outputs(label: str, outputs: list, inout_set: set, nodes: dict) -> None:
+    """Refuse an output (not in-out) that the call cannot make: a view (``wp.indexedarray``) or a
+    struct with scalar fields."""
+    for n in outputs:
+        node = nodes.get(n) if isinstance(n, str) else None
+        if isinstance(node, IndexedNode) and n not in inout_set:
+            raise ArgumentError(
+                f"op {label!r}: parameter {n!r} is a wp.indexedarray, which the call cannot make: it is a view of "
+                f"the caller's array. Describe it as in-out (in_out=[{n!r}]: the call passes "
+                "interop.indexed(data, indices), data is updated through the view and returned) or pass "
+                "outputs= naming the arrays the kernel writes"
+            )
+        if node is not None and n not in inout_set:
+            scalars = [leaf.path for leaf in node.leaves() if not leaf.is_array]
+            if scalars:
+                raise ArgumentError(
+                    f"op {label!r}: output {n!r} is struct {node.name}, whose field(s) {scalars} are not arrays: "
+                    f"only arrays can be outputs. Describe it as in-out (in_out=[{n!r}]: the call passes the "
+                    "struct, its array fields are updated in place and returned) or make it an output of array "
+                    "fields only"
+                )
+
+
 def expand_names(values: Any, entries: tuple, what: str, opname: str, arrays_only: bool) -> tuple[str, ...]:
     """Names in ``values`` (a struct parameter, a dotted leaf ``"state.x"`` or a plain parameter)
     as flat parameter names; a struct stands for its array leaves (``arrays_only``) or all."""
@@ -306,6 +407,9 @@ def expand_names(values: Any, entries: tuple, what: str, opname: str, arrays_onl
             continue
         head, *rest = v.split(".")
         e = by_name.get(head)
+        if isinstance(e, IndexedNode):
+            out.append(e.field)  # the view stands for its data (index arrays are inputs only)
+            continue
         if isinstance(e, Node):
             target: Any = e
             for part in rest:
@@ -319,7 +423,11 @@ def expand_names(values: Any, entries: tuple, what: str, opname: str, arrays_onl
             if isinstance(target, Leaf):
                 out.append(target.param)
             else:
-                out.extend(leaf.param for leaf in target.leaves() if leaf.is_array or not arrays_only)
+                out.extend(
+                    leaf.param
+                    for leaf in target.leaves()
+                    if (leaf.is_array and not _is_index_leaf(leaf)) or not arrays_only
+                )
         else:
             out.append(v)
     return tuple(out)
@@ -400,6 +508,9 @@ def _flatten_value(value: Any, node: Node, out: list, opname: str, skip: frozens
         if isinstance(c, Leaf) and c.param in skip:
             continue  # an output field (outputs=["state.x"]): the call makes it
         v = _field_of(value, c.field, node, opname)
+        if isinstance(c, IndexedNode):
+            out.extend(_indexed.flatten(v, c.path, c.ndim, opname)[0])
+            continue
         if isinstance(c, Node):
             _flatten_value(v, c, out, opname, skip)
             continue
@@ -415,12 +526,18 @@ def flatten_call(op_label: str, entries: tuple, called: tuple[bool, ...], skip: 
     """The flat arguments of a call whose arguments follow ``entries`` (those ``called``);
     ``skip``: the flat names of output leaves (not passed)."""
     out: list[Any] = []
+    from_warp: list[int] = []
     for e, a in zip((e for e, c in zip(entries, called) if c), args):
-        if isinstance(e, Node):
+        if isinstance(e, IndexedNode):
+            leaves, warp_made = _indexed.flatten(a, e.field, e.ndim, op_label)
+            if warp_made:
+                from_warp.extend(range(len(out), len(out) + len(leaves)))
+            out.extend(leaves)
+        elif isinstance(e, Node):
             _flatten_value(a, e, out, op_label, skip)
         else:
             out.append(a)
-    return tuple(out)
+    return tuple(_indexed.harmonize(out, from_warp))
 
 
 def _replace(value: Any, node: Node, new: dict[str, Any]) -> Any:
@@ -449,9 +566,16 @@ def _replace(value: Any, node: Node, new: dict[str, Any]) -> Any:
 def _rebuild(value: Any, node: Node, results: dict[str, Any]) -> Any:
     """The caller's in-out structure ``value`` as it is after the call: itself when every returned
     field is the object passed (updated in place), else a new one with the new fields."""
+    if isinstance(node, IndexedNode):
+        return results[node.field]  # the data: the object passed (updated in place) or JAX's new array
     new = {}
     for c in node.children:
         old = _field_of(value, c.field, node, "")
+        if isinstance(c, IndexedNode):
+            r = results.get(c.children[0].param)
+            if r is not None and r is not _indexed.data_of(old):  # JAX: a view of the new data
+                new[c.field] = _indexed.Indexed(r, _indexed.indices_of(old))
+            continue
         if isinstance(c, Node):
             sub = _rebuild(old, c, results)
             if sub is not old:

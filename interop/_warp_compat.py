@@ -57,6 +57,12 @@ Also the description's array and struct tests:
   array class an annotation stands for, so plain arrays are told from indexed/fabric ones
   whatever the spelling.
 - ``warp._src.codegen.Struct``: the type of a ``@wp.struct`` (refused with a clear error).
+- Indexed arrays (interop/_indexed.py): ``matches_array_class(ann, wp.indexedarray)`` tells a
+  ``wp.indexedarray`` annotation; a ``wp.indexedarray`` value's ``data`` and ``indices`` (a list
+  padded with ``None`` to Warp's 4 dimensions, trimmed to ``ndim``) are public attributes.
+  Warp's adjoint of a read or write through an ``indexedarray_t`` is empty (``adj_address`` /
+  ``adj_array_store`` for generic array types in warp/native/array.h, 1.19), which is why the
+  package never launches one (the kernel is rewritten to index the data explicitly).
 - ``context.ModuleBuilder`` / ``context.Module``: Warp's code generation front end run on one
   generic overload while planning (:func:`check_kernel_types`), so a body its argument types do
   not fit fails before any tracing or launch; skipped on Warp versions not in ``CHECKED``.
@@ -359,6 +365,28 @@ def is_array_annotation(ann: Any) -> bool:
 def is_plain_array_annotation(ann: Any) -> bool:
     """True for a plain ``wp.array`` annotation: ``wp.array(dtype=...)`` or ``wp.array[...]``/``wp.arrayNd[...]``."""
     return bool(_types.matches_array_class(ann, wp.array))
+
+
+def is_indexed_array_annotation(ann: Any) -> bool:
+    """True for a ``wp.indexedarray`` annotation: ``wp.indexedarray(dtype=...)`` or ``wp.indexedarray[...]``."""
+    return bool(_types.is_array(ann)) and bool(_types.matches_array_class(ann, wp.indexedarray))
+
+
+def is_indexedarray_value(x: Any) -> bool:
+    """True for a ``wp.indexedarray`` instance (an array, not an annotation: it has data)."""
+    return isinstance(x, wp.indexedarray) and getattr(x, "data", None) is not None
+
+
+def indexedarray_parts(x: Any) -> tuple[Any, list]:
+    """The data and the per-dimension indices (``None`` for a whole dimension) of a ``wp.indexedarray``;
+    ``indices`` is padded to Warp's 4 dimensions in every checked version: trimmed to ``ndim``."""
+    return x.data, list(x.indices)[: x.ndim]
+
+
+def is_fabric_value(x: Any) -> bool:
+    """True for a ``wp.fabricarray`` / ``wp.indexedfabricarray`` instance."""
+    kinds = tuple(k for k in (getattr(wp, "fabricarray", None), getattr(wp, "indexedfabricarray", None)) if k)
+    return bool(kinds) and isinstance(x, kinds)
 
 
 def array_class_name(ann: Any) -> str:

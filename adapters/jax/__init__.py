@@ -401,3 +401,16 @@ def disabled_checks(*ops) -> list:
 
 
 _register_described()
+
+
+def _register_indexed() -> None:
+    """``interop.indexed(x, idx)`` views are pytrees (data, then the indices), so they may be the
+    arguments of ``jax.jit``, ``jax.vmap`` and ``jax.grad`` functions."""
+    from interop._indexed import Indexed
+
+    jax.tree_util.register_pytree_node(
+        Indexed, lambda v: ((v.data, v.indices), None), lambda _, c: Indexed(c[0], tuple(c[1]))
+    )
+
+
+_register_indexed()

@@ -494,3 +494,16 @@ def _seed_type_cache() -> None:
 
 
 _seed_type_cache()
+
+
+def _register_indexed() -> None:
+    """``interop.indexed(t, idx)`` views are pytree nodes (data, then the indices), so ``torch.vmap``
+    maps over their data (``in_dims=interop.indexed(0, None)``) and ``torch.compile`` takes them."""
+    from interop._indexed import Indexed
+
+    from .compat import register_pytree
+
+    register_pytree(Indexed, lambda v: ((v.data, v.indices), None), lambda c, _: Indexed(c[0], tuple(c[1])))
+
+
+_register_indexed()

@@ -616,3 +616,14 @@ def current_raw_stream(index: int) -> int:
     if _raw_stream is not None:
         return _raw_stream(index)
     return torch.cuda.current_stream(index).cuda_stream
+
+
+def register_pytree(cls: type, flatten: Any, unflatten: Any) -> None:
+    """Make ``cls`` a node of torch's pytrees (``torch.utils._pytree.register_pytree_node``, the
+    registry ``torch.vmap`` and ``torch.compile`` flatten arguments with; checked on 2.13)."""
+    from torch.utils import _pytree
+
+    try:
+        _pytree.register_pytree_node(cls, flatten, unflatten)
+    except ValueError:  # already registered (a reloaded adapter)
+        pass
