@@ -15,7 +15,7 @@ from ._frameworks import framework_of
 
 
 class GradientCheckError(InteropError, AssertionError):
-    """:func:`check_gradients` with ``raise_on=``: an input whose reverse and forward modes disagree
+    """``check_gradients`` with ``raise_on=``: an input whose reverse and forward modes disagree
     (an ``AssertionError``, so a test suite reports it as a failed check)."""
 
 
@@ -40,9 +40,9 @@ def check_gradients(op: Any, *args: Any, raise_on: float | None = None, seed: in
     arrays). Costs one reverse pass and one forward-mode call per input.
 
     Args:
-        op: an :class:`interop.Op`.
+        op: an ``interop.Op``.
         *args: the op's call arguments, as for a call (arrays of one framework, scalars).
-        raise_on: a tolerance: raise :class:`GradientCheckError` naming every input past it.
+        raise_on: a tolerance: raise ``GradientCheckError`` naming every input past it.
         seed: seeds the random directions.
         **kwargs: call arguments by name, and ``launch_dims=`` / ``output_dims=``.
 
@@ -55,7 +55,7 @@ def check_gradients(op: Any, *args: Any, raise_on: float | None = None, seed: in
         compared with forward mode; around the square root of that with finite differences.
 
     Raises:
-        AssertionError: (an :class:`interop.InteropError` too) with ``raise_on``, naming the inputs
+        AssertionError: (an ``interop.InteropError`` too) with ``raise_on``, naming the inputs
             whose disagreement is past it.
 
     Example:

@@ -4,7 +4,7 @@ Each op's FFI targets (``interop.<op name>.fwd`` / ``.bwd``, :mod:`adapters.jax.
 registered when the op is described; a module deserialized before that fails inside XLA with
 ``NOT_FOUND: No FFI handler registered for interop....``, which does not say what to do. A handler
 cannot be registered lazily: it runs the op's kernel, which only its description names. So
-:func:`check_exported` (and :func:`deserialize`, which calls it) reads the module's custom calls and
+``check_exported`` (and ``deserialize``, which calls it) reads the module's custom calls and
 raises an error naming each op to describe, by kernel name, before XLA is reached.
 """
 
@@ -22,7 +22,7 @@ _ANONYMOUS = re.compile(r"^interop\.(?P<kernel>.+?)_[0-9a-f]{6}_[0-9a-f]{8}(?:_\
 
 
 def missing_targets(exported) -> list[str]:
-    """The FFI targets of this package that ``exported`` (a :class:`jax.export.Exported`) calls and
+    """The FFI targets of this package that ``exported`` (a ``jax.export.Exported``) calls and
     that no op described in this process provides."""
     names = sorted({m.group(1) for m in _CALL.finditer(exported.mlir_module()) if m.group(1).startswith("interop.")})
     missing = []
@@ -34,7 +34,7 @@ def missing_targets(exported) -> list[str]:
 
 
 def check_exported(exported) -> None:
-    """Raises :class:`interop.UnsupportedError` naming, by kernel name, each op that the deserialized
+    """Raises ``interop.UnsupportedError`` naming, by kernel name, each op that the deserialized
     ``exported`` calls and that this process has not described (XLA would fail with ``NOT_FOUND: No FFI
     handler registered``). Describe each one (``interop.op(kernel, <the same options>)``), then call."""
     missing = missing_targets(exported)
@@ -56,7 +56,7 @@ def check_exported(exported) -> None:
 
 
 def deserialize(serialized):
-    """:func:`jax.export.deserialize`, then :func:`check_exported`: an exported function whose ops are
+    """``jax.export.deserialize``, then ``check_exported``: an exported function whose ops are
     not described in this process is refused, naming them, when it is loaded."""
     import jax
 
