@@ -222,3 +222,47 @@ def test_callback_entered_with_a_pending_interrupt_keeps_it_inside():
     assert "on calling ctypes callback" in plain.stderr  # the window is real, and this test reaches it
     assert "on calling ctypes callback" not in patched.stderr, patched.stderr[-3000:]
     assert int(patched.stdout.split("RESULTS")[-1]) > 100  # and interrupts did land
+
+
+def test_eager_grad_backward_handler_interrupt_is_keyboard_interrupt():
+    """The regression of issue 50, made certain: a Ctrl-C handled inside the *adjoint* launch's handler
+    of an eager ``jax.grad`` (the handler raises KeyboardInterrupt there) reaches the caller as
+    KeyboardInterrupt, not as JAX's ``ValueError: UNKNOWN: KeyboardInterrupt: ...``; an exception the
+    handler raises reaches it as itself. (The storms above land there only now and then.)"""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import warp as wp
+    from _devices import jax_device
+
+    import interop
+    from adapters.jax import ffi as _jax_ffi
+
+    @wp.kernel(module="unique")
+    def square_bwd_probe(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+        i = wp.tid()
+        out[i] = x[i] * x[i]
+
+    op = interop.op(square_bwd_probe)
+    x = jax.device_put(np.arange(4, dtype=np.float32), jax_device("cpu"))
+    grad = jax.grad(lambda a: jnp.sum(op(a)))
+    np.testing.assert_array_equal(np.asarray(grad(x)), 2 * np.arange(4))  # warm: the adjoint target exists
+    slot = _jax_ffi._slots[f"interop.{op.name.replace('::', '.')}.bwd"][0]
+    original = slot.ref
+
+    def fail_with(exc):
+        def handler(p, platform):
+            raise exc
+
+        return handler
+
+    try:
+        slot.ref = lambda: fail_with(KeyboardInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            grad(x)
+        slot.ref = lambda: fail_with(ZeroDivisionError("from the adjoint handler"))
+        with pytest.raises(ZeroDivisionError, match="from the adjoint handler"):
+            grad(x)
+    finally:
+        slot.ref = original
+    np.testing.assert_array_equal(np.asarray(grad(x)), 2 * np.arange(4))  # and right again
