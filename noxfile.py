@@ -272,11 +272,13 @@ def properties(session):
     """Property-based tests at full size: INTEROP_PROPERTY_EXAMPLES generated cases per test and framework.
 
     Default 3,400: the generated single calls (layouts x requires_grad x paths, 3,400 per framework),
+    the struct calls (3,400), the tile calls (680), the index-array calls (gather/scatter, 3,400),
     the sequences (850 per framework, 5-30 calls each: about 14,000 calls), the older layout/dtype/
     in-out/gradient properties (3,400 each), every import order (24), the interrupt storms (6 seeds
-    per framework) and the describe/drop loops (340 ops per framework): well over 10,000 cases per
-    framework. Counts per framework and dimension are printed at the end (and written to
-    property-counts.json). Override with ``nox -s properties -- <count> [pytest args]``. Cases are
+    per framework) and the describe/drop loops (340 ops per framework): well over 10,000 generated
+    cases per framework (each drawn call, the calls of a sequence each; the session fails below
+    PROPERTY_MIN_CASES at this default size). Counts per framework and dimension, and the generated
+    cases per framework, are printed at the end (and written to property-counts.json). Override with ``nox -s properties -- <count> [pytest args]``. Cases are
     drawn at random (not the CI's fixed set).
     """
     _install(session, "torch,jax,paddle,test", "ci.txt")
@@ -288,6 +290,24 @@ def properties(session):
     }
     files = sorted(glob.glob(os.path.join("tests", "test_properties*.py")))
     session.run("pytest", "-q", "-p", "no:cacheprovider", *files, *session.posargs[1:], env=env)
+    if count == "3400" and not session.posargs[1:]:
+        _check_property_totals(session, env["INTEROP_PROPERTY_COUNTS"], PROPERTY_MIN_CASES)
+
+
+#: the generated cases per framework a full-size properties session must run (issue 50)
+PROPERTY_MIN_CASES = 10_000
+
+
+def _check_property_totals(session, path: str, minimum: int) -> None:
+    """Fail the session when a framework ran fewer than ``minimum`` generated cases (the "cases"
+    dimension of the counts written by conftest.py)."""
+    with open(path) as f:
+        table = json.load(f)
+    totals = {fw: sum(dims.get("cases", {}).values()) for fw, dims in table.items()}
+    session.log("generated cases per framework: " + ", ".join(f"{fw} {n:,}" for fw, n in totals.items()))
+    short = {fw: n for fw, n in totals.items() if n < minimum}
+    if short:
+        session.error(f"fewer than {minimum:,} generated cases for {short}")
 
 
 @nox.session(python=USER_PYTHONS)

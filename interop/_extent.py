@@ -421,7 +421,8 @@ def scattered_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) ->
     be sized from the launch (:func:`interop._plan.make_plan` asks for ``output_dims``). A write at
     the thread index is ``out[i]`` with ``i = wp.tid()``, or ``out[i, j, ...]`` with
     ``i, j, ... = wp.tid()`` in launch order (each name bound once), or ``out[wp.tid()]``; component
-    indices after the array's own (``out[i][0]``, ``out[i].x``) do not count. Writes inside the
+    indices after the array's own (``out[i][0]``, ``out[i].x``) do not count, and a name bound once to
+    a thread index (``k = i``) or to ``wp.hash_grid_point_id(grid, i)`` is that index. Writes inside the
     ``wp.func`` functions the kernel calls and tile stores (at tile coordinates, sized by the tile
     grid) are not looked at: the result never claims a scatter that is not there.
     """
@@ -436,16 +437,22 @@ def scattered_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) ->
     names = {n for n in ndims if not stores.get(n)}
     tid: dict[str, int] = {}
     _thread_index_count(kernel, stores, tid)
-    for node in ast.walk(kernel):  # a local bound once to a thread index is that index (``i = tid``)
-        if (
+    for node in ast.walk(kernel):
+        # a local bound once to a thread index is that index (``i = tid``), and so is the point a hash
+        # grid sorts there (``i = wp.hash_grid_point_id(grid, tid)``: a permutation of the launch, as in
+        # Warp's SPH example)
+        if not (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Name)
             and stores.get(node.targets[0].id) == 1
-            and isinstance(node.value, ast.Name)
-            and node.value.id in tid
         ):
-            tid[node.targets[0].id] = tid[node.value.id]
+            continue
+        v = node.value
+        if isinstance(v, ast.Call) and _call_name(v) == "hash_grid_point_id" and len(v.args) == 2:
+            v = v.args[1]
+        if isinstance(v, ast.Name) and v.id in tid:
+            tid[node.targets[0].id] = tid[v.id]
     first = getattr(fn.adj, "fun_lineno", None)
     offset = first - 1 if isinstance(first, int) else 0
     found: dict[str, tuple[int, str]] = {}

@@ -68,6 +68,13 @@ def _component(x: wp.array(dtype=wp.vec3), out: wp.array(dtype=wp.vec3)):
 
 
 @wp.kernel
+def _hash_sorted(grid: wp.uint64, x: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
+    tid = wp.tid()
+    i = wp.hash_grid_point_id(grid, tid)
+    out[i] = wp.length(x[i])
+
+
+@wp.kernel
 def _transposed(x: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
     i, j = wp.tid()
     out[j, i] = x[i, j]
@@ -99,6 +106,7 @@ def _scatter_store(x: wp.array(dtype=float), idx: wp.array(dtype=int), out: wp.a
         (_at_thread, ()),
         (_at_thread_2d, ()),
         (_component, ()),
+        (_hash_sorted, ()),
         (_transposed, ("out", "out[j, i] = x[i, j]")),
         (_shifted, ("out", "out[i + 1] = x[i]")),
         (_reassigned, ("out", "out[i] = x[i]")),
