@@ -80,11 +80,12 @@ def _grad(fw: str, op, a: np.ndarray, k=None) -> np.ndarray:
         out = op(x)
         (g,) = torch.autograd.grad((out if k is None else out[k]).sum(), [x])
         return g.numpy()
-    if fw == "jax":
+    if fw in ("jax", "jax_jit"):
         jax = pytest.importorskip("jax")
         with jax.enable_x64(True):
             x = jax.device_put(np.asarray(a, np.float64), jax_device("cpu"))
-            return np.asarray(jax.grad(lambda v: (op(v) if k is None else op(v)[k]).sum())(x))
+            grad = jax.grad(lambda v: (op(v) if k is None else op(v)[k]).sum())
+            return np.asarray((jax.jit(grad) if fw == "jax_jit" else grad)(x))
     paddle = pytest.importorskip("paddle", reason="paddlepaddle is not installed")
     x = paddle.to_tensor(a, dtype="float64", place=paddle.CPUPlace(), stop_gradient=False)
     out = op(x)
@@ -92,7 +93,7 @@ def _grad(fw: str, op, a: np.ndarray, k=None) -> np.ndarray:
     return g.numpy()
 
 
-@pytest.mark.parametrize("fw", ["torch", "jax", "paddle"])
+@pytest.mark.parametrize("fw", ["torch", "jax", "jax_jit", "paddle"])
 def test_gradless_temporary_carries_the_gradient(fw):
     g = _grad(fw, ISSUE, A)
     np.testing.assert_allclose(g, 12.0 * A, rtol=1e-12)  # d(3 * 2 a^2)/da = 12 a
