@@ -14,7 +14,8 @@ Refused, with an :class:`UnsupportedError` naming the op, the kernel and the par
 array that overlaps another array of the replay without being it (a view of a temporary made
 before the temporary had a gradient: their gradients would not alias), or that is not contiguous.
 Allocating the temporary with ``requires_grad=True`` (its views then share its gradient) is the
-fix the message names.
+fix the message names. Arrays inside a struct argument and indexed arrays are not looked at (the
+documented limit: allocate those with ``requires_grad=True``).
 """
 
 from __future__ import annotations
