@@ -469,6 +469,21 @@ def scattered_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) ->
     return tuple((n, *found[n]) for n in order if n in found)
 
 
+def check_scattered(label: str, fn: Any, scattered: Sequence[tuple[str, int, str]], sized: set) -> None:
+    """Refuse to size from the launch an output of :func:`scattered_outputs` that the call gives no
+    ``output_dims`` for (``sized``: the outputs it gives them for): its shape is not the launch's."""
+    for name, line, text in scattered:
+        if name in sized:
+            continue
+        where = getattr(getattr(fn, "adj", None), "filename", None)
+        raise ArgumentError(
+            f"op {label!r}, output {name!r}: the kernel writes it at an index that is not the thread's "
+            f"(line {line}{f' of {where}' if where else ''}: {text}), so its shape cannot be inferred from the "
+            f"launch; pass output_dims={{{name!r}: shape}} (to interop.op or the call) with the shape it is "
+            "written into"
+        )
+
+
 def fully_written(written: Sequence[tuple[str, tuple[int, ...]]], launch: Sequence[int], shapes: dict) -> frozenset:
     """Names of the outputs of :func:`written_outputs` that this launch writes entirely: each
     output dimension's extent equals the launch extent of the thread index writing it."""

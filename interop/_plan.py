@@ -454,7 +454,10 @@ def make_plan(
     generic_elem, scalar_refs = _input_types(desc, specs, types, shapes)
     ld, od = _call_dims(desc, launch_dims, output_dims)
     _output_types(desc, od, generic_elem, types, shapes)
-    _refuse_scattered(desc, shapes)
+    # an output written at other indices than the thread's is never sized from the launch
+    _extent.check_scattered(
+        desc.label, desc.fn, desc.scattered, {p.name for p in desc.output_params if shapes[p.index] is not None}
+    )
     default_dims, source, tile_dims = _default_dims(desc, ld, shapes, extents)
     for p in desc.output_params:
         if shapes[p.index] is not None:
@@ -489,22 +492,6 @@ def make_plan(
         tuple(scalar_refs),
         zero,
     )
-
-
-def _refuse_scattered(desc: OpDescription, shapes: list) -> None:
-    """Refuse to size from the launch an output the kernel writes at other indices than the
-    thread's (a scatter, an atomic at a computed index): its shape is not the launch's."""
-    for name, line, text in desc.scattered:
-        p = next(q for q in desc.output_params if q.name == name)
-        if shapes[p.index] is not None:
-            continue
-        where = getattr(getattr(desc.fn, "adj", None), "filename", None)
-        raise ArgumentError(
-            f"op {desc.label!r}, output {name!r}: the kernel writes it at an index that is not the thread's "
-            f"(line {line}{f' of {where}' if where else ''}: {text}), so its shape cannot be inferred from the "
-            f"launch; pass output_dims={{{name!r}: shape}} (to interop.op or the call) with the shape it is "
-            "written into"
-        )
 
 
 def _input_types(desc: OpDescription, specs: Sequence[Any], types: list, shapes: list) -> tuple[Any, list]:
