@@ -382,7 +382,7 @@ def _index_chain(target: ast.AST) -> tuple[str | None, list[ast.AST]]:
     node = target
     while isinstance(node, (ast.Subscript, ast.Attribute)):
         if isinstance(node, ast.Subscript):
-            chain.append(node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice])
+            chain.append(list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice])
         node = node.value
     name = node.id if isinstance(node, ast.Name) else None
     return name, [e for part in reversed(chain) for e in part]
