@@ -7,7 +7,7 @@ with the op or the call, and now and then a scatter call without any (refused: a
 naming the output and asking for ``output_dims``). Values and gradients are compared with NumPy's
 own formula (``np.add.at``), on the CPU.
 
-The ``checked`` dimension (:data:`CHECKED`) is the hook for checked mode (``interop.op(...,
+The ``checked`` dimension (``property_calls.CHECKED``) is the hook for checked mode (``interop.op(...,
 checked=True)``, issue 50, built separately): it is off, ``(False,)``, until checked mode lands; then
 ``INTEROP_PROPERTY_CHECKED=1`` (or switching the default) draws ``checked`` too, and a checked call may
 draw out-of-range indices (:func:`index_calls`), which must raise ``interop.BoundsError`` and leave the
@@ -19,7 +19,6 @@ INTEROP_PROPERTY_EXAMPLES calls per framework (CI default small; ``nox -s proper
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,15 +27,11 @@ import warp as wp
 from _devices import jax_device
 from hypothesis import event, given
 from hypothesis import strategies as st
-from property_calls import EXAMPLES, FRAMEWORKS, count, property_settings
+from property_calls import CHECKED, EXAMPLES, FRAMEWORKS, count, property_settings
 
 import interop
 
 pytestmark = pytest.mark.timeout(7200)
-
-#: checked mode as a generator dimension: (False,) until checked mode lands (issue 50); the lead
-#: switches it on with INTEROP_PROPERTY_CHECKED=1 (or makes (False, True) the default)
-CHECKED = (False, True) if os.environ.get("INTEROP_PROPERTY_CHECKED") == "1" else (False,)
 
 
 @wp.kernel
