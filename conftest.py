@@ -238,6 +238,9 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{fw}:")
         for dim, vals in dims.items():
             terminalreporter.write_line(f"  {dim}: " + ", ".join(f"{v} {n}" for v, n in vals.items()))
+    # one generated case: one drawn call (single, struct, tile, index-array calls, each call of a sequence)
+    totals = {fw: sum(dims.get("cases", {}).values()) for fw, dims in table.items()}
+    terminalreporter.write_line("generated cases per framework: " + ", ".join(f"{fw} {n}" for fw, n in totals.items()))
     path = os.environ.get("INTEROP_PROPERTY_COUNTS")
     if path:
         with open(path, "w") as f:

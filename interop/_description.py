@@ -23,7 +23,15 @@ import warp as wp
 from . import _backward, _dtypes, _structs, _warp_compat
 from ._blocks import CUDA_BLOCK_DIM, MAX_BLOCK_DIM, check_block_dim, tile_grid_rank, tile_launch_given  # noqa: F401 (re-exported)
 from ._errors import ArgumentError, UnsupportedError
-from ._extent import arrays_written, direct_indexing, thread_domain, tile_form, uses_tiles, written_outputs
+from ._extent import (
+    arrays_written,
+    direct_indexing,
+    scattered_outputs,
+    thread_domain,
+    tile_form,
+    uses_tiles,
+    written_outputs,
+)
 
 INPUT = "input"
 IN_OUT = "in_out"
@@ -149,6 +157,10 @@ class OpDescription:
     tile_form: tuple = field(default=("none", 0, False), compare=False, hash=False)
     # (output, launch dim per output dim) the kernel writes element by element (see _extent)
     written: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
+    # (output, line, source text) of outputs the kernel writes at an index that is not the thread's
+    # (a scatter, an atomic at a computed index; see _extent.scattered_outputs): never sized from the
+    # launch, a call must give their output_dims
+    scattered: tuple[tuple[str, int, str], ...] = field(default=(), compare=False, hash=False)
     # per generic output given one, the rule for its dtype: ((name, DtypeOf or a Warp type), ...), sorted
     output_dtypes: tuple = ()
     # a hand-written tangent kernel (interop.op(..., jvp=)): the kernel's parameters, then one tangent
@@ -694,6 +706,7 @@ def _source_facts(fn: Any, kind: str, params: tuple, bwd: Any) -> dict[str, Any]
         "tiles": tiles,
         "tile_form": tile_form(fn, arrays) if tiles else ("none", 0, False),
         "written": written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
+        "scattered": scattered_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
     }
 
 

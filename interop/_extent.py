@@ -375,6 +375,115 @@ def written_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) -> t
     return tuple(sorted(found))
 
 
+def _index_chain(target: ast.AST) -> tuple[str | None, list[ast.AST]]:
+    """``("a", [i, j, k])`` for ``a[i, j][k]`` or ``a[i][j].x``: the root name and the indices from
+    the outermost array index inward (component indices of a vec/mat element follow the array's)."""
+    chain: list[list[ast.AST]] = []
+    node = target
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Subscript):
+            chain.append(list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice])
+        node = node.value
+    name = node.id if isinstance(node, ast.Name) else None
+    return name, [e for part in reversed(chain) for e in part]
+
+
+def _output_writes(kernel: ast.FunctionDef, names: set[str], ndims: dict[str, int]):
+    """``(output, indices, node)`` for every write of an output in the kernel body: a store or an
+    augmented store through subscripts, or an atomic whose first argument is the output."""
+    for node in ast.walk(kernel):
+        if isinstance(node, ast.Assign):
+            targets = [
+                t for target in node.targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])
+            ]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and node.args and _call_name(node) in _ATOMICS:
+            a = node.args[0]
+            if isinstance(a, ast.Name) and a.id in names:
+                yield a.id, list(node.args[1 : 1 + ndims[a.id]]), node
+            continue
+        else:
+            continue
+        for t in targets:
+            if isinstance(t, ast.Subscript):
+                name, idx = _index_chain(t)
+                if name in names:
+                    yield name, idx, node
+
+
+def scattered_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) -> tuple[tuple[str, int, str], ...]:
+    """Outputs the kernel writes at an index that is not the thread's: ``(name, line, source)`` of
+    the first such write of each, in the kernel's source file (the line where Warp knows it).
+
+    The output's shape then says nothing about the launch (a scatter ``f[idx[i]] += v``, an atomic
+    at a computed index ``wp.atomic_add(f, i // 2, v)``, a reduction into ``out[0]``), so it must not
+    be sized from the launch (:func:`interop._plan.make_plan` asks for ``output_dims``). A write at
+    the thread index is ``out[i]`` with ``i = wp.tid()``, or ``out[i, j, ...]`` with
+    ``i, j, ... = wp.tid()`` in launch order (each name bound once), or ``out[wp.tid()]``; component
+    indices after the array's own (``out[i][0]``, ``out[i].x``) do not count, and a name bound once to
+    a thread index (``k = i``) or to ``wp.hash_grid_point_id(grid, i)`` is that index. Writes inside the
+    ``wp.func`` functions the kernel calls and tile stores (at tile coordinates, sized by the tile
+    grid) are not looked at: the result never claims a scatter that is not there.
+    """
+    if kind != "kernel" or not outputs:
+        return ()
+    tree = getattr(getattr(fn, "adj", None), "tree", None)
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        return ()
+    kernel = tree.body[0]
+    ndims = dict(outputs)
+    stores = _stored_names(kernel)
+    names = {n for n in ndims if not stores.get(n)}
+    tid: dict[str, int] = {}
+    _thread_index_count(kernel, stores, tid)
+    for node in ast.walk(kernel):
+        # a local bound once to a thread index is that index (``i = tid``), and so is the point a hash
+        # grid sorts there (``i = wp.hash_grid_point_id(grid, tid)``: a permutation of the launch, as in
+        # Warp's SPH example)
+        if not (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and stores.get(node.targets[0].id) == 1
+        ):
+            continue
+        v = node.value
+        if isinstance(v, ast.Call) and _call_name(v) == "hash_grid_point_id" and len(v.args) == 2:
+            v = v.args[1]
+        if isinstance(v, ast.Name) and v.id in tid:
+            tid[node.targets[0].id] = tid[v.id]
+    first = getattr(fn.adj, "fun_lineno", None)
+    offset = first - 1 if isinstance(first, int) else 0
+    found: dict[str, tuple[int, str]] = {}
+    for name, idx, node in _output_writes(kernel, names, ndims):
+        if name in found:
+            continue
+        at_thread = all(
+            _tid_dim(e, tid) is not None and max(tid.get(getattr(e, "id", ""), 0), 0) == k
+            for k, e in enumerate(idx[: ndims[name]])
+        )
+        if not at_thread:
+            found[name] = (getattr(node, "lineno", 1) + offset, ast.unparse(node).splitlines()[0])
+    order = [n for n, _ in outputs]
+    return tuple((n, *found[n]) for n in order if n in found)
+
+
+def check_scattered(label: str, fn: Any, scattered: Sequence[tuple[str, int, str]], sized: set) -> None:
+    """Refuse to size from the launch an output of :func:`scattered_outputs` that the call gives no
+    ``output_dims`` for (``sized``: the outputs it gives them for): its shape is not the launch's."""
+    for name, line, text in scattered:
+        if name in sized:
+            continue
+        where = getattr(getattr(fn, "adj", None), "filename", None)
+        raise ArgumentError(
+            f"op {label!r}, output {name!r}: the kernel writes it at an index that is not the thread's "
+            f"(line {line}{f' of {where}' if where else ''}: {text}), so its shape cannot be inferred from the "
+            f"launch; pass output_dims={{{name!r}: shape}} (to interop.op or the call) with the shape it is "
+            "written into"
+        )
+
+
 def fully_written(written: Sequence[tuple[str, tuple[int, ...]]], launch: Sequence[int], shapes: dict) -> frozenset:
     """Names of the outputs of :func:`written_outputs` that this launch writes entirely: each
     output dimension's extent equals the launch extent of the thread index writing it."""

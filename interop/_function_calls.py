@@ -15,6 +15,7 @@ from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._plan import check_scalar_value, vector_components
 from ._scalar_ref import build_lock
 from ._streams import ordered_warp_work
+from ._tape_grads import give_temporaries_grads
 
 
 class FunctionCalls:
@@ -76,7 +77,10 @@ class FunctionCalls:
             if scratch_outputs and p.role != "input":
                 # recompute into scratch: in-out arrays only accumulate (documented rule), so
                 # their adjoint does not depend on the value they held
-                a = wp.zeros(self.plan.warp_shapes[i], dtype=plan.types[i], device=device, requires_grad=g is not None)
+                # with a gradient even where no upstream one comes: a later launch of the function may
+                # read this output, and the gradient reaching the inputs through it must not be dropped
+                floats = _dtypes.is_float(_dtypes.split(plan.types[i])[0])
+                a = wp.zeros(self.plan.warp_shapes[i], dtype=plan.types[i], device=device, requires_grad=floats)
                 if g is not None:
                     a.grad = g
                 args.append(a)
@@ -119,6 +123,8 @@ class FunctionCalls:
             try:
                 with tape:
                     self.plan.kernel(*args)
+                # temporaries the function made without requires_grad still carry the gradient
+                give_temporaries_grads(tape, args, self.plan.desc.label)
                 tape.backward()
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
@@ -201,6 +207,8 @@ class FunctionCalls:
                 if g is not None:
                     a.grad = g
             try:
+                # temporaries the function made without requires_grad still carry the gradient
+                give_temporaries_grads(kept.tape, kept.args, plan.desc.label)
                 kept.tape.backward()
             except Exception as e:
                 raise naming_op(e, plan.desc.label)  # noqa: B904 (the original is its __cause__)

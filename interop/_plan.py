@@ -454,6 +454,10 @@ def make_plan(
     generic_elem, scalar_refs = _input_types(desc, specs, types, shapes)
     ld, od = _call_dims(desc, launch_dims, output_dims)
     _output_types(desc, od, generic_elem, types, shapes)
+    # an output written at other indices than the thread's is never sized from the launch
+    _extent.check_scattered(
+        desc.label, desc.fn, desc.scattered, {p.name for p in desc.output_params if shapes[p.index] is not None}
+    )
     default_dims, source, tile_dims = _default_dims(desc, ld, shapes, extents)
     for p in desc.output_params:
         if shapes[p.index] is not None:

@@ -153,6 +153,23 @@ def active_tape() -> Any:
     return rt.tape if rt is not None else None
 
 
+def tape_launch_arrays(tape: Any) -> list[tuple[Any, list[tuple[str, Any]]]]:
+    """The kernel launches a ``wp.Tape`` recorded, in order: ``(kernel, [(parameter, wp.array)...])``
+    for the array arguments of each (a launch record is ``[kernel, dim, max_blocks, inputs, outputs,
+    ...]`` in 1.16-1.19, read by ``Tape.backward``); functions recorded with ``record_func`` are
+    skipped (they name their own arrays)."""
+    found = []
+    for launch in tape.launches:
+        if callable(launch) or not isinstance(launch, (list, tuple)) or len(launch) < 5:
+            continue
+        kernel = launch[0]
+        labels = [a.label for a in getattr(getattr(kernel, "adj", None), "args", ())]
+        values = list(launch[3]) + list(launch[4])
+        names = labels + [f"argument {k}" for k in range(len(labels), len(values))]
+        found.append((kernel, [(n, v) for n, v in zip(names, values) if isinstance(v, wp.array)]))
+    return found
+
+
 #: The runtime field that holds Warp's active API capture (None when none records launches):
 #: generated launch code reads it directly (``interop._launch.direct_lines``).
 APIC_FIELD = "_apic_capture"

@@ -52,6 +52,13 @@ FRAMEWORKS = [f for f in ("numpy", "torch", "jax", "paddle") if f == "numpy" or 
 #: the frameworks of the generated calls and sequences: CuPy too where it has a CUDA device to run on
 CALL_FRAMEWORKS = FRAMEWORKS + (["cupy"] if devices_for("cupy") else [])
 DOCUMENTED = (interop.ArgumentError, interop.UnsupportedError)
+#: Checked mode as a generator dimension (issue 50): the values ``checked`` is drawn from. Off,
+#: ``(False,)``, until checked mode (``interop.op(..., checked=True)``, ``interop.BoundsError``) lands;
+#: ``INTEROP_PROPERTY_CHECKED=1`` switches it on. Drawn now by the index-array calls
+#: (tests/test_properties_indices.py: a checked call may draw out-of-range indices, which must raise
+#: BoundsError and leave the caller's arrays intact); the generated calls of this module take it once
+#: checked mode gives a checked variant of any catalogue op.
+CHECKED = (False, True) if os.environ.get("INTEROP_PROPERTY_CHECKED") == "1" else (False,)
 
 
 def property_settings(examples: int = EXAMPLES, **kw) -> settings:
@@ -599,6 +606,16 @@ def _contiguous(fw: str, v) -> bool:
     return True
 
 
+def _stride_order_is_c(fw: str, v) -> bool:
+    """Whether the dims of ``v`` longer than 1, ordered by decreasing stride, are in C order: a
+    dense copy made in ``v``'s stride order (torch's ``empty_like`` of a non-dense view) is then
+    packed in C order."""
+    dims = [d for d, n in enumerate(v.shape) if n > 1]
+    st_ = _strides(fw, v)
+    order = sorted(dims, key=lambda d: (-abs(st_[d]), d))
+    return order == dims
+
+
 def _components_packed(fw: str, v, inner: int) -> bool:
     """Whether the ``inner`` trailing (vec/mat component) dims of view ``v`` are packed (C order)."""
     shape, st_ = tuple(v.shape), _strides(fw, v)
@@ -654,10 +671,12 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
     grad_paths = {"torch": ("eager", "compile", "func_grad"), "paddle": ("eager",)}.get(fw, ())
     launched = math.prod(c.launch or pop.launch(c.n, c.m)) > 0  # an empty launch has no adjoint to run
     for k in _grad_pointer_arrays(pop):
-        # (a negated view reaches the op as torch's packed copy of it)
-        if c.path not in grad_paths or not c.grads[k] or c.layouts[k].negated or not launched:
+        if c.path not in grad_paths or not c.grads[k] or not launched:
             continue
-        if math.prod(shapes[k]) and not _contiguous(fw, views[k]):
+        # a negated view reaches the op as torch's copy of it, packed in the view's own stride order
+        # (``empty_like``'s preserve_format): a transposed one stays transposed
+        packed = _stride_order_is_c(fw, views[k]) if c.layouts[k].negated else _contiguous(fw, views[k])
+        if math.prod(shapes[k]) and not packed:
             # Warp's adjoint writes through the array's own gradient pointer with the array's strides,
             # into the packed gradient the framework gives: refused at the backward (a tile kernel's
             # tile_load, a struct value built from the array; docs/contract.md, docs/structs.md)

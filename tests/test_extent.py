@@ -83,8 +83,11 @@ def test_two_dims_each_checked_against_its_launch_dim():
     op = interop.op(cat.transpose_kernel)
     a = np.arange(12, dtype=F).reshape(3, 4)
     np.testing.assert_array_equal(op(a, output_dims=(4, 3)), a.T)
-    # the default output shape (the launch, (3, 4)) is too short in dimension 0 for out[j, i]
+    # out[j, i] is not written at the thread's index in launch order: not sized from the launch
     msg = _err(op, a)
+    assert "output 'out'" in msg and "out[j, i]" in msg and "pass output_dims={'out': shape}" in msg
+    # an output_dims too short in dimension 0 for out[j, i]
+    msg = _err(op, a, output_dims=(3, 3))
     assert "parameter 'out'" in msg and "dimension 0" in msg and "launch extent 4" in msg and "got extent 3" in msg
     # out[j, i]: output dim 1 follows launch dim 0
     msg = _err(op, a, output_dims=(4, 2))
@@ -177,7 +180,7 @@ def test_loop_over_an_array_is_silent():
 
 def test_reassigned_thread_index_is_silent():
     op = interop.op(cat.reassigned_kernel)
-    out = op(np.arange(3, dtype=F) + 1, launch_dims=8)
+    out = op(np.arange(3, dtype=F) + 1, launch_dims=8, output_dims=8)  # out[0] = ...: sized by the call
     assert out.shape == (8,) and out[0] in (1.0, 2.0, 3.0)
 
 

@@ -12,6 +12,7 @@ escapes a callback ("Exception ignored on calling ctypes callback function").
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from _subprocess import run_script
@@ -57,12 +58,16 @@ expected = {k: [np.asarray(a) for a in jax.tree.leaves(f())] for k, f in steps.i
 mode, seconds = sys.argv[1], float(sys.argv[2])
 step = steps[mode]
 deadline = time.monotonic() + seconds
-counts = {"calls": 0, "interrupts": 0, "failed_xla_calls": 0, "failed_jax_calls": 0, "sent": 0}
+# the storm lasts until at least this many interrupts landed (in a call: raised, or failing it)
+landed_at_least = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+counts = {"calls": 0, "interrupts": 0, "failed_xla_calls": 0, "failed_jax_calls": 0, "sent": 0, "leaked": 0}
+leaked = []  # eager calls that failed with JAX's report of the interrupt instead of raising KeyboardInterrupt
 
 
 armed = [False]
 running = [True]
 rng = random.Random(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+EAGER = mode in ("forward", "grad")  # the package's own calls: a Ctrl-C must reach the caller as itself
 
 
 def alarm(signum, frame):
@@ -84,7 +89,8 @@ def done():
     now = time.monotonic()
     if now < deadline:
         return False
-    return now > deadline + 60 or (counts["calls"] > 0 and _jax_ffi.interrupts() > 0)
+    landed = counts["interrupts"] + counts["failed_xla_calls"]
+    return now > deadline + 600 or (counts["calls"] > 0 and _jax_ffi.interrupts() > 0 and landed >= landed_at_least)
 
 
 def loop():
@@ -106,6 +112,9 @@ def loop():
             armed[0] = False
             if "KeyboardInterrupt" in str(e):
                 counts["failed_xla_calls"] += 1
+                if EAGER:  # an eager call must raise KeyboardInterrupt itself (issue 50's regression)
+                    counts["leaked"] += 1
+                    leaked.append(f"{type(e).__name__}: {str(e)[:200]}")
             elif counts["sent"] > sent:
                 # JAX's own Python code, interrupted, may fail otherwise (jax 0.12: ValueError,
                 # RuntimeError, AssertionError from its tracing and cache code, plain jnp too); a call
@@ -128,18 +137,31 @@ for k, f in steps.items():  # every path is still right afterwards
     for a, b in zip(got, expected[k]):
         np.testing.assert_array_equal(a, b)
 counts["in_handlers"] = _jax_ffi.interrupts()  # interrupts that landed inside the FFI handler
+counts["leaked_examples"] = leaked[:3]
 print("RESULTS " + json.dumps(counts), flush=True)
 """
 
 
+# How many interrupts an eager storm lands at least. Issue 50's regression let about 1% of them
+# (5 of ~480) surface as JAX's ValueError instead of KeyboardInterrupt: a storm of n interrupts misses
+# a failure rate p with probability (1 - p)^n, so 460 catch 1% with 99% probability (0.99^460 < 0.01).
+# The soak session (INTEROP_SOAK_FULL=1, `nox -s soak`) lands 5,000: a rate of 0.1% is then caught with
+# 99.3% probability (0.999^5000 < 0.007).
+EAGER_LANDED = 5000 if os.environ.get("INTEROP_SOAK_FULL") == "1" else 460
+
+
 @pytest.mark.parametrize("mode", ["forward", "grad", "jit", "jit_grad"])
 def test_interrupts_over_whole_call_loops_leave_the_process_alive_and_right(mode):
-    r = run_script(CHILD, mode, "6", timeout=600)
+    eager = mode in ("forward", "grad")
+    landed = EAGER_LANDED if eager else 100
+    r = run_script(CHILD, mode, "6" if not eager else "1", "0", str(landed), timeout=900)
     counts = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("RESULTS ")][-1][len("RESULTS ") :])
     assert "on calling ctypes callback" not in r.stderr, r.stderr[-3000:]
     assert counts["calls"] > 0, counts  # (an eager jax.grad takes longer than the interval: few complete)
-    assert counts["interrupts"] + counts["failed_xla_calls"] > 100, counts  # interrupts did land, many times
+    assert counts["interrupts"] + counts["failed_xla_calls"] >= landed, counts  # interrupts did land, many times
     assert counts["in_handlers"] > 0, counts  # some inside XLA's call of the handler
+    # an eager call (the package's own) raises KeyboardInterrupt, never JAX's report of it
+    assert counts["leaked"] == 0, counts
 
 
 ENTRY = """
@@ -200,3 +222,47 @@ def test_callback_entered_with_a_pending_interrupt_keeps_it_inside():
     assert "on calling ctypes callback" in plain.stderr  # the window is real, and this test reaches it
     assert "on calling ctypes callback" not in patched.stderr, patched.stderr[-3000:]
     assert int(patched.stdout.split("RESULTS")[-1]) > 100  # and interrupts did land
+
+
+def test_eager_grad_backward_handler_interrupt_is_keyboard_interrupt():
+    """The regression of issue 50, made certain: a Ctrl-C handled inside the *adjoint* launch's handler
+    of an eager ``jax.grad`` (the handler raises KeyboardInterrupt there) reaches the caller as
+    KeyboardInterrupt, not as JAX's ``ValueError: UNKNOWN: KeyboardInterrupt: ...``; an exception the
+    handler raises reaches it as itself. (The storms above land there only now and then.)"""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import warp as wp
+    from _devices import jax_device
+
+    import interop
+    from adapters.jax import ffi as _jax_ffi
+
+    @wp.kernel(module="unique")
+    def square_bwd_probe(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+        i = wp.tid()
+        out[i] = x[i] * x[i]
+
+    op = interop.op(square_bwd_probe)
+    x = jax.device_put(np.arange(4, dtype=np.float32), jax_device("cpu"))
+    grad = jax.grad(lambda a: jnp.sum(op(a)))
+    np.testing.assert_array_equal(np.asarray(grad(x)), 2 * np.arange(4))  # warm: the adjoint target exists
+    slot = _jax_ffi._slots[f"interop.{op.name.replace('::', '.')}.bwd"][0]
+    original = slot.ref
+
+    def fail_with(exc):
+        def handler(p, platform):
+            raise exc
+
+        return handler
+
+    try:
+        slot.ref = lambda: fail_with(KeyboardInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            grad(x)
+        slot.ref = lambda: fail_with(ZeroDivisionError("from the adjoint handler"))
+        with pytest.raises(ZeroDivisionError, match="from the adjoint handler"):
+            grad(x)
+    finally:
+        slot.ref = original
+    np.testing.assert_array_equal(np.asarray(grad(x)), 2 * np.arange(4))  # and right again

@@ -205,7 +205,7 @@ class JaxOp:
             if self._wait:
                 jax.block_until_ready(outs)
         except Exception as e:
-            if _interrupt.count != seen:
+            if _jax_ffi.was_interrupted(e, seen):
                 raise KeyboardInterrupt from None  # Ctrl-C during the launch failed the XLA call
             # whichever type JAX reports it as (JaxRuntimeError; ValueError from its C++ fast path,
             # jax-ml/jax#34083): the handler's own exception, found by the token its message carries
@@ -313,7 +313,7 @@ class JaxOp:
         """The entry's call (jitted, or its function while tracing), errors translated: Ctrl-C in a
         handler as KeyboardInterrupt, a handler's exception as itself, forward mode's refusal."""
         desc = self.desc
-        interrupts = _jax_ffi.interrupts()
+        seen = _jax_ffi.interrupts()
         try:
             outs = entry.jitted(*operands) if not traced or _jax_compat.manual_axes() else entry.fn(*operands)
             if self._wait and not traced:
@@ -321,7 +321,7 @@ class JaxOp:
         except KeyboardInterrupt:
             raise
         except Exception as e:
-            if _jax_ffi.interrupts() != interrupts:
+            if _jax_ffi.was_interrupted(e, seen):
                 # Ctrl-C during the launch failed the XLA call: hand the interrupt to the user
                 raise KeyboardInterrupt from None
             original_exc = _jax_ffi.original_error(e)  # whichever type JAX reports it as

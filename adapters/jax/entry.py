@@ -384,7 +384,7 @@ def _eager_errors(run):
     except KeyboardInterrupt:
         raise
     except Exception as e:
-        if _jax_ffi.interrupts() != seen:
+        if _jax_ffi.was_interrupted(e, seen):
             raise KeyboardInterrupt from None
         original = _jax_ffi.original_error(e)
         if original is not None and not isinstance(original, KeyboardInterrupt):

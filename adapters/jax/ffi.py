@@ -421,6 +421,33 @@ def interrupts() -> int:
     return _interrupt.count
 
 
+def was_interrupted(e: BaseException, seen: int) -> bool:
+    """Whether the failed XLA call ``e`` failed for a Ctrl-C in a handler: the count of such
+    interrupts grew since ``seen`` (:func:`interrupts` before the call), or ``e`` carries the report
+    (a report interrupted twice hands XLA the error made in advance, not counted)."""
+    return _interrupt.count != seen or _INTERRUPTED in str(e)
+
+
+def run_eager(fn: Callable, *xs: Any) -> Any:
+    """``fn(*xs)``, an XLA call with concrete operands made by the package itself (the launches of an
+    eager ``jax.grad`` or ``jax.vmap``: their handlers run now), its failure translated as an eager
+    call's: a Ctrl-C in a handler raises ``KeyboardInterrupt``, an exception a handler raised is
+    raised as itself, not as JAX's runtime error (``ValueError: UNKNOWN: ...`` from its C++ fast
+    path, ``JaxRuntimeError``)."""
+    seen = _interrupt.count
+    try:
+        return fn(*xs)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        if was_interrupted(e, seen):
+            raise KeyboardInterrupt from None
+        original = original_error(e)
+        if original is not None and not isinstance(original, KeyboardInterrupt):
+            raise original from original.__cause__
+        raise
+
+
 # -- the callback: nothing may unwind into XLA ---------------------------------------------------
 #
 # A Python exception that escapes a ctypes callback is printed ("Exception ignored on calling

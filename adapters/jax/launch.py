@@ -197,7 +197,8 @@ class _Launch:
             outs = self._fn(())(*xs)
         else:  # concrete operands (an eager jax.grad's forward and backward): see _Entry.eager_jit
             fn = self._fn(())
-            outs = self.entry.eager_jit((self, ()), lambda: lambda *ys: fn(*ys))(*xs)
+            # run here: a failure (a Ctrl-C in the handler) is the caller's KeyboardInterrupt, not JAX's error
+            outs = _jax_ffi.run_eager(self.entry.eager_jit((self, ()), lambda: lambda *ys: fn(*ys)), *xs)
         vary = frozenset().union(*map(_jax_compat.varying_axes, xs)) if xs else frozenset()
         if vary:  # inside shard_map: results vary over the mesh axes their operands vary over
             outs = tuple(_jax_compat.cast_varying(o, vary) for o in outs)

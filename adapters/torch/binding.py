@@ -470,13 +470,14 @@ def _refuse_tangents(b: _Binding, args: Sequence[Any]) -> None:
 
 
 def _given_output_dims(b: _Binding, ods: Sequence[Any]) -> dict | None:
-    """The call's per-output ``output_dims`` (those given, as ints; None where none is): the meta plan
-    sizes its outputs as the call does, so a tile kernel whose tile grid has fewer dims than an output
-    (sized by output_dims) is not refused by the fake implementation alone."""
+    """The call's per-output ``output_dims`` (those given, as ints, a symbolic extent as the placeholder
+    1; None where none is): the meta plan sizes its outputs as the call does, so a tile kernel whose
+    tile grid has fewer dims than an output (sized by output_dims) is not refused by the fake
+    implementation alone, and a scatter output given its output_dims is not refused for lack of them."""
     given = {
-        p.name: tuple(int(d) for d in od)
+        p.name: tuple(1 if isinstance(d, torch.SymInt) else int(d) for d in od)
         for p, od in zip(b.outputs, ods)
-        if od is not None and not any(isinstance(d, torch.SymInt) for d in od)
+        if od is not None
     }
     return given or None
 
