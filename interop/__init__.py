@@ -18,7 +18,7 @@ the first time one of its arrays is seen.
 from ._backward import backward
 from ._convert import convert
 from ._description import OpDescription, Param
-from ._errors import ArgumentError, InteropError, UnsupportedError
+from ._errors import ArgumentError, BoundsError, InteropError, UnsupportedError
 from ._op import Op, op, scalar_of
 from ._precompile import precompile
 from ._precompiled import PrecompiledWarning, use_precompiled
@@ -37,5 +37,6 @@ __all__ = [
     "InteropError",
     "ArgumentError",
     "UnsupportedError",
+    "BoundsError",
 ]
 __version__ = "0.1.0"

@@ -17,6 +17,8 @@ import numpy as np
 import warp as wp
 
 from . import _dtypes, _precompiled
+from ._checked import checked_kernel, record
+from ._checked.record import check_record
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._function_calls import FunctionCalls
@@ -45,7 +47,7 @@ def contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
 
 
 class _Slot:
-    __slots__ = ("lock", "launch", "fwd", "adj", "strides", "adj_strides", "contiguous", "scalars")
+    __slots__ = ("lock", "launch", "fwd", "adj", "strides", "adj_strides", "contiguous", "scalars", "err")
 
 
 def _set_arrays(descs: dict, current: dict, contiguous: dict, values: Sequence[Any]) -> None:
@@ -101,9 +103,13 @@ class Runner(FunctionCalls):
         # adds atomically, see _warp_compat): an adapter need not keep them for the backward,
         # and may pass any pointer for them to the adjoint launch
         self.unread_outputs = frozenset(desc.param(name).index for name in desc.adjoint_unread)
+        # checked mode: the kernel's checked variant, launched with an error record (interop._checked)
+        self.checked = desc.checked and desc.kind == "kernel"
 
     # -- kernel ops ------------------------------------------------------------------
     def _kernel(self, adjoint: bool):
+        if self.checked:
+            return checked_kernel(self.plan.kernel, self.plan.scalar_refs, self.plan.desc.label)
         if self.ref_idx:
             return scalar_ref_kernel(self.plan.kernel, self.plan.scalar_refs)
         return self.plan.kernel
@@ -129,6 +135,7 @@ class Runner(FunctionCalls):
         slot.adj_strides = {}
         slot.scalars = {}
         slot.contiguous = {}
+        slot.err = record.new_record(device) if self.checked else None
         inputs = []
         refs = set(self.ref_idx)
         for p in plan.desc.params:
@@ -148,6 +155,8 @@ class Runner(FunctionCalls):
                 v = _zero_of(plan.types[i])
                 slot.scalars[i] = None
                 inputs.append(v)
+        if self.checked:
+            inputs.append(slot.err)
         kw = {}
         if adjoint:
             adj_inputs = []
@@ -162,6 +171,8 @@ class Runner(FunctionCalls):
                     adj_inputs.append(at)
                 else:
                     adj_inputs.append(_zero_of(plan.types[i]))
+            if self.checked:
+                adj_inputs.append(None)
             kw = {"adj_inputs": adj_inputs, "adjoint": True}
         try:
             if plan.desc.block_dim is not None:
@@ -330,6 +341,10 @@ class Runner(FunctionCalls):
             if adjoint:
                 return lambda values, adj, stream=None: self._tape_backward(device, values, adj, stream)
             return lambda values, adj, stream=None: self._call_function(device, values, stream)
+        if self.checked:  # each launch reads its error record: the plain path, which does
+            if adjoint:
+                return lambda values, adj=None, stream=None: self.adjoint(device, values, adj, stream)
+            return lambda values, adj=None, stream=None: self.forward(device, values, stream)
         slot = self._new_slot(device, adjoint)
         launch = slot.launch
         direct = (
@@ -401,6 +416,7 @@ class Runner(FunctionCalls):
         ``_warp_compat.CHECKED``. Elsewhere generated code calls :meth:`launcher`'s ``go``."""
         return (
             get_device(device).is_cpu
+            and not self.checked
             and not self.empty
             and not self.tiles
             and self.plan.desc.kind == "kernel"
@@ -418,7 +434,7 @@ class Runner(FunctionCalls):
         tiles or struct gradients (their gradients travel through the arrays), a deterministic-mode
         record, a Warp not in ``_warp_compat.CHECKED``, a kernel launched over zero threads."""
         device = get_device(device)
-        if not device.is_cuda or self.empty or self.tiles or self.plan.desc.kind != "kernel":
+        if not device.is_cuda or self.empty or self.tiles or self.checked or self.plan.desc.kind != "kernel":
             return None
         if adjoint and not self.plan.desc.has_adjoint:
             raise self.plan.desc.no_adjoint_error()
@@ -506,6 +522,8 @@ class Runner(FunctionCalls):
         try:
             self._fill(slot, values, None)
             slot.launch.launch(stream)
+            if slot.err is not None:
+                check_record(self.plan.desc.label, slot.err, device, stream, "")
         finally:
             slot.lock.release()
 
@@ -529,6 +547,8 @@ class Runner(FunctionCalls):
         try:
             self._fill(slot, values, adj)
             slot.launch.launch(stream)
+            if slot.err is not None:
+                check_record(self.plan.desc.label, slot.err, device, stream, " (backward)")
         finally:
             slot.lock.release()
 
@@ -573,6 +593,9 @@ class _PlainLaunch:
             else:
                 inputs.append(self.scalars[i])
                 adj_inputs.append(_zero_of(plan.types[i]))
+        if slot.err is not None:
+            inputs.append(slot.err)
+            adj_inputs.append(None)
         kw: dict[str, Any] = {}
         if self.block_dim is not None:
             kw["block_dim"] = self.block_dim
