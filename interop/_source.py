@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 import textwrap
+import weakref
 from typing import Any
 
 import warp as wp
@@ -23,27 +25,53 @@ from ._warp_compat import builtin_function, make_function, warp_function_class
 
 
 class Source:
-    """Where a function's source came from, for messages naming a line."""
+    """Where a function's source came from, for messages naming a line. A generated variant's
+    source (a tangent kernel's) marks each line with the line of the source it was made from
+    (``# interop:<line>``, see :data:`ORIGIN`): ``origin`` is that source, and lines are named there."""
 
-    def __init__(self, fn_obj: Any, adj: Any):
+    def __init__(self, fn_obj: Any, adj: Any, origin: Source | None = None):
         self.text = textwrap.dedent(adj.source)
         self.lines = self.text.splitlines()
         code = getattr(adj.func, "__code__", None)
         self.file = code.co_filename if code is not None else "<unknown>"
         self.first = int(getattr(adj, "fun_lineno", 1) or 1)
         self.name = getattr(fn_obj, "key", getattr(adj.func, "__name__", "?"))
+        self.origin = origin
+
+    def line_at(self, k: int) -> tuple[str, int, str]:
+        """``(file, line number, the line's text)`` of line ``k`` (1-based) of the source."""
+        text = self.lines[k - 1].strip() if 0 < k <= len(self.lines) else ""
+        if self.origin is not None:
+            marked = _ORIGIN_RE.search(text)
+            if marked:
+                return self.origin.line_at(int(marked.group(1)))
+        return self.file, self.first + k - 1, text
 
     def line(self, node: ast.AST) -> tuple[str, int, str]:
         """``(file, line number, the line's text)`` of ``node``."""
-        k = int(getattr(node, "lineno", 1))
-        text = self.lines[k - 1].strip() if 0 < k <= len(self.lines) else ""
-        return self.file, self.first + k - 1, text
+        return self.line_at(int(getattr(node, "lineno", 1)))
 
     def where(self, node: ast.AST | None) -> str:
         if node is None or not hasattr(node, "lineno"):
             return f"in {self.name} ({self.file})"
         file, line, text = self.line(node)
         return f"at {file}:{line} in {self.name}: `{text}`"
+
+
+# a generated line's mark: the line (1-based, in the source it was made from) it comes from
+ORIGIN = "  # interop:{}"
+_ORIGIN_RE = re.compile(r"# interop:(\d+)$")
+_origins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def set_origin(variant: Any, origin: Source) -> None:
+    """Record that ``variant`` (a generated ``wp.Kernel`` or ``wp.func``) was made from ``origin``."""
+    _origins[variant] = origin
+
+
+def source_of(obj: Any) -> Source:
+    """The :class:`Source` of a kernel or ``wp.func``, naming lines in its origin where it has one."""
+    return Source(obj, obj.adj, _origins.get(obj))
 
 
 class Refusal(Exception):

@@ -31,9 +31,10 @@ from .._source import (
     overload_signature,
     parse_def,
     register_function,
+    source_of,
 )
 from . import record
-from .helpers import ERR, helpers
+from .helpers import AT, ERR, helpers
 from .transform import Checker, array_ndim, rewrite
 
 ENV = "INTEROP_CHECKED"
@@ -68,7 +69,7 @@ def checked_kernel(kernel: Any, scalar_refs: tuple[str, ...] = (), label: str = 
 
 def _build(kernel: Any, scalar_refs: tuple[str, ...]) -> Any:
     adj = kernel.adj
-    src = Source(kernel, adj)
+    src = source_of(kernel)
     fdef = parse_def(adj)
     annotations = dict(adj.arg_types)
     for n in scalar_refs:
@@ -121,16 +122,18 @@ def _build_function(fobj: Any, bodies: list[Any]) -> tuple[str, Any]:
     module = wp.get_module(f"interop_checked_fn.{unique}")
     first: Any = None
     for body in bodies:
-        src = Source(body, body.adj)
+        src = source_of(body)
         fdef = parse_def(body.adj)
         annotations = dict(body.input_types or {})
         arrays = {n: nd for n, t in annotations.items() if (nd := array_ndim(t)) is not None}
         ns = namespace_of(body.func)
         ns.update(helpers())
-        checker = Checker(src, ns, arrays, fobj.key, _function_variant)
+        owner = src.origin.name if src.origin is not None else fobj.key  # a tangent's: its function's
+        checker = Checker(src, ns, arrays, owner, _function_variant)
         text = rewrite(fdef, checker, name)
         ns.update(checker.used)
         annotations[ERR] = wp.array(dtype=wp.int64)
+        annotations[AT] = wp.int64
         fn = compile_function(text, name, ns, annotations, "checked")
         first = register_function(fn, name, module, text, first)
     return name, first

@@ -24,6 +24,9 @@ MAX_NDIM = 4
 # err: [count, site, axis, index, ndim, shape0..shape3]; count says how many accesses were refused
 RECORD_SIZE = 16
 ERR = "_interop_err"
+# a checked wp.func's last parameter: the site of the kernel's call it runs under, times CALLER
+AT = "_interop_at"
+CALLER = 1 << 20
 ATOMICS = (
     "atomic_add",
     "atomic_sub",
@@ -36,7 +39,7 @@ ATOMICS = (
 )
 
 _FAIL = """
-def _interop_ck_fail(err: wp.array(dtype=wp.int64), site: int, axis: int, index: wp.int64, ndim: int,
+def _interop_ck_fail(err: wp.array(dtype=wp.int64), site: Any, axis: int, index: wp.int64, ndim: int,
                      s0: int, s1: int, s2: int, s3: int):
     if wp.atomic_add(err, 0, wp.int64(1)) == wp.int64(0):
         err[1] = wp.int64(site)
@@ -57,7 +60,7 @@ def _shape_args(nd: int) -> str:
 def _ok(nd: int) -> str:
     idx = ", ".join(f"i{k}: Any" for k in range(nd))
     lines = [
-        f"def _interop_ck_ok{nd}(a: wp.array(dtype=Any, ndim={nd}), {idx}, err: wp.array(dtype=wp.int64), site: int):"
+        f"def _interop_ck_ok{nd}(a: wp.array(dtype=Any, ndim={nd}), {idx}, err: wp.array(dtype=wp.int64), site: Any):"
     ]
     for k in range(nd):
         lines += [
@@ -73,7 +76,7 @@ def _load(nd: int) -> str:
     idx = ", ".join(f"i{k}" for k in range(nd))
     return (
         f"def _interop_ck_load{nd}(a: wp.array(dtype=Any, ndim={nd}), {', '.join(f'i{k}: Any' for k in range(nd))}, "
-        "err: wp.array(dtype=wp.int64), site: int):\n"
+        "err: wp.array(dtype=wp.int64), site: Any):\n"
         f"    if _interop_ck_ok{nd}(a, {idx}, err, site):\n"
         f"        return a[{idx}]\n"
         "    return a.dtype(0)\n"
@@ -84,7 +87,7 @@ def _atomic(name: str, nd: int) -> str:
     idx = ", ".join(f"i{k}" for k in range(nd))
     return (
         f"def _interop_ck_{name}{nd}(a: wp.array(dtype=Any, ndim={nd}), {', '.join(f'i{k}: Any' for k in range(nd))}, "
-        "v: Any, err: wp.array(dtype=wp.int64), site: int):\n"
+        "v: Any, err: wp.array(dtype=wp.int64), site: Any):\n"
         f"    if _interop_ck_ok{nd}(a, {idx}, err, site):\n"
         f"        return wp.{name}(a, {idx}, v)\n"
         "    return a.dtype(0)\n"
@@ -94,7 +97,7 @@ def _atomic(name: str, nd: int) -> str:
 def _offset(nd: int) -> str:
     return (
         f"def _interop_ck_off{nd}(a: wp.array(dtype=Any, ndim={nd}), axis: int, o: Any, "
-        "err: wp.array(dtype=wp.int64), site: int):\n"
+        "err: wp.array(dtype=wp.int64), site: Any):\n"
         "    j = wp.int64(o)\n"
         "    n = a.shape[axis]\n"
         "    if j < wp.int64(0) or j >= wp.int64(n):\n"
@@ -124,4 +127,5 @@ def helpers() -> dict[str, Any]:
             fn = compile_function(text, name, ns, None, "checked")
             ns[name] = register_function(fn, name, module, text)
         _helpers.update({k: v for k, v in ns.items() if k.startswith("_interop_ck_")})
+        _helpers["_interop_ck_wp"] = wp  # the module as checked code names it (the user's may differ)
         return _helpers

@@ -17,7 +17,7 @@ import numpy as np
 import warp as wp
 
 from .._errors import BoundsError
-from .helpers import RECORD_SIZE
+from .helpers import CALLER, RECORD_SIZE
 
 
 class Site(NamedTuple):
@@ -26,6 +26,7 @@ class Site(NamedTuple):
     file: str
     line: int
     text: str
+    args: tuple = ()  # a kernel's call of a wp.func: (the function's parameter, the argument) pairs
 
 
 _sites: list[Site] = []
@@ -33,9 +34,9 @@ _index: dict[Site, int] = {}
 _lock = threading.Lock()
 
 
-def site(array: str, owner: str, file: str, line: int, text: str) -> int:
-    """The number of an access (one per distinct array, owner and line; kept for the process)."""
-    s = Site(array, owner, file, line, text)
+def site(array: str, owner: str, file: str, line: int, text: str, args: tuple = ()) -> int:
+    """The number of an access or a call (one per distinct array, owner and line; kept for the process)."""
+    s = Site(array, owner, file, line, text, args)
     with _lock:
         k = _index.get(s)
         if k is None:
@@ -49,22 +50,47 @@ def new_record(device: Any) -> Any:
     return wp.zeros(RECORD_SIZE, dtype=wp.int64, device=device)
 
 
+def _site(k: int) -> Site:
+    return _sites[k] if 0 <= k < len(_sites) else Site("?", "", "?", 0, "")
+
+
+def _what(s: Site, call: Site | None) -> str:
+    """The array an access names: the op's parameter, or a ``wp.func``'s (and the argument it was)."""
+    if not s.owner:
+        return f"parameter {s.array!r}"
+    inner = f"array {s.array!r} of wp.func {s.owner!r}"
+    if call is None:
+        return inner
+    arg = dict(call.args).get(s.array)
+    head = f"parameter {arg!r}" if arg is not None else "an array"
+    return f"{head} (as {inner}, called at {call.file}:{call.line}: `{call.text}`)"
+
+
 def error(label: str, rec: np.ndarray, direction: str = "") -> BoundsError:
     """The :class:`BoundsError` of a host copy of a record whose count is not zero."""
-    count, k, axis, index, ndim = (int(x) for x in rec[:5])
+    count, code, axis, index, ndim = (int(x) for x in rec[:5])
     shape = tuple(int(x) for x in rec[5 : 5 + max(1, min(ndim, 4))])
-    s = _sites[k] if 0 <= k < len(_sites) else Site("?", "", "?", 0, "")
-    what = f"parameter {s.array!r}" if not s.owner else f"array {s.array!r} of wp.func {s.owner!r}"
+    s = _site(code % CALLER)
+    call = _site(code // CALLER - 1) if code >= CALLER else None
     more = f" ({count - 1} more out-of-range accesses in this launch)" if count > 1 else ""
     return BoundsError(
-        f"op {label!r}{direction}: index {index} out of range for {what} along axis {axis}, whose shape is "
-        f"{shape}, at {s.file}:{s.line}: `{s.text}`; the access was not made (checked mode){more}"
+        f"op {label!r}{direction}: index {index} out of range for {_what(s, call)} along axis {axis}, whose "
+        f"shape is {shape}, at {s.file}:{s.line}: `{s.text}`; the access was not made (checked mode){more}"
     )
+
+
+def _named(label: str, direction: str) -> tuple[str, str]:
+    """A tangent op's label (``<kernel>__tangent_<mask>``, ``<name>__jvp``) as its op's, in forward mode."""
+    for mark in ("__tangent_", "__jvp"):
+        if mark in label:
+            return label.split(mark)[0], " (forward mode)" + direction
+    return label, direction
 
 
 def raise_recorded(label: str, err: Any, direction: str = "") -> None:
     """Raise the :class:`BoundsError` recorded in ``err`` (and zero it for the next launch); on CUDA
     this reads the record back, which waits for the launch."""
+    label, direction = _named(label, direction)
     host = err.numpy()
     if host[0] == 0:
         return

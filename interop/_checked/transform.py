@@ -27,7 +27,7 @@ import warp as wp
 
 from .._source import Source, is_builtin, is_user_function, resolve
 from . import record
-from .helpers import ATOMICS, ERR
+from .helpers import AT, ATOMICS, CALLER, ERR
 
 TILE_ACCESSES = {"tile_load": 0, "tile_store": 0, "tile_atomic_add": 0}
 
@@ -65,9 +65,24 @@ class Checker(ast.NodeTransformer):
         self.used: dict[str, Any] = {}  # checked function variants the body calls: name -> wp.func
 
     # -- what an access names ----------------------------------------------------------------------
-    def _site(self, array: str, node: ast.AST) -> ast.Constant:
+    def _site(self, array: str, node: ast.AST) -> ast.expr:
+        """The site number of an access; in a ``wp.func``, plus the kernel's call site (``AT``)."""
         file, line, text = self.src.line(node)
-        return ast.Constant(record.site(array, self.owner, file, line, text))
+        k = ast.Constant(record.site(array, self.owner, file, line, text))
+        if not self.owner:
+            return k
+        return ast.BinOp(left=_call("_interop_ck_wp.int64", [k]), op=ast.Add(), right=_name(AT))
+
+    def _caller(self, fobj: Any, node: ast.Call) -> ast.expr:
+        """What a call of a checked ``wp.func`` passes as ``AT``: in the kernel, this call's site
+        (naming which argument each of the function's parameters is); in a function, its own."""
+        if self.owner:
+            return _name(AT)
+        file, line, text = self.src.line(node)
+        names = list((getattr(fobj, "input_types", None) or {}).keys())
+        args = tuple((n, ast.unparse(a)) for n, a in zip(names, node.args))
+        k = record.site("", "", file, line, text, args)
+        return _call("_interop_ck_wp.int64", [ast.Constant((k + 1) * CALLER)])
 
     def _element(self, node: ast.AST) -> tuple[str, list[ast.expr]] | None:
         """``(array, indices)`` where ``node`` is ``a[i, ...]`` of an array parameter, every axis indexed."""
@@ -175,7 +190,7 @@ class Checker(ast.NodeTransformer):
                 name, fn = made
                 self.used[name] = fn
                 node.func = _name(name)
-                node.args.append(_name(ERR))
+                node.args += [_name(ERR), self._caller(f, node)]
         return node
 
     def _tile(self, node: ast.Call, key: str) -> ast.Call:
@@ -207,5 +222,7 @@ def rewrite(fdef: ast.FunctionDef, checker: Checker, name: str) -> str:
     for a in fdef.args.args:
         a.annotation = None
     fdef.args.args.append(ast.arg(arg=ERR))
+    if checker.owner:
+        fdef.args.args.append(ast.arg(arg=AT))
     ast.fix_missing_locations(fdef)
     return ast.unparse(fdef) + "\n"

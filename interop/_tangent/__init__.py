@@ -40,7 +40,7 @@ import warp as wp
 
 from .._errors import ArgumentError, UnsupportedError
 from .._scalar_ref import build_lock, retry_ast_race
-from .._source import build_kernel, compile_function, function_bodies, overload_signature, register_function
+from .._source import build_kernel, compile_function, function_bodies, overload_signature, register_function, set_origin
 from .._source import parse_def as _parse_def
 from .._warp_compat import is_struct, make_function
 from . import rules as R
@@ -189,6 +189,7 @@ def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: st
         arity = v_arity
         active = [a or b for a, b in zip(active, v_active)] if active else list(v_active)
         function = register_function(_compile(text, name, ns, annotations), name, module, text, function)
+        set_origin(function, _Source(variant, variant.adj))
     return _FunctionJvp(name, function, arity or 0, tuple(active))
 
 
@@ -357,6 +358,7 @@ def _build_tangent_kernel(kernel: Any, differentiable: dict[str, bool], label: s
     sig = overload_signature(kernel)
     suffix = "".join("1" if differentiable.get(n) else "0" for n in names) + (f"__{sig}" if sig else "")
     k = build_kernel(kernel, fn, text, "tangent", suffix)
+    set_origin(k, src)
     return TangentKernel(k, tangent_of, text)
 
 

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 import warp as wp
 
+from .._source import ORIGIN
 from .._source import Refusal as _Refusal
 from .._source import Source as _Source
 from .._source import is_builtin as _is_builtin
@@ -155,10 +156,13 @@ class _Emitter:
         # _Gen.assign), since Warp's adjoint through a tuple local drops its gradients
         self.tuples: dict[str, int] = {}
         self.tile_names: set[str] = set()  # locals holding tiles (their zero tangent is a tile)
+        self.current = 0  # the line (in src) of the statement being lowered
 
     # -- emission -------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
-        self.lines.append("    " * self.depth + line)
+        # each line marked with the line of the source it comes from (checked mode names it)
+        mark = ORIGIN.format(self.current) if self.current else ""
+        self.lines.append("    " * self.depth + line + mark)
 
     def tmp(self) -> str:
         self.n += 1
@@ -612,6 +616,7 @@ class _Gen(_Calls):
         self.depth -= 1
 
     def stmt(self, s: ast.stmt) -> None:
+        self.current = int(getattr(s, "lineno", 0) or 0)
         if isinstance(s, ast.Assign):
             if len(s.targets) != 1:
                 self.refuse("a chained assignment", s)
