@@ -5,6 +5,7 @@ replay of the function. A concern of :class:`interop._launch.Runner`, which inhe
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import warp as wp
@@ -98,13 +99,22 @@ class FunctionCalls:
             args.append(arr)
         return args
 
+    def _launches(self) -> Any:
+        """A checked op's launches checked (``interop._checked.functions``), else nothing."""
+        if not self.plan.desc.checked:
+            return contextlib.nullcontext()
+        from ._checked.functions import CheckedLaunches
+
+        return CheckedLaunches(self.plan.desc.label)
+
     def _call_function(self, device, values, stream) -> None:
         # the function's own wp.launch calls may load modules: one Python-function op at a time.
         # Its arrays, and whatever it allocates, live in stream order with the caller's stream.
         with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
             args = self._function_args(device, values)
             try:
-                self.plan.kernel(*args)
+                with self._launches():
+                    self.plan.kernel(*args)
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
@@ -124,8 +134,11 @@ class FunctionCalls:
         with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
             args = self._function_args(device, values, adj, scratch_outputs=True)
             try:
-                with tape:
-                    self.plan.kernel(*args)
-                tape.backward()
+                with self._launches() as launches:
+                    with tape:
+                        self.plan.kernel(*args)
+                    tape.backward()
+                if launches is not None:
+                    launches.check()
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)

@@ -332,3 +332,42 @@ def test_warp_arrays_and_their_tape():
     args[1] = wp.array(_bad_gather()["gi"], device="cpu")
     with pytest.raises(interop.BoundsError, match=r"index 7 out of range for parameter 'x'"):
         CHECKED(*args, *zeros)
+
+
+def springs_fn(x: wp.array(dtype=float), gi: wp.array(dtype=wp.int32), g: wp.array(dtype=float)):
+    """A Python-function op launching the catalogue's kernel (its other index arrays in range)."""
+    z = wp.zeros(x.shape[0], dtype=float, requires_grad=x.requires_grad)
+    ok = wp.zeros(x.shape[0], dtype=wp.int32)
+    wp.launch(checked_springs_kernel, dim=x.shape[0], inputs=[x, gi, ok, ok, z, wp.zeros_like(z), g])
+
+
+FUNCTION_OP = interop.op(springs_fn, checked=True)
+
+
+@pytest.mark.parametrize("fw", ["numpy", "torch", "jax"])
+def test_python_function_ops_launch_checked_kernels(fw):
+    """The launches a checked Python-function op makes are checked: forward, gradient (its wp.Tape) and
+    forward mode (its tangent tape); in range, the values and gradients of the unchecked kernel."""
+    if fw != "numpy" and importlib.util.find_spec(fw) is None:
+        pytest.skip(f"{fw} is not installed")
+    ins = _inputs()
+    x, gi = ins["x"], ins["gi"]
+    np.testing.assert_array_equal(to_np(FUNCTION_OP(to_fw(fw, x), to_fw(fw, gi))), x[gi] * 2.0)
+    bad = _bad_gather()["gi"]
+    with pytest.raises(interop.BoundsError) as info:
+        FUNCTION_OP(to_fw(fw, x), to_fw(fw, bad))
+    _message_check(info.value, "springs_fn", "gather", N + 2)
+    with pytest.raises(interop.BoundsError) as info:
+        FUNCTION_OP.jvp(to_fw(fw, x), to_fw(fw, bad), tangents=[to_fw(fw, np.ones(N, np.float32))])
+    _message_check(info.value, "springs_fn", "gather", N + 2, " (forward mode)")
+    if fw == "torch":
+        import torch
+
+        xt = torch.tensor(x, requires_grad=True, device="cpu")
+        FUNCTION_OP(xt, torch.tensor(gi, device="cpu")).sum().backward()
+        np.testing.assert_array_equal(xt.grad.numpy(), np.full(N, 2.0, np.float32))
+    if fw == "jax":
+        import jax
+
+        with pytest.raises(Exception, match=r"index 7 out of range for parameter 'x'"):
+            jax.block_until_ready(jax.jit(FUNCTION_OP)(to_fw(fw, x), to_fw(fw, bad)))

@@ -10,6 +10,7 @@ there (the access itself is not made), and :func:`raise_recorded` turns that int
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, NamedTuple
 
@@ -80,11 +81,12 @@ def error(label: str, rec: np.ndarray, direction: str = "") -> BoundsError:
 
 
 def _named(label: str, direction: str) -> tuple[str, str]:
-    """A tangent op's label (``<kernel>__tangent_<mask>``, ``<name>__jvp``) as its op's, in forward mode."""
-    for mark in ("__tangent_", "__jvp"):
-        if mark in label:
-            return label.split(mark)[0], " (forward mode)" + direction
-    return label, direction
+    """A tangent op's label (``<kernel>__tangent_<mask>``, ``<function>__tangent``, ``<name>__jvp``) as
+    its op's, in forward mode."""
+    m = re.search(r"__tangent(_\w*)?$|__jvp$", label)
+    if m is None:
+        return label, direction
+    return label[: m.start()], " (forward mode)" + direction
 
 
 def raise_recorded(label: str, err: Any, direction: str = "") -> None:
