@@ -47,7 +47,7 @@ def contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
 
 
 class _Slot:
-    __slots__ = ("lock", "launch", "fwd", "adj", "strides", "adj_strides", "contiguous", "scalars", "err")
+    __slots__ = ("lock", "launch", "fwd", "adj", "strides", "adj_strides", "contiguous", "scalars", "err", "err_host")
 
 
 def _set_arrays(descs: dict, current: dict, contiguous: dict, values: Sequence[Any]) -> None:
@@ -136,6 +136,7 @@ class Runner(FunctionCalls):
         slot.scalars = {}
         slot.contiguous = {}
         slot.err = record.new_record(device) if self.checked else None
+        slot.err_host = record.host_view(slot.err) if self.checked else None
         inputs = []
         refs = set(self.ref_idx)
         for p in plan.desc.params:
@@ -341,11 +342,21 @@ class Runner(FunctionCalls):
             if adjoint:
                 return lambda values, adj, stream=None: self._tape_backward(device, values, adj, stream)
             return lambda values, adj, stream=None: self._call_function(device, values, stream)
-        if self.checked:  # each launch reads its error record: the plain path, which does
-            if adjoint:
-                return lambda values, adj=None, stream=None: self.adjoint(device, values, adj, stream)
-            return lambda values, adj=None, stream=None: self.forward(device, values, stream)
         slot = self._new_slot(device, adjoint)
+        go = self._fast_go(device, adjoint, slot)
+        if slot.err is None:
+            return go
+        # checked mode: each launch's error record read after it (interop._checked)
+        label, err, host = self.plan.desc.label, slot.err, slot.err_host
+        direction = " (backward)" if adjoint else ""
+
+        def checked(values, adj=None, stream=None):
+            go(values, adj, stream)
+            check_record(label, err, device, stream, direction, host)
+
+        return checked
+
+    def _fast_go(self, device, adjoint: bool, slot: _Slot):
         launch = slot.launch
         direct = (
             _direct_cpu_invoker_compat(launch, slot.fwd, slot.adj)
@@ -523,7 +534,7 @@ class Runner(FunctionCalls):
             self._fill(slot, values, None)
             slot.launch.launch(stream)
             if slot.err is not None:
-                check_record(self.plan.desc.label, slot.err, device, stream, "")
+                check_record(self.plan.desc.label, slot.err, device, stream, "", slot.err_host)
         finally:
             slot.lock.release()
 
@@ -548,7 +559,7 @@ class Runner(FunctionCalls):
             self._fill(slot, values, adj)
             slot.launch.launch(stream)
             if slot.err is not None:
-                check_record(self.plan.desc.label, slot.err, device, stream, " (backward)")
+                check_record(self.plan.desc.label, slot.err, device, stream, " (backward)", slot.err_host)
         finally:
             slot.lock.release()
 

@@ -89,19 +89,27 @@ def _named(label: str, direction: str) -> tuple[str, str]:
     return label[: m.start()], " (forward mode)" + direction
 
 
-def raise_recorded(label: str, err: Any, direction: str = "") -> None:
-    """Raise the :class:`BoundsError` recorded in ``err`` (and zero it for the next launch); on CUDA
-    this reads the record back, which waits for the launch."""
-    label, direction = _named(label, direction)
-    host = err.numpy()
+def raise_recorded(label: str, err: Any, direction: str = "", host: np.ndarray | None = None) -> None:
+    """Raise the :class:`BoundsError` recorded in ``err`` (and zero it for the next launch); ``host``:
+    a view of ``err`` in host memory (a CPU record's, made once), else read back (CUDA: a copy)."""
+    if host is None:
+        host = err.numpy()
     if host[0] == 0:
         return
+    label, direction = _named(label, direction)
     e = error(label, host.copy(), direction)
     err.zero_()
     raise e
 
 
-def check_record(label: str, err: Any, device: Any, stream: Any, direction: str) -> None:
+def host_view(err: Any) -> np.ndarray | None:
+    """A CPU record's memory as a NumPy array (no copy), read after each launch; None on CUDA."""
+    return err.numpy() if err.device.is_cpu else None
+
+
+def check_record(
+    label: str, err: Any, device: Any, stream: Any, direction: str, host: np.ndarray | None = None
+) -> None:
     """After a checked launch on ``stream``: raise what it recorded. On CUDA this waits for the
     stream (the price of an error at the call); inside a CUDA graph capture nothing can be read,
     so the record keeps the error and the next checked launch of the op outside a capture raises."""
@@ -110,4 +118,4 @@ def check_record(label: str, err: Any, device: Any, stream: Any, direction: str)
         if s.is_capturing:
             return
         wp.synchronize_stream(s)
-    raise_recorded(label, err, direction)
+    raise_recorded(label, err, direction, host)
