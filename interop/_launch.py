@@ -158,23 +158,7 @@ class Runner(FunctionCalls):
                 inputs.append(v)
         if self.checked:
             inputs.append(slot.err)
-        kw = {}
-        if adjoint:
-            adj_inputs = []
-            for p in plan.desc.params:
-                i = p.index
-                if p.is_array or i in refs:
-                    at = array_t(
-                        data=0, grad=0, ndim=slot.fwd[i].ndim, shape=slot.fwd[i].shape, strides=slot.strides[i]
-                    )
-                    slot.adj[i] = at
-                    slot.adj_strides[i] = slot.strides[i]
-                    adj_inputs.append(at)
-                else:
-                    adj_inputs.append(_zero_of(plan.types[i]))
-            if self.checked:
-                adj_inputs.append(None)
-            kw = {"adj_inputs": adj_inputs, "adjoint": True}
+        kw = {"adj_inputs": self._adjoint_inputs(slot, refs), "adjoint": True} if adjoint else {}
         try:
             if plan.desc.block_dim is not None:
                 kw["block_dim"] = plan.desc.block_dim
@@ -209,6 +193,23 @@ class Runner(FunctionCalls):
         for i, at in slot.adj.items():
             slot.launch.set_param_at_index_from_ctype(i, at, adjoint=True)
         return slot
+
+    def _adjoint_inputs(self, slot: _Slot, refs: set) -> list:
+        """The adjoint launch's descriptors (kept in ``slot.adj``), like the forward's."""
+        plan = self.plan
+        adj_inputs: list = []
+        for p in plan.desc.params:
+            i = p.index
+            if p.is_array or i in refs:
+                at = array_t(data=0, grad=0, ndim=slot.fwd[i].ndim, shape=slot.fwd[i].shape, strides=slot.strides[i])
+                slot.adj[i] = at
+                slot.adj_strides[i] = slot.strides[i]
+                adj_inputs.append(at)
+            else:
+                adj_inputs.append(_zero_of(plan.types[i]))
+        if self.checked:
+            adj_inputs.append(None)  # the error record has no adjoint
+        return adj_inputs
 
     def _slot(self, device, adjoint: bool) -> tuple[_Slot, bool]:
         key = (device.alias, adjoint)

@@ -2,7 +2,7 @@
 or ``INTEROP_CHECKED=1`` for every op of a process).
 
 :func:`checked_kernel` makes the checked variant of a kernel (the rules: :mod:`.transform`; the
-Warp functions it calls: :mod:`.helpers`; the error record and the error: :mod:`.record`): the
+Warp functions it calls: :mod:`.checks`; the error record and the error: :mod:`.record`): the
 kernel's own parameters, then one ``int64`` error array. Warp's adjoint of the variant replays the
 same checks, so forward, adjoint and (a checked op's tangent op being checked) tangent launches
 are all checked. It is built from the kernel's source by the reader and emitter that forward mode
@@ -34,7 +34,7 @@ from .._source import (
     source_of,
 )
 from . import record
-from .helpers import AT, ERR, helpers
+from .checks import AT, ERR, helpers
 from .transform import Checker, array_ndim, rewrite
 
 ENV = "INTEROP_CHECKED"

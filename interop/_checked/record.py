@@ -2,7 +2,7 @@
 
 Each access a checked kernel makes gets a site number when the kernel is rewritten; the site says
 which array (a kernel parameter, or an array parameter of a ``wp.func``), the source file, line and
-text. A launch of a checked kernel takes a small ``int64`` array (``helpers.RECORD_SIZE``) as its
+text. A launch of a checked kernel takes a small ``int64`` array (``checks.RECORD_SIZE``) as its
 last parameter; the first access out of range writes its site, axis, index and the array's shape
 there (the access itself is not made), and :func:`raise_recorded` turns that into a
 :class:`~interop.BoundsError` after the launch.
@@ -18,7 +18,7 @@ import numpy as np
 import warp as wp
 
 from .._errors import BoundsError
-from .helpers import CALLER, RECORD_SIZE
+from .checks import CALLER, RECORD_SIZE
 
 
 class Site(NamedTuple):

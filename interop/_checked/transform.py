@@ -27,7 +27,7 @@ import warp as wp
 
 from .._source import Source, is_builtin, is_user_function, resolve
 from . import record
-from .helpers import AT, ATOMICS, CALLER, ERR
+from .checks import AT, ATOMICS, CALLER, ERR
 
 TILE_ACCESSES = {"tile_load": 0, "tile_store": 0, "tile_atomic_add": 0}
 
