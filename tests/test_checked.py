@@ -323,13 +323,23 @@ def test_indices_far_out_of_range_do_not_crash_the_process():
 
 
 def test_warp_arrays_and_their_tape():
-    """Warp arrays: the forward raises; in range, the op's adjoint through a wp.Tape-like call
-    (the Warp adapter's backward) gives the unchecked gradient."""
+    """Warp arrays: the forward raises; in range, the op recorded on a wp.Tape gives the unchecked
+    op's gradient."""
     ins = _inputs()
-    args = [wp.array(ins[k], device="cpu") for k in ("x", "gi", "si", "wi")]
+    grads = []
+    for op in (CHECKED, PLAIN):
+        x = wp.array(ins["x"], requires_grad=True, device="cpu")
+        rest = [wp.array(ins[k], device="cpu") for k in ("gi", "si", "wi")]
+        zeros = [wp.zeros(N, dtype=float, device="cpu", requires_grad=True) for _ in range(2)]
+        tape = wp.Tape()
+        with tape:
+            g = op(x, *rest, *zeros)[2]
+        tape.backward(grads={g: wp.ones(N, dtype=float, device="cpu")})
+        grads.append(x.grad.numpy())
+    np.testing.assert_array_equal(grads[0], grads[1])
+    np.testing.assert_allclose(grads[0], np.full(N, 2.0))
+    args = [wp.array(v, device="cpu") for v in _bad_gather().values()]
     zeros = [wp.zeros(N, dtype=float, device="cpu") for _ in range(2)]
-    np.testing.assert_array_equal(CHECKED(*args, *zeros)[2].numpy(), PLAIN(*args, *zeros)[2].numpy())
-    args[1] = wp.array(_bad_gather()["gi"], device="cpu")
     with pytest.raises(interop.BoundsError, match=r"index 7 out of range for parameter 'x'"):
         CHECKED(*args, *zeros)
 
