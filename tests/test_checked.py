@@ -381,3 +381,43 @@ def test_python_function_ops_launch_checked_kernels(fw):
 
         with pytest.raises(Exception, match=r"index 7 out of range for parameter 'x'"):
             jax.block_until_ready(jax.jit(FUNCTION_OP)(to_fw(fw, x), to_fw(fw, bad)))
+
+
+@wp.kernel(module="unique")
+def access_kinds_kernel(
+    m: wp.array(dtype=wp.mat22),
+    v: wp.array2d(dtype=wp.vec2),
+    c: wp.array3d(dtype=wp.int32),
+    k: wp.array(dtype=wp.int32),
+    acc: wp.array(dtype=wp.vec2),
+    out: wp.array(dtype=float),
+):
+    i = wp.tid()
+    j = k[i]
+    mm = m[j]
+    vv = v[j, 1]
+    acc[j].x = vv[0] + mm[0, 0]
+    acc[j][1] += float(c[0, j, 0])
+    old = wp.atomic_max(out, j, 1.0)
+    out[i] = old + 1.0
+
+
+def test_every_kind_of_access():
+    """Matrix and vector elements, ranks 1 to 3, component stores (``a[j].x = v``, ``a[j][1] += v``)
+    and an atomic whose old value is used: in range the unchecked op's values, out of range an error
+    naming the first access."""
+    kw = dict(in_out=["acc", "out"], outputs=["acc", "out"])
+    checked, plain = (interop.op(access_kinds_kernel, checked=c, **kw) for c in (True, False))
+    n = 3
+    m = np.arange(n * 4, dtype=np.float32).reshape(n, 2, 2)
+    v = np.arange(n * 4, dtype=np.float32).reshape(n, 2, 2)
+    c = np.arange(n, dtype=np.int32).reshape(1, n, 1)
+
+    def run(op, k):
+        return op(m, v, c, np.array(k, np.int32), np.zeros((n, 2), np.float32), np.zeros(n, np.float32))
+
+    for got, want in zip(run(checked, [2, 1, 0]), run(plain, [2, 1, 0])):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(interop.BoundsError, match=r"index 3 out of range for parameter 'm' along axis 0, whose "
+                       r"shape is \(3,\), at .*test_checked\.py:\d+: `mm = m\[j\]`"):  # fmt: skip
+        run(checked, [2, 3, 0])
