@@ -303,9 +303,10 @@ for which in range(3):
         print("RAISED", which, str(e).split(":")[1].strip())
 if "torch" in sys.argv:
     import torch
-    t = torch.ones(4, requires_grad=True)
+    t = torch.ones(4, requires_grad=True, device="cpu")
+    ti = [torch.tensor(a, device="cpu") for a in (far, ok, ok)]
     try:
-        op(t, torch.tensor(far), torch.tensor(ok), torch.tensor(ok), torch.zeros(4), torch.zeros(4))
+        op(t, *ti, torch.zeros(4, device="cpu"), torch.zeros(4, device="cpu"))
     except interop.BoundsError:
         print("RAISED torch")
 print("ALIVE")
@@ -346,9 +347,10 @@ def test_warp_arrays_and_their_tape():
 
 def springs_fn(x: wp.array(dtype=float), gi: wp.array(dtype=wp.int32), g: wp.array(dtype=float)):
     """A Python-function op launching the catalogue's kernel (its other index arrays in range)."""
-    z = wp.zeros(x.shape[0], dtype=float, requires_grad=x.requires_grad)
-    ok = wp.zeros(x.shape[0], dtype=wp.int32)
-    wp.launch(checked_springs_kernel, dim=x.shape[0], inputs=[x, gi, ok, ok, z, wp.zeros_like(z), g])
+    z = wp.zeros(x.shape[0], dtype=float, requires_grad=x.requires_grad, device=x.device)
+    ok = wp.zeros(x.shape[0], dtype=wp.int32, device=x.device)
+    inputs = [x, gi, ok, ok, z, wp.zeros_like(z), g]
+    wp.launch(checked_springs_kernel, dim=x.shape[0], inputs=inputs, device=x.device)
 
 
 FUNCTION_OP = interop.op(springs_fn, checked=True)
