@@ -26,7 +26,7 @@ from ._plan import check_scalar_value, device_launch_dims, generic_build_error, 
 from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
 from ._scalar_ref import build_lock, scalar_ref_kernel
 from ._streams import external_stream, ordered_warp_work, warp_side_stream  # noqa: F401 (adapters import them here)
-from ._structs import grad_pointer_params, readable
+from ._structs import grad_pointer_params, leaf_paths, readable
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
@@ -105,6 +105,7 @@ class Runner(FunctionCalls):
         self.unread_outputs = frozenset(desc.param(name).index for name in desc.adjoint_unread)
         # checked mode: the kernel's checked variant, launched with an error record (interop._checked)
         self.checked = desc.checked and desc.kind == "kernel"
+        self.leaf_names = leaf_paths(desc.entries) if self.checked else {}
 
     # -- kernel ops ------------------------------------------------------------------
     def _kernel(self, adjoint: bool):
@@ -348,12 +349,12 @@ class Runner(FunctionCalls):
         if slot.err is None:
             return go
         # checked mode: each launch's error record read after it (interop._checked)
-        label, err, host = self.plan.desc.label, slot.err, slot.err_host
+        label, err, host, names = self.plan.desc.label, slot.err, slot.err_host, self.leaf_names
         direction = " (backward)" if adjoint else ""
 
         def checked(values, adj=None, stream=None):
             go(values, adj, stream)
-            check_record(label, err, device, stream, direction, host)
+            check_record(label, err, device, stream, direction, host, names)
 
         return checked
 
@@ -535,7 +536,7 @@ class Runner(FunctionCalls):
             self._fill(slot, values, None)
             slot.launch.launch(stream)
             if slot.err is not None:
-                check_record(self.plan.desc.label, slot.err, device, stream, "", slot.err_host)
+                check_record(self.plan.desc.label, slot.err, device, stream, "", slot.err_host, self.leaf_names)
         finally:
             slot.lock.release()
 
@@ -560,7 +561,9 @@ class Runner(FunctionCalls):
             self._fill(slot, values, adj)
             slot.launch.launch(stream)
             if slot.err is not None:
-                check_record(self.plan.desc.label, slot.err, device, stream, " (backward)", slot.err_host)
+                check_record(
+                    self.plan.desc.label, slot.err, device, stream, " (backward)", slot.err_host, self.leaf_names
+                )
         finally:
             slot.lock.release()
 

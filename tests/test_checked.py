@@ -423,3 +423,23 @@ def test_every_kind_of_access():
     with pytest.raises(interop.BoundsError, match=r"index 3 out of range for parameter 'm' along axis 0, whose "
                        r"shape is \(3,\), at .*test_checked\.py:\d+: `mm = m\[j\]`"):  # fmt: skip
         run(checked, [2, 3, 0])
+
+
+@wp.struct
+class CheckedSprings:
+    x: wp.array(dtype=float)
+    idx: wp.array(dtype=wp.int32)
+
+
+@wp.kernel(module="unique")
+def checked_struct_kernel(s: CheckedSprings, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = s.x[s.idx[i]] * 2.0
+
+
+def test_struct_fields_are_named_by_their_path():
+    op = interop.op(checked_struct_kernel, checked=True)
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(op({"x": x, "idx": np.array([3, 2, 1, 0], np.int32)}), x[::-1] * 2.0)
+    with pytest.raises(interop.BoundsError, match=r"index 9 out of range for parameter 's\.x' along axis 0"):
+        op({"x": x, "idx": np.array([3, 2, 9, 0], np.int32)})

@@ -55,19 +55,21 @@ def _site(k: int) -> Site:
     return _sites[k] if 0 <= k < len(_sites) else Site("?", "", "?", 0, "")
 
 
-def _what(s: Site, call: Site | None) -> str:
-    """The array an access names: the op's parameter, or a ``wp.func``'s (and the argument it was)."""
+def _what(s: Site, call: Site | None, names: dict) -> str:
+    """The array an access names: the op's parameter, or a ``wp.func``'s (and the argument it was);
+    ``names``: a struct op's flat parameters by their field paths (``state__x`` -> ``state.x``)."""
     if not s.owner:
-        return f"parameter {s.array!r}"
+        return f"parameter {names.get(s.array, s.array)!r}"
     inner = f"array {s.array!r} of wp.func {s.owner!r}"
     if call is None:
         return inner
     arg = dict(call.args).get(s.array)
+    arg = names.get(arg, arg)
     head = f"parameter {arg!r}" if arg is not None else "an array"
     return f"{head} (as {inner}, called at {call.file}:{call.line}: `{call.text}`)"
 
 
-def error(label: str, rec: np.ndarray, direction: str = "") -> BoundsError:
+def error(label: str, rec: np.ndarray, direction: str = "", names: dict | None = None) -> BoundsError:
     """The :class:`BoundsError` of a host copy of a record whose count is not zero."""
     count, code, axis, index, ndim = (int(x) for x in rec[:5])
     shape = tuple(int(x) for x in rec[5 : 5 + max(1, min(ndim, 4))])
@@ -75,7 +77,7 @@ def error(label: str, rec: np.ndarray, direction: str = "") -> BoundsError:
     call = _site(code // CALLER - 1) if code >= CALLER else None
     more = f" ({count - 1} more out-of-range accesses in this launch)" if count > 1 else ""
     return BoundsError(
-        f"op {label!r}{direction}: index {index} out of range for {_what(s, call)} along axis {axis}, whose "
+        f"op {label!r}{direction}: index {index} out of range for {_what(s, call, names or {})} along axis {axis}, whose "
         f"shape is {shape}, at {s.file}:{s.line}: `{s.text}`; the access was not made (checked mode){more}"
     )
 
@@ -89,7 +91,9 @@ def _named(label: str, direction: str) -> tuple[str, str]:
     return label[: m.start()], " (forward mode)" + direction
 
 
-def raise_recorded(label: str, err: Any, direction: str = "", host: np.ndarray | None = None) -> None:
+def raise_recorded(
+    label: str, err: Any, direction: str = "", host: np.ndarray | None = None, names: dict | None = None
+) -> None:
     """Raise the :class:`BoundsError` recorded in ``err`` (and zero it for the next launch); ``host``:
     a view of ``err`` in host memory (a CPU record's, made once), else read back (CUDA: a copy)."""
     if host is None:
@@ -97,7 +101,7 @@ def raise_recorded(label: str, err: Any, direction: str = "", host: np.ndarray |
     if host[0] == 0:
         return
     label, direction = _named(label, direction)
-    e = error(label, host.copy(), direction)
+    e = error(label, host.copy(), direction, names)
     err.zero_()
     raise e
 
@@ -108,7 +112,13 @@ def host_view(err: Any) -> np.ndarray | None:
 
 
 def check_record(
-    label: str, err: Any, device: Any, stream: Any, direction: str, host: np.ndarray | None = None
+    label: str,
+    err: Any,
+    device: Any,
+    stream: Any,
+    direction: str,
+    host: np.ndarray | None = None,
+    names: dict | None = None,
 ) -> None:
     """After a checked launch on ``stream``: raise what it recorded. On CUDA this waits for the
     stream (the price of an error at the call); inside a CUDA graph capture nothing can be read,
@@ -118,4 +128,4 @@ def check_record(
         if s.is_capturing:
             return
         wp.synchronize_stream(s)
-    raise_recorded(label, err, direction, host)
+    raise_recorded(label, err, direction, host, names)
