@@ -103,6 +103,8 @@ def raise_recorded(
     label, direction = _named(label, direction)
     e = error(label, host.copy(), direction, names)
     err.zero_()
+    if err.device.is_cuda:  # zeroed on Warp's stream: done before a launch on another stream reads it
+        wp.synchronize_device(err.device)
     raise e
 
 

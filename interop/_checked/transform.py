@@ -21,6 +21,7 @@ source file, line and text); ``err`` is the kernel's added last parameter.
 from __future__ import annotations
 
 import ast
+import copy
 from typing import Any, Callable
 
 import warp as wp
@@ -120,11 +121,10 @@ class Checker(ast.NodeTransformer):
         array, _ = el
         # the value and the indices are rewritten (their reads checked); the element written stays
         # a store of Warp's own, under the guard
-        for field in ("value",):
-            setattr(stmt, field, self.visit(getattr(stmt, field)))
+        stmt.value = self.visit(stmt.value)  # type: ignore[attr-defined]
         self._visit_target(target, base)
         _, idx = self._element(base)  # type: ignore[misc]
-        return self._guard(stmt, array, [self._copy(i) for i in idx], base)
+        return self._guard(stmt, array, [copy.deepcopy(i) for i in idx], base)
 
     def _visit_target(self, target: ast.expr, base: ast.Subscript) -> None:
         node = target
@@ -133,12 +133,6 @@ class Checker(ast.NodeTransformer):
                 node.slice = self.visit(node.slice)
             node = node.value  # type: ignore[attr-defined]
         base.slice = self.visit(base.slice)
-
-    @staticmethod
-    def _copy(node: ast.expr) -> ast.expr:
-        import copy
-
-        return copy.deepcopy(node)
 
     def visit_Assign(self, node: ast.Assign) -> Any:
         if len(node.targets) == 1:
@@ -170,14 +164,14 @@ class Checker(ast.NodeTransformer):
         _, array, _ = at
         call = node.value
         call.args = [call.args[0], *[self.visit(a) for a in call.args[1:]]]  # type: ignore[attr-defined]
-        idx = [self._copy(i) for i in call.args[1:-1]]  # type: ignore[attr-defined]
+        idx = [copy.deepcopy(i) for i in call.args[1:-1]]  # type: ignore[attr-defined]
         return self._guard(node, array, idx, call)
 
     def visit_Call(self, node: ast.Call) -> Any:
         at = self._atomic(node)
-        node.args = [node.args[0], *[self.visit(a) for a in node.args[1:]]] if at else node.args
-        if at is not None:
+        if at is not None:  # an atomic whose old value is used: the value, or zero
             name, array, idx = at
+            node.args = [node.args[0], *[self.visit(a) for a in node.args[1:]]]
             site = self._site(array, node)
             return ast.copy_location(_call(f"_interop_ck_{name}{len(idx)}", [*node.args, _name(ERR), site]), node)
         self.generic_visit(node)
