@@ -26,6 +26,10 @@ naming the op, the builtin and the source line, when forward mode is first used.
 :func:`tangent_op` describes ``T`` as an op of its own (its outputs, in-outs and their tangents
 returned), which the adapters call through their usual bindings (and differentiate in reverse
 mode for the second order).
+
+Reading the source, compiling the generated text and building the kernel and its functions are
+:mod:`interop._source`'s, shared with checked mode (:mod:`interop._checked`); each generated line is
+marked with the line of the kernel it comes from, so a checked tangent kernel names the user's line.
 """
 
 from __future__ import annotations
