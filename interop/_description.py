@@ -423,7 +423,7 @@ def describe(
         opname, kind, params, launch_dims, output_dims, zero_outputs, vmap_method, block_dim, partition
     )
     odt = _check_output_dtypes(output_dtypes, params, opname)
-    bwd = None if backward is None else _describe_backward(backward, params, opname)
+    bwd = None if backward is None else _describe_backward(backward, params, opname, checked)
     if name is None:
         # options are part of the derived name, so describing one kernel two ways gives two ops
         options = (ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt, checked)
@@ -860,7 +860,7 @@ def _adjoint_unread(fn: Any, kind: str, params: Sequence[Param], reads: tuple[st
     return tuple(p.name for p in params if p.role == OUTPUT and p.name not in reads)
 
 
-def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) -> OpDescription:
+def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str, checked: bool) -> OpDescription:
     """Describe a hand-written backward and check it follows the parameter convention.
 
     Convention: the backward takes the forward's call parameters (inputs and in-out, in
@@ -878,13 +878,13 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
             + [(_backward.ADJ + p.name, p.annotation) for p in returned]
             + [(_backward.GRAD + p.name, p.annotation) for p in diff]
         )
-        bdesc = describe(_backward.conventional_kernel(backward, slots, opname), outputs=len(diff))
+        bdesc = describe(_backward.conventional_kernel(backward, slots, opname), outputs=len(diff), checked=checked)
     elif isinstance(getattr(backward, "description", None), OpDescription):  # an interop op (the layer above)
         bdesc = backward.description
     elif isinstance(backward, OpDescription):
         bdesc = backward
     elif isinstance(backward, wp.Kernel):
-        bdesc = describe(backward, outputs=len(diff))
+        bdesc = describe(backward, outputs=len(diff), checked=checked)  # checked as its op
     else:
         raise ArgumentError(
             f"op {opname!r}: backward must be a wp.kernel, an interop op or interop.backward(kernel, ...), "

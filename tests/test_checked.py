@@ -23,6 +23,9 @@ from catalogue import (
     checked_springs_kernel,
     checked_springs_reference,
     checked_tile_kernel,
+    reads_output_backward_kernel,
+    reads_output_hand_written,
+    reads_output_kernel,
     to_fw,
     to_np,
 )
@@ -279,6 +282,9 @@ def test_checked_is_part_of_the_identity():
     with pytest.raises(interop.ArgumentError, match=r"op 'checked_springs_kernel': checked must be a bool"):
         interop.op(checked_springs_kernel, checked="yes", **SPRINGS)
     assert "BoundsError" in interop.__all__ and issubclass(interop.BoundsError, IndexError)
+    # a hand-written backward kernel is checked as its op is
+    hand = interop.op(reads_output_kernel, outputs=2, backward=reads_output_backward_kernel, checked=True)
+    assert hand.description.backward.checked and not reads_output_hand_written.description.backward.checked
 
 
 CHILD = """
