@@ -272,6 +272,22 @@ def test_tile_load_offset_out_of_range(fw):
     msg = str(info.value)
     assert f"index {2 * CHECKED_TILE + 1} out of range for parameter 'x' along axis 0" in msg, msg
     assert "wp.tile_load(x, shape=CHECKED_TILE, offset=off + i * CHECKED_TILE)`" in msg, msg
+    # forward mode: the checked tangent kernel (its tiles' tangents) raises the same, in range the tangent
+    y, dy = TILE_OP.jvp(to_fw(fw, x), 0, tangents=[to_fw(fw, np.ones_like(x))])
+    np.testing.assert_array_equal(to_np(dy), 2.0 * x)
+    with pytest.raises(interop.BoundsError, match=r"\(forward mode\): index 9 out of range for parameter 'x'"):
+        TILE_OP.jvp(to_fw(fw, x), CHECKED_TILE + 1, tangents=[to_fw(fw, np.ones_like(x))])
+    if fw == "torch":  # the gradient through the checked tile kernel's adjoint
+        import torch
+
+        xt = torch.tensor(x, requires_grad=True, device="cpu")
+        TILE_OP(xt, 0).sum().backward()
+        np.testing.assert_array_equal(xt.grad.numpy(), 2.0 * x)
+    if fw == "jax":  # jax.grad of a call out of range
+        import jax
+
+        with pytest.raises(Exception, match=r"index 9 out of range for parameter 'x'"):
+            jax.block_until_ready(jax.grad(lambda a: TILE_OP(a, CHECKED_TILE + 1).sum())(to_fw(fw, x)))
 
 
 def test_checked_is_part_of_the_identity():
