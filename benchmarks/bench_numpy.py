@@ -7,7 +7,7 @@ import warp as wp
 
 import interop
 
-from .harness import clock, gate, interleaved, report, sizes
+from .harness import clock, gate, interleaved, ratios, report, sizes
 
 
 @wp.kernel
@@ -16,9 +16,13 @@ def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.
     out[i] = a * x[i] + y[i]
 
 
+CHECKED_ROW = "interop op, checked=True (every access bounds-checked)"
+
+
 def run(quick: bool = False) -> dict:
     results = {}
     op = interop.op(saxpy)
+    checked = interop.op(saxpy, checked=True)  # checked mode (docs/checked.md): every access bounds-checked
     for n in sizes():
         x = np.random.default_rng(0).random(n, dtype=np.float32)
         y = np.ones(n, np.float32)
@@ -36,9 +40,12 @@ def run(quick: bool = False) -> dict:
                 lambda: wp.launch(saxpy, dim=n, inputs=[x, y, 2.0, out_np], device="cpu"),
             ),
             (op_row, lambda: op(x, y, 2.0)),
+            (CHECKED_ROW, lambda: checked(x, y, 2.0)),
         ]
         np.testing.assert_allclose(op(x, y, 2.0), 2.0 * x + y, rtol=1e-6)
+        np.testing.assert_array_equal(checked(x, y, 2.0), op(x, y, 2.0))
         table = report(f"NumPy, saxpy, n={n}, {clock()[0]}", interleaved(rows, **kw), base)
+        ratios("checked mode (printed, not gated): its cost beside the unchecked call", table, [(CHECKED_ROW, op_row)])
         if n == 1024:
             us = {label: u for label, u, _ in table}
             gate("numpy", f"{op_row} / {base}", us[op_row] / us[base])

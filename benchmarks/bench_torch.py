@@ -162,11 +162,16 @@ def run(quick: bool = False) -> dict:
         torch.set_num_threads(threads)
 
 
+CHECKED_FWD = "interop op, checked=True, eager forward"
+CHECKED_FWD_BWD = "interop op, checked=True, eager forward+backward"
+
+
 def _run(quick: bool) -> dict:
     import adapters.torch as atorch
 
     results = {}
     op = interop.op(saxpy, name="bench_interop::saxpy")
+    checked = interop.op(saxpy, checked=True)  # checked mode (docs/checked.md)
     registered = atorch.bind(op)  # torch.ops.bench_interop.saxpy: the path every tracer sees
     compiled = torch.compile(lambda x, y: op(x, y, 2.0), fullgraph=True)
     nv, nv_reason = _nvidia_saxpy()
@@ -209,6 +214,7 @@ def _run(quick: bool) -> dict:
         ref = 2.0 * x + y
         paths = [("interop", op), ("operator", registered), ("compiled", lambda a, b, s: compiled(a, b))]
         paths += [("guide", guide_saxpy)] + ([("nvidia", nv)] if nv is not None else [])
+        paths += [("checked", checked)]
         for _, f in paths:
             torch.testing.assert_close(f(x, y, 2.0), ref)
             xr.grad = yr.grad = None
@@ -241,6 +247,8 @@ def _run(quick: bool) -> dict:
             ("plain torch (2*x+y), forward+backward", fwd_bwd(lambda a, b, s: s * a + b)),
             ("interop op, eager forward (no grad)", lambda: op(x, y, 2.0)),
             ("interop op, eager forward+backward", fwd_bwd(op)),
+            (CHECKED_FWD, lambda: checked(x, y, 2.0)),
+            (CHECKED_FWD_BWD, fwd_bwd(checked)),
             ("interop via torch.ops (registered operator), forward", lambda: registered(x, y, 2.0)),
             ("interop via torch.ops (registered operator), fwd+bwd", fwd_bwd(registered)),
             ("interop in torch.compile(fullgraph=True), forward", lambda: compiled(x, y)),
@@ -273,6 +281,14 @@ def _run(quick: bool) -> dict:
                     "interop in torch.compile(fullgraph=True), fwd+bwd",
                     "interop via torch.ops (registered operator), fwd+bwd",
                 ),
+            ],
+        )
+        ratios(
+            "checked mode (printed, not gated): its cost beside the unchecked call",
+            table,
+            [
+                (CHECKED_FWD, "interop op, eager forward (no grad)"),
+                (CHECKED_FWD_BWD, "interop op, eager forward+backward"),
             ],
         )
         ratios(

@@ -21,7 +21,7 @@ from ._backward import backward
 from ._check_gradients import check_gradients
 from ._convert import convert
 from ._description import OpDescription, Param
-from ._errors import ArgumentError, InteropError, UnsupportedError
+from ._errors import ArgumentError, BoundsError, InteropError, UnsupportedError
 from ._indexed import indexed
 from ._op import Op, op, scalar_of
 from ._precompile import precompile
@@ -43,5 +43,6 @@ __all__ = [
     "ArgumentError",
     "UnsupportedError",
     "check_gradients",
+    "BoundsError",
 ]
 __version__ = "0.1.0"

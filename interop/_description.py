@@ -166,6 +166,9 @@ class OpDescription:
     # a hand-written tangent kernel (interop.op(..., jvp=)): the kernel's parameters, then one tangent
     # per differentiable parameter (see interop._tangent); None: generated from the source when needed
     jvp: Any = None
+    # checked mode (interop.op(..., checked=True) or INTEROP_CHECKED=1): every array access of every
+    # launch is bounds-checked (see interop._checked); part of the identity, so no cache mixes the two
+    checked: bool = False
     # a kernel with @wp.struct parameters (see _structs): its original parameters in order, each a
     # plain parameter's name or the tree (_structs.Node) of a struct whose leaves are ``params``;
     # ``fn`` is then the flat kernel that takes the leaves. Empty for every other op.
@@ -418,6 +421,7 @@ def describe(
     partition: str | None = None,
     output_dtypes: Any = None,
     jvp: Any = None,
+    checked: bool | None = None,
 ) -> OpDescription:
     """Build (and validate) the description of ``fn``. See :func:`interop.op`.
 
@@ -434,6 +438,7 @@ def describe(
         return _describe_structs(
             fn,
             output_dtypes=output_dtypes,
+            checked=checked,
             outputs=outputs,
             in_out=in_out,
             launch_dims=launch_dims,
@@ -448,6 +453,7 @@ def describe(
         )
     kind, args, enable_backward, key = _fn_params(fn)
     opname = name or key
+    checked = _checked_option(checked, opname)
     if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
         raise ArgumentError(
             f"interop.op({key}): name must look like 'namespace::name' (letters, digits, '_'), got {name!r}"
@@ -465,10 +471,10 @@ def describe(
         opname, kind, params, launch_dims, output_dims, zero_outputs, vmap_method, block_dim, partition
     )
     odt = _check_output_dtypes(output_dtypes, params, opname)
-    bwd = None if backward is None else _describe_backward(backward, params, opname)
+    bwd = None if backward is None else _describe_backward(backward, params, opname, checked)
     if name is None:
         # options are part of the derived name, so describing one kernel two ways gives two ops
-        options = (ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt)
+        options = (ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt, checked)
         desc_name = _derived_name(fn, kind, key, params, options)
     else:
         desc_name = name
@@ -490,6 +496,7 @@ def describe(
         partition=partition,
         output_dtypes=odt,
         jvp=jvp,
+        checked=checked,
         label=label,
         **_source_facts(fn, kind, params, bwd),
     )
@@ -652,7 +659,7 @@ def _launch_options(
 def _derived_name(fn: Any, kind: str, key: str, params: tuple, options: tuple) -> str:
     """The name of an op described without ``name=``: the kernel's key and a hash of every option
     that changes behaviour, so one kernel described two ways gives two ops."""
-    ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt = options
+    ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt, checked = options
     ident = repr(
         (
             tuple((p.name, p.role, p.differentiable) for p in params),
@@ -666,8 +673,20 @@ def _derived_name(fn: Any, kind: str, key: str, params: tuple, options: tuple) -
         + (() if bd is None else (("block_dim", bd),))
         + (() if partition is None else (partition,))
         + (() if not odt else (("output_dtypes", tuple((n, _rule_text(r)) for n, r in odt)),))
+        + (("checked",) if checked else ())
     )
     return _default_name(key, fn, kind, hashlib.sha1(ident.encode()).hexdigest()[:8])
+
+
+def _checked_option(checked: Any, opname: str) -> bool:
+    """``checked=`` given, else ``INTEROP_CHECKED`` from the environment, read now (when described)."""
+    if checked is None:
+        from ._checked import from_environment
+
+        return from_environment()
+    if not isinstance(checked, bool):
+        raise ArgumentError(f"op {opname!r}: checked must be a bool (or None: INTEROP_CHECKED), got {checked!r}")
+    return checked
 
 
 def _refuse_written_inputs(fn: Any, kind: str, params: tuple, label: str) -> None:
@@ -887,7 +906,7 @@ def _adjoint_unread(fn: Any, kind: str, params: Sequence[Param], reads: tuple[st
     return tuple(p.name for p in params if p.role == OUTPUT and p.name not in reads)
 
 
-def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) -> OpDescription:
+def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str, checked: bool) -> OpDescription:
     """Describe a hand-written backward and check it follows the parameter convention.
 
     Convention: the backward takes the forward's call parameters (inputs and in-out, in
@@ -905,13 +924,13 @@ def _describe_backward(backward: Any, params: tuple[Param, ...], opname: str) ->
             + [(_backward.ADJ + p.name, p.annotation) for p in returned]
             + [(_backward.GRAD + p.name, p.annotation) for p in diff]
         )
-        bdesc = describe(_backward.conventional_kernel(backward, slots, opname), outputs=len(diff))
+        bdesc = describe(_backward.conventional_kernel(backward, slots, opname), outputs=len(diff), checked=checked)
     elif isinstance(getattr(backward, "description", None), OpDescription):  # an interop op (the layer above)
         bdesc = backward.description
     elif isinstance(backward, OpDescription):
         bdesc = backward
     elif isinstance(backward, wp.Kernel):
-        bdesc = describe(backward, outputs=len(diff))
+        bdesc = describe(backward, outputs=len(diff), checked=checked)  # checked as its op
     else:
         raise ArgumentError(
             f"op {opname!r}: backward must be a wp.kernel, an interop op or interop.backward(kernel, ...), "

@@ -37,3 +37,9 @@ def naming_op(e: BaseException, label: str) -> BaseException:
     new.__cause__ = e
     new.__traceback__ = e.__traceback__
     return new
+
+
+class BoundsError(InteropError, IndexError):
+    """An array access out of range in a checked op (``interop.op(..., checked=True)`` or
+    ``INTEROP_CHECKED=1``): the message names the op, the parameter, the index, the array's shape
+    and the kernel's source line. The access was not made."""

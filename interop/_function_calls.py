@@ -5,6 +5,7 @@ replay of the function. A concern of :class:`interop._launch.Runner`, which inhe
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import warp as wp
@@ -103,13 +104,22 @@ class FunctionCalls:
             args.append(arr)
         return args
 
+    def _launches(self) -> Any:
+        """A checked op's launches checked (``interop._checked.functions``), else nothing."""
+        if not self.plan.desc.checked:
+            return contextlib.nullcontext()
+        from ._checked.functions import CheckedLaunches
+
+        return CheckedLaunches(self.plan.desc.label)
+
     def _call_function(self, device, values, stream) -> None:
         # the function's own wp.launch calls may load modules: one Python-function op at a time.
         # Its arrays, and whatever it allocates, live in stream order with the caller's stream.
         with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
             args = self._function_args(device, values)
             try:
-                self.plan.kernel(*args)
+                with self._launches():
+                    self.plan.kernel(*args)
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
@@ -121,11 +131,14 @@ class FunctionCalls:
         with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
             args = self._function_args(device, values, adj, scratch_outputs=True)
             try:
-                with tape:
-                    self.plan.kernel(*args)
-                # temporaries the function made without requires_grad still carry the gradient
-                give_temporaries_grads(tape, args, self.plan.desc.label)
-                tape.backward()
+                with self._launches() as launches:
+                    with tape:
+                        self.plan.kernel(*args)
+                    # temporaries the function made without requires_grad still carry the gradient
+                    give_temporaries_grads(tape, args, self.plan.desc.label)
+                    tape.backward()
+                if launches is not None:
+                    launches.check()
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
@@ -176,13 +189,14 @@ class FunctionCalls:
                 elif p.role == INPUT and plan.differentiable[i] and not a.is_contiguous:
                     args[i] = wp.clone(a)  # Warp wants a gradient laid out like its array
             try:
-                with tape:
-                    self.plan.kernel(*args)
+                with self._launches() as launches:
+                    with tape:
+                        self.plan.kernel(*args)
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
             for scratch, mine in kept.values():
                 wp.copy(mine, scratch)
-        return KeptTape(tape, args, device)
+        return KeptTape(tape, args, device, launches)
 
     def _kept_backward(self, kept: KeptTape, adj, stream) -> None:
         """The backward from a tape :meth:`_record_function` kept: the upstream gradients and the
@@ -210,6 +224,8 @@ class FunctionCalls:
                 # temporaries the function made without requires_grad still carry the gradient
                 give_temporaries_grads(kept.tape, kept.args, plan.desc.label)
                 kept.tape.backward()
+                if kept.launches is not None:  # a checked op: its recorded launches' error records
+                    kept.launches.check()
             except Exception as e:
                 raise naming_op(e, plan.desc.label)  # noqa: B904 (the original is its __cause__)
             finally:
@@ -234,12 +250,13 @@ class KeptTape:
     Warp arrays it was called with (by parameter index). Held by the framework's autograd node
     (``ctx``), released by the backward."""
 
-    __slots__ = ("tape", "args", "device")
+    __slots__ = ("tape", "args", "device", "launches")
 
-    def __init__(self, tape: Any, args: list, device: Any):
+    def __init__(self, tape: Any, args: list, device: Any, launches: Any = None):
         self.tape: Any = tape
         self.args: Any = args
         self.device = device
+        self.launches: Any = launches  # a checked op's CheckedLaunches (their error records), else None
 
     def release(self) -> None:
-        self.tape, self.args = None, None
+        self.tape, self.args, self.launches = None, None, None

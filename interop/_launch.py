@@ -17,6 +17,8 @@ import numpy as np
 import warp as wp
 
 from . import _dtypes, _precompiled
+from ._checked import checked_kernel, record
+from ._checked.record import check_record
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._function_calls import FunctionCalls
@@ -24,7 +26,7 @@ from ._plan import check_scalar_value, device_launch_dims, generic_build_error, 
 from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
 from ._scalar_ref import build_lock, scalar_ref_kernel
 from ._streams import external_stream, ordered_warp_work, warp_side_stream  # noqa: F401 (adapters import them here)
-from ._structs import grad_pointer_params, readable
+from ._structs import grad_pointer_params, leaf_paths, readable
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active
@@ -45,7 +47,7 @@ def contiguous_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
 
 
 class _Slot:
-    __slots__ = ("lock", "launch", "fwd", "adj", "strides", "adj_strides", "contiguous", "scalars")
+    __slots__ = ("lock", "launch", "fwd", "adj", "strides", "adj_strides", "contiguous", "scalars", "err", "err_host")
 
 
 def _set_arrays(descs: dict, current: dict, contiguous: dict, values: Sequence[Any]) -> None:
@@ -101,9 +103,14 @@ class Runner(FunctionCalls):
         # adds atomically, see _warp_compat): an adapter need not keep them for the backward,
         # and may pass any pointer for them to the adjoint launch
         self.unread_outputs = frozenset(desc.param(name).index for name in desc.adjoint_unread)
+        # checked mode: the kernel's checked variant, launched with an error record (interop._checked)
+        self.checked = desc.checked and desc.kind == "kernel"
+        self.leaf_names = leaf_paths(desc.entries) if self.checked else {}
 
     # -- kernel ops ------------------------------------------------------------------
     def _kernel(self, adjoint: bool):
+        if self.checked:
+            return checked_kernel(self.plan.kernel, self.plan.scalar_refs, self.plan.desc.label)
         if self.ref_idx:
             return scalar_ref_kernel(self.plan.kernel, self.plan.scalar_refs)
         return self.plan.kernel
@@ -129,6 +136,8 @@ class Runner(FunctionCalls):
         slot.adj_strides = {}
         slot.scalars = {}
         slot.contiguous = {}
+        slot.err = record.new_record(device) if self.checked else None
+        slot.err_host = record.host_view(slot.err) if self.checked else None
         inputs = []
         refs = set(self.ref_idx)
         for p in plan.desc.params:
@@ -148,21 +157,9 @@ class Runner(FunctionCalls):
                 v = _zero_of(plan.types[i])
                 slot.scalars[i] = None
                 inputs.append(v)
-        kw = {}
-        if adjoint:
-            adj_inputs = []
-            for p in plan.desc.params:
-                i = p.index
-                if p.is_array or i in refs:
-                    at = array_t(
-                        data=0, grad=0, ndim=slot.fwd[i].ndim, shape=slot.fwd[i].shape, strides=slot.strides[i]
-                    )
-                    slot.adj[i] = at
-                    slot.adj_strides[i] = slot.strides[i]
-                    adj_inputs.append(at)
-                else:
-                    adj_inputs.append(_zero_of(plan.types[i]))
-            kw = {"adj_inputs": adj_inputs, "adjoint": True}
+        if self.checked:
+            inputs.append(slot.err)
+        kw = {"adj_inputs": self._adjoint_inputs(slot, refs), "adjoint": True} if adjoint else {}
         try:
             if plan.desc.block_dim is not None:
                 kw["block_dim"] = plan.desc.block_dim
@@ -197,6 +194,23 @@ class Runner(FunctionCalls):
         for i, at in slot.adj.items():
             slot.launch.set_param_at_index_from_ctype(i, at, adjoint=True)
         return slot
+
+    def _adjoint_inputs(self, slot: _Slot, refs: set) -> list:
+        """The adjoint launch's descriptors (kept in ``slot.adj``), like the forward's."""
+        plan = self.plan
+        adj_inputs: list = []
+        for p in plan.desc.params:
+            i = p.index
+            if p.is_array or i in refs:
+                at = array_t(data=0, grad=0, ndim=slot.fwd[i].ndim, shape=slot.fwd[i].shape, strides=slot.strides[i])
+                slot.adj[i] = at
+                slot.adj_strides[i] = slot.strides[i]
+                adj_inputs.append(at)
+            else:
+                adj_inputs.append(_zero_of(plan.types[i]))
+        if self.checked:
+            adj_inputs.append(None)  # the error record has no adjoint
+        return adj_inputs
 
     def _slot(self, device, adjoint: bool) -> tuple[_Slot, bool]:
         key = (device.alias, adjoint)
@@ -331,6 +345,20 @@ class Runner(FunctionCalls):
                 return lambda values, adj, stream=None: self._tape_backward(device, values, adj, stream)
             return lambda values, adj, stream=None: self._call_function(device, values, stream)
         slot = self._new_slot(device, adjoint)
+        go = self._fast_go(device, adjoint, slot)
+        if slot.err is None:
+            return go
+        # checked mode: each launch's error record read after it (interop._checked)
+        label, err, host, names = self.plan.desc.label, slot.err, slot.err_host, self.leaf_names
+        direction = " (backward)" if adjoint else ""
+
+        def checked(values, adj=None, stream=None):
+            go(values, adj, stream)
+            check_record(label, err, device, stream, direction, host, names)
+
+        return checked
+
+    def _fast_go(self, device, adjoint: bool, slot: _Slot):
         launch = slot.launch
         direct = (
             _direct_cpu_invoker_compat(launch, slot.fwd, slot.adj)
@@ -401,6 +429,7 @@ class Runner(FunctionCalls):
         ``_warp_compat.CHECKED``. Elsewhere generated code calls :meth:`launcher`'s ``go``."""
         return (
             get_device(device).is_cpu
+            and not self.checked
             and not self.empty
             and not self.tiles
             and self.plan.desc.kind == "kernel"
@@ -418,7 +447,7 @@ class Runner(FunctionCalls):
         tiles or struct gradients (their gradients travel through the arrays), a deterministic-mode
         record, a Warp not in ``_warp_compat.CHECKED``, a kernel launched over zero threads."""
         device = get_device(device)
-        if not device.is_cuda or self.empty or self.tiles or self.plan.desc.kind != "kernel":
+        if not device.is_cuda or self.empty or self.tiles or self.checked or self.plan.desc.kind != "kernel":
             return None
         if adjoint:
             self.plan.desc.check_adjoint(self.plan.scalar_refs)
@@ -506,6 +535,8 @@ class Runner(FunctionCalls):
         try:
             self._fill(slot, values, None)
             slot.launch.launch(stream)
+            if slot.err is not None:
+                check_record(self.plan.desc.label, slot.err, device, stream, "", slot.err_host, self.leaf_names)
         finally:
             slot.lock.release()
 
@@ -528,6 +559,10 @@ class Runner(FunctionCalls):
         try:
             self._fill(slot, values, adj)
             slot.launch.launch(stream)
+            if slot.err is not None:
+                check_record(
+                    self.plan.desc.label, slot.err, device, stream, " (backward)", slot.err_host, self.leaf_names
+                )
         finally:
             slot.lock.release()
 
@@ -572,6 +607,9 @@ class _PlainLaunch:
             else:
                 inputs.append(self.scalars[i])
                 adj_inputs.append(_zero_of(plan.types[i]))
+        if slot.err is not None:
+            inputs.append(slot.err)
+            adj_inputs.append(None)
         kw: dict[str, Any] = {}
         if self.block_dim is not None:
             kw["block_dim"] = self.block_dim

@@ -355,6 +355,7 @@ def op(
     partition: str | None = None,
     output_dtypes: Mapping[str, Any] | None = None,
     jvp: Any = None,
+    checked: bool | None = None,
 ) -> Op:
     """Describe a Warp kernel (or annotated Python function) once, as an op every framework can call.
 
@@ -411,6 +412,12 @@ def op(
             and outputs, in kernel order, of the primal's type), and writes the outputs and their
             tangents. Default: generated from the kernel's source on first use (docs/gradients.md,
             "Forward mode and second order"). Its own adjoint gives second derivatives.
+        checked: bounds-check every array access of every launch (forward, adjoint, tangent;
+            reads, writes, atomics, tile offsets, and inside the ``wp.func`` calls): an index out of
+            range raises ``interop.BoundsError`` naming the op, the parameter, the index, the
+            array's shape and the source line, and the access is not made (docs/checked.md).
+            Default None: ``INTEROP_CHECKED=1`` in the environment (read when the op is described)
+            turns it on. Part of the op's identity. Costs a kernel build and a slower launch.
 
     Returns:
         An ``Op``. Describing the same kernel with the same options again returns
@@ -450,6 +457,7 @@ def op(
         partition=partition,
         output_dtypes=output_dtypes,
         jvp=jvp,
+        checked=checked,
     )
     with _ops_lock:
         existing = _ops.get(desc)
@@ -596,6 +604,7 @@ def tangent_op(o: Op) -> Op:
         block_dim=desc.block_dim,
         partition=desc.partition,
         output_dtypes=odt or None,
+        checked=desc.checked,
     )
     if desc.tiles and t.description.tile_form != desc.tile_form:
         # a tile kernel's tangent launches as the kernel does (the tile grid read from the primal's
@@ -652,6 +661,7 @@ def _function_tangent_op(o: Op) -> Op:
         nondifferentiable=nondiff,
         vmap_method=desc.vmap_method,
         output_dtypes=odt or None,
+        checked=desc.checked,
     )
 
 

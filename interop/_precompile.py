@@ -4,7 +4,8 @@ What an op's calls load, and so what is built (each a Warp module; Warp's adjoin
 module as its forward): the kernel's module (for a generic kernel, with the overloads declared by
 then); its scalar-gradient variants (``_scalar_ref``: scalars passed as one-element arrays, by a
 torch 0-d tensor, a JAX eager call or traced value); a hand-written backward's; with
-``forward_mode``, the generated tangent kernel's and its variants. Each for the CPU (the
+``forward_mode``, the generated tangent kernel's and its variants; for a checked op (``checked=True``),
+their checked variants instead. Each for the CPU (the
 ``block_dim`` variant a CPU launch loads) and, through Warp's NVRTC (no GPU needed), as a cubin per
 CUDA architecture. :mod:`interop._precompiled` reads the folder back.
 """
@@ -21,6 +22,7 @@ from typing import Any, Iterable, Sequence
 import warp as wp
 
 from . import _warp_compat
+from ._checked import checked_kernel
 from ._description import OpDescription
 from ._errors import ArgumentError, UnsupportedError
 from ._op import Op
@@ -187,6 +189,9 @@ def _with_scalar_variants(desc: OpDescription, kernels: list[Any]) -> list[tuple
         subsets = [tuple(scalars)]
     found = []
     for k in kernels:
+        if desc.checked:  # checked mode launches the checked variants only (interop._checked)
+            found += [(desc, checked_kernel(k, names, desc.label)) for names in [(), *subsets]]
+            continue
         found.append((desc, k))
         found += [(desc, scalar_ref_kernel(k, names)) for names in subsets]
     return found

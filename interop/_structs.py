@@ -638,3 +638,8 @@ def readable(e: BaseException, entries: tuple, *_: Any) -> BaseException:
     new.__cause__ = e.__cause__
     new.__traceback__ = e.__traceback__
     return new
+
+
+def leaf_paths(entries: Any) -> dict[str, str]:
+    """A struct op's flat parameters by their field paths (``state_in__x`` -> ``state_in.x``), for messages."""
+    return {leaf.param: leaf.path for e in entries if isinstance(e, Node) for leaf in e.leaves()}

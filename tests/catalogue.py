@@ -1328,3 +1328,46 @@ PROPERTY_OPS = [
                row_independent=False, block_dim=TILE_BLOCK, explicit_dims=True),
 ]  # fmt: skip
 PROPERTY_OP_IDS = [p.id for p in PROPERTY_OPS]
+
+
+# ---- checked mode (tests/test_checked.py): one kernel with a gather (in a wp.func), a scatter and a
+# computed write (one kernel: each checked variant is a kernel build; an index array set out of range
+# picks the access)
+@wp.func
+def checked_gather(a: wp.array(dtype=float), j: wp.int32):
+    return a[j] * 2.0
+
+
+@wp.kernel(module="unique")
+def checked_springs_kernel(
+    x: wp.array(dtype=float),
+    gi: wp.array(dtype=wp.int32),
+    si: wp.array(dtype=wp.int32),
+    wi: wp.array(dtype=wp.int32),
+    f: wp.array(dtype=float),
+    w: wp.array(dtype=float),
+    g: wp.array(dtype=float),
+):
+    i = wp.tid()
+    g[i] = checked_gather(x, gi[i])
+    wp.atomic_add(f, si[i], x[i] * 3.0)
+    w[wi[i]] = x[i] * x[i]
+
+
+def checked_springs_reference(x, gi, si, wi, f, w):
+    """NumPy's checked_springs_kernel (in-range indices; ``wi`` without repeats)."""
+    f, w = f.copy(), w.copy()
+    np.add.at(f, si, x * 3.0)
+    w[wi] = x * x
+    return f, w, x[gi] * 2.0
+
+
+# a tile kernel whose load offset is a parameter: one tile of CHECKED_TILE elements per block
+CHECKED_TILE = 4
+
+
+@wp.kernel(module="unique")
+def checked_tile_kernel(x: wp.array(dtype=float), off: int, out: wp.array(dtype=float)):
+    i, _lane = wp.tid()
+    t = wp.tile_load(x, shape=CHECKED_TILE, offset=off + i * CHECKED_TILE)
+    wp.tile_store(out, wp.tile_map(wp.mul, t, t), offset=i * CHECKED_TILE)

@@ -26,13 +26,16 @@ naming the op, the builtin and the source line, when forward mode is first used.
 :func:`tangent_op` describes ``T`` as an op of its own (its outputs, in-outs and their tangents
 returned), which the adapters call through their usual bindings (and differentiate in reverse
 mode for the second order).
+
+Reading the source, compiling the generated text and building the kernel and its functions are
+:mod:`interop._source`'s, shared with checked mode (:mod:`interop._checked`); each generated line is
+marked with the line of the kernel it comes from, so a checked tangent kernel names the user's line.
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
-import textwrap
 import threading
 import weakref
 from typing import Any
@@ -41,6 +44,8 @@ import warp as wp
 
 from .._errors import ArgumentError, UnsupportedError
 from .._scalar_ref import build_lock, retry_ast_race
+from .._source import build_kernel, compile_function, function_bodies, overload_signature, register_function, set_origin
+from .._source import parse_def as _parse_def
 from .._warp_compat import is_struct, make_function
 from . import rules as R
 from .lower import (  # noqa: F401 (_resolve, _is_builtin: tests reach them here)
@@ -114,14 +119,6 @@ def _start_late_parameters(g: _Gen, names: list[str], seed: set[str], types: dic
     g.lines[:0] = [f"    {n}{g.sfx} = {R.zero(n)}" for n in late]
 
 
-def _parse_def(adj: Any) -> ast.FunctionDef:
-    tree = ast.parse(textwrap.dedent(adj.source))
-    fdef = tree.body[0]
-    if not isinstance(fdef, ast.FunctionDef):
-        raise _Refusal("a source that is not a function definition", None)
-    return fdef
-
-
 def _annotation_is_array(ann: Any) -> bool:
     return wp.types.is_array(ann)
 
@@ -167,20 +164,6 @@ def _function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: str) -> 
         return fj
 
 
-def _variants(fobj: Any) -> list[Any]:
-    """The bodies a call of ``fobj`` may run: its overloads as written (concrete and generic; not
-    the concrete ones Warp instantiated from a generic one), each once."""
-    seen: dict[int, Any] = {}
-    for f in [
-        fobj,
-        *(getattr(fobj, "user_overloads", {}) or {}).values(),
-        *(getattr(fobj, "user_templates", {}) or {}).values(),
-    ]:
-        if getattr(f, "generic_parent", None) is None and f.func is not None:
-            seen.setdefault(id(f.func), f)
-    return list(seen.values())
-
-
 def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: str) -> _FunctionJvp:
     if getattr(fobj, "custom_grad_func", None) is not None or getattr(fobj, "custom_replay_func", None) is not None:
         raise _Refusal(
@@ -201,7 +184,7 @@ def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: st
     function: Any = None
     arity: int | None = None
     active: list[bool] = []
-    for variant in _variants(fobj):
+    for variant in function_bodies(fobj):
         text, annotations, ns, v_arity, v_active = _function_variant(variant, mask, name, label)
         if arity is not None and v_arity != arity:
             raise _Refusal(
@@ -209,13 +192,13 @@ def _build_function_jvp(fobj: Any, mask: tuple[bool, ...], label: str, where: st
             )
         arity = v_arity
         active = [a or b for a, b in zip(active, v_active)] if active else list(v_active)
-        function = _register_variant(_compile(text, name, ns, annotations), name, module, text, function)
+        function = register_function(_compile(text, name, ns, annotations), name, module, text, function)
+        set_origin(function, _Source(variant, variant.adj))
     return _FunctionJvp(name, function, arity or 0, tuple(active))
 
 
-def _register_variant(fn: Any, name: str, module: Any, text: str, first: Any) -> Any:
-    """Register one body of a tangent function (the first, or an overload of ``first``)."""
-    return retry_ast_race(lambda: make_function(fn, name, module, text, overload_of=first))
+def _compile(text: str, name: str, ns: dict, annotations: dict) -> Any:
+    return compile_function(text, name, ns, annotations, "tangent")
 
 
 def _function_variant(fobj: Any, mask: tuple[bool, ...], name: str, label: str) -> tuple[str, dict, dict, int, tuple]:
@@ -254,14 +237,6 @@ def _function_variant(fobj: Any, mask: tuple[bool, ...], name: str, label: str) 
     active_results = tuple(f"__return{k}" in g.wants for k in range(arity))
     text = f"def {name}({', '.join(params)}):\n" + "\n".join(g.lines or ["    pass"]) + "\n"
     return text, annotations, ns, arity, active_results
-
-
-def _compile(text: str, name: str, ns: dict, annotations: dict) -> Any:
-    code = compile(text, f"<interop tangent {name}>", "exec")
-    exec(code, ns)  # noqa: S102 (source generated here from the kernel's own)
-    fn = ns[name]
-    fn.__annotations__ = annotations
-    return fn
 
 
 # ---- tile_map's elementwise tangents (cached per operator and mask) --------------------------------
@@ -384,21 +359,10 @@ def _build_tangent_kernel(kernel: Any, differentiable: dict[str, bool], label: s
     for n, tn in tangent_of.items():
         annotations[tn] = arg_types[n]
     fn = _compile(text, fname, ns, annotations)
-    fn.__module__ = f.__module__
-    parent = getattr(kernel, "generic_parent", None)
-    sig = next((s for s, k in (parent.overloads.items() if parent else ()) if k is kernel), "")
+    sig = overload_signature(kernel)
     suffix = "".join("1" if differentiable.get(n) else "0" for n in names) + (f"__{sig}" if sig else "")
-    module = wp.get_module(f"interop_tangent.{kernel.key}.{suffix}")
-    module.options.update(kernel.module.options)
-    k = retry_ast_race(
-        lambda: wp.Kernel(
-            fn,
-            key=f"{kernel.key}__tangent_{suffix}",
-            module=module,
-            options=dict(kernel.options or {}),
-            source=text,
-        )
-    )
+    k = build_kernel(kernel, fn, text, "tangent", suffix)
+    set_origin(k, src)
     return TangentKernel(k, tangent_of, text)
 
 

@@ -20,7 +20,14 @@ from typing import Any, NoReturn
 
 import warp as wp
 
-from .._warp_compat import builtin_function, is_struct, struct_fields, struct_name, warp_function_class
+from .._source import ORIGIN
+from .._source import Refusal as _Refusal
+from .._source import Source as _Source
+from .._source import is_builtin as _is_builtin
+from .._source import is_user_function as _is_user_function
+from .._source import namespace_of as _ns_of
+from .._source import resolve as _resolve
+from .._warp_compat import is_struct, struct_fields, struct_name
 from . import rules as R
 from .tiles import _Tiles, is_tile_builtin
 
@@ -41,63 +48,6 @@ def fresh_suffix(text: str) -> str:
 
 
 _PY_ALIASES = {"abs": "abs", "min": "min", "max": "max", "round": "round", "pow": "pow"}
-
-
-class _Refusal(Exception):
-    """Raised inside the generator; :func:`tangent_kernel` turns it into an UnsupportedError."""
-
-    def __init__(self, what: str, node: ast.AST | None):
-        super().__init__(what)
-        self.what = what
-        self.node = node
-
-
-class _Source:
-    """Where a function's source came from, for messages naming a line."""
-
-    def __init__(self, fn_obj: Any, adj: Any):
-        self.text = textwrap.dedent(adj.source)
-        self.lines = self.text.splitlines()
-        code = getattr(adj.func, "__code__", None)
-        self.file = code.co_filename if code is not None else "<unknown>"
-        self.first = int(getattr(adj, "fun_lineno", 1) or 1)
-        self.name = getattr(fn_obj, "key", getattr(adj.func, "__name__", "?"))
-
-    def where(self, node: ast.AST | None) -> str:
-        if node is None or not hasattr(node, "lineno"):
-            return f"in {self.name} ({self.file})"
-        k = int(node.lineno)  # type: ignore[attr-defined]
-        text = self.lines[k - 1].strip() if 0 < k <= len(self.lines) else ""
-        return f"at {self.file}:{self.first + k - 1} in {self.name}: `{text}`"
-
-
-def _ns_of(func: Any) -> dict:
-    """The names a function's body sees: its globals, then its closure's cells."""
-    ns = dict(func.__globals__)
-    for name, cell in zip(func.__code__.co_freevars, func.__closure__ or ()):
-        try:
-            ns[name] = cell.cell_contents
-        except ValueError:
-            pass
-    return ns
-
-
-def _resolve(node: ast.AST, ns: dict) -> Any:
-    """The object a call's function expression names (``wp.sin``, ``my_func``, ``wp.vec3``), or None."""
-    if isinstance(node, ast.Name):
-        if node.id in ns:
-            return ns[node.id]
-        return getattr(builtins, node.id, None)
-    if isinstance(node, ast.Attribute):
-        base = _resolve(node.value, ns)
-        if base is None:
-            return None
-        obj = getattr(base, node.attr, None)
-        if (base is wp or base is wp.types) and (not isinstance(obj, type) or node.attr == "tile"):
-            # wp.tid, wp.tile_load, wp.vector, wp.types.vector... exist only as kernels see them
-            return builtin_function(node.attr) or obj
-        return obj
-    return None
 
 
 def _static_value(node: ast.Call, ns: dict) -> Any:
@@ -158,14 +108,6 @@ def _is_dtype_expression(node: ast.AST, ns: dict) -> bool:
     return isinstance(base, ast.Name)
 
 
-def _is_builtin(obj: Any) -> bool:
-    return isinstance(obj, warp_function_class()) and bool(obj.is_builtin())
-
-
-def _is_user_function(obj: Any) -> bool:
-    return isinstance(obj, warp_function_class()) and not obj.is_builtin()
-
-
 _INT_TYPES = (int, bool)
 
 
@@ -214,10 +156,13 @@ class _Emitter:
         # _Gen.assign), since Warp's adjoint through a tuple local drops its gradients
         self.tuples: dict[str, int] = {}
         self.tile_names: set[str] = set()  # locals holding tiles (their zero tangent is a tile)
+        self.current = 0  # the line (in src) of the statement being lowered
 
     # -- emission -------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
-        self.lines.append("    " * self.depth + line)
+        # each line marked with the line of the source it comes from (checked mode names it)
+        mark = ORIGIN.format(self.current) if self.current else ""
+        self.lines.append("    " * self.depth + line + mark)
 
     def tmp(self) -> str:
         self.n += 1
@@ -671,6 +616,7 @@ class _Gen(_Calls):
         self.depth -= 1
 
     def stmt(self, s: ast.stmt) -> None:
+        self.current = int(getattr(s, "lineno", 0) or 0)
         if isinstance(s, ast.Assign):
             if len(s.targets) != 1:
                 self.refuse("a chained assignment", s)

@@ -1,0 +1,222 @@
+"""Checked mode, the rewrite: a kernel's (or ``wp.func``'s) body with every array access checked.
+
+The rules over the parsed body (the reader and emitter are :mod:`interop._source`, shared with the
+tangent kernels of forward mode):
+
+- a read ``a[i, j]`` (every axis indexed) becomes ``_interop_ck_load2(a, i, j, err, site)``: the
+  element, or zero without reading where an index is out of range;
+- a statement that writes an element (``a[i] = v``, ``a[i] += v``, ``a[i].x = v``, ``a[i][k] = v``)
+  and a statement ``wp.atomic_*(a, i, ..., v)`` run under ``if _interop_ck_ok1(a, i, err, site):``;
+  an atomic whose old value is used becomes ``_interop_ck_atomic_add1(a, i, v, err, site)``;
+- a tile's ``offset=`` (``tile_load``, ``tile_store``, ``tile_atomic_add``) passes through
+  ``_interop_ck_off<N>``: an offset outside the array becomes the array's extent, where Warp's tile
+  access reads zeros and writes nothing (a tile that only overhangs the end is Warp's own padding);
+- a ``wp.func`` with array parameters is called through its checked variant, which takes the
+  error array last (built by the same rules, once per function).
+
+``site`` numbers the access (:mod:`interop._checked.record` keeps what it names: the array, the
+source file, line and text); ``err`` is the kernel's added last parameter.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from typing import Any, Callable
+
+import warp as wp
+
+from .._source import Source, is_builtin, is_user_function, resolve
+from . import record
+from .checks import AT, ATOMICS, CALLER, ERR
+
+TILE_ACCESSES = {"tile_load": 0, "tile_store": 0, "tile_atomic_add": 0}
+
+
+def array_ndim(ann: Any) -> int | None:
+    """The rank of an array parameter's annotation (a plain ``wp.array``), or None."""
+    if isinstance(ann, wp.array) or (isinstance(ann, type) and issubclass(ann, wp.array)):
+        return int(getattr(ann, "ndim", 1) or 1)
+    cls = type(ann)
+    if cls.__name__ == "array" and cls.__module__.startswith("warp"):
+        return int(getattr(ann, "ndim", 1) or 1)
+    return None
+
+
+def _indices(node: ast.Subscript) -> list[ast.expr] | None:
+    s = node.slice
+    elts = list(s.elts) if isinstance(s, ast.Tuple) else [s]
+    return None if any(isinstance(e, ast.Slice) for e in elts) else elts
+
+
+def _name(text: str) -> ast.Name:
+    return ast.Name(id=text, ctx=ast.Load())
+
+
+def _call(fname: str, args: list[ast.expr]) -> ast.Call:
+    return ast.Call(func=_name(fname), args=args, keywords=[])
+
+
+class Checker(ast.NodeTransformer):
+    """Rewrites one body. ``arrays``: array parameter -> rank; ``function``: makes the checked
+    variant of a called ``wp.func`` (``(name, wp.func)`` or None where it needs none)."""
+
+    def __init__(self, src: Source, ns: dict, arrays: dict[str, int], owner: str, function: Callable):
+        self.src, self.ns, self.arrays, self.owner, self.function = src, ns, arrays, owner, function
+        self.used: dict[str, Any] = {}  # checked function variants the body calls: name -> wp.func
+
+    # -- what an access names ----------------------------------------------------------------------
+    def _site(self, array: str, node: ast.AST) -> ast.expr:
+        """The site number of an access; in a ``wp.func``, plus the kernel's call site (``AT``)."""
+        file, line, text = self.src.line(node)
+        k = ast.Constant(record.site(array, self.owner, file, line, text))
+        if not self.owner:
+            return k
+        return ast.BinOp(left=_call("_interop_ck_wp.int64", [k]), op=ast.Add(), right=_name(AT))
+
+    def _caller(self, fobj: Any, node: ast.Call) -> ast.expr:
+        """What a call of a checked ``wp.func`` passes as ``AT``: in the kernel, this call's site
+        (naming which argument each of the function's parameters is); in a function, its own."""
+        if self.owner:
+            return _name(AT)
+        file, line, text = self.src.line(node)
+        names = list((getattr(fobj, "input_types", None) or {}).keys())
+        args = tuple((n, ast.unparse(a)) for n, a in zip(names, node.args))
+        k = record.site("", "", file, line, text, args)
+        return _call("_interop_ck_wp.int64", [ast.Constant((k + 1) * CALLER)])
+
+    def _element(self, node: ast.AST) -> tuple[str, list[ast.expr]] | None:
+        """``(array, indices)`` where ``node`` is ``a[i, ...]`` of an array parameter, every axis indexed."""
+        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+            return None
+        nd = self.arrays.get(node.value.id)
+        idx = _indices(node)
+        if nd is None or idx is None or len(idx) != nd:
+            return None
+        return node.value.id, idx
+
+    def _guard(self, stmt: ast.stmt, array: str, idx: list[ast.expr], node: ast.AST) -> ast.If:
+        test = _call(f"_interop_ck_ok{len(idx)}", [_name(array), *idx, _name(ERR), self._site(array, node)])
+        return ast.copy_location(ast.If(test=test, body=[stmt], orelse=[]), stmt)
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def visit_Subscript(self, node: ast.Subscript) -> Any:
+        self.generic_visit(node)
+        el = self._element(node)
+        if el is None or not isinstance(node.ctx, ast.Load):
+            return node
+        array, idx = el
+        call = _call(f"_interop_ck_load{len(idx)}", [_name(array), *idx, _name(ERR), self._site(array, node)])
+        return ast.copy_location(call, node)
+
+    # -- writes ----------------------------------------------------------------------------------------
+    def _store(self, stmt: ast.stmt, target: ast.expr) -> Any:
+        """A statement writing ``target``: guarded where the written element is an array's."""
+        base = target
+        while isinstance(base, ast.Attribute | ast.Subscript) and self._element(base) is None:
+            base = base.value
+        el = self._element(base)
+        if el is None:
+            return self.generic_visit(stmt)
+        array, _ = el
+        # the value and the indices are rewritten (their reads checked); the element written stays
+        # a store of Warp's own, under the guard
+        stmt.value = self.visit(stmt.value)  # type: ignore[attr-defined]
+        self._visit_target(target, base)
+        _, idx = self._element(base)  # type: ignore[misc]
+        return self._guard(stmt, array, [copy.deepcopy(i) for i in idx], base)
+
+    def _visit_target(self, target: ast.expr, base: ast.Subscript) -> None:
+        node = target
+        while node is not base:  # component indices of a[i][k] = v / a[i].x = v
+            if isinstance(node, ast.Subscript):
+                node.slice = self.visit(node.slice)
+            node = node.value  # type: ignore[attr-defined]
+        base.slice = self.visit(base.slice)
+
+    def visit_Assign(self, node: ast.Assign) -> Any:
+        if len(node.targets) == 1:
+            return self._store(node, node.targets[0])
+        return self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> Any:
+        return self._store(node, node.target)
+
+    # -- atomics, tiles, function calls ------------------------------------------------------------
+    def _atomic(self, node: ast.AST) -> tuple[str, str, list[ast.expr]] | None:
+        """``(builtin, array, indices)`` of ``wp.atomic_*(a, i.., v)`` on an array parameter."""
+        if not isinstance(node, ast.Call) or node.keywords or len(node.args) < 3:
+            return None
+        f = resolve(node.func, self.ns)
+        if not (is_builtin(f) and f.key in ATOMICS) or not isinstance(node.args[0], ast.Name):
+            return None
+        array = node.args[0].id
+        nd = self.arrays.get(array)
+        idx = node.args[1:-1]
+        if nd is None or len(idx) != nd:
+            return None
+        return f.key, array, idx
+
+    def visit_Expr(self, node: ast.Expr) -> Any:
+        at = self._atomic(node.value)
+        if at is None:
+            return self.generic_visit(node)
+        _, array, _ = at
+        call = node.value
+        call.args = [call.args[0], *[self.visit(a) for a in call.args[1:]]]  # type: ignore[attr-defined]
+        idx = [copy.deepcopy(i) for i in call.args[1:-1]]  # type: ignore[attr-defined]
+        return self._guard(node, array, idx, call)
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        at = self._atomic(node)
+        if at is not None:  # an atomic whose old value is used: the value, or zero
+            name, array, idx = at
+            node.args = [node.args[0], *[self.visit(a) for a in node.args[1:]]]
+            site = self._site(array, node)
+            return ast.copy_location(_call(f"_interop_ck_{name}{len(idx)}", [*node.args, _name(ERR), site]), node)
+        self.generic_visit(node)
+        f = resolve(node.func, self.ns)
+        if is_builtin(f) and f.key in TILE_ACCESSES:
+            return self._tile(node, f.key)
+        if is_user_function(f):
+            made = self.function(f, node, self.src)
+            if made is not None:
+                name, fn = made
+                self.used[name] = fn
+                node.func = _name(name)
+                node.args += [_name(ERR), self._caller(f, node)]
+        return node
+
+    def _tile(self, node: ast.Call, key: str) -> ast.Call:
+        """A tile access's ``offset=`` checked against the array (its first argument)."""
+        arr = node.args[0] if node.args else None
+        nd = self.arrays.get(arr.id) if isinstance(arr, ast.Name) else None
+        kw = next((k for k in node.keywords if k.arg == "offset"), None)
+        if arr is None or nd is None or kw is None:
+            return node
+        offs = kw.value.elts if isinstance(kw.value, ast.Tuple) else [kw.value]
+        if len(offs) != nd:
+            return node
+        site = self._site(arr.id, node)
+        checked = [
+            _call(f"_interop_ck_off{nd}", [_name(arr.id), ast.Constant(k), o, _name(ERR), site])
+            for k, o in enumerate(offs)
+        ]
+        kw.value = ast.Tuple(elts=checked, ctx=ast.Load()) if nd > 1 else checked[0]
+        return node
+
+
+def rewrite(fdef: ast.FunctionDef, checker: Checker, name: str) -> str:
+    """The checked function's source: ``fdef`` renamed ``name``, its body rewritten, taking the
+    error array last."""
+    fdef.body = [checker.visit(s) for s in fdef.body]
+    fdef.name = name
+    fdef.decorator_list = []
+    fdef.returns = None
+    for a in fdef.args.args:
+        a.annotation = None
+    fdef.args.args.append(ast.arg(arg=ERR))
+    if checker.owner:
+        fdef.args.args.append(ast.arg(arg=AT))
+    ast.fix_missing_locations(fdef)
+    return ast.unparse(fdef) + "\n"
