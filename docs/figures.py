@@ -61,7 +61,14 @@ SOURCES = {
     "jax-transitions": ("docs/measurements/jax-transitions.json", None),
 }
 #: the files whose figures are written here
-FILES = ("README.md", "docs/index.md", "docs/development.md", "docs/performance.md", "docs/install.md", "docs/guide/jax.md")
+FILES = (
+    "README.md",
+    "docs/index.md",
+    "docs/development.md",
+    "docs/performance.md",
+    "docs/install.md",
+    "docs/guide/jax.md",
+)
 #: charts drawn from a measurement: (source, the PNG)
 CHARTS = (("bench-run", "benchmarks/results.png"),)
 MARKER = re.compile(r"<!-- figure ([\w.-]+):([^~>]+?)(?:~(\w+))? -->(.*?)<!-- /figure -->", re.S)

@@ -52,13 +52,12 @@ FRAMEWORKS = [f for f in ("numpy", "torch", "jax", "paddle") if f == "numpy" or 
 #: the frameworks of the generated calls and sequences: CuPy too where it has a CUDA device to run on
 CALL_FRAMEWORKS = FRAMEWORKS + (["cupy"] if devices_for("cupy") else [])
 DOCUMENTED = (interop.ArgumentError, interop.UnsupportedError)
-#: Checked mode as a generator dimension (issue 50): the values ``checked`` is drawn from. Off,
-#: ``(False,)``, until checked mode (``interop.op(..., checked=True)``, ``interop.BoundsError``) lands;
-#: ``INTEROP_PROPERTY_CHECKED=1`` switches it on. Drawn now by the index-array calls
+#: Checked mode as a generator dimension (issue 50): the values ``checked`` is drawn from. On since
+#: checked mode landed (``interop.op(..., checked=True)``, ``interop.BoundsError``);
+#: ``INTEROP_PROPERTY_CHECKED=0`` switches it off. Drawn by the index-array calls
 #: (tests/test_properties_indices.py: a checked call may draw out-of-range indices, which must raise
-#: BoundsError and leave the caller's arrays intact); the generated calls of this module take it once
-#: checked mode gives a checked variant of any catalogue op.
-CHECKED = (False, True) if os.environ.get("INTEROP_PROPERTY_CHECKED") == "1" else (False,)
+#: BoundsError and leave the caller's arrays intact).
+CHECKED = (False,) if os.environ.get("INTEROP_PROPERTY_CHECKED") == "0" else (False, True)
 
 
 def property_settings(examples: int = EXAMPLES, **kw) -> settings:

@@ -465,3 +465,38 @@ def test_struct_fields_are_named_by_their_path():
     np.testing.assert_array_equal(op({"x": x, "idx": np.array([3, 2, 1, 0], np.int32)}), x[::-1] * 2.0)
     with pytest.raises(interop.BoundsError, match=r"index 9 out of range for parameter 's\.x' along axis 0"):
         op({"x": x, "idx": np.array([3, 2, 9, 0], np.int32)})
+
+
+@wp.kernel(module="unique")
+def checked_indexed_gather(a: wp.indexedarray(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = 2.0 * a[i]
+
+
+INDEXED = interop.op(checked_indexed_gather, checked=True)
+
+
+@pytest.mark.parametrize("fw", [f for f in FRAMEWORKS if f not in ("warp", "cupy")])
+def test_indexed_array_index_values_are_checked_against_the_data(fw, device):
+    """An interop.indexed view's index values are checked against its data's shape (issue 51 with
+    checked mode): in range the values of the gather, out of range BoundsError naming the data's
+    parameter, the index and the shape, forward and (torch, Paddle) gradient; the data untouched."""
+    data = np.arange(1, N + 1, dtype=np.float32)
+    good, bad = np.array([0, 4, 2], np.int32), np.array([0, N, 2], np.int32)
+    view = interop.indexed(to_fw(fw, data, device=device), [to_fw(fw, good, device=device)])
+    np.testing.assert_array_equal(to_np(INDEXED(view)), 2.0 * data[good])
+    d = to_fw(fw, data, device=device, **({"requires_grad": True} if fw in ("torch", "paddle") else {}))
+    with pytest.raises(Exception) as info:
+        out = INDEXED(interop.indexed(d, [to_fw(fw, bad, device=device)]))
+        if fw == "jax":
+            out.block_until_ready()
+    msg = str(info.value)
+    assert isinstance(info.value, interop.BoundsError) or "BoundsError" in msg, msg
+    assert f"index {N} out of range for parameter 'a' along axis 0, whose shape is ({N},)" in msg, msg
+    np.testing.assert_array_equal(to_np(d.detach() if fw == "torch" else d), data)
+    if fw in ("torch", "paddle"):  # the gradient's adjoint launch is checked too
+        g_ok = INDEXED(interop.indexed(d, [to_fw(fw, good, device=device)]))
+        g_ok.sum().backward()
+        expect = np.zeros(N, np.float32)
+        np.add.at(expect, good, 2.0)
+        np.testing.assert_array_equal(to_np(d.grad), expect)
