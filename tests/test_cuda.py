@@ -138,7 +138,7 @@ def test_deterministic_mode_on_cuda():
     require_cuda("torch")
     import torch
 
-    op = interop.op(_deterministic_kernel(), name="cuda_test::det_sum")
+    op = interop.op(_deterministic_kernel(), name="cuda_test::det_sum", output_dims=1)
     x = torch.rand(100_000, device="cuda", requires_grad=True)
     first = op(x, (0.0, 1.0, 0.0), 0.5)
     for _ in range(3):
@@ -161,7 +161,7 @@ def test_plain_launch_gives_the_recorded_launchs_values_and_gradients(monkeypatc
     x = jnp.linspace(-1.0, 1.0, 33, dtype=jnp.float32, device=jax_device("cpu"))
 
     def run(name):
-        op = interop.op(_scaled_sum, name=name)
+        op = interop.op(_scaled_sum, name=name, output_dims=1)
         f = jax.jit(lambda a: op(a, (0.0, 2.0, 0.0), 1.5))
         return f(x), jax.grad(lambda a: jnp.sum(f(a)) * 3.0)(x), op
 
@@ -200,8 +200,8 @@ def test_deterministic_kernels_are_not_declared_command_buffer_compatible(monkey
         register(name, handler, command_buffer=command_buffer, **kwargs)
 
     monkeypatch.setattr(_jax_ffi, "register", spy)
-    det = interop.op(_deterministic_kernel(), name="cuda_test::det_sum_jax")
-    plain = interop.op(_scaled_sum, name="cuda_test::plain_sum_jax")
+    det = interop.op(_deterministic_kernel(), name="cuda_test::det_sum_jax", output_dims=1)
+    plain = interop.op(_scaled_sum, name="cuda_test::plain_sum_jax", output_dims=1)
     x = jnp.linspace(-1.0, 1.0, 8, dtype=jnp.float32, device=jax_device("cpu"))
     np.testing.assert_array_equal(np.asarray(det(x, (0.0, 1.0, 0.0), 0.5)), np.asarray(plain(x, (0.0, 1.0, 0.0), 0.5)))
     assert declared and {n: v for n, v in declared.items() if "det_sum_jax" in n} == dict.fromkeys(
@@ -287,7 +287,7 @@ def test_handler_is_built_when_xla_instantiates_the_executable():
 
     from adapters import jax as interop_jax
 
-    op = interop.op(_scaled_sum, name="cuda_test::instantiated_sum")
+    op = interop.op(_scaled_sum, name="cuda_test::instantiated_sum", output_dims=1)
     x = jnp.linspace(-1.0, 1.0, 9, dtype=jnp.float32, device=jax_device("cpu"))
     lowered = jax.jit(jax.value_and_grad(lambda a: jnp.sum(op(a, (0.0, 1.0, 0.0), 2.0)))).lower(x)
     targets = [interop_jax._targets[interop_jax._target(op.description, d)] for d in ("fwd", "bwd")]
