@@ -93,8 +93,9 @@ def indexed(data: Any, indices: Any) -> Indexed:
         raise ArgumentError("interop.indexed: data must be an array, got None")
     if indices is None or not isinstance(indices, (list, tuple)):
         indices = [indices]
-    if framework_of(data) in ("jax", "torch"):
-        adapter(framework_of(data))  # registers Indexed as a pytree: a view may be a transform's argument
+    fw = framework_of(data)
+    if fw == "jax" or fw == "torch":
+        adapter(fw)  # registers Indexed as a pytree: a view may be a transform's argument
     return Indexed(data, tuple(indices))
 
 
@@ -112,7 +113,7 @@ def leaf_names(pname: str, ndim: int) -> list[str]:
 def leaf_annotations(pname: str, ann: Any) -> dict[str, Any]:
     """The flat parameters' annotations: the data a plain array of the view's dtype and ndim."""
     ndim = int(ann.ndim)
-    out = {pname: wp.array(dtype=ann.dtype, ndim=ndim)}
+    out: dict[str, Any] = {pname: wp.array(dtype=ann.dtype, ndim=ndim)}
     for k in range(ndim):
         out[f"{pname}{IDX}{k}"] = wp.array(dtype=wp.int32, ndim=1)
     return out
@@ -228,7 +229,7 @@ class _Rewrite(ast.NodeTransformer):
             raise self._refuse(
                 base, node, f"takes a view of it with {len(fixed) + len(parts)} of its {self.dims[base]} indices"
             )
-        new: ast.expr = ast.Subscript(
+        new = ast.Subscript(
             value=ast.Name(id=base, ctx=ast.Load()),
             slice=_tuple_or_one(self._indices(base, fixed, parts[:n])),
             ctx=node.ctx if len(parts) == n else ast.Load(),
@@ -250,7 +251,7 @@ class _Rewrite(ast.NodeTransformer):
                 return ast.copy_location(ast.parse(f"{base}{IDX}{len(fixed)}.shape[0]", mode="eval").body, node)
             extra = 2 if fname == _ATOMIC_CAS else 1 if fname in _ATOMICS else None
             if extra is None or node.keywords or len(node.args) != 1 + n + extra:
-                raise self._refuse(a0.id, node, "passes it whole to a function")
+                raise self._refuse(a0.id, node, "passes it whole to a function")  # type: ignore[union-attr]
             idx = self._indices(base, fixed, node.args[1 : 1 + n])
             node.args = [ast.Name(id=base, ctx=ast.Load()), *idx, *(self.visit(e) for e in node.args[1 + n :])]
             node.func = self.visit(f)
@@ -266,7 +267,7 @@ class _Rewrite(ast.NodeTransformer):
             return ast.copy_location(ast.parse(f"{root[0]}.dtype", mode="eval").body, node)
         if node.attr == "ndim" and not root[1]:
             return node
-        raise self._refuse(name, node, f"reads its {node.attr!r} whole")
+        raise self._refuse(name, node, f"reads its {node.attr!r} whole")  # type: ignore[arg-type]
 
     def visit_Name(self, node: ast.Name):
         if self._root(node.id) is not None:

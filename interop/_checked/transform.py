@@ -122,7 +122,7 @@ class Checker(ast.NodeTransformer):
         # the value and the indices are rewritten (their reads checked); the element written stays
         # a store of Warp's own, under the guard
         stmt.value = self.visit(stmt.value)  # type: ignore[attr-defined]
-        self._visit_target(target, base)
+        self._visit_target(target, base)  # type: ignore[arg-type]
         _, idx = self._element(base)  # type: ignore[misc]
         return self._guard(stmt, array, [copy.deepcopy(i) for i in idx], base)
 
@@ -197,12 +197,12 @@ class Checker(ast.NodeTransformer):
         offs = kw.value.elts if isinstance(kw.value, ast.Tuple) else [kw.value]
         if len(offs) != nd:
             return node
-        site = self._site(arr.id, node)
+        site = self._site(arr.id, node)  # type: ignore[attr-defined]
         checked = [
-            _call(f"_interop_ck_off{nd}", [_name(arr.id), ast.Constant(k), o, _name(ERR), site])
+            _call(f"_interop_ck_off{nd}", [_name(arr.id), ast.Constant(k), o, _name(ERR), site])  # type: ignore[attr-defined]
             for k, o in enumerate(offs)
         ]
-        kw.value = ast.Tuple(elts=checked, ctx=ast.Load()) if nd > 1 else checked[0]
+        kw.value = ast.Tuple(elts=checked, ctx=ast.Load()) if nd > 1 else checked[0]  # type: ignore[arg-type]
         return node
 
 
