@@ -7,7 +7,6 @@ their caches (registered operators, FFI targets, traced callables) on it.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import hashlib
 import inspect
@@ -26,6 +25,8 @@ from ._errors import ArgumentError, UnsupportedError
 from ._extent import (
     arrays_written,
     direct_indexing,
+    permuted_outputs,
+    returned_params_read,
     scattered_outputs,
     thread_domain,
     tile_form,
@@ -166,6 +167,9 @@ class OpDescription:
     # (a scatter, an atomic at a computed index; see _extent.scattered_outputs): never sized from the
     # launch, a call must give their output_dims
     scattered: tuple[tuple[str, int, str], ...] = field(default=(), compare=False, hash=False)
+    # (output, launch dim per output dim) of outputs written only at another order of the thread
+    # indices (a transpose ``out[j, i]``; see _extent.permuted_outputs): sized from the launch permuted
+    permuted: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), compare=False, hash=False)
     # per generic output given one, the rule for its dtype: ((name, DtypeOf or a Warp type), ...), sorted
     output_dtypes: tuple = ()
     # a hand-written tangent kernel (interop.op(..., jvp=)): the kernel's parameters, then one tangent
@@ -647,7 +651,8 @@ def _source_facts(fn: Any, kind: str, params: tuple, bwd: Any) -> dict[str, Any]
     returned arrays it reads, the outputs its adjoint never reads, the arrays indexed by the bare
     thread index, the thread domain, its tile use and launch form, the outputs it writes."""
     arrays = [(p.name, p.ndim) for p in params if p.is_array]
-    reads = _returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT])
+    outs = [(p.name, p.ndim) for p in params if p.role == OUTPUT]
+    reads = returned_params_read(fn, kind, [p.name for p in params if p.role != INPUT])
     domain, tid_escapes = thread_domain(fn, kind, arrays)
     tiles = kind == "kernel" and uses_tiles(fn)
     return {
@@ -662,8 +667,9 @@ def _source_facts(fn: Any, kind: str, params: tuple, bwd: Any) -> dict[str, Any]
         "tid_escapes": tid_escapes,
         "tiles": tiles,
         "tile_form": tile_form(fn, arrays) if tiles else ("none", 0, False),
-        "written": written_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
-        "scattered": scattered_outputs(fn, kind, [(p.name, p.ndim) for p in params if p.role == OUTPUT]),
+        "written": written_outputs(fn, kind, outs),
+        "scattered": scattered_outputs(fn, kind, outs),
+        "permuted": permuted_outputs(fn, kind, outs),
     }
 
 
@@ -795,44 +801,6 @@ def _describe_structs(
         name=desc.name if name is not None else desc.name.replace(_structs.FLAT_SUFFIX, "", 1),
         entries=entries,
     )
-
-
-_WRITE_ONLY_CALLS = {"atomic_add", "atomic_sub"}
-
-
-def _returned_params_read(fn: Any, kind: str, names: list[str]) -> tuple[str, ...]:
-    """Names among ``names`` that the kernel may read (conservative: unsure means read).
-
-    A returned array is write-only when every use is ``a[...] = value`` or the first
-    argument of ``wp.atomic_add`` / ``wp.atomic_sub`` (or ``a.shape`` / ``a.ndim``). Then
-    Warp's adjoint only reads its gradient; otherwise it may accumulate into it.
-    """
-    if kind != "kernel":
-        return tuple(names)  # a Python function may pass an output on to another launch
-    tree = getattr(fn.adj, "tree", None)
-    if tree is None or not names:
-        return tuple(names)
-    wanted = set(names)
-    allowed: set[int] = set()  # ids of Name nodes in a write-only position
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
-                    allowed.add(id(t.value))
-        elif isinstance(node, ast.Call) and node.args:
-            f = node.func
-            fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
-            if fname in _WRITE_ONLY_CALLS and isinstance(node.args[0], ast.Name):
-                allowed.add(id(node.args[0]))
-        elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim") and isinstance(node.value, ast.Name):
-            allowed.add(id(node.value))
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) else [tree]
-    read = set()
-    for stmt in body:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and node.id in wanted and id(node) not in allowed:
-                read.add(node.id)
-    return tuple(n for n in names if n in read)
 
 
 def _adjoint_unread(fn: Any, kind: str, params: Sequence[Param], reads: tuple[str, ...]) -> tuple[str, ...]:

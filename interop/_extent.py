@@ -412,7 +412,9 @@ def _output_writes(kernel: ast.FunctionDef, names: set[str], ndims: dict[str, in
                     yield name, idx, node
 
 
-def scattered_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) -> tuple[tuple[str, int, str], ...]:
+def scattered_outputs(
+    fn: Any, kind: str, outputs: Sequence[tuple[str, int]], want_permuted: bool = False
+) -> tuple[tuple[Any, ...], ...]:
     """Outputs the kernel writes at an index that is not the thread's: ``(name, line, source)`` of
     the first such write of each, in the kernel's source file (the line where Warp knows it).
 
@@ -456,17 +458,46 @@ def scattered_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) ->
     first = getattr(fn.adj, "fun_lineno", None)
     offset = first - 1 if isinstance(first, int) else 0
     found: dict[str, tuple[int, str]] = {}
+    perms: dict[str, dict[tuple[int, ...], tuple[int, str]]] = {}  # other orders of the thread indices
+    at_thread: set[str] = set()
     for name, idx, node in _output_writes(kernel, names, ndims):
         if name in found:
             continue
-        at_thread = all(
-            _tid_dim(e, tid) is not None and max(tid.get(getattr(e, "id", ""), 0), 0) == k
-            for k, e in enumerate(idx[: ndims[name]])
-        )
-        if not at_thread:
-            found[name] = (getattr(node, "lineno", 1) + offset, ast.unparse(node).splitlines()[0])
+        where = (getattr(node, "lineno", 1) + offset, ast.unparse(node).splitlines()[0])
+        perm = _thread_permutation(idx[: ndims[name]], tid)
+        if perm is not None and perm == tuple(range(len(perm))):
+            at_thread.add(name)  # the thread's own index (or a prefix of it: a row written whole)
+        elif perm is not None and len(perm) == ndims[name]:
+            perms.setdefault(name, {}).setdefault(perm, where)
+        else:
+            found[name] = where
+    # written at one other order of the thread indices only (``out[j, i]``): sized from the launch
+    # permuted; at two orders (``out[i, j]`` and ``out[j, i]``), at none that the launch gives
+    permuted = {n: next(iter(p)) for n, p in perms.items() if n not in found and n not in at_thread and len(p) == 1}
+    for n, p in perms.items():
+        if n not in found and n not in permuted:
+            found[n] = next(iter(p.values()))
     order = [n for n, _ in outputs]
+    if want_permuted:
+        return tuple((n, permuted[n]) for n in order if n in permuted)
     return tuple((n, *found[n]) for n in order if n in found)
+
+
+def _thread_permutation(idx: Sequence[ast.AST], tid: dict[str, int]) -> tuple[int, ...] | None:
+    """The launch dimension of each index of a write, when they are distinct thread indices, one per
+    output dimension (``out[i, j]``: ``(0, 1)``; ``out[j, i]``: ``(1, 0)``), else None."""
+    dims = [_tid_dim(e, tid) for e in idx]
+    if any(d is None for d in dims) or len(set(dims)) != len(dims):
+        return None
+    return tuple(int(d) for d in dims if d is not None)
+
+
+def permuted_outputs(fn: Any, kind: str, outputs: Sequence[tuple[str, int]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Outputs the kernel writes only at one permutation of the thread indices other than theirs
+    (a transpose ``out[j, i] = a[i, j]`` with ``i, j = wp.tid()``): ``(name, perm)``, the output's
+    dimension ``k`` walked by launch dimension ``perm[k]``. Such an output is sized from the launch
+    permuted (:func:`interop._plan.make_plan`), where the launch has as many dimensions."""
+    return scattered_outputs(fn, kind, outputs, want_permuted=True)  # type: ignore[return-value]
 
 
 def check_scattered(label: str, fn: Any, scattered: Sequence[tuple[str, int, str]], sized: set) -> None:
@@ -653,3 +684,41 @@ def tile_form(fn: Any, arrays: Sequence[tuple[str, int]]) -> tuple[str, int, boo
     if elements and not coords:
         return "threads", nt, False
     return "tiled", nt, (nt - 1) not in coords
+
+
+_WRITE_ONLY_CALLS = {"atomic_add", "atomic_sub"}
+
+
+def returned_params_read(fn: Any, kind: str, names: list[str]) -> tuple[str, ...]:
+    """Names among ``names`` that the kernel may read (conservative: unsure means read).
+
+    A returned array is write-only when every use is ``a[...] = value`` or the first
+    argument of ``wp.atomic_add`` / ``wp.atomic_sub`` (or ``a.shape`` / ``a.ndim``). Then
+    Warp's adjoint only reads its gradient; otherwise it may accumulate into it.
+    """
+    if kind != "kernel":
+        return tuple(names)  # a Python function may pass an output on to another launch
+    tree = getattr(fn.adj, "tree", None)
+    if tree is None or not names:
+        return tuple(names)
+    wanted = set(names)
+    allowed: set[int] = set()  # ids of Name nodes in a write-only position
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+                    allowed.add(id(t.value))
+        elif isinstance(node, ast.Call) and node.args:
+            f = node.func
+            fname = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if fname in _WRITE_ONLY_CALLS and isinstance(node.args[0], ast.Name):
+                allowed.add(id(node.args[0]))
+        elif isinstance(node, ast.Attribute) and node.attr in ("shape", "ndim") and isinstance(node.value, ast.Name):
+            allowed.add(id(node.value))
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.FunctionDef) else [tree]
+    read = set()
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and node.id in wanted and id(node) not in allowed:
+                read.add(node.id)
+    return tuple(n for n in names if n in read)

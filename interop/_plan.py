@@ -467,7 +467,17 @@ def make_plan(
                 f"op {desc.label!r}: cannot size output {p.name!r}: the op has no array input; "
                 "pass launch_dims= (or output_dims=)"
             )
-        shapes[p.index] = _as_output_shape(desc, p, types[p.index], tuple(default_dims), source)
+        dims = tuple(default_dims)
+        perm = dict(desc.permuted).get(p.name)
+        if perm is not None:  # written at another order of the thread indices (a transpose)
+            if len(perm) != len(dims):
+                raise ArgumentError(
+                    f"op {desc.label!r}, output {p.name!r}: the kernel writes it at its thread indices in "
+                    f"another order, which a {len(dims)}-d launch {dims} does not size; pass "
+                    f"output_dims={{{p.name!r}: shape}}"
+                )
+            dims, source = tuple(dims[k] for k in perm), f"{source}, permuted {perm} as the kernel writes it,"
+        shapes[p.index] = _as_output_shape(desc, p, types[p.index], dims, source)
     for p in desc.output_params if extents else ():
         _extent.check_output(desc.label, p.name, shapes[p.index], type_size_in_bytes(types[p.index]))
     kernel, launch = _kernel_and_launch(desc, default_dims, tile_dims, types, shapes, extents)

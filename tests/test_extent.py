@@ -83,9 +83,11 @@ def test_two_dims_each_checked_against_its_launch_dim():
     op = interop.op(cat.transpose_kernel)
     a = np.arange(12, dtype=F).reshape(3, 4)
     np.testing.assert_array_equal(op(a, output_dims=(4, 3)), a.T)
-    # out[j, i] is not written at the thread's index in launch order: not sized from the launch
-    msg = _err(op, a)
-    assert "output 'out'" in msg and "out[j, i]" in msg and "pass output_dims={'out': shape}" in msg
+    # out[j, i] is written at the thread indices in the other order: sized from the launch permuted
+    np.testing.assert_array_equal(op(a), a.T)
+    # a launch of another rank than the order the kernel writes in does not size it
+    msg = _err(op, np.arange(4, dtype=F).reshape(2, 2), launch_dims=(2, 2, 1))
+    assert "output 'out'" in msg and "another order" in msg and "pass output_dims={'out': shape}" in msg
     # an output_dims too short in dimension 0 for out[j, i]
     msg = _err(op, a, output_dims=(3, 3))
     assert "parameter 'out'" in msg and "dimension 0" in msg and "launch extent 4" in msg and "got extent 3" in msg

@@ -16,7 +16,7 @@ from _devices import jax_device
 from catalogue import to_fw, to_np
 
 import interop
-from interop._extent import scattered_outputs
+from interop._extent import permuted_outputs, scattered_outputs
 
 FRAMEWORKS = [
     f for f in ("numpy", "warp", "torch", "jax", "paddle") if f in ("numpy", "warp") or importlib.util.find_spec(f)
@@ -100,6 +100,13 @@ def _scatter_store(x: wp.array(dtype=float), idx: wp.array(dtype=int), out: wp.a
         out[idx[i]] = x[i]
 
 
+@wp.kernel
+def _both_orders(x: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[i, j] = x[i, j]
+    out[j, i] = x[i, j]
+
+
 @pytest.mark.parametrize(
     "kernel, expected",
     [
@@ -107,7 +114,8 @@ def _scatter_store(x: wp.array(dtype=float), idx: wp.array(dtype=int), out: wp.a
         (_at_thread_2d, ()),
         (_component, ()),
         (_hash_sorted, ()),
-        (_transposed, ("out", "out[j, i] = x[i, j]")),
+        (_transposed, ()),  # a permutation of the thread indices: sized from the launch permuted
+        (_both_orders, ("out", "out[j, i] = x[i, j]")),
         (_shifted, ("out", "out[i + 1] = x[i]")),
         (_reassigned, ("out", "out[i] = x[i]")),
         (_scatter_store, ("out", "out[idx[i]] = x[i]")),
@@ -208,3 +216,38 @@ def test_jax_jit_and_grad():
     w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3)
     g = jax.grad(lambda a: jnp.sum(op(a, j_ij, output_dims=4) * jax.device_put(w, cpu)))(p)
     np.testing.assert_allclose(np.asarray(g), _springs_grad(ij, w), rtol=1e-6, atol=1e-6)
+
+
+def test_analysis_finds_the_permutation_of_a_transpose():
+    assert permuted_outputs(_transposed, "kernel", [("out", 2)]) == (("out", (1, 0)),)
+    assert permuted_outputs(_both_orders, "kernel", [("out", 2)]) == ()  # two orders: refused instead
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_a_transpose_is_sized_from_the_launch_permuted(fw, device):
+    """``out[j, i] = x[i, j]`` over a (3, 4) launch: a (4, 3) output in every framework (values), its
+    gradient the upstream gradient transposed (torch, JAX, Paddle), and the same under torch.compile
+    and jax.jit."""
+    op = interop.op(_transposed)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(to_np(op(to_fw(fw, x, device=device))), x.T)
+    w = np.random.default_rng(0).random((4, 3)).astype(np.float32)
+    if fw == "torch":
+        import torch
+
+        t = to_fw(fw, x, device=device, requires_grad=True)
+        (op(t) * to_fw(fw, w, device=device)).sum().backward()
+        np.testing.assert_array_equal(to_np(t.grad), w.T)
+        compiled = torch.compile(lambda a: op(a), fullgraph=True, backend="aot_eager")
+        np.testing.assert_array_equal(to_np(compiled(to_fw(fw, x, device=device))), x.T)
+    if fw == "jax":
+        import jax
+
+        dev = jax_device(device)
+        xj, wj = jax.device_put(x, dev), jax.device_put(w, dev)
+        np.testing.assert_array_equal(np.asarray(jax.jit(op)(xj)), x.T)
+        np.testing.assert_array_equal(np.asarray(jax.grad(lambda a: (op(a) * wj).sum())(xj)), w.T)
+    if fw == "paddle":
+        t = to_fw(fw, x, device=device, requires_grad=True)
+        (op(t) * to_fw(fw, w, device=device)).sum().backward()
+        np.testing.assert_array_equal(to_np(t.grad), w.T)

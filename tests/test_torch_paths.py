@@ -444,7 +444,7 @@ def test_cuda_fast_path_launches_on_torchs_current_stream():
 
 
 # ---- the generated code's own launch record (adapters/torch/eager.py, interop/_launch.py) ----------
-TRANSPOSE = interop.op(catalogue.transpose_kernel, name="tt_paths::transpose", output_dims=(5, 5))  # written at out[j, i]
+TRANSPOSE = interop.op(catalogue.transpose_kernel, name="tt_paths::transpose")
 VSCALE = interop.op(catalogue.vscale_kernel, name="tt_paths::vscale")
 
 
