@@ -270,13 +270,16 @@ def _unchanged(session, before: list[str] | None, root: str = HERE) -> None:
 def measure(session):
     """The maintainer's step that renews the published figures and the README's chart (commit them):
     a whole run of the suite (``docs/measurements/tests.json``), one run of the benchmarks
-    (``docs/measurements/bench.json``), then ``python docs/figures.py --write``, which writes every
-    figure of the README and the docs and draws ``benchmarks/results.png`` from them, with its date
-    and machine. ``-- tests`` or ``-- bench`` renews one of the two measurements only.
+    (``docs/measurements/bench.json``), the training benchmark (``docs/training.png``, drawn with its
+    date and machine, and its table ``benchmarks/results/training-cpu.txt``), the JAX transitions
+    (``docs/measurements/jax-transitions.json``, the ``after`` runs), then
+    ``python docs/figures.py --write``, which writes every figure of the README and the docs and
+    draws ``benchmarks/results.png`` from them, with its date and machine. ``-- tests``, ``-- bench``,
+    ``-- training`` or ``-- jax`` renews those measurements only.
     ``INTEROP_MACHINE_NOTE`` adds to the machine's description (e.g. "shared with other jobs").
     """
     _install(session, "torch,jax,paddle,test", "ci.txt", "matplotlib")
-    parts = session.posargs or ["tests", "bench"]
+    parts = session.posargs or ["tests", "bench", "training", "jax"]
     if "tests" in parts:
         summary = os.path.join(HERE, "docs", "measurements", "tests.json")
         workers = os.environ.get("INTEROP_TEST_WORKERS", "auto")
@@ -289,6 +292,14 @@ def measure(session):
         note = os.environ.get("INTEROP_MACHINE_NOTE")
         out = os.path.join(HERE, "docs", "measurements", "bench.json")
         session.run("python", "-m", "benchmarks", "--json", out, *(["--machine-note", note] if note else []))
+    if "training" in parts:
+        table = session.run("python", "-m", "benchmarks", "--training", silent=True)
+        head = f"# python -m benchmarks --training ({time.strftime('%Y-%m-%d')}, nox -s measure)\n\n"
+        with open(os.path.join(HERE, "benchmarks", "results", "training-cpu.txt"), "w") as f:
+            f.write(head + "".join(ln + "\n" for ln in str(table).splitlines() if not ln.startswith("Module ")))
+    if "jax" in parts:
+        out = os.path.join(HERE, "docs", "measurements", "jax-transitions.json")
+        session.run("python", "-m", "benchmarks", "--jax-transitions", "--json", out, "--label", "after")
     session.run("python", os.path.join("docs", "figures.py"), "--write")
 
 
