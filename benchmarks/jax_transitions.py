@@ -11,7 +11,7 @@
   flops on the calling thread and any other on a worker thread of its own, where a Python handler
   used to pay for a thread state per call (see ``adapters/jax/ffi.py``);
 - the same in plain XLA (a ctypes ``jax.ffi`` handler that does nothing, no op);
-- a training rollout (a 32x32 cloth, 3,906 springs, T=100 steps of two kernels: a gather and
+- a training rollout (the cloth of ``examples/cloth.py`` and the JAX paths of ``training_paths.py``: 32x32, 3,906 springs, T=100 steps of two kernels: a gather and
   scatter with ``atomic_add`` and a ``vec3`` integrator with ground contact), gradient w.r.t. the
   initial velocities, SGD: Warp's own ``wp.Tape`` loop against ``jax.jit(jax.value_and_grad(...))``
   of a Python loop, of ``lax.scan`` and of ``lax.scan(jax.checkpoint(body))``, each in the same
@@ -25,83 +25,18 @@ import sys
 import threading
 import time
 
-import numpy as np
 import warp as wp
 
 import interop
 
 N_SIDE = 32
 T = 100
-DT = 1.0 / 120.0
-KE, KD = 200.0, 0.5
-GRAVITY = (0.0, -9.8, 0.0)
 
 
 @wp.kernel
 def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = a * x[i] + y[i]
-
-
-@wp.kernel
-def eval_springs(
-    x: wp.array(dtype=wp.vec3),
-    v: wp.array(dtype=wp.vec3),
-    ij: wp.array(dtype=int),
-    rest: wp.array(dtype=float),
-    ke: float,
-    kd: float,
-    f: wp.array(dtype=wp.vec3),
-):
-    s = wp.tid()
-    i = ij[2 * s]
-    j = ij[2 * s + 1]
-    d = x[i] - x[j]
-    length = wp.length(d)
-    n = d / length
-    fs = n * (ke * (length - rest[s]) + kd * wp.dot(n, v[i] - v[j]))
-    wp.atomic_sub(f, i, fs)
-    wp.atomic_add(f, j, fs)
-
-
-@wp.kernel
-def integrate(
-    x: wp.array(dtype=wp.vec3),
-    v: wp.array(dtype=wp.vec3),
-    f: wp.array(dtype=wp.vec3),
-    g: wp.vec3,
-    dt: float,
-    x_out: wp.array(dtype=wp.vec3),
-    v_out: wp.array(dtype=wp.vec3),
-):
-    i = wp.tid()
-    v1 = v[i] + (f[i] + g) * dt
-    x1 = x[i] + v1 * dt
-    if x1[1] < 0.0:  # ground contact: stop on the plane y = 0
-        x1 = wp.vec3(x1[0], 0.0, x1[2])
-        v1 = wp.vec3(v1[0], 0.0, v1[2])
-    x_out[i] = x1
-    v_out[i] = v1
-
-
-@wp.kernel
-def loss_kernel(x: wp.array(dtype=wp.vec3), target: wp.array(dtype=wp.vec3), scale: float, loss: wp.array(dtype=float)):
-    i = wp.tid()
-    d = x[i] - target[i]
-    wp.atomic_add(loss, 0, wp.dot(d, d) * scale)
-
-
-def cloth(n: int = N_SIDE):
-    """Positions (n*n, 3), spring index pairs (2*S,), rest lengths (S,) and a target (n*n, 3)."""
-    g = np.stack(np.meshgrid(np.arange(n), np.arange(n), indexing="ij"), -1).reshape(-1, 2)
-    x0 = np.zeros((n * n, 3), np.float32)
-    x0[:, 0], x0[:, 2], x0[:, 1] = g[:, 0] * 0.1, g[:, 1] * 0.1, 1.0
-    k = np.arange(n * n).reshape(n, n)
-    pairs = [(k[:, :-1], k[:, 1:]), (k[:-1, :], k[1:, :]), (k[:-1, :-1], k[1:, 1:]), (k[1:, :-1], k[:-1, 1:])]
-    ij = np.concatenate([np.stack([a.ravel(), b.ravel()], -1) for a, b in pairs]).astype(np.int32)
-    rest = np.linalg.norm(x0[ij[:, 0]] - x0[ij[:, 1]], axis=1).astype(np.float32)
-    target = x0 + np.array([0.3, -0.5, 0.2], np.float32)
-    return x0, ij.ravel(), rest, target
 
 
 # -- per call: an op inside a larger program ------------------------------------------------------
@@ -272,141 +207,47 @@ def plain_xla(quick: bool = False):
     return out, kept
 
 
-# -- a training rollout -------------------------------------------------------------------------
-
-
-class TapeLoop:
-    """Warp's own loop, as Warp's examples write it: arrays allocated once, ``wp.launch`` under
-    ``wp.Tape``, ``tape.backward``, ``tape.reset()``."""
-
-    def __init__(self, x0, ij, rest, target, v0):
-        d = "cpu"
-        n = len(x0)
-        self.xs = [wp.array(x0, dtype=wp.vec3, device=d, requires_grad=True) for _ in range(T + 1)]
-        self.vs = [wp.array(v0, dtype=wp.vec3, device=d, requires_grad=True) for _ in range(T + 1)]
-        self.fs = [wp.zeros(n, dtype=wp.vec3, device=d, requires_grad=True) for _ in range(T)]
-        self.ij = wp.array(ij, dtype=int, device=d)
-        self.rest = wp.array(rest, dtype=float, device=d)
-        self.target = wp.array(target, dtype=wp.vec3, device=d)
-        self.loss = wp.zeros(1, dtype=float, device=d, requires_grad=True)
-        self.tape = wp.Tape()
-
-    def step(self, lr: float) -> float:
-        n, s = len(self.xs[0]), len(self.rest)
-        for f in self.fs:  # (outside the tape: a zero_() recorded on it zeroes the adjoint chain)
-            f.zero_()
-        self.loss.zero_()
-        with self.tape:
-            for t in range(T):
-                x, v, f = self.xs[t], self.vs[t], self.fs[t]
-                wp.launch(eval_springs, s, inputs=[x, v, self.ij, self.rest, KE, KD], outputs=[f], device="cpu")
-                wp.launch(
-                    integrate,
-                    n,
-                    inputs=[x, v, f, wp.vec3(*GRAVITY), DT],
-                    outputs=[self.xs[t + 1], self.vs[t + 1]],
-                    device="cpu",
-                )
-            wp.launch(loss_kernel, n, inputs=[self.xs[T], self.target, 1.0 / n], outputs=[self.loss], device="cpu")
-        self.tape.backward(self.loss)
-        grad = self.vs[0].grad.numpy().copy()  # (a view of the gradient, which tape.zero() clears)
-        loss = float(self.loss.numpy()[0])
-        self.tape.reset()  # the recorded launches cleared, the gradients zeroed
-        v0 = self.vs[0].numpy() - lr * grad
-        self.vs[0].assign(v0)
-        self.last_grad = grad
-        return loss
-
-
-def jax_paths():
-    """``{name: make(x0, ij, rest, target) -> value_and_grad(v0)}`` for each JAX training path."""
-    import jax
-    import jax.numpy as jnp
-
-    springs = interop.op(eval_springs, outputs=["f"])
-    step_op = interop.op(integrate, outputs=["x_out", "v_out"])
-
-    def step(x, v, ij, rest):
-        f = springs(x, v, ij, rest, KE, KD, launch_dims=len(rest), output_dims={"f": x.shape[0]})
-        return step_op(x, v, f, GRAVITY, DT)
-
-    def loss(x, target):
-        return jnp.mean(jnp.sum((x - target) ** 2, axis=-1))
-
-    def loop(x0, ij, rest, target):
-        def f(v0):
-            x, v = x0, v0
-            for _ in range(T):
-                x, v = step(x, v, ij, rest)
-            return loss(x, target)
-
-        return jax.jit(jax.value_and_grad(f))
-
-    def scan(checkpoint: bool):
-        def make(x0, ij, rest, target):
-            def body(c, _):
-                return step(*c, ij, rest), None
-
-            b = jax.checkpoint(body) if checkpoint else body
-
-            def f(v0):
-                (x, _), _ = jax.lax.scan(b, (x0, v0), None, length=T)
-                return loss(x, target)
-
-            return jax.jit(jax.value_and_grad(f))
-
-        return make
-
-    return {
-        "jit(value_and_grad) of a Python loop": (loop, 1.2),
-        "jit(value_and_grad) of lax.scan": (scan(False), 1.2),
-        "lax.scan(jax.checkpoint(body))": (scan(True), 1.4),
-    }
+# -- a training rollout: the cloth of examples/cloth.py, the JAX paths of training_paths.py -----
 
 
 def rollout(quick: bool = False) -> dict[str, float]:
-    """Per-iteration ratios of the JAX training paths to Warp's Tape loop (same process)."""
-    import jax
+    """Per-iteration ratios of the JAX training paths to Warp's Tape loop (same process): the
+    training benchmark's cloth (``examples/cloth.py``) and JAX paths (``training_paths.py``)."""
+    from examples import cloth as cl
 
-    x0, ij, rest, target = cloth()
-    v0 = np.zeros_like(x0)
+    from . import training_paths as tp
+
+    sc = cl.scene(N_SIDE, T)
     lr = 0.5
-    tape = TapeLoop(x0, ij, rest, target, v0)
-    tape.step(0.0)
-    ref_grad = tape.last_grad
-    cpu = jax.devices("cpu")[0]
-    jx0, jij, jrest, jtarget = (jax.device_put(a, cpu) for a in (x0, ij, rest, target))
-    rows: list[tuple[str, object, float]] = []
+    tape_loop = cl.WarpTapeLoop(sc, "cpu", lr)
+    tape_loop.iteration()
+    ref_grad = tape_loop.gradient()
+    paths = (
+        ("jit(value_and_grad) of a Python loop", "loop", tp.make_jax_loop, 1.2),
+        ("jit(value_and_grad) of lax.scan", "scan", tp.make_jax_scan, 1.2),
+        ("lax.scan(jax.checkpoint(body))", "scan_checkpoint", tp.make_jax_scan_checkpoint, 1.4),
+    )
+    rows: list[tuple[str, str, object, float]] = []
     agree: dict[str, float] = {}
-    for name, (make, bar) in jax_paths().items():
-        vg = make(jx0, jij, jrest, jtarget)
-        state = {"v": jax.device_put(v0, cpu)}
-        _, g = vg(state["v"])
-        agree[name] = float(np.abs(np.asarray(g) - ref_grad).max() / max(np.abs(ref_grad).max(), 1e-30))
-
-        def it(vg=vg, state=state):
-            value, g = vg(state["v"])
-            state["v"] = state["v"] - lr * g
-            return float(value)  # waits: what a training loop that logs its loss does
-
-        rows.append((name, it, bar))
-    tape_loop = TapeLoop(x0, ij, rest, target, v0)
+    for name, key, make, bar in paths:
+        it, grad = make(sc, lr)
+        it()  # the first iteration (traces, compiles) from the same velocities as the Tape loop's
+        agree[name] = cl.rel_err(grad(), ref_grad)
+        rows.append((name, key, it, bar))
     samples: dict[str, list[float]] = {"Warp wp.Tape loop": []}
-    samples.update({name: [] for name, _, _ in rows})
+    samples.update({name: [] for name, _, _, _ in rows})
     iters = 2 if quick else 5
-    for fn in [lambda: tape_loop.step(lr)] + [it for _, it, _ in rows]:
-        fn()  # warm
     for _ in range(3 if quick else 7):  # round-robin: load changes hit all rows alike
-        for name, fn in [("Warp wp.Tape loop", lambda: tape_loop.step(lr))] + [(n, f) for n, f, _ in rows]:
+        for name, fn in [("Warp wp.Tape loop", tape_loop.iteration)] + [(n, f) for n, _, f, _ in rows]:
             t0 = time.perf_counter()
             for _ in range(iters):
                 fn()
             samples[name].append((time.perf_counter() - t0) / iters)
     base = statistics.median(samples["Warp wp.Tape loop"])
     out = {"tape_ms": base * 1e3, "gradient_rel": max(agree.values())}
-    print(f"\nTraining rollout on the CPU: {N_SIDE}x{N_SIDE} cloth, {len(rest)} springs, T={T}, per iteration")
+    print(f"\nTraining rollout on the CPU: {N_SIDE}x{N_SIDE} cloth, {len(sc.rest)} springs, T={T}, per iteration")
     print(f"  {'Warp wp.Tape loop':40s} {base * 1e3:8.2f} ms   1.00x")
-    for (name, _, bar), key in zip(rows, ("loop", "scan", "scan_checkpoint")):
+    for name, key, _, bar in rows:
         sec = statistics.median(samples[name])
         out[key] = sec / base
         out[f"{key}_ms"] = sec * 1e3

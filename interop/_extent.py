@@ -29,17 +29,22 @@ from ._errors import ArgumentError
 MAX_EXTENT = 2**31 - 1
 MAX_TOTAL = 2**63 - 1
 
-_ATOMICS = {
-    "atomic_add",
-    "atomic_sub",
-    "atomic_min",
-    "atomic_max",
-    "atomic_cas",
-    "atomic_exch",
-    "atomic_and",
-    "atomic_or",
-    "atomic_xor",
-}
+#: Warp's atomic builtins, each writing the array it takes first (one list for every source analysis:
+#: launch domain, scatters, fold/partition promises, checked mode, indexed arrays)
+ATOMICS = frozenset(
+    {
+        "atomic_add",
+        "atomic_sub",
+        "atomic_min",
+        "atomic_max",
+        "atomic_cas",
+        "atomic_exch",
+        "atomic_and",
+        "atomic_or",
+        "atomic_xor",
+    }
+)
+_ATOMICS = ATOMICS
 
 
 def _is_tid_call(node: ast.AST) -> bool:

@@ -27,22 +27,13 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from . import _warp_compat
+from . import _extent, _warp_compat
 from ._errors import ArgumentError, UnsupportedError
 from ._frameworks import adapter, framework_of
 
 IDX = "__idx"
-_ATOMICS = {
-    "atomic_add",
-    "atomic_sub",
-    "atomic_min",
-    "atomic_max",
-    "atomic_exch",
-    "atomic_and",
-    "atomic_or",
-    "atomic_xor",
-}
 _ATOMIC_CAS = "atomic_cas"
+_ATOMICS = _extent.ATOMICS - {_ATOMIC_CAS}  # (a compare-and-swap takes two values)
 
 
 class Indexed:

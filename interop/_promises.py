@@ -23,9 +23,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-_ATOMICS = frozenset(
-    {"atomic_add", "atomic_sub", "atomic_min", "atomic_max", "atomic_cas", "atomic_exch", "atomic_and", "atomic_or"}
-)
+from ._extent import ATOMICS as _ATOMICS
 
 
 @dataclass

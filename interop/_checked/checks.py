@@ -17,6 +17,7 @@ from typing import Any
 
 import warp as wp
 
+from .. import _extent
 from .._source import compile_function, register_function
 from .._warp_compat import builtin_function
 
@@ -27,16 +28,8 @@ ERR = "_interop_err"
 # a checked wp.func's last parameter: the site of the kernel's call it runs under, times CALLER
 AT = "_interop_at"
 CALLER = 1 << 20
-ATOMICS = (
-    "atomic_add",
-    "atomic_sub",
-    "atomic_min",
-    "atomic_max",
-    "atomic_exch",
-    "atomic_and",
-    "atomic_or",
-    "atomic_xor",
-)
+# the atomics checked mode wraps (a compare-and-swap is not: see docs/checked.md)
+ATOMICS = tuple(sorted(_extent.ATOMICS - {"atomic_cas"}))
 
 _FAIL = """
 def _interop_ck_fail(err: wp.array(dtype=wp.int64), site: Any, axis: int, index: wp.int64, ndim: int,
