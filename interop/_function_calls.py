@@ -5,7 +5,6 @@ replay of the function. A concern of :class:`interop._launch.Runner`, which inhe
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import warp as wp
@@ -13,6 +12,7 @@ import warp as wp
 from . import _dtypes
 from ._description import IN_OUT, INPUT, OUTPUT
 from ._errors import ArgumentError, UnsupportedError, naming_op
+from ._fast_launch import FastLaunches, Records, tape_backward
 from ._plan import check_scalar_value, vector_components
 from ._scalar_ref import build_lock
 from ._streams import ordered_warp_work
@@ -27,17 +27,12 @@ class FunctionCalls:
     ref_idx: Any
     ranged_scalars: dict
     vec_scalars: dict
+    fast_records: Records
 
     def _wp_array(self, device, i: int, v, grad=None, shape=None):
         ptr, strides = v
         shape = self.plan.warp_shapes[i] if shape is None else shape
-        a: Any = wp.array(
-            ptr=ptr,
-            dtype=self.plan.types[i],
-            shape=shape,
-            strides=strides,
-            device=device,
-        )
+        a: Any = self.fast_records.view(ptr, self.plan.types[i], tuple(shape), strides, device)
         if grad is not None:
             a.grad = grad  # (also sets requires_grad, without allocating a gradient first)
         return a
@@ -105,12 +100,21 @@ class FunctionCalls:
         return args
 
     def _launches(self) -> Any:
-        """A checked op's launches checked (``interop._checked.functions``), else nothing."""
+        """The function's launches: a checked op's checked (``interop._checked.functions``), else
+        replayed from this op's launch records (``interop._fast_launch``)."""
         if not self.plan.desc.checked:
-            return contextlib.nullcontext()
+            return FastLaunches(self.fast_records)
         from ._checked.functions import CheckedLaunches
 
         return CheckedLaunches(self.plan.desc.label)
+
+    def _backward(self, tape) -> None:
+        """``tape.backward()``: a checked op's by Warp (its adjoint launches checked), else with
+        the adjoint launches replayed from this op's launch records."""
+        if self.plan.desc.checked:
+            tape.backward()
+        else:
+            tape_backward(tape, self.fast_records)
 
     def _call_function(self, device, values, stream) -> None:
         # the function's own wp.launch calls may load modules: one Python-function op at a time.
@@ -136,7 +140,7 @@ class FunctionCalls:
                         self.plan.kernel(*args)
                     # temporaries the function made without requires_grad still carry the gradient
                     give_temporaries_grads(tape, args, self.plan.desc.label)
-                    tape.backward()
+                    self._backward(tape)
                 if launches is not None:
                     launches.check()
             except Exception as e:
@@ -223,7 +227,7 @@ class FunctionCalls:
             try:
                 # temporaries the function made without requires_grad still carry the gradient
                 give_temporaries_grads(kept.tape, kept.args, plan.desc.label)
-                kept.tape.backward()
+                self._backward(kept.tape)
                 if kept.launches is not None:  # a checked op: its recorded launches' error records
                     kept.launches.check()
             except Exception as e:

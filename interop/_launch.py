@@ -21,6 +21,7 @@ from ._checked import checked_kernel, record
 from ._checked.record import check_record
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
+from ._fast_launch import Records
 from ._function_calls import FunctionCalls
 from ._plan import check_scalar_value, device_launch_dims, generic_build_error, value_range, vector_components
 from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
@@ -92,6 +93,7 @@ class Runner(FunctionCalls):
         self._slots: dict[tuple, _Slot] = {}
         self._launchers: dict[tuple, Any] = {}  # see launcher()
         self._slot_lock = threading.Lock()
+        self.fast_records = Records()  # a Python-function op's launch records (interop._fast_launch)
         # a kernel launched over zero threads does nothing (Warp records no launch for it)
         self.empty = plan.desc.kind == "kernel" and any(int(d) == 0 for d in plan.launch_dims)
         self.tiles = plan.desc.kind == "kernel" and uses_tiles(plan.kernel)

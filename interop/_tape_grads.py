@@ -52,18 +52,21 @@ def give_temporaries_grads(tape: Any, own: Sequence[Any], label: str) -> None:
         UnsupportedError: a gradless temporary overlaps another array of the replay, or is strided.
     """
     own_ids = {id(a) for a in own if isinstance(a, wp.array)}
-    seen: dict[tuple, Any] = {}  # key -> the array first met with that key
+    launches = tape_launch_arrays(tape)
     needs: list[tuple[Any, str, Any]] = []  # (array, parameter, kernel) of gradless temporaries
-    for a in own:
-        if isinstance(a, wp.array):
-            seen.setdefault(_key(a), a)
-    for kernel, arrays in tape_launch_arrays(tape):
+    for kernel, arrays in launches:
         for name, a in arrays:
-            seen.setdefault(_key(a), a)
-            if id(a) not in own_ids and a.grad is None and _is_float(a):
+            if a.grad is None and id(a) not in own_ids and _is_float(a):
                 needs.append((a, name, kernel))
     if not needs:
         return
+    seen: dict[tuple, Any] = {}  # key -> the array first met with that key
+    for a in own:
+        if isinstance(a, wp.array):
+            seen.setdefault(_key(a), a)
+    for _, arrays in launches:
+        for _, a in arrays:
+            seen.setdefault(_key(a), a)
     spans = [(s, e, k, a) for k, a in seen.items() for s, e in [_span(a)] if e > s]
     grads: dict[tuple, Any] = {k: a.grad for k, a in seen.items() if a.grad is not None}
     for a, name, kernel in needs:

@@ -170,6 +170,53 @@ def tape_launch_arrays(tape: Any) -> list[tuple[Any, list[tuple[str, Any]]]]:
     return found
 
 
+def launch_checks_on() -> bool:
+    """Whether ``wp.config`` asks ``wp.launch`` for checks a replayed launch record skips
+    (``verify_fp``, ``verify_cuda``, ``print_launches``, ``verify_autograd_array_access``, an
+    array-access mode other than relaxed: ``launch_array_access_mode``, 1.16-1.19)."""
+    c = wp.config
+    return bool(
+        c.verify_fp
+        or c.verify_cuda
+        or c.print_launches
+        or getattr(c, "verify_autograd_array_access", False)
+        or int(getattr(c, "launch_array_access_mode", 0))
+    )
+
+
+def backward_enabled(kernel: Any) -> bool:
+    """Whether ``Tape.backward`` launches ``kernel``'s adjoint: its ``enable_backward`` option, or
+    else its module's, is true (1.16-1.19: the kernel option takes precedence; Warp warns and skips
+    the launch where it is false)."""
+    own = kernel.options.get("enable_backward")
+    if own is not None:
+        return bool(own)
+    return bool(kernel.module.options.get("enable_backward"))
+
+
+def array_view_maker(ptr: int, dtype: Any, shape: tuple, strides: Any, device: Any) -> Any:
+    """``make(ptr)``: a ``wp.array`` over ``ptr`` (not owning it) with ``dtype``, ``shape``,
+    ``strides`` (bytes, None: contiguous) and ``device``, as ``wp.array(ptr=..., ...)`` makes it,
+    without re-deriving the fields on every call: the fields of one array made that way are
+    copied, with the pointer set. 1.16-1.19: ``wp.array`` keeps its fields in a plain ``__dict__``
+    and a new array holds no descriptor (``ctype``), gradient, array interface or read flag yet;
+    on another Warp, ``wp.array(...)`` itself."""
+    template = wp.array(ptr=ptr, dtype=dtype, shape=shape, strides=strides, device=device)
+    if not VERIFIED:
+        return lambda p: wp.array(ptr=p, dtype=dtype, shape=shape, strides=strides, device=device)
+    fields = dict(template.__dict__)
+    new, cls = object.__new__, wp.array
+
+    def make(p: int) -> Any:
+        a = new(cls)
+        d = a.__dict__
+        d.update(fields)
+        d["ptr"] = p
+        return a
+
+    return make
+
+
 #: The runtime field that holds Warp's active API capture (None when none records launches):
 #: generated launch code reads it directly (``interop._launch.direct_lines``).
 APIC_FIELD = "_apic_capture"

@@ -1,0 +1,296 @@
+"""Python-function ops' own launches at the cost of a kernel op's: cached launch records.
+
+A Python-function op runs the user's function, which calls ``wp.launch``; its backward runs a
+``wp.Tape`` over those launches. Warp's ``wp.launch`` packs every argument on every call (about
+20 us a launch on the CPU) and ``Tape.backward`` calls it again per recorded launch, which made a
+training step through a function op cost twice Warp's own loop (issue 49). While a function op's
+function runs, :class:`FastLaunches` (a :class:`~interop._launch_hook.LaunchHook`) takes this
+thread's ``wp.launch`` calls and replays a launch record made by Warp (``record_cmd=True``) once per
+kernel, device, launch dimensions, block size and argument layout (each array's dtype, ndim,
+device and whether it has a gradient; each value's type), copying each array's own descriptor
+(``wp.array.__ctype__``) into the record and setting scalars that changed; the launch is recorded
+on the active tape as ``wp.launch`` records it. :func:`tape_backward` runs a tape's launches
+backwards the same way (Warp's ``Tape.backward``: the same adjoint arguments, ``tape.gradients``
+kept for ``tape.zero()``), with adjoint records cached alike.
+
+What the records skip, they leave to Warp: any keyword other than ``device``, ``block_dim`` and
+``max_blocks=0``; generic kernels; struct, indexed-array, tuple and NumPy arguments; launches over
+zero threads; deterministic-mode records; Warp's launch checks (``wp.config.verify_fp``,
+``verify_cuda``, ``print_launches``, ``verify_autograd_array_access``, an array-access mode other
+than relaxed) and API capture; a tape holding such a launch (its whole backward is Warp's). The
+records live with the op (:class:`Records`), at most ``LIMIT`` of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any, Sequence
+
+import warp as wp
+
+from ._launch_hook import LaunchHook, original_launch
+from ._warp_compat import (
+    VERIFIED,
+    apic_active,
+    array_t,
+    array_view_maker,
+    backward_enabled,
+    direct_cpu_invoker,
+    direct_cuda_launcher,
+    is_deterministic_launch,
+    launch_checks_on,
+    runtime,
+)
+
+LIMIT = 256  # records an op keeps (a function launching at ever new sizes starts over past it)
+_ARRAY_T_SIZE = ctypes.sizeof(array_t)
+_PLAIN_VALUES = (float, int, bool)
+
+
+def _value_ok(t: type) -> bool:
+    """A value argument the records take: a Python number, or a Warp vector/matrix/quaternion."""
+    return t in _PLAIN_VALUES or hasattr(t, "_wp_scalar_type_")
+
+
+def _layout(args: Sequence[Any]) -> tuple | None:
+    """The argument layout a record is made for, or None where Warp's own launch must run."""
+    out = []
+    for a in args:
+        t = type(a)
+        if t is wp.array:
+            out.append((a.dtype, a.ndim, a.device.alias, a.grad is not None))
+        elif _value_ok(t):
+            out.append(t)
+        else:
+            return None
+    return tuple(out)
+
+
+def _dims(dim: Any) -> tuple | None:
+    """Launch dimensions as a tuple of positive ints (what Warp records), or None (Warp's launch)."""
+    if type(dim) is int:
+        return (dim,) if dim > 0 else None
+    if type(dim) in (tuple, list) and 0 < len(dim) <= 4 and all(type(d) is int and d > 0 for d in dim):
+        return tuple(dim)
+    return None
+
+
+def _same_bits(v: Any, old: Any) -> bool:
+    """Whether value ``v`` packs to the bits ``old`` packed to (0.0 and -0.0 differ, NaN is re-set)."""
+    t = type(v)
+    if t is not type(old):
+        return False
+    if t is float:
+        return v == old and v != 0.0
+    if t is int or t is bool:
+        return v == old
+    return bytes(v) == bytes(old)
+
+
+class _Record:
+    """One cached launch record: the ``wp.Launch``, its array descriptors by argument index, its
+    value arguments as last set, and how to run it (the CPU entry point called directly, a CUDA
+    launcher, or ``Launch.launch``)."""
+
+    __slots__ = ("launch", "views", "adj_views", "values", "call", "sync", "cuda")
+
+    def __init__(self, launch: Any, arrays: Sequence[int], adj_arrays: Sequence[int]):
+        self.launch = launch
+        self.views: dict[int, Any] = {}
+        self.adj_views: dict[int, Any] = {}
+        for i in arrays:
+            at = array_t()
+            launch.set_param_at_index_from_ctype(i, at)
+            self.views[i] = at
+        for i in adj_arrays:
+            at = array_t()
+            launch.set_param_at_index_from_ctype(i, at, adjoint=True)
+            self.adj_views[i] = at
+        self.values: dict[int, Any] = {}
+        self.call = self.sync = self.cuda = None
+        if launch.device.is_cpu:
+            direct = direct_cpu_invoker(launch, self.views, self.adj_views) if VERIFIED else None
+            if direct is not None:
+                self.call, self.sync = direct
+        else:
+            self.cuda = direct_cuda_launcher(launch)
+
+    def run(self, args: Sequence[Any], adj: Sequence[Any] | None, device: Any) -> None:
+        launch = self.launch
+        for i, at in self.views.items():
+            ctypes.memmove(ctypes.addressof(at), ctypes.addressof(args[i].__ctype__()), _ARRAY_T_SIZE)
+        if adj is not None:
+            for i, at in self.adj_views.items():
+                g = adj[i]
+                if g is None:
+                    at.data = at.grad = 0
+                else:
+                    ctypes.memmove(ctypes.addressof(at), ctypes.addressof(g.__ctype__()), _ARRAY_T_SIZE)
+        values = self.values
+        changed = False
+        for i, old in values.items():
+            v = args[i]
+            if v is not old and not _same_bits(v, old):
+                launch.set_param_at_index(i, v)
+                values[i] = v
+                changed = True
+        if self.call is not None and not apic_active():
+            if changed:
+                self.sync()
+            self.call()
+        elif self.cuda is not None:
+            self.cuda(device.stream)
+        else:
+            if self.call is not None:  # API capture: Warp's own replay records it
+                for i, at in self.views.items():
+                    launch.set_param_at_index_from_ctype(i, at)
+            launch.launch()
+
+
+class Records:
+    """The launch records of one Python-function op, and the makers of the Warp arrays it hands its
+    function (kept by its runner, freed with it)."""
+
+    def __init__(self) -> None:
+        self._records: dict[tuple, _Record | None] = {}
+        self._views: dict[tuple, Any] = {}
+
+    def view(self, ptr: int, dtype: Any, shape: tuple, strides: Any, device: Any) -> Any:
+        """``wp.array(ptr=ptr, dtype=dtype, shape=shape, strides=strides, device=device)``, its
+        fields copied from the first one of that layout (``_warp_compat.array_view_maker``)."""
+        key = (dtype, shape, strides, device.alias)
+        make = self._views.get(key)
+        if make is None:
+            if len(self._views) >= LIMIT:
+                self._views.clear()
+            make = self._views[key] = array_view_maker(ptr, dtype, shape, strides, device)
+        return make(ptr)
+
+    def get(self, key: tuple, *make: Any) -> _Record | None:
+        """The record of ``key``, made by ``_make_record(*make)`` on first use (None: Warp's launch)."""
+        rec = self._records.get(key, False)
+        if rec is False:
+            if len(self._records) >= LIMIT:
+                self._records.clear()
+            rec = self._records[key] = _make_record(*make)
+        return rec
+
+
+def _make_record(kernel, dims, args, adj, device, block_dim) -> _Record | None:
+    """A record made by Warp's own ``wp.launch(record_cmd=True)`` (which checks the arguments
+    as a launch does), or None where Warp gives none a replay can use."""
+    kw: dict[str, Any] = {"device": device, "record_cmd": True}
+    if block_dim is not None:
+        kw["block_dim"] = block_dim
+    if adj is not None:
+        kw.update(adjoint=True, adj_inputs=list(adj))
+    launch = original_launch()(kernel, dims, list(args), [], **kw)
+    if launch is None or is_deterministic_launch(launch):
+        return None
+    arrays = [i for i, a in enumerate(args) if type(a) is wp.array]
+    values = {i: a for i, a in enumerate(args) if type(a) is not wp.array}
+    adj_arrays = [] if adj is None else [i for i in arrays if adj[i] is None or type(adj[i]) is wp.array]
+    rec = _Record(launch, arrays, adj_arrays)
+    rec.values = values
+    return rec
+
+
+class FastLaunches(LaunchHook):
+    """``with FastLaunches(records): fn(*args)``: the function's launches replayed from ``records``
+    (see the module); a launch the records do not take goes to Warp unchanged."""
+
+    def __init__(self, records: Records):
+        self.records = records
+
+    def launch(self, kernel: Any, dim: Any, inputs: Sequence[Any], outputs: Sequence[Any], kw: dict) -> Any:
+        plain = (
+            (kw and not kw.keys() <= {"device", "block_dim", "max_blocks"})
+            or kw.get("max_blocks")
+            or getattr(kernel, "is_generic", True)
+            or launch_checks_on()
+        )
+        dims = None if plain else _dims(dim)
+        args = [*inputs, *outputs]
+        layout = None if dims is None else _layout(args)
+        if layout is None or len(args) != len(kernel.adj.args):
+            return original_launch()(kernel, dim, inputs, outputs, **kw)
+        device = runtime().get_device(kw.get("device"))
+        block_dim = kw.get("block_dim")
+        key = (kernel, device.alias, dims, block_dim, layout)
+        rec = self.records.get(key, kernel, dims, args, None, device, block_dim)
+        if rec is None:
+            return original_launch()(kernel, dim, inputs, outputs, **kw)
+        rec.run(args, None, device)
+        tape = runtime().tape
+        if tape is not None:
+            f = sys._getframe(2)  # the caller of wp.launch (past the dispatcher)
+            caller = {"file": f.f_code.co_filename, "lineno": f.f_lineno, "func": f.f_code.co_name}
+            tape.record_launch(
+                kernel, dims, 0, inputs, outputs, device, rec.launch.block_dim, metadata={"caller": caller}
+            )
+        return None
+
+
+def _adjoints(tape: Any, values: Sequence[Any]) -> list | None:
+    """``Tape.get_adjoint`` of each argument (the same objects, ``tape.gradients`` kept), or None
+    where an argument is not one the records take."""
+    adj = []
+    for a in values:
+        t = type(a)
+        if t is wp.array:
+            g = a.grad
+            if g is not None:
+                tape.gradients[a] = g
+            adj.append(g)
+        elif t in _PLAIN_VALUES:
+            adj.append(None)
+        elif hasattr(t, "_wp_scalar_type_"):
+            adj.append(t())
+        else:
+            return None
+    return adj
+
+
+def tape_backward(tape: Any, records: Records) -> None:
+    """``tape.backward()`` with the adjoint launches replayed from ``records`` (see the module);
+    Warp's own ``Tape.backward`` where a recorded launch is not one the records take."""
+    entries = tape.launches
+    if launch_checks_on() or not all(callable(e) or _fast_entry(e) for e in entries):
+        tape.backward()
+        return
+    for entry in reversed(entries):
+        if callable(entry):
+            entry()
+            continue
+        kernel, dims, _, inputs, outputs, device, block_dim = entry[:7]
+        args = [*inputs, *outputs]
+        adj = _adjoints(tape, args)
+        layout = _layout(args)
+        if adj is None or layout is None:  # pragma: no cover (checked by _fast_entry)
+            raise RuntimeError("interop: a tape entry changed during its backward")
+        adj_layout = tuple(None if g is None else (g.dtype, g.ndim) if type(g) is wp.array else type(g) for g in adj)
+        key = (kernel, device.alias, dims, block_dim, layout, adj_layout, "adjoint")
+        rec = records.get(key, kernel, dims, args, adj, device, block_dim)
+        if rec is None:
+            original_launch()(
+                kernel, dims, list(inputs), list(outputs), list(adj[: len(inputs)]), list(adj[len(inputs) :]),
+                device=device, adjoint=True, block_dim=block_dim,
+            )  # fmt: skip
+            continue
+        rec.run(args, adj, device)
+
+
+def _fast_entry(entry: Any) -> bool:
+    """Whether a tape entry is a launch the records take, with its backward enabled (Warp warns
+    and skips one that is not: its own ``Tape.backward`` does that)."""
+    if not isinstance(entry, list) or len(entry) < 7 or entry[2]:
+        return False
+    kernel, dims = entry[0], entry[1]
+    return (
+        isinstance(kernel, wp.Kernel)
+        and not getattr(kernel, "is_generic", True)
+        and backward_enabled(kernel)
+        and type(dims) is tuple
+        and _layout([*entry[3], *entry[4]]) is not None
+    )
