@@ -93,7 +93,7 @@ class _Record:
     value arguments as last set, and how to run it (the CPU entry point called directly, a CUDA
     launcher, or ``Launch.launch``)."""
 
-    __slots__ = ("launch", "views", "adj_views", "values", "call", "sync", "cuda")
+    __slots__ = ("launch", "views", "adj_views", "addresses", "adj_addresses", "values", "call", "sync", "cuda")
 
     def __init__(self, launch: Any, arrays: Sequence[int], adj_arrays: Sequence[int]):
         self.launch = launch
@@ -111,22 +111,27 @@ class _Record:
         self.call = self.sync = self.cuda = None
         if launch.device.is_cpu:
             direct = direct_cpu_invoker(launch, self.views, self.adj_views) if VERIFIED else None
-            if direct is not None:
+            if direct is not None:  # (the views now point at the argument structs' copies)
                 self.call, self.sync = direct
         else:
             self.cuda = direct_cuda_launcher(launch)
+        self.addresses = tuple((i, ctypes.addressof(at)) for i, at in self.views.items())
+        self.adj_addresses = tuple((i, at, ctypes.addressof(at)) for i, at in self.adj_views.items())
 
     def run(self, args: Sequence[Any], adj: Sequence[Any] | None, device: Any) -> None:
-        launch = self.launch
-        for i, at in self.views.items():
-            ctypes.memmove(ctypes.addressof(at), ctypes.addressof(args[i].__ctype__()), _ARRAY_T_SIZE)
+        """Launch with ``args`` (and, for an adjoint record, the adjoints ``adj``): each array's own
+        descriptor copied into the record, each value that changed set."""
+        move, addressof, size = ctypes.memmove, ctypes.addressof, _ARRAY_T_SIZE
+        for i, to in self.addresses:
+            move(to, addressof(args[i].__ctype__()), size)
         if adj is not None:
-            for i, at in self.adj_views.items():
+            for i, at, to in self.adj_addresses:
                 g = adj[i]
                 if g is None:
                     at.data = at.grad = 0
                 else:
-                    ctypes.memmove(ctypes.addressof(at), ctypes.addressof(g.__ctype__()), _ARRAY_T_SIZE)
+                    move(to, addressof(g.__ctype__()), size)
+        launch = self.launch
         values = self.values
         changed = False
         for i, old in values.items():
@@ -232,9 +237,9 @@ class FastLaunches(LaunchHook):
         return None
 
 
-def _adjoints(tape: Any, values: Sequence[Any]) -> list | None:
-    """``Tape.get_adjoint`` of each argument (the same objects, ``tape.gradients`` kept), or None
-    where an argument is not one the records take."""
+def _adjoints(tape: Any, values: Sequence[Any]) -> list:
+    """``Tape.get_adjoint`` of each argument (the same objects, ``tape.gradients`` kept) of a
+    launch whose layout the records take."""
     adj = []
     for a in values:
         t = type(a)
@@ -245,36 +250,41 @@ def _adjoints(tape: Any, values: Sequence[Any]) -> list | None:
             adj.append(g)
         elif t in _PLAIN_VALUES:
             adj.append(None)
-        elif hasattr(t, "_wp_scalar_type_"):
+        else:  # a Warp vector/matrix/quaternion value (see _layout): a zero one
             adj.append(t())
-        else:
-            return None
     return adj
 
 
 def tape_backward(tape: Any, records: Records) -> None:
     """``tape.backward()`` with the adjoint launches replayed from ``records`` (see the module);
     Warp's own ``Tape.backward`` where a recorded launch is not one the records take."""
-    entries = tape.launches
-    if launch_checks_on() or not all(callable(e) or _fast_entry(e) for e in entries):
+    steps: list[Any] = []
+    if launch_checks_on():
         tape.backward()
         return
-    for entry in reversed(entries):
+    for entry in tape.launches:
         if callable(entry):
-            entry()
+            steps.append(entry)
             continue
+        args = [*entry[3], *entry[4]] if _fast_entry(entry) else None
+        layout = None if args is None else _layout(args)
+        if layout is None:
+            tape.backward()
+            return
+        steps.append((entry, args, layout))
+    for step in reversed(steps):
+        if callable(step):
+            step()
+            continue
+        entry, args, layout = step
         kernel, dims, _, inputs, outputs, device, block_dim = entry[:7]
-        args = [*inputs, *outputs]
         adj = _adjoints(tape, args)
-        layout = _layout(args)
-        if adj is None or layout is None:  # pragma: no cover (checked by _fast_entry)
-            raise RuntimeError("interop: a tape entry changed during its backward")
         adj_layout = tuple(None if g is None else (g.dtype, g.ndim) if type(g) is wp.array else type(g) for g in adj)
         key = (kernel, device.alias, dims, block_dim, layout, adj_layout, "adjoint")
         rec = records.get(key, kernel, dims, args, adj, device, block_dim)
         if rec is None:
             original_launch()(
-                kernel, dims, list(inputs), list(outputs), list(adj[: len(inputs)]), list(adj[len(inputs) :]),
+                kernel, dims, list(inputs), list(outputs), adj[: len(inputs)], adj[len(inputs) :],
                 device=device, adjoint=True, block_dim=block_dim,
             )  # fmt: skip
             continue
@@ -292,5 +302,4 @@ def _fast_entry(entry: Any) -> bool:
         and not getattr(kernel, "is_generic", True)
         and backward_enabled(kernel)
         and type(dims) is tuple
-        and _layout([*entry[3], *entry[4]]) is not None
     )

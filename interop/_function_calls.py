@@ -76,9 +76,11 @@ class FunctionCalls:
                 # with a gradient even where no upstream one comes: a later launch of the function may
                 # read this output, and the gradient reaching the inputs through it must not be dropped
                 floats = _dtypes.is_float(_dtypes.split(plan.types[i])[0])
-                a = wp.zeros(self.plan.warp_shapes[i], dtype=plan.types[i], device=device, requires_grad=floats)
+                a = wp.zeros(self.plan.warp_shapes[i], dtype=plan.types[i], device=device)
                 if g is not None:
                     a.grad = g
+                elif floats:
+                    a.requires_grad = True  # (a zero gradient, allocated only where none comes)
                 args.append(a)
                 continue
             if values[i] is None:
@@ -220,8 +222,8 @@ class FunctionCalls:
                     # Warp wants a gradient laid out like its array (the recorded arrays are packed,
                     # as are the adapter's gradient buffers): a packed copy of an upstream gradient
                     g = wp.clone(g)
-                if g is None and p.role == "input" and plan.differentiable[i]:
-                    g = wp.zeros_like(a)  # keep the tape from dropping intermediate gradients
+                # (an input whose gradient no one asked for gets none: its adjoints are not
+                # computed, and nothing else reads them)
                 if g is not None:
                     a.grad = g
             try:

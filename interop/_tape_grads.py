@@ -26,7 +26,7 @@ import warp as wp
 
 from . import _dtypes
 from ._errors import UnsupportedError
-from ._warp_compat import tape_launch_arrays
+from ._warp_compat import tape_launch_arrays, tape_launch_values
 
 
 def _key(a: Any) -> tuple:
@@ -52,6 +52,12 @@ def give_temporaries_grads(tape: Any, own: Sequence[Any], label: str) -> None:
         UnsupportedError: a gradless temporary overlaps another array of the replay, or is strided.
     """
     own_ids = {id(a) for a in own if isinstance(a, wp.array)}
+    if not any(
+        isinstance(a, wp.array) and a.grad is None and id(a) not in own_ids and _is_float(a)
+        for values in tape_launch_values(tape)
+        for a in values
+    ):
+        return  # (the common case, checked without naming every parameter)
     launches = tape_launch_arrays(tape)
     needs: list[tuple[Any, str, Any]] = []  # (array, parameter, kernel) of gradless temporaries
     for kernel, arrays in launches:

@@ -217,6 +217,15 @@ def array_view_maker(ptr: int, dtype: Any, shape: tuple, strides: Any, device: A
     return make
 
 
+def tape_launch_values(tape: Any) -> Any:
+    """The arguments (inputs, then outputs) of each kernel launch a ``wp.Tape`` recorded, in order
+    (the records :func:`tape_launch_arrays` reads, without naming them)."""
+    for launch in tape.launches:
+        if not callable(launch) and isinstance(launch, (list, tuple)) and len(launch) >= 5:
+            yield launch[3]
+            yield launch[4]
+
+
 #: The runtime field that holds Warp's active API capture (None when none records launches):
 #: generated launch code reads it directly (``interop._launch.direct_lines``).
 APIC_FIELD = "_apic_capture"
