@@ -8,7 +8,7 @@ function runs, :class:`FastLaunches` (a :class:`~interop._launch_hook.LaunchHook
 thread's ``wp.launch`` calls and replays a launch record made by Warp (``record_cmd=True``) once per
 kernel, device, launch dimensions, block size and argument layout (each array's dtype, ndim,
 device and whether it has a gradient; each value's type), copying each array's own descriptor
-(``wp.array.__ctype__``) into the record and setting scalars that changed; the launch is recorded
+(what ``wp.array.__ctype__`` holds) into the record and setting scalars that changed; the launch is recorded
 on the active tape as ``wp.launch`` records it. :func:`tape_backward` runs a tape's launches
 backwards the same way (Warp's ``Tape.backward``: the same adjoint arguments, ``tape.gradients``
 kept for ``tape.zero()``), with adjoint records cached alike.
@@ -23,7 +23,6 @@ records live with the op (:class:`Records`), at most ``LIMIT`` of them.
 
 from __future__ import annotations
 
-import ctypes
 import sys
 from typing import Any, Sequence
 
@@ -38,13 +37,13 @@ from ._warp_compat import (
     backward_enabled,
     direct_cpu_invoker,
     direct_cuda_launcher,
+    fill_descriptor,
     is_deterministic_launch,
     launch_checks_on,
     runtime,
 )
 
 LIMIT = 256  # records an op keeps (a function launching at ever new sizes starts over past it)
-_ARRAY_T_SIZE = ctypes.sizeof(array_t)
 _PLAIN_VALUES = (float, int, bool)
 
 
@@ -93,7 +92,7 @@ class _Record:
     value arguments as last set, and how to run it (the CPU entry point called directly, a CUDA
     launcher, or ``Launch.launch``)."""
 
-    __slots__ = ("launch", "views", "adj_views", "addresses", "adj_addresses", "values", "call", "sync", "cuda")
+    __slots__ = ("launch", "views", "adj_views", "pairs", "adj_pairs", "values", "call", "sync", "cuda")
 
     def __init__(self, launch: Any, arrays: Sequence[int], adj_arrays: Sequence[int]):
         self.launch = launch
@@ -115,22 +114,21 @@ class _Record:
                 self.call, self.sync = direct
         else:
             self.cuda = direct_cuda_launcher(launch)
-        self.addresses = tuple((i, ctypes.addressof(at)) for i, at in self.views.items())
-        self.adj_addresses = tuple((i, at, ctypes.addressof(at)) for i, at in self.adj_views.items())
+        self.pairs = tuple(self.views.items())
+        self.adj_pairs = tuple(self.adj_views.items())
 
     def run(self, args: Sequence[Any], adj: Sequence[Any] | None, device: Any) -> None:
         """Launch with ``args`` (and, for an adjoint record, the adjoints ``adj``): each array's own
         descriptor copied into the record, each value that changed set."""
-        move, addressof, size = ctypes.memmove, ctypes.addressof, _ARRAY_T_SIZE
-        for i, to in self.addresses:
-            move(to, addressof(args[i].__ctype__()), size)
+        for i, at in self.pairs:
+            fill_descriptor(at, args[i])
         if adj is not None:
-            for i, at, to in self.adj_addresses:
+            for i, at in self.adj_pairs:
                 g = adj[i]
                 if g is None:
                     at.data = at.grad = 0
                 else:
-                    move(to, addressof(g.__ctype__()), size)
+                    fill_descriptor(at, g)
         launch = self.launch
         values = self.values
         changed = False

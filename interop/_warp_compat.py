@@ -226,6 +226,31 @@ def tape_launch_values(tape: Any) -> Any:
             yield launch[4]
 
 
+_RETAIN_GRAD = getattr(_types, "ARRAY_FLAG_RETAIN_GRAD", 1)
+_ARRAY_T_SIZE = ctypes.sizeof(array_t)
+
+
+def fill_descriptor(at: Any, a: Any) -> None:
+    """Write ``wp.array`` ``a``'s launch descriptor (what ``a.__ctype__()`` builds: pointer, gradient
+    pointer, retain-grad flag, dimensions, shape, strides) into the ``array_t`` ``at`` in place,
+    without building one per call: a launch record's arguments are new arrays on every call (a
+    Python-function op's views and temporaries). 1.16-1.19: ``a.ctype`` caches the descriptor once
+    built; ``a._grad`` and ``a._retain_grad`` are the fields ``__ctype__`` reads."""
+    built = a.ctype
+    if built is not None:
+        ctypes.memmove(ctypes.addressof(at), ctypes.addressof(built), _ARRAY_T_SIZE)
+        return
+    at.data = a.ptr or 0
+    g = a._grad
+    at.grad = 0 if g is None or g.ptr is None else g.ptr
+    at.flags = _RETAIN_GRAD if a._retain_grad else 0
+    n = at.ndim = a.ndim
+    shape, strides, to_shape, to_strides = a.shape, a.strides, at.shape, at.strides
+    for k in range(n):
+        to_shape[k] = shape[k]
+        to_strides[k] = strides[k]
+
+
 #: The runtime field that holds Warp's active API capture (None when none records launches):
 #: generated launch code reads it directly (``interop._launch.direct_lines``).
 APIC_FIELD = "_apic_capture"

@@ -209,3 +209,44 @@ def test_kernel_without_backward_is_warps_own_tape():
     np.testing.assert_array_equal(y.detach().numpy(), [2.0, 2.0, 2.0])
     y.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [0.0, 0.0, 0.0])
+
+
+def _descriptor_cases() -> list:
+    base = wp.zeros((4, 6, 2), dtype=float, device="cpu", requires_grad=True)
+    retained = wp.zeros(5, dtype=wp.vec3, device="cpu", requires_grad=True, retain_grad=True)
+    return [
+        wp.zeros(7, dtype=wp.vec3, device="cpu"),
+        wp.zeros(7, dtype=float, device="cpu", requires_grad=True),
+        base,
+        base[1:, ::2],  # strided view (shares the gradient's layout)
+        wp.array(ptr=base.ptr, dtype=float, shape=(3, 4), strides=(48, 8), device="cpu"),
+        retained,
+        wp.empty(0, dtype=float, device="cpu"),
+    ]
+
+
+@pytest.mark.parametrize("k", range(7))
+def test_descriptor_written_in_place_is_warps_own(k):
+    """The descriptor a record receives is byte for byte what ``wp.array.__ctype__`` builds, for new
+    arrays (written field by field) and for arrays whose descriptor Warp has built (copied)."""
+    import ctypes
+
+    from interop._warp_compat import array_t, fill_descriptor
+
+    a = _descriptor_cases()[k]
+    got = array_t(data=123, grad=456, ndim=4, shape=(9, 9, 9, 9), strides=(9, 9, 9, 9), flags=7)
+    fill_descriptor(got, a)  # (a fresh array: no descriptor built yet)
+    want = a.__ctype__()
+    assert _fields(got) == _fields(want)
+    again = array_t()
+    fill_descriptor(again, a)  # (now copied from the built one)
+    assert ctypes.string_at(ctypes.addressof(again), ctypes.sizeof(array_t)) == ctypes.string_at(
+        ctypes.addressof(want), ctypes.sizeof(array_t)
+    )
+
+
+def _fields(at) -> tuple:
+    """What a kernel reads of a descriptor: pointers, flags, dimensions, and the shape and strides
+    of those dimensions (the slots past ``ndim`` are never read)."""
+    n = at.ndim
+    return (at.data, at.grad, at.flags, n, tuple(at.shape[:n]), tuple(at.strides[:n]))
