@@ -258,6 +258,17 @@ def plain_eager(tensors) -> bool:
     return True
 
 
+def tls_keys() -> tuple:
+    """The thread's dispatch key sets that :func:`tensors_matcher`'s check reads with each tensor's own
+    (``torch._C._dispatch_tls_local_include_set``/``exclude_set``, as their raw bits): a matcher made
+    under other sets answers False."""
+    return (_tls_include().raw_repr(), _tls_exclude().raw_repr())
+
+
+_tls_include = torch._C._dispatch_tls_local_include_set
+_tls_exclude = torch._C._dispatch_tls_local_exclude_set
+
+
 def tensors_matcher(tensors) -> Any:
     """``check(*tensors) -> bool``: whether tensors match ``tensors`` (the examples) in Python type,
     dispatch keys, dtype, device, requires_grad, sizes and strides, checked in C++; None where this

@@ -78,6 +78,8 @@ def _release_dropped() -> None:
         # for the unregistered operators, and through their closures this binding: it must hold
         # nothing big after this
         b.entries.clear()
+        b.entry_last.clear()
+        b.entry_matchers.clear()
         b.eager_runs.clear()
         b.eager_last = None
         b.quals.clear()
