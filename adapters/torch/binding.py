@@ -290,7 +290,7 @@ class _Binding:
 
     # ---- eager execution ----------------------------------------------------------------
     def entry(self, mask: tuple, kind: str, args: Sequence[Any], ld, ods) -> _Entry:
-        dims = ld is not None or any(d is not None for d in ods)
+        dims = ld is not None or ods.count(None) != len(ods)
         if not dims:
             last = self.entry_last.get((kind, mask))
             if last is not None and last[0](args):
@@ -402,9 +402,14 @@ class _Binding:
         """The forward operator's implementation (``kind``: functional or mutable)."""
         n = self.ncall
         if e is None:
-            ld = args[n] if len(args) > n else None
-            ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(self.outputs)))
-            e = self.entry(mask, kind, args, ld, ods)
+            last = self.entry_last.get((kind, mask))
+            dims = args[n:]
+            if last is not None and dims.count(None) == len(dims) and last[0](args):
+                e = last[1]  # no launch_dims/output_dims, the last call's signature
+            else:
+                ld = args[n] if len(args) > n else None
+                ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(self.outputs)))
+                e = self.entry(mask, kind, args, ld, ods)
         return e.forward(*args[:n], _current_stream(e.tdev) if e.cuda else None)
 
     def _pos_of_index(self, idx: int) -> int:
@@ -417,10 +422,12 @@ class _Binding:
         """The backward operator's implementation; ``e``: the forward's entry (same plan), if known."""
         n, k = self.ncall, len(self.returned)
         rest = args[n + 2 * k :]
-        ld = rest[0]
-        ods = tuple(rest[1 : 1 + len(self.outputs)])
         if e is None:
-            e = self.entry(mask, "backward", args, ld, ods)
+            last = self.entry_last.get(("backward", mask))
+            if last is not None and rest.count(None) == len(rest) - 1 and last[0](args):
+                e = last[1]  # no launch_dims/output_dims (``rest`` ends with ``needs``), the last call's signature
+            else:
+                e = self.entry(mask, "backward", args, rest[0], tuple(rest[1 : 1 + len(self.outputs)]))
         return self.adjoint(e, args, args[n : n + k], args[n + k : n + 2 * k], rest[1 + len(self.outputs)])
 
     def adjoint(self, e: _Entry, args, results, grads, needs) -> list:
