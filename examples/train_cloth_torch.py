@@ -30,9 +30,11 @@ def train(
     function: bool = False,
     chunk: int = 0,
     compiled: int = 0,
+    backend: str = "inductor",
 ):
     """Returns the loss of each iteration and the initial velocities learnt. ``chunk``: steps per
-    checkpointed chunk; ``compiled``: steps per ``torch.compile`` call (0: neither)."""
+    checkpointed chunk; ``compiled``: steps per ``torch.compile`` call (0: neither), compiled by
+    ``backend``."""
     sc = cloth.scene(side, steps)
     springs_op, integrate_op, step_op = cloth.ops(sc.n)
     cpu = torch.device("cpu")
@@ -52,7 +54,7 @@ def train(
     # one compiled call runs k steps (k is a constant of the compiled code: the last, shorter chunk
     # compiles once more); its per-call cost (guards, AOTAutograd's wrappers, the backward node) is
     # paid once per chunk instead of once per step
-    run_compiled = torch.compile(run, fullgraph=True) if compiled else None
+    run_compiled = torch.compile(run, fullgraph=True, backend=backend) if compiled else None
 
     def rollout(v):
         if not chunk and not compiled:

@@ -191,7 +191,8 @@ EXAMPLES = [
     ("torch", "train_cloth_torch", {}),
     ("torch", "train_cloth_torch", {"function": True}),
     ("torch", "train_cloth_torch", {"chunk": 3}),
-    ("torch", "train_cloth_torch", {"compiled": 2}),  # torch.compile of 2-step chunks, cold first call
+    # torch.compile of 2-step chunks (aot_eager: inductor's C++ build takes seconds)
+    ("torch", "train_cloth_torch", {"compiled": 2, "backend": "aot_eager"}),
     ("jax", "train_cloth_jax", {}),
     ("jax", "train_cloth_jax", {"remat": True}),
     ("paddle", "train_cloth_paddle", {"function": True}),
