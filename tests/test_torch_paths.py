@@ -432,6 +432,26 @@ def test_a_call_needing_no_autograd_node_still_reaches_a_dispatch_mode(grad_mode
     torch.testing.assert_close(direct, 1.5 * x * x + y)
 
 
+def test_registered_operator_never_serves_the_last_call_to_one_that_differs():
+    """The operator's implementation reuses its last call's validated entry when a call matches it:
+    calls in turn that differ in shape, strides or requires_grad each get their own."""
+    registered = atorch.bind(SAXPY)
+    g = torch.Generator().manual_seed(3)
+    base = torch.rand(2, 12, generator=g, device="cpu")
+    calls = [
+        (base[0], base[1]),  # contiguous, 12
+        (base[0, ::2], base[1, ::2]),  # strided, 6
+        (base[0, :6], base[1, :6]),  # contiguous, 6
+        (base[:, 0], base[:, 1]),  # stride 12, 2
+        (base[0], base[1].clone().requires_grad_(True)),  # 12 again, another requires_grad
+        (base[0], base[1]),
+    ]
+    with torch.no_grad():
+        for _ in range(2):
+            for x, y in calls:
+                torch.testing.assert_close(registered(x, y, 1.5), 1.5 * x * x + y)
+
+
 def test_profiler_shows_the_op_by_name_on_the_eager_path():
     x, y = _xy()
     before = _eager_calls(SAXPY)
