@@ -28,6 +28,7 @@ from .training_paths import PATHS
 
 LR = 1000.0  # about half a Newton step for the initial velocities (the loss is a mean over particles)
 GRAD_RTOL = 1e-4
+COMPILED = ("make_torch_compile", "make_torch_compile_chunks")  # torch.compile paths: aot_eager under --check
 
 
 def _failure(e: BaseException) -> str:
@@ -50,7 +51,7 @@ def run(check: bool = False, chart: str | None = None) -> dict:
             rows.append((name, bar, f"skipped: {module} not installed"))
             continue
         try:
-            kw = {"backend": "aot_eager"} if check and make.__name__ == "make_torch_compile" else {}
+            kw = {"backend": "aot_eager"} if check and make.__name__ in COMPILED else {}
             it, grad = make(sc, lr, **kw)
             losses[name] = [it()]  # the first call: builds, traces, compiles
             errs[name] = cloth.rel_err(grad(), g_ref)

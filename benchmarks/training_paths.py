@@ -122,6 +122,27 @@ def make_torch_compile(sc: cloth.Scene, lr: float, backend: str = "inductor"):
     return _torch_loop(sc, lr, rollout)
 
 
+def make_torch_compile_chunks(sc: cloth.Scene, lr: float, backend: str = "inductor"):
+    """``torch.compile(fullgraph=True)`` of ``CHUNK`` steps a call (the last chunk the remainder): a
+    compiled call's own cost (guards, AOTAutograd's runtime wrappers, its backward node) paid once
+    per chunk instead of once per step."""
+    import torch
+
+    run = _torch_steps(sc, "two")
+    chunk = torch.compile(run, fullgraph=True, backend=backend)
+
+    def rollout(x0, v0):
+        x, v = x0, v0
+        done = 0
+        while done < sc.steps:
+            k = min(CHUNK, sc.steps - done)
+            x, v = chunk(x, v, k)
+            done += k
+        return x
+
+    return _torch_loop(sc, lr, rollout)
+
+
 def _jax_setup(sc: cloth.Scene, lr: float, rollout_of: Callable, function: bool = False):
     import jax
     import jax.numpy as jnp
@@ -235,6 +256,7 @@ PATHS: list[tuple[str, str, float, Callable]] = [
     ("torch eager, Python-function op a step", "torch", 1.2, make_torch_function),
     ("torch.utils.checkpoint, 10-step chunks (non-reentrant)", "torch", 1.4, make_torch_checkpoint),
     ("torch.compile(fullgraph=True) of a step", "torch", 1.2, make_torch_compile),
+    ("torch.compile(fullgraph=True) of 10-step chunks", "torch", 1.2, make_torch_compile_chunks),
     ("JAX jit(value_and_grad), Python loop", "jax", 1.2, make_jax_loop),
     ("JAX jit(value_and_grad), lax.scan", "jax", 1.2, make_jax_scan),
     ("JAX lax.scan(jax.checkpoint(body))", "jax", 1.4, make_jax_scan_checkpoint),

@@ -8,6 +8,8 @@ node's type), so no parametrization can silently run one path twice.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -403,6 +405,51 @@ def test_a_dispatch_mode_sees_the_operator_by_name():
         out.sum().backward()
     assert any("tt_paths.saxpy.default" in s for s in seen), seen
     assert any("tt_paths.saxpy_backward.default" in s for s in seen), seen
+
+
+@pytest.mark.parametrize("grad_mode", ["no_grad", "no_input_requires_grad"])
+def test_a_call_needing_no_autograd_node_still_reaches_a_dispatch_mode(grad_mode):
+    """Such a call (every call inside a compiled graph) runs the implementation from the operator's
+    Autograd kernel without torch's second dispatch, unless something below Autograd must see it: a
+    dispatch mode still does, and the values are the direct call's."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x, y = _xy(grad=False)
+    registered = atorch.bind(SAXPY)
+    with torch.no_grad() if grad_mode == "no_grad" else contextlib.nullcontext():
+        direct = registered(x, y, 1.5)
+        with Log():
+            logged = registered(x, y, 1.5)
+    assert any("tt_paths.saxpy.default" in s for s in seen), seen
+    torch.testing.assert_close(logged, direct, rtol=0, atol=0)
+    torch.testing.assert_close(direct, 1.5 * x * x + y)
+
+
+def test_registered_operator_never_serves_the_last_call_to_one_that_differs():
+    """The operator's implementation reuses its last call's validated entry when a call matches it:
+    calls in turn that differ in shape, strides or requires_grad each get their own."""
+    registered = atorch.bind(SAXPY)
+    g = torch.Generator().manual_seed(3)
+    base = torch.rand(2, 12, generator=g, device="cpu")
+    calls = [
+        (base[0], base[1]),  # contiguous, 12
+        (base[0, ::2], base[1, ::2]),  # strided, 6
+        (base[0, :6], base[1, :6]),  # contiguous, 6
+        (base[:, 0], base[:, 1]),  # stride 12, 2
+        (base[0], base[1].clone().requires_grad_(True)),  # 12 again, another requires_grad
+        (base[0], base[1]),
+    ]
+    with torch.no_grad():
+        for _ in range(2):
+            for x, y in calls:
+                torch.testing.assert_close(registered(x, y, 1.5), 1.5 * x * x + y)
 
 
 def test_profiler_shows_the_op_by_name_on_the_eager_path():

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from interop import _cache, _dtypes
+from interop._codegen import compile_functions
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import contiguous_strides, external_stream, get_device
@@ -27,6 +28,8 @@ from .autocast import targets as _autocast_targets
 from .compat import (
     current_raw_stream,
     forward_ad_active,
+    tensors_matcher,
+    tls_keys,
 )
 from .eager import entry_functions
 
@@ -208,6 +211,10 @@ class _Binding:
         self.functions: dict[tuple, Any] = {}
         self.variants: dict[tuple, dict[str, Any]] = {}
         self.entries: dict[tuple, _Entry] = {}
+        # per (kind, mask): (match, entry) of the operators' last call without launch_dims/output_dims
+        # (the registered operator's calls, which the eager fast path does not serve, mostly repeat it)
+        self.entry_last: dict[tuple, tuple] = {}
+        self.entry_matchers: dict[tuple, tuple] = {}  # by (entry key, requires_grad of the tensors)
         self.lock = threading.RLock()
         # the adjoint may accumulate into the upstream gradient of an array the kernel reads (and a
         # wp.Tape replay writes into the output gradients it is given): such gradients are copied
@@ -283,8 +290,13 @@ class _Binding:
 
     # ---- eager execution ----------------------------------------------------------------
     def entry(self, mask: tuple, kind: str, args: Sequence[Any], ld, ods) -> _Entry:
+        dims = ld is not None or ods.count(None) != len(ods)
+        if not dims:
+            last = self.entry_last.get((kind, mask))
+            if last is not None and last[0](args):
+                return last[1]
         key = [kind, mask]
-        if ld is not None or any(d is not None for d in ods):
+        if dims:
             key.append(None if ld is None else tuple(ld))
             for d in ods:
                 key.append(None if d is None else tuple(d))
@@ -299,6 +311,16 @@ class _Binding:
         if e is None:
             e = self._make_entry(mask, kind, args, ld, ods)
             _cache.put(self.entries, key, e, _cache.FAST_PATHS_PER_OP)
+        if not dims:
+            # the matcher of this signature, requires_grad pattern and dispatch state (what the matcher
+            # compares besides the key): made once, so that calls alternating between them do not remake it
+            mkey = (key, tuple(a.requires_grad for a in args[: self.ncall] if isinstance(a, torch.Tensor)), tls_keys())
+            last = self.entry_matchers.get(mkey)
+            if last is None:
+                last = (_entry_matcher(args[: self.ncall]), e)  # (None, e): this torch cannot match so
+                _cache.put(self.entry_matchers, mkey, last, _cache.FAST_PATHS_PER_OP)
+            if last[0] is not None:
+                self.entry_last[(kind, mask)] = last
         return e
 
     def _make_entry(self, mask, kind, args, ld, ods) -> _Entry:
@@ -380,9 +402,14 @@ class _Binding:
         """The forward operator's implementation (``kind``: functional or mutable)."""
         n = self.ncall
         if e is None:
-            ld = args[n] if len(args) > n else None
-            ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(self.outputs)))
-            e = self.entry(mask, kind, args, ld, ods)
+            last = self.entry_last.get((kind, mask))
+            dims = args[n:]
+            if last is not None and dims.count(None) == len(dims) and last[0](args):
+                e = last[1]  # no launch_dims/output_dims, the last call's signature
+            else:
+                ld = args[n] if len(args) > n else None
+                ods = tuple(args[n + 1 + j] if len(args) > n + 1 + j else None for j in range(len(self.outputs)))
+                e = self.entry(mask, kind, args, ld, ods)
         return e.forward(*args[:n], _current_stream(e.tdev) if e.cuda else None)
 
     def _pos_of_index(self, idx: int) -> int:
@@ -395,10 +422,12 @@ class _Binding:
         """The backward operator's implementation; ``e``: the forward's entry (same plan), if known."""
         n, k = self.ncall, len(self.returned)
         rest = args[n + 2 * k :]
-        ld = rest[0]
-        ods = tuple(rest[1 : 1 + len(self.outputs)])
         if e is None:
-            e = self.entry(mask, "backward", args, ld, ods)
+            last = self.entry_last.get(("backward", mask))
+            if last is not None and rest.count(None) == len(rest) - 1 and last[0](args):
+                e = last[1]  # no launch_dims/output_dims (``rest`` ends with ``needs``), the last call's signature
+            else:
+                e = self.entry(mask, "backward", args, rest[0], tuple(rest[1 : 1 + len(self.outputs)]))
         return self.adjoint(e, args, args[n : n + k], args[n + k : n + 2 * k], rest[1 + len(self.outputs)])
 
     def adjoint(self, e: _Entry, args, results, grads, needs) -> list:
@@ -407,6 +436,32 @@ class _Binding:
         n = self.ncall
         got = e.adjoint(*args[:n], *results, *grads, *needs[:n], _current_stream(e.tdev) if e.cuda else None)
         return [t for t, need in zip(got, needs) if need]
+
+
+def _entry_matcher(args: Sequence[Any]) -> Any:
+    """``match(args) -> bool``: whether a call's first ``len(args)`` arguments have the signature of
+    ``args`` as :meth:`_Binding.entry` keys it (each tensor's shape, strides, dtype and device, each
+    other argument's type), compared without building and hashing the key: the types in Python, the
+    tensors in C++ (``compat.tensors_matcher``, which also compares dispatch keys and requires_grad:
+    a call that differs there only takes the keyed lookup). None where this torch cannot compare
+    tensors so."""
+    tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    if any(args[i].is_nested for i in tensors):
+        return None
+    check = tensors_matcher([args[i] for i in tensors])
+    if check is None:
+        return None
+    env: dict[str, Any] = {"check": check}
+    terms = []
+    for i, a in enumerate(args):
+        env[f"T{i}"] = type(a)
+        terms.append(f"type(a{i}) is T{i}")
+    # a nested tensor never reaches TensorGuards (see compat.tensors_matcher)
+    terms += [f"not a{i}.is_nested" for i in tensors]
+    terms.append(f"check({', '.join(f'a{i}' for i in tensors)})")
+    names = "".join(f"a{i}, " for i in range(len(args)))
+    source = f"def match(args):\n    {names}= args[:{len(args)}]\n    return {' and '.join(terms)}\n"
+    return compile_functions(source, env, ("match",), "<interop torch entry match>")[0]
 
 
 def _pointer(desc, p: Param, t: torch.Tensor, contiguous_outer: tuple) -> tuple:

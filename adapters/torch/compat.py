@@ -60,6 +60,21 @@ Checked against torch 2.11.0, 2.12.1, 2.14.1, 2.15.0 (PyPI's CUDA builds, on the
   after the forward): :func:`ctx_statements` writes those assignments into generated forwards
   (inside autograd a Python method call costs a couple of microseconds), where a check at import
   finds the methods are still just that; otherwise the generated code calls the methods.
+- :func:`direct_autograd_kernel` replaces the Autograd kernel that ``torch.library.custom_op``
+  registers for an operator (``torch._library.autograd.make_autograd_impl(cdef._opoverload, cdef)``,
+  registered with ``cdef._lib.impl(name, kernel, "Autograd", with_keyset=True)``, as
+  ``CustomOpDef._register_autograd_dispatcher_impl`` does) by one that, when no autograd node is
+  needed (grad mode off or no input requiring grad: where torch's kernel takes ``forward_no_grad``)
+  and the highest key left below Autograd but ``ADInplaceOrView`` is the dense ``CPU``/``CUDA`` kernel
+  (every other key ranks above it: no Python key, so no FakeTensor, subclass or dispatch mode; no
+  Functionalize, sparse, nested; a Meta or other device's tensor ranks above too), calls the
+  implementation directly; every other call goes to torch's own kernel, rebuilt by the same
+  function. torch's kernel redispatches below Autograd to ``CustomOpDef``'s backend wrapper
+  (``_AutoDispatchBelowAutograd``, a second boxing of every argument, ``torch._disable_dynamo``,
+  an aliasing check of the results): about 10 us a call that an operator inside a compiled graph
+  (AOTAutograd runs its forward and backward with grad mode off) pays on every call.
+  ``torch._C._after_autograd_keyset``, ``DispatchKeySet.highestPriorityTypeId`` and
+  ``torch._C._any_requires_grad`` are what torch's kernel reads.
 - :func:`unregister` removes a ``torch.library.custom_op``'s registrations when its op was
   dropped: ``torch._library.custom_ops.OPDEF_TO_LIB`` (qualified name -> the
   ``torch.library.Library`` holding them; ``custom_op`` itself destroys the previous one when a
@@ -74,6 +89,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 import weakref
 from typing import Any
 
@@ -256,6 +272,17 @@ def plain_eager(tensors) -> bool:
         if isinstance(a, torch.Tensor) and type(a) not in plain:
             return False
     return True
+
+
+def tls_keys() -> tuple:
+    """The thread's dispatch key sets that :func:`tensors_matcher`'s check reads with each tensor's own
+    (``torch._C._dispatch_tls_local_include_set``/``exclude_set``, as their raw bits): a matcher made
+    under other sets answers False."""
+    return (_tls_include().raw_repr(), _tls_exclude().raw_repr())
+
+
+_tls_include = torch._C._dispatch_tls_local_include_set
+_tls_exclude = torch._C._dispatch_tls_local_exclude_set
 
 
 def tensors_matcher(tensors) -> Any:
@@ -442,6 +469,52 @@ try:
     from torch._library.simple_registry import singleton as _SIMPLE_REGISTRY
 except ImportError:  # pragma: no cover - another torch version: its per-name entries stay
     _SIMPLE_REGISTRY = None
+
+
+try:
+    from torch._library.autograd import make_autograd_impl as _make_autograd_impl
+
+    _AFTER_AUTOGRAD = _C._after_autograd_keyset
+    _AD_INPLACE = _C.DispatchKey.ADInplaceOrView
+    _DIRECT_BACKENDS = (_C.DispatchKey.CPU, _C.DispatchKey.CUDA)
+    _any_requires_grad = _C._any_requires_grad
+except (ImportError, AttributeError):  # pragma: no cover - another torch: its own kernel stays
+    _make_autograd_impl = None
+
+
+def direct_autograd_kernel(cdef, impl) -> bool:
+    """Register for ``cdef`` (a functional ``CustomOpDef``) an Autograd kernel that runs ``impl``
+    directly when no autograd node is needed and nothing but the CPU/CUDA kernel is left to dispatch
+    to, torch's own kernel otherwise (see the module's docstring). Returns whether it did."""
+    lib, opoverload, name = (
+        getattr(cdef, "_lib", None),
+        getattr(cdef, "_opoverload", None),
+        getattr(cdef, "_name", None),
+    )
+    if _make_autograd_impl is None or lib is None or opoverload is None or name is None:
+        return False
+    if opoverload._schema.is_mutable:  # ADInplaceOrView bumps the version of a mutated tensor
+        return False
+    torch_kernel = _make_autograd_impl(opoverload, cdef)
+    grad_enabled = _C.is_grad_enabled
+
+    def kernel(keyset, *args, **kwargs):
+        if (
+            not kwargs
+            and not (grad_enabled() and _any_requires_grad(*args))
+            # the highest key left is the dense CPU/CUDA kernel: every other key (Python, Fake,
+            # Functionalize, Sparse, Nested, Meta...) ranks above it, a Meta or other device among
+            # the tensors too
+            and (keyset & _AFTER_AUTOGRAD).remove(_AD_INPLACE).highestPriorityTypeId() in _DIRECT_BACKENDS
+        ):
+            return impl(*args)
+        return torch_kernel(keyset, *args, **kwargs)
+
+    # as custom_op's backend wrapper is: Dynamo, active while a compiled graph runs, must not trace it
+    with warnings.catch_warnings():  # torch warns (once) that a registered kernel is overridden: ours is meant to
+        warnings.simplefilter("ignore", UserWarning)
+        lib.impl(name, torch._disable_dynamo(kernel), "Autograd", with_keyset=True)
+    return True
 
 
 def unregister(cdef) -> bool:

@@ -18,6 +18,7 @@ from .binding import _BINDINGS, _OVERLOADS, _bind_lock, _Binding, _make_fake, _m
 from .compat import (
     PLAIN_TENSOR_TYPES,
     assume_constant_result_of,
+    direct_autograd_kernel,
     unregister,
 )
 from .eager_path import _eager_hook
@@ -78,6 +79,8 @@ def _release_dropped() -> None:
         # for the unregistered operators, and through their closures this binding: it must hold
         # nothing big after this
         b.entries.clear()
+        b.entry_last.clear()
+        b.entry_matchers.clear()
         b.eager_runs.clear()
         b.eager_last = None
         b.quals.clear()
@@ -120,6 +123,10 @@ def _register(b: _Binding, mask: tuple) -> dict[str, Any]:
         elif kind == "backward":
             # second order through the op's tangent op (or its error, raised then)
             cdef.register_autograd(make_double_backward(b), setup_context=make_backward_setup(b))
+        if kind != "mutable":
+            # a call that needs no autograd node (every call inside a compiled graph) runs the
+            # implementation without torch's second dispatch below Autograd
+            direct_autograd_kernel(cdef, impl)
         cdef.register_vmap(_make_vmap(b, mask, kind))
         ops[kind] = cdef
         _OVERLOADS[qual] = cdef._opoverload
