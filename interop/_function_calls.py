@@ -92,12 +92,8 @@ class FunctionCalls:
                 arr = wp.clone(arr)
             if g is not None:
                 arr.grad = g
-            if g is None and p.role == "input" and plan.differentiable[i] and adj is not None:
-                # keep the tape from dropping intermediate gradients: give it a throwaway buffer
-                # (laid out like the array, as Warp requires: a packed copy of a strided input)
-                if not arr.is_contiguous:
-                    arr = wp.clone(arr)
-                arr.grad = wp.zeros_like(arr)
+            # (an input whose gradient no one asked for gets none: its adjoints are not computed,
+            # and nothing else reads them)
             args.append(arr)
         return args
 
