@@ -7,8 +7,9 @@ arrays require a gradient, the scalar's kind (Python float/int, NumPy scalar, 0-
 requires grad), how struct parameters are packed (a Warp struct instance, a dict, a dataclass, a
 NamedTuple, a registered JAX pytree: the array and scalar arguments above are then the structs'
 fields), the path (eager, ``torch.no_grad``, ``torch.compile``, ``torch.func``, ``jax.jit``,
-``jax.vmap``, ``jax.grad``, ``paddle.no_grad``), JAX's x64 mode, ``launch_dims``, and an in-place
-modification of an input after the forward. :func:`run_call` runs it and compares the returned arrays
+``jax.vmap``, ``jax.grad``, ``paddle.no_grad``), JAX's x64 mode, ``launch_dims``, an in-place
+modification of an input after the forward, and checked mode (the op's ``checked=True`` variant:
+its calls, whose indices are in range, give the unchecked values). :func:`run_call` runs it and compares the returned arrays
 and the gradients with Warp itself: ``wp.launch`` (for a tile kernel the launch Warp's own code gives it:
 ``wp.launch_tiled`` over the tile grid, or ``wp.launch(dim, block_dim)`` where the thread index indexes the
 arrays, with the call's ``block_dim``) and ``wp.Tape`` on contiguous copies of the values
@@ -54,7 +55,8 @@ CALL_FRAMEWORKS = FRAMEWORKS + (["cupy"] if devices_for("cupy") else [])
 DOCUMENTED = (interop.ArgumentError, interop.UnsupportedError)
 #: Checked mode as a generator dimension (issue 50): the values ``checked`` is drawn from. On since
 #: checked mode landed (``interop.op(..., checked=True)``, ``interop.BoundsError``);
-#: ``INTEROP_PROPERTY_CHECKED=0`` switches it off. Drawn by the index-array calls
+#: ``INTEROP_PROPERTY_CHECKED=0`` switches it off. Drawn by every generated call (:func:`calls`:
+#: the same values as unchecked) and by the index-array calls
 #: (tests/test_properties_indices.py: a checked call may draw out-of-range indices, which must raise
 #: BoundsError and leave the caller's arrays intact).
 CHECKED = (False,) if os.environ.get("INTEROP_PROPERTY_CHECKED") == "0" else (False, True)
@@ -356,6 +358,7 @@ class Call:
     device: str = "cpu"  # where the arrays live ("cpu", "cuda"): devices_for(fw)
     block_dim: int | None = None  # tile ops: block_dim passed per call (None: not passed, the op's)
     leaf_in_out: bool = False  # torch: an in-out that requires grad passed as (a view of) the leaf itself
+    checked: bool = False  # the op's checked variant (interop.op(..., checked=True)): the same values
     notes: list = field(default_factory=list)
 
     def __repr__(self) -> str:
@@ -448,8 +451,11 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
         # (under torch.compile too: a variant first used there is made at trace time,
         # test_properties_calls.py test_per_call_block_dim_first_used_under_torch_compile)
         block_dim = draw(st.sampled_from(TILE_BLOCK_DIMS))
+    # checked mode (issue 50): its in-range calls give the unchecked values, in every path
+    checked = draw(st.sampled_from(CHECKED))
     call = Call(pop, n, m, dtype, tuple(lays), tuple(grads), kind, scalar, path, launch, inplace, x64, batch, vm,
-                seed, packing, device=device, block_dim=block_dim, leaf_in_out=leaf_in_out)  # fmt: skip
+                seed, packing, device=device, block_dim=block_dim, leaf_in_out=leaf_in_out,
+                checked=checked)  # fmt: skip
     assume(not _avoided(fw, call))
     return call
 
@@ -940,7 +946,8 @@ def describe(c: Call) -> str:
         f"batch={c.batch}, vmap_method={c.vmap_method}, device={c.device}"
         + (f", block_dim={c.block_dim}" if c.block_dim else "")
         + (f", packing={c.packing}" if c.packing else "")
-        + (", leaf_in_out=1)" if c.leaf_in_out else ")")
+        + (", leaf_in_out=1" if c.leaf_in_out else "")
+        + (", checked=1)" if c.checked else ")")
     )
 
 
@@ -959,6 +966,7 @@ def count_call(fw: str, c: Call, outcome: str, source: str = "single calls") -> 
     if c.packing:
         count(fw, "struct packing", c.packing)
     count(fw, "launch_dims", "per call" if c.launch else "default")
+    count(fw, "checked", c.checked)
     if c.op.block_dim is not None:
         count(fw, "tile block_dim", c.block_dim or "the op's")
     if fw in ("torch", "paddle"):
@@ -976,14 +984,32 @@ def count_call(fw: str, c: Call, outcome: str, source: str = "single calls") -> 
 _STRUCT_CALLS: dict = {}
 
 
+_CHECKED_OPS: dict = {}
+
+
+def checked_variant(op: interop.Op) -> interop.Op:
+    """``op`` described again with ``checked=True`` (its own name: a registered torch operator and a
+    JAX FFI target of its own), made once."""
+    got = _CHECKED_OPS.get(op.name)
+    if got is None:
+        from interop import _op
+
+        desc = replace(op.description, checked=True, name=f"{op.description.name}_checked")
+        got = _CHECKED_OPS[op.name] = interop.Op(desc)
+        _op._notify_adapters(got)
+    return got
+
+
 def op_callable(c: Call) -> Callable:
-    """What the call calls with the leaves: the op, or for a struct op the op behind the call's
-    packing (StructCall packs the leaves into structures and takes the returned ones apart)."""
+    """What the call calls with the leaves: the op (its checked variant for a checked call), or for a
+    struct op the op behind the call's packing (StructCall packs the leaves into structures and takes
+    the returned ones apart)."""
+    op = checked_variant(c.op.op) if c.checked else c.op.op
     if c.packing is None:
-        return c.op.op
-    key = (c.op.id, c.packing)
+        return op
+    key = (c.op.id, c.packing, c.checked)
     if key not in _STRUCT_CALLS:
-        _STRUCT_CALLS[key] = StructCall(c.op.op, c.packing)
+        _STRUCT_CALLS[key] = StructCall(op, c.packing)
     return _STRUCT_CALLS[key]
 
 
