@@ -138,16 +138,13 @@ class _Record:
                 launch.set_param_at_index(i, v)
                 values[i] = v
                 changed = True
-        if self.call is not None and not apic_active():
+        if self.call is not None:
             if changed:
                 self.sync()
             self.call()
         elif self.cuda is not None:
             self.cuda(device.stream)
         else:
-            if self.call is not None:  # API capture: Warp's own replay records it
-                for i, at in self.views.items():
-                    launch.set_param_at_index_from_ctype(i, at)
             launch.launch()
 
 
@@ -212,6 +209,7 @@ class FastLaunches(LaunchHook):
             or kw.get("max_blocks")
             or getattr(kernel, "is_generic", True)
             or launch_checks_on()
+            or apic_active()  # (Warp's API capture records launches from their arrays)
         )
         dims = None if plain else _dims(dim)
         args = [*inputs, *outputs]
@@ -257,7 +255,7 @@ def tape_backward(tape: Any, records: Records) -> None:
     """``tape.backward()`` with the adjoint launches replayed from ``records`` (see the module);
     Warp's own ``Tape.backward`` where a recorded launch is not one the records take."""
     steps: list[Any] = []
-    if launch_checks_on():
+    if launch_checks_on() or apic_active():
         tape.backward()
         return
     for entry in tape.launches:
