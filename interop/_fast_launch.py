@@ -23,6 +23,7 @@ records live with the op (:class:`Records`), at most ``LIMIT`` of them.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any, Sequence
 
@@ -75,16 +76,16 @@ def _dims(dim: Any) -> tuple | None:
     return None
 
 
-def _same_bits(v: Any, old: Any) -> bool:
-    """Whether value ``v`` packs to the bits ``old`` packed to (0.0 and -0.0 differ, NaN is re-set)."""
+def _bits(v: Any) -> Any:
+    """What a value argument packs to, to tell a changed one: a number itself (immutable; 0.0 and
+    -0.0 told apart by their sign, NaN never equal to itself, so re-set), a Warp vector's or
+    matrix's bytes (it may be changed in place between calls: ``wp.launch`` packs it anew each time)."""
     t = type(v)
-    if t is not type(old):
-        return False
     if t is float:
-        return v == old and v != 0.0
+        return (t, v, math.copysign(1.0, v))
     if t is int or t is bool:
-        return v == old
-    return bytes(v) == bytes(old)
+        return (t, v)
+    return (t, bytes(v))
 
 
 class _Record:
@@ -134,9 +135,10 @@ class _Record:
         changed = False
         for i, old in values.items():
             v = args[i]
-            if v is not old and not _same_bits(v, old):
+            bits = _bits(v)
+            if bits != old:
                 launch.set_param_at_index(i, v)
-                values[i] = v
+                values[i] = bits
                 changed = True
         if self.call is not None:
             if changed:
@@ -189,7 +191,7 @@ def _make_record(kernel, dims, args, adj, device, block_dim) -> _Record | None:
     if launch is None or is_deterministic_launch(launch):
         return None
     arrays = [i for i, a in enumerate(args) if type(a) is wp.array]
-    values = {i: a for i, a in enumerate(args) if type(a) is not wp.array}
+    values = {i: _bits(a) for i, a in enumerate(args) if type(a) is not wp.array}
     adj_arrays = [] if adj is None else [i for i in arrays if adj[i] is None or type(adj[i]) is wp.array]
     rec = _Record(launch, arrays, adj_arrays)
     rec.values = values
@@ -234,20 +236,17 @@ class FastLaunches(LaunchHook):
 
 
 def _adjoints(tape: Any, values: Sequence[Any]) -> list:
-    """``Tape.get_adjoint`` of each argument (the same objects, ``tape.gradients`` kept) of a
-    launch whose layout the records take."""
-    adj = []
+    """``Tape.get_adjoint`` of each argument of a launch whose layout the records take: an array's
+    gradient where it has one (kept in ``tape.gradients`` for ``tape.zero()``), else None (a value
+    argument's adjoint too: Warp packs a zero one)."""
+    adj: list[Any] = []
     for a in values:
-        t = type(a)
-        if t is wp.array:
-            g = a.grad
-            if g is not None:
-                tape.gradients[a] = g
+        g = a.grad if type(a) is wp.array else None
+        if g:  # (Warp's test: an empty gradient array counts as none)
+            tape.gradients[a] = g
             adj.append(g)
-        elif t in _PLAIN_VALUES:
+        else:
             adj.append(None)
-        else:  # a Warp vector/matrix/quaternion value (see _layout): a zero one
-            adj.append(t())
     return adj
 
 
@@ -275,7 +274,7 @@ def tape_backward(tape: Any, records: Records) -> None:
         entry, args, layout = step
         kernel, dims, _, inputs, outputs, device, block_dim = entry[:7]
         adj = _adjoints(tape, args)
-        adj_layout = tuple(None if g is None else (g.dtype, g.ndim) if type(g) is wp.array else type(g) for g in adj)
+        adj_layout = tuple(None if g is None else (g.dtype, g.ndim) for g in adj)
         key = (kernel, device.alias, dims, block_dim, layout, adj_layout, "adjoint")
         rec = records.get(key, kernel, dims, args, adj, device, block_dim)
         if rec is None:

@@ -250,3 +250,27 @@ def _fields(at) -> tuple:
     of those dimensions (the slots past ``ndim`` are never read)."""
     n = at.ndim
     return (at.data, at.grad, at.flags, n, tuple(at.shape[:n]), tuple(at.strides[:n]))
+
+
+GRAVITY = wp.vec3(0.0, -1.0, 0.0)  # changed in place between calls below
+
+
+def step_global_gravity(x: wp.array(dtype=wp.vec3), k: float, dt: float, y: wp.array(dtype=wp.vec3)):
+    """The vector a launch gets is one object the caller changes in place: each launch must pack
+    its bytes as they are then (as ``wp.launch`` does), not as the record last saw them."""
+    f = wp.zeros(x.shape[0], dtype=wp.vec3, device=x.device, requires_grad=True)
+    wp.launch(_springs, dim=x.shape[0], inputs=[x, k], outputs=[f], device=x.device)
+    wp.launch(_integrate, dim=x.shape[0], inputs=[x, f, GRAVITY, dt], outputs=[y], device=x.device)
+
+
+def test_vector_changed_in_place_between_calls():
+    op = interop.op(step_global_gravity)
+    x_np = _x(4, 9)
+    x = wp.array(x_np, dtype=wp.vec3, device="cpu")
+    for gy in (-1.0, -2.0, 0.0, -0.0, 3.5):
+        GRAVITY[1] = gy
+        y = op(x, 1.0, 0.5)
+        want, _ = _reference(
+            lambda wx, k, g, dt, wy: step_global_gravity(wx, k, dt, wy), x_np, 1.0, (0, 0, 0), 0.5, "cpu"
+        )
+        _same(y.numpy(), want)
