@@ -380,7 +380,7 @@ class Runner(FunctionCalls):
                 try:
                     fill(slot, values, adj)
                     if _apic_active():
-                        self._captured(slot, device, adjoint).launch(stream)
+                        _captured(self, slot, device, adjoint).launch(stream)
                     else:
                         sync_struct()
                         call_hook()
@@ -401,7 +401,7 @@ class Runner(FunctionCalls):
                 try:
                     fill(slot, values, adj)
                     if _apic_active():
-                        self._captured(slot, device, adjoint).launch(stream)
+                        _captured(self, slot, device, adjoint).launch(stream)
                     elif stream is None:
                         replay(None)
                     else:
@@ -416,30 +416,11 @@ class Runner(FunctionCalls):
                 return slow(device, values, adj, stream)
             try:
                 fill(slot, values, adj)
-                self._launch_slot(slot, device, adjoint, stream)
+                _launch_slot(self, slot, device, adjoint, stream)
             finally:
                 lock.release()
 
         return go
-
-    def _launch_slot(self, slot: _Slot, device, adjoint: bool, stream) -> None:
-        """Launch a filled slot: its record, or while Warp's API capture records launches (CPU graph
-        capture, ``wp.ScopedCapture(device="cpu")``), a plain ``wp.launch`` of its arrays
-        (:meth:`_captured`)."""
-        if _apic_active() and not isinstance(slot.launch, _PlainLaunch):
-            self._captured(slot, device, adjoint).launch(stream)
-        else:
-            slot.launch.launch(stream)
-
-    def _captured(self, slot: _Slot, device, adjoint: bool) -> _PlainLaunch:
-        """A plain launch of a filled slot, for Warp's API capture: it records a launch from its
-        ``wp.array`` arguments (their memory regions), and refuses the raw descriptors a record
-        holds (Warp 1.19: ``NotImplementedError``)."""
-        plain = _PlainLaunch(self, self._kernel(adjoint), device, slot, adjoint, self.plan.desc.block_dim)
-        for i, v in slot.scalars.items():
-            if v is not None:
-                plain.scalars[i] = v
-        return plain
 
     # -- straight-line launches (generated per call signature by an adapter) -----------
     def can_direct(self, device) -> bool:
@@ -553,7 +534,7 @@ class Runner(FunctionCalls):
         slot, cached = self._slot(device, False)
         try:
             self._fill(slot, values, None)
-            self._launch_slot(slot, device, False, stream)
+            _launch_slot(self, slot, device, False, stream)
             if slot.err is not None:
                 check_record(self.plan.desc.label, slot.err, device, stream, "", slot.err_host, self.leaf_names)
         finally:
@@ -577,13 +558,34 @@ class Runner(FunctionCalls):
         slot, cached = self._slot(device, True)
         try:
             self._fill(slot, values, adj)
-            self._launch_slot(slot, device, True, stream)
+            _launch_slot(self, slot, device, True, stream)
             if slot.err is not None:
                 check_record(
                     self.plan.desc.label, slot.err, device, stream, " (backward)", slot.err_host, self.leaf_names
                 )
         finally:
             slot.lock.release()
+
+
+def _launch_slot(runner: Runner, slot: _Slot, device, adjoint: bool, stream) -> None:
+    """Launch a filled slot: its record, or while Warp's API capture records launches (CPU graph
+    capture, ``wp.ScopedCapture(device="cpu")``), a plain ``wp.launch`` of its arrays
+    (:func:`_captured`)."""
+    if _apic_active() and not isinstance(slot.launch, _PlainLaunch):
+        _captured(runner, slot, device, adjoint).launch(stream)
+    else:
+        slot.launch.launch(stream)
+
+
+def _captured(runner: Runner, slot: _Slot, device, adjoint: bool) -> _PlainLaunch:
+    """A plain launch of a filled slot, for Warp's API capture: it records a launch from its
+    ``wp.array`` arguments (their memory regions), and refuses the raw descriptors a record holds
+    (Warp 1.19: ``NotImplementedError``)."""
+    plain = _PlainLaunch(runner, runner._kernel(adjoint), device, slot, adjoint, runner.plan.desc.block_dim)
+    for i, v in slot.scalars.items():
+        if v is not None:
+            plain.scalars[i] = v
+    return plain
 
 
 class _PlainLaunch:

@@ -3,7 +3,7 @@
 The capture records each launch from its ``wp.array`` arguments (their memory regions) and refuses
 the raw descriptors a launch record holds (Warp 1.19: ``NotImplementedError``), so while it records,
 a kernel op launches with plain ``wp.launch`` and a Python-function op's launches are Warp's own
-(``interop._launch.Runner._captured``, ``interop._fast_launch``). Replaying the graph after the
+(``interop._launch._captured``, ``interop._fast_launch``). Replaying the graph after the
 inputs changed gives what a new call gives: in Warp, NumPy and torch (eager fast path) arrays.
 """
 
