@@ -93,30 +93,26 @@ class _Record:
     value arguments as last set, and how to run it (the CPU entry point called directly, a CUDA
     launcher, or ``Launch.launch``)."""
 
-    __slots__ = ("launch", "views", "adj_views", "pairs", "adj_pairs", "values", "call", "sync", "cuda")
+    __slots__ = ("launch", "pairs", "adj_pairs", "values", "call", "sync", "cuda")
 
-    def __init__(self, launch: Any, arrays: Sequence[int], adj_arrays: Sequence[int]):
+    def __init__(self, launch: Any, arrays: Sequence[int], adjoint: bool, values: dict[int, Any]):
         self.launch = launch
-        self.views: dict[int, Any] = {}
-        self.adj_views: dict[int, Any] = {}
-        for i in arrays:
-            at = array_t()
+        views = {i: array_t() for i in arrays}
+        adj_views = {i: array_t() for i in arrays} if adjoint else {}
+        for i, at in views.items():
             launch.set_param_at_index_from_ctype(i, at)
-            self.views[i] = at
-        for i in adj_arrays:
-            at = array_t()
+        for i, at in adj_views.items():
             launch.set_param_at_index_from_ctype(i, at, adjoint=True)
-            self.adj_views[i] = at
-        self.values: dict[int, Any] = {}
+        self.values = values  # what each value argument packed to (see _bits)
         self.call = self.sync = self.cuda = None
         if launch.device.is_cpu:
-            direct = direct_cpu_invoker(launch, self.views, self.adj_views) if VERIFIED else None
+            direct = direct_cpu_invoker(launch, views, adj_views) if VERIFIED else None
             if direct is not None:  # (the views now point at the argument structs' copies)
                 self.call, self.sync = direct
         else:
             self.cuda = direct_cuda_launcher(launch)
-        self.pairs = tuple(self.views.items())
-        self.adj_pairs = tuple(self.adj_views.items())
+        self.pairs = tuple(views.items())
+        self.adj_pairs = tuple(adj_views.items())
 
     def run(self, args: Sequence[Any], adj: Sequence[Any] | None, device: Any) -> None:
         """Launch with ``args`` (and, for an adjoint record, the adjoints ``adj``): each array's own
@@ -192,10 +188,7 @@ def _make_record(kernel, dims, args, adj, device, block_dim) -> _Record | None:
         return None
     arrays = [i for i, a in enumerate(args) if type(a) is wp.array]
     values = {i: _bits(a) for i, a in enumerate(args) if type(a) is not wp.array}
-    adj_arrays = [] if adj is None else [i for i in arrays if adj[i] is None or type(adj[i]) is wp.array]
-    rec = _Record(launch, arrays, adj_arrays)
-    rec.values = values
-    return rec
+    return _Record(launch, arrays, adj is not None, values)
 
 
 class FastLaunches(LaunchHook):
