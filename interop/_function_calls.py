@@ -5,14 +5,20 @@ replay of the function. A concern of :class:`interop._launch.Runner`, which inhe
 
 from __future__ import annotations
 
+import ctypes
+import numbers
+import os
+import threading
 from typing import Any
 
+import numpy as np
 import warp as wp
 
 from . import _dtypes
 from ._description import IN_OUT, INPUT, OUTPUT
 from ._errors import ArgumentError, UnsupportedError, naming_op
-from ._fast_launch import FastLaunches, Records, tape_backward
+from ._fast_launch import FastLaunches, Records, _value_ok, tape_backward
+from ._warp_compat import VERIFIED, owned_bytes, repoint, type_size_in_bytes
 from ._plan import check_scalar_value, vector_components
 from ._scalar_ref import build_lock
 from ._streams import ordered_warp_work
@@ -235,6 +241,95 @@ class FunctionCalls:
                 # order with the caller's stream (see ordered_warp_work)
                 kept.release()
 
+    # -- kept tapes across calls: a forward and its backward in two calls (JAX's FFI calls) ---------
+    def keep_forward(self, device, values, stream, token: int) -> None:
+        """The forward of a Python-function op whose backward runs in another call with other
+        buffers (JAX: the adjoint's operands), keeping its tape (:data:`KEPT`): the token of the
+        kept tape is written to the ``uint32`` at ``token`` (host memory; zero-filled by the
+        caller, and 0 stays: no tape kept, the backward replays the function). Kept on the CPU
+        when the tape can be moved to the backward's buffers (:meth:`_movable`); on CUDA the
+        backward would have to read the token back from the device (a synchronisation per call),
+        so it replays the function instead."""
+        if not (device.is_cpu and VERIFIED) or self.empty or KEPT.limit <= 0:  # type: ignore[attr-defined]
+            self._call_function(device, values, stream)
+            return
+        kept = self._record_function(device, values, stream)
+        movable = self._movable(kept, values)
+        tid = 0
+        if movable is not None:
+            tid = KEPT.put(kept, *movable)
+        else:
+            kept.release()
+        if tid:
+            ctypes.c_uint32.from_address(token).value = tid
+
+    def kept_adjoint(self, device, values, adj, stream, token: int) -> None:
+        """The backward of a :meth:`keep_forward` call from the tape it kept, moved to this call's
+        buffers: the recorded inputs and outputs onto ``values``' (the adjoint's operands: the
+        forward's inputs and outputs, the same contents). Warp's adjoint kernels only read them
+        (the forward's stores and atomics are not replayed), as the kept tapes of torch and Paddle
+        read the tensors their nodes saved. Without a tape (none kept, already used by another
+        backward, evicted), a replay of the function under a new tape."""
+        tid = ctypes.c_uint32.from_address(token).value if device.is_cpu and token else 0
+        got = KEPT.pop(tid) if tid else None
+        if got is None:
+            self._tape_backward(device, values, adj, stream)
+            return
+        kept, bases = got
+        if any(values[i] is None for i in bases):
+            kept.release()
+            self._tape_backward(device, values, adj, stream)
+            return
+        for i in bases:
+            repoint(kept.args[i], values[i][0])
+        self._kept_backward(kept, adj, stream)
+
+    def _movable(self, kept: KeptTape, values) -> tuple[dict[int, int], int] | None:
+        """The arrays of ``kept`` over the caller's buffers, by parameter index, with their sizes
+        in bytes (what the backward points at its own buffers), and the bytes the tape's other
+        arrays allocated (intermediates, their gradients). None where the tape cannot be moved: a
+        launch recorded as a function (``Tape.record_func``), an argument that may hold a pointer
+        (a struct, an indexed array) or an array the function made over the caller's memory (a
+        view of an argument): only the arrays this package made are moved."""
+        plan = self.plan
+        bases: dict[int, int] = {}
+        ranges = []
+        seen = set()
+        for p in plan.desc.params:
+            i = p.index
+            if not p.is_array or i in self.ref_idx or values[i] is None:
+                continue
+            a = kept.args[i]
+            if a.ptr != values[i][0] or not a.ptr:
+                continue  # a copy the forward made (an in-out array): the tape's own
+            nbytes = int(a.size) * type_size_in_bytes(plan.types[i])
+            bases[i] = nbytes
+            ranges.append((a.ptr, a.ptr + nbytes))
+            seen.add(id(a))
+        total = 0
+        for launch in kept.tape.launches:
+            if type(launch) is not list:
+                return None
+            for group in (launch[3], launch[4]):
+                for a in group:
+                    t = type(a)
+                    if t is wp.array:
+                        k = id(a)
+                        if k in seen:
+                            continue
+                        seen.add(k)
+                        own = owned_bytes(a)
+                        if own:
+                            total += own + owned_bytes(a.grad) if a.requires_grad else own
+                            continue
+                        ptr = a.ptr or 0
+                        for lo, hi in ranges:
+                            if lo <= ptr < hi:
+                                return None
+                    elif not (t in _NUMBERS or _plain_value(a)):
+                        return None
+        return bases, total
+
     def _refuse_scalar_gradients(self, adj) -> None:
         asked = [self.plan.desc.params[i].name for i in self.ref_idx if adj is not None and adj[i] is not None]
         if asked:
@@ -245,6 +340,83 @@ class FunctionCalls:
                 "Python-function op are not supported (wp.Tape does not record scalar adjoints); pass the "
                 "scalar as a 1-element array parameter instead"
             )
+
+
+_NUMBERS = (float, int, bool)
+
+
+def _plain_value(v: Any) -> bool:
+    """A launch argument that holds no pointer: a number, a Warp vector or matrix, a tuple or list
+    of numbers, a NumPy array (host memory of its own)."""
+    if _value_ok(type(v)) or isinstance(v, (numbers.Number, np.generic, np.ndarray)):
+        return True
+    return isinstance(v, (tuple, list)) and all(isinstance(x, (numbers.Number, np.generic)) for x in v)
+
+
+class KeptTapes:
+    """Forward tapes of Python-function ops kept for a backward in another call (JAX: the forward and
+    the adjoint are two FFI calls), by token (1 to 2**32 - 1). A tape is used once (``pop``). The
+    tapes nobody takes (a forward-mode derivative's under ``jax.jit``, a ``jax.checkpoint``
+    forward that is recomputed, a ``jax.vjp`` whose backward is never called) are evicted oldest
+    first once the arrays they allocated (intermediates, their gradients) pass ``limit`` bytes
+    (``WARP_INTEROP_KEPT_MB``, default 256 MiB; 0: no tape is kept) or they number more than
+    ``count``; a backward whose tape was evicted replays the function."""
+
+    def __init__(self, limit: int, count: int = 16384):
+        self.limit = limit
+        self.count = count
+        self.bytes = 0
+        self._lock = threading.Lock()
+        self._tapes: dict[int, tuple[KeptTape, dict, int]] = {}
+        self._next = 0
+
+    def put(self, kept: KeptTape, bases: dict, nbytes: int) -> int:
+        """Keep ``kept`` (moved by ``bases``; its arrays allocated ``nbytes``); its token, or 0 when
+        it alone passes the limit."""
+        if nbytes > self.limit:
+            kept.release()
+            return 0
+        dropped = []
+        with self._lock:
+            self._next = self._next % 0xFFFFFFFF + 1
+            tid = self._next
+            old = self._tapes.pop(tid, None)  # (wrapped around: a tape 2**32 tokens old)
+            if old is not None:
+                self.bytes -= old[2]
+                dropped.append(old[0])
+            self._tapes[tid] = (kept, bases, nbytes)
+            self.bytes += nbytes
+            while self.bytes > self.limit or len(self._tapes) > self.count:
+                k = next(iter(self._tapes))
+                e = self._tapes.pop(k)
+                self.bytes -= e[2]
+                dropped.append(e[0])
+        for d in dropped:
+            d.release()
+        return tid
+
+    def pop(self, tid: int) -> tuple[KeptTape, dict] | None:
+        """The tape of token ``tid`` and its bases, no longer kept; None if there is none."""
+        with self._lock:
+            e = self._tapes.pop(tid, None)
+            if e is None:
+                return None
+            self.bytes -= e[2]
+        return e[0], e[1]
+
+    def __len__(self) -> int:
+        return len(self._tapes)
+
+    def clear(self) -> None:
+        with self._lock:
+            tapes = list(self._tapes.values())
+            self._tapes.clear()
+            self.bytes = 0
+        for e in tapes:
+            e[0].release()
+
+
+KEPT = KeptTapes(int(float(os.environ.get("WARP_INTEROP_KEPT_MB", "256")) * (1 << 20)))
 
 
 class KeptTape:

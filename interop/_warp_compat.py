@@ -217,6 +217,19 @@ def array_view_maker(ptr: int, dtype: Any, shape: tuple, strides: Any, device: A
     return make
 
 
+def repoint(a: Any, ptr: int) -> None:
+    """Point ``a``, a ``wp.array`` over memory it does not own (``array_view_maker``'s), at ``ptr``.
+    1.16-1.19: ``ptr`` is a plain field and ``ctype`` the descriptor cached from it (rebuilt when None)."""
+    a.ptr = ptr
+    a.ctype = None
+
+
+def owned_bytes(a: Any) -> int:
+    """The bytes a ``wp.array`` allocated itself (0 for a view over other memory): 1.16-1.19 free
+    ``capacity`` bytes through ``deleter``, which a view has none of."""
+    return int(a.capacity or 0) if getattr(a, "deleter", None) is not None else 0
+
+
 def tape_launch_values(tape: Any) -> Any:
     """The arguments (inputs, then outputs) of each kernel launch a ``wp.Tape`` recorded, in order
     (the records :func:`tape_launch_arrays` reads, without naming them)."""

@@ -27,6 +27,7 @@ import numpy as np
 from interop import _dtypes
 from interop._description import IN_OUT, OUTPUT, VMAP_METHODS
 from interop._errors import ArgumentError, UnsupportedError
+from interop._function_calls import KEPT
 from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, vector_components
 
 from . import compat as _jax_compat
@@ -118,6 +119,7 @@ class _Entry:
         self.config = _entry_config(self, args, output_dims)
         jop._by_config.setdefault(self.config, self)
         self.fwd = _forward_launch(self, plan)
+        self._fwd_keep: Any = None  # the forward keeping its tape (forward_keep), made on first use
         self._bwd: dict[tuple, Any] = {}
         self._bwd_fns: dict[Any, Any] = {}  # adjoint launch -> its custom_vjp (no second order)
         self._folded: dict[int, Any] = {}
@@ -196,10 +198,30 @@ class _Entry:
         def fn(*xs):
             return tuple(fwd_launch(*xs))
 
-        def fn_jvp(primals, tangents):
+        keeps = self._keeps_tape()
+        if keeps:
+            # a Python-function op's forward inside a derivative: the same call, its wp.Tape kept for
+            # the backward (interop._function_calls.KEPT), whose token is an extra result that
+            # reaches the adjoint as a residual; the same rule, so derivatives of it meet it again
+            @jax.custom_jvp
+            def fn_keep(*xs):
+                return tuple(me().forward_keep()(*xs))
+
+            def fn_keep_jvp(primals, tangents):
+                outs, touts, token = rule(primals, tangents)
+                return (*outs, token), (*touts, _forward.float0_zeros(()))
+
+            fn_keep.defjvp(fn_keep_jvp, symbolic_zeros=True)
+
+        def rule(primals, tangents):
             entry = me()
             # through fn itself: a derivative of this rule meets fn's rule again (second order)
-            outs = tuple(entry.fn(*primals))
+            token = None
+            if keeps:
+                *outs, token = fn_keep(*primals)
+                outs = tuple(outs)
+            else:
+                outs = tuple(entry.fn(*primals))
             vpos = tuple(
                 k
                 for k, t in enumerate(tangents)
@@ -211,12 +233,14 @@ class _Entry:
                     _forward.tan_p.bind(
                         *primals,
                         *[outs[k] for k in kept],
+                        *([token] if keeps else []),
                         *[tangents[k] for k in vpos],
                         ref=entry._ref,
                         n=n,
                         kept=kept,
                         vpos=vpos,
                         levels=(),
+                        tok=keeps,
                     )
                 )
             result = []
@@ -227,10 +251,37 @@ class _Entry:
                     result.append(next(touts))
                 else:
                     result.append(jnp.zeros_like(o))
-            return outs, tuple(result)
+            return outs, tuple(result), token
+
+        def fn_jvp(primals, tangents):
+            outs, touts, _ = rule(primals, tangents)
+            return outs, touts
 
         fn.defjvp(fn_jvp, symbolic_zeros=True)
         return fn
+
+    def _keeps_tape(self) -> bool:
+        """Whether a derivative's forward keeps its ``wp.Tape`` for the backward (no replay of the
+        function there): a Python-function op (not checked, without a hand-written backward, not
+        partitioned: a token per shard would be a replicated value that differs)."""
+        desc = self.desc
+        return desc.kind == "function" and desc.backward is None and not desc.checked and desc.partition is None
+
+    def forward_keep(self) -> _Launch:
+        """The forward launch keeping its tape (:meth:`_keeps_tape`), with the token as last result."""
+        launch = self._fwd_keep
+        if launch is None:
+            launch = self._fwd_keep = _forward_launch(self, self.plan, keep=True)
+        return launch
+
+    def release_kept(self, token) -> None:
+        """Free the tape behind ``token`` (a forward-mode derivative: the tangent op runs, no
+        backward will read the tape): now when concrete, else by a callback where the compiled
+        function runs the tangent."""
+        if not _jax_compat.is_tracer(token):
+            _release(token)
+        else:
+            jax.debug.callback(_release, token)
 
     def _unread_outputs(self) -> frozenset:
         """Positions among the returned arrays of the differentiable outputs the backward never
@@ -262,7 +313,7 @@ class _Entry:
                     "scalar as a 1-element array parameter, or as a Python number (static)"
                 )
 
-    def _backward(self, xs, outs, want, cts):
+    def _backward(self, xs, outs, want, cts, token=None):
         desc = self.desc
         plan = self.plan
         ret = desc.returned_params
@@ -285,17 +336,20 @@ class _Entry:
         if any(self.dyn[i].role != IN_OUT and plan.differentiable[self.dyn[i].index] for i in want):
             # at trace time, not as an XLA runtime error
             desc.check_adjoint([self.dyn[i].name for i in want if not self.dyn[i].is_array])
-        launch = self.adjoint(want)
+        keep = token is not None
+        launch = self.adjoint(want, keep)
         # an output that is not a residual (see _make_vjp): its cotangent stands in
         stand_in = [ct for ct, p in zip(ct_vals, ret) if p.role == OUTPUT]
         outs = [o if o is not None else c for o, c in zip(outs, stand_in)]
-        operands = list(xs) + outs + [c for c in ct_vals if c is not None]
+        operands = list(xs) + outs + [c for c in ct_vals if c is not None] + ([token] if keep else [])
         if not launch.results:
             results: Any = ()
         elif desc.backward is None:
             # a primitive: differentiable again (second order through the tangent op)
             def bind():
-                return _forward.adj_p.bind(*operands, ref=self._ref, want=want, n=len(xs), nouts=len(outs), levels=())
+                return _forward.adj_p.bind(
+                    *operands, ref=self._ref, want=want, n=len(xs), nouts=len(outs), levels=(), tok=keep
+                )
 
             results = _eager_errors(bind) if desc.kind == "function" else bind()
         else:
@@ -334,11 +388,13 @@ class _Entry:
             fn = self._bwd_fns.setdefault(launch, fn)
         return fn
 
-    def adjoint(self, want: tuple) -> _Launch:
-        """The adjoint launch computing the gradients of operands ``want``."""
-        launch = self._bwd.get(want)
+    def adjoint(self, want: tuple, keep: bool = False) -> _Launch:
+        """The adjoint launch computing the gradients of operands ``want`` (with ``keep``: from the
+        tape a forward kept, its token the last operand)."""
+        key = (want, keep)
+        launch = self._bwd.get(key)
         if launch is None:
-            launch = self._bwd.setdefault(want, _adjoint_launch(self, self.plan, want))
+            launch = self._bwd.setdefault(key, _adjoint_launch(self, self.plan, want, keep))
         return launch
 
     def _handwritten_backward(self, xs, want, ct_vals):
@@ -367,6 +423,14 @@ class _Entry:
             elif p.index in by_param:
                 grads[i] = by_param[p.index]
         return _like_inputs(grads, xs)
+
+
+def _release(token) -> None:
+    for t in np.asarray(token).reshape(-1):  # (one token per element under jax.vmap)
+        if t:
+            got = KEPT.pop(int(t))
+            if got is not None:
+                got[0].release()
 
 
 def _eager_errors(run):

@@ -289,25 +289,35 @@ def second_order(entry, xs, vpos: tuple, vs, cts, opos: tuple) -> list:
 
 
 # ---------------------------------------------------------------------------------------
-# tan(x..., outs..., v...; ref, n, kept, vpos) -> tangents of the differentiable results
-# (outs: the outputs the adjoint reads, at positions ``kept`` among the returned arrays; only
-# the transpose uses them, so an output Warp's adjoint never reads is not kept alive for it)
+# tan(x..., outs..., [token], v...; ref, n, kept, vpos, tok) -> tangents of the differentiable
+# results (outs: the outputs the adjoint reads, at positions ``kept`` among the returned arrays;
+# only the transpose uses them, so an output Warp's adjoint never reads is not kept alive for it;
+# token, when ``tok``: a Python-function op's kept forward tape, ``entry.fwd_keep``'s last result,
+# which the transpose hands to the adjoint; every other rule drops it)
 # ---------------------------------------------------------------------------------------
 tan_p = Primitive("interop_tangent")
 tan_p.multiple_results = True
 
 
-def _split_tan(args, n, kept):
+def _split_tan(args, n, kept, tok=False):
+    """``(xs, outs, vs)``, and the token when ``tok``."""
     nouts = len(kept)
-    return list(args[:n]), list(args[n : n + nouts]), list(args[n + nouts :])
+    rest = n + nouts + (1 if tok else 0)
+    parts = list(args[:n]), list(args[n : n + nouts]), list(args[rest:])
+    return (*parts, args[n + nouts]) if tok else parts
 
 
-def _tan_impl(*args, ref, n, kept, vpos, levels):
-    xs, _, vs = _split_tan(args, n, kept)
+def _tan_impl(*args, ref, n, kept, vpos, levels, tok=False):
+    if tok:
+        xs, _, vs, token = _split_tan(args, n, kept, tok)
+        # forward mode: the kept tape is not needed (no backward reads it)
+        ref().release_kept(token)
+    else:
+        xs, _, vs = _split_tan(args, n, kept)
     return tangent_outs(ref(), xs, vpos, vs)
 
 
-def _tan_abstract(*avals, ref, n, kept, vpos, levels):
+def _tan_abstract(*avals, ref, n, kept, vpos, levels, tok=False):
     e = ref()
     return [
         _aval_like(avals, spec.shape, spec.dtype)
@@ -316,7 +326,10 @@ def _tan_abstract(*avals, ref, n, kept, vpos, levels):
     ]
 
 
-def _tan_jvp(primals, tangents, *, ref, n, kept, vpos, levels):
+def _tan_jvp(primals, tangents, *, ref, n, kept, vpos, levels, tok=False):
+    if tok:  # the token only reaches the first-order adjoint: derivatives of this rule drop it
+        primals = list(primals[: n + len(kept)]) + list(primals[n + len(kept) + 1 :])
+        tangents = list(tangents[: n + len(kept)]) + list(tangents[n + len(kept) + 1 :])
     outs = tan_p.bind(*primals, ref=ref, n=n, kept=kept, vpos=vpos, levels=())
     xs, _, vs = _split_tan(primals, n, kept)
     dxs, _, dvs = _split_tan(tangents, n, kept)
@@ -337,9 +350,13 @@ def _tan_jvp(primals, tangents, *, ref, n, kept, vpos, levels):
     return outs, _total(outs, terms)
 
 
-def _tan_transpose(cts, *args, ref, n, kept, vpos, levels):
+def _tan_transpose(cts, *args, ref, n, kept, vpos, levels, tok=False):
     entry = ref()
-    xs, outs, _ = _split_tan(args, n, kept)
+    token = None
+    if tok:
+        xs, outs, _, token = _split_tan(args, n, kept, tok)
+    else:
+        xs, outs, _ = _split_tan(args, n, kept)
     want = tuple(sorted(vpos))
     entry._check_differentiable(want)
     desc = entry.desc
@@ -354,8 +371,8 @@ def _tan_transpose(cts, *args, ref, n, kept, vpos, levels):
             full.append(None)
     by_pos = dict(zip(kept, outs))
     pure = [by_pos.get(k) for k, p in enumerate(ret) if p.role == "output"]
-    grads = entry._backward(tuple(xs), tuple(pure), want, full)
-    res: list[Any] = [None] * (n + len(kept))
+    grads = entry._backward(tuple(xs), tuple(pure), want, full, token)
+    res: list[Any] = [None] * (n + len(kept) + (1 if tok else 0))
     for k in vpos:
         g = grads[k]
         res.append(g if g is not None else _zero_of(xs[k]))
@@ -366,23 +383,26 @@ _define(tan_p, _tan_impl, _tan_abstract, _tan_jvp, _tan_transpose)
 
 
 # ---------------------------------------------------------------------------------------
-# adj(x..., outs..., ct...; ref, want, n, nouts, levels) -> the adjoint launch's gradients (its grad_for)
+# adj(x..., outs..., ct..., [token]; ref, want, n, nouts, levels, tok) -> the adjoint launch's
+# gradients (its grad_for); token when ``tok``: the kept forward tape the adjoint runs
 # ---------------------------------------------------------------------------------------
 adj_p = Primitive("interop_adjoint")
 adj_p.multiple_results = True
 
 
-def _adj_impl(*args, ref, want, n, nouts, levels):
-    return list(ref().adjoint(want)(*args))
+def _adj_impl(*args, ref, want, n, nouts, levels, tok=False):
+    return list(ref().adjoint(want, tok)(*args))
 
 
-def _adj_abstract(*avals, ref, want, n, nouts, levels):
+def _adj_abstract(*avals, ref, want, n, nouts, levels, tok=False):
     e = ref()
-    launch = e.adjoint(want)
+    launch = e.adjoint(want, tok)
     return [_aval_like(avals, avals[i].shape, avals[i].dtype) for i in launch.grad_for]
 
 
-def _adj_jvp(primals, tangents, *, ref, want, n, nouts, levels):
+def _adj_jvp(primals, tangents, *, ref, want, n, nouts, levels, tok=False):
+    if tok:  # (the last operand: a kept forward tape's token, which derivatives of the adjoint drop)
+        primals, tangents = primals[:-1], tangents[:-1]
     outs = adj_p.bind(*primals, ref=ref, want=want, n=n, nouts=nouts, levels=())
     entry = ref()
     launch = entry.adjoint(want)
@@ -401,7 +421,9 @@ def _adj_jvp(primals, tangents, *, ref, want, n, nouts, levels):
     return outs, _total(outs, terms)
 
 
-def _adj_transpose(gs, *args, ref, want, n, nouts, levels):
+def _adj_transpose(gs, *args, ref, want, n, nouts, levels, tok=False):
+    if tok:  # (the last operand: a kept forward tape's token, not linear)
+        return list(_adj_transpose(gs, *args[:-1], ref=ref, want=want, n=n, nouts=nouts, levels=levels)) + [None]
     entry = ref()
     launch = entry.adjoint(want)
     xs = list(args[:n])

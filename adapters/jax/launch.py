@@ -79,7 +79,12 @@ def _nbytes(spec: ArraySpec) -> int:
     return int(math.prod(spec.shape)) * np.dtype(spec.dtype).itemsize
 
 
-def _forward_launch(entry, plan) -> _Launch:
+#: a kept forward tape's token (``interop._function_calls.KEPT``): the last result of a Python-function
+#: op's forward that keeps its tape for the backward (``keep``), the last operand of its adjoint
+TOKEN = ArraySpec((), np.dtype(np.uint32))
+
+
+def _forward_launch(entry, plan, keep: bool = False) -> _Launch:
     desc = entry.desc
     ops = []
     for p in entry.dyn:
@@ -94,11 +99,16 @@ def _forward_launch(entry, plan) -> _Launch:
         res.append(_Binding(p.index, "values", spec, zero=(p.role == OUTPUT and zero)))
         if p.role == IN_OUT:
             aliases[[b.index for b in ops].index(p.index)] = len(res) - 1
-    return _Launch(entry, plan, "fwd", ops, res, aliases, side_effect=bool(aliases))
+    if keep:  # zero-filled: 0 is no kept tape (the adjoint replays the function)
+        res.append(_Binding(-1, "token", TOKEN, zero=True))
+    launch = _Launch(entry, plan, "fwd", ops, res, aliases, side_effect=bool(aliases))
+    launch.keep = keep
+    return launch
 
 
-def _adjoint_launch(entry, plan, want: tuple) -> _Launch:
-    """Operands: the forward operands, the forward outputs, the cotangents; results: the gradients."""
+def _adjoint_launch(entry, plan, want: tuple, keep: bool = False) -> _Launch:
+    """Operands: the forward operands, the forward outputs, the cotangents (and, when ``keep``, the
+    token of the forward's kept tape); results: the gradients."""
     desc = entry.desc
     ops = []
     for p in entry.dyn:
@@ -134,7 +144,10 @@ def _adjoint_launch(entry, plan, want: tuple) -> _Launch:
             ops.append(_Binding(p.index, "adj", spec))
             if p.role == IN_OUT:
                 inout_cts[p.index] = k
+    if keep:
+        ops.append(_Binding(-1, "token", TOKEN))
     launch = _Launch(entry, plan, "bwd", ops, res, aliases, side_effect=False)
+    launch.keep = keep
     # in-out gradients pass through (the kernel only accumulates into them)
     launch.ct_passthrough = []
     for i in want:
@@ -168,6 +181,7 @@ class _Launch:
         self.result_for: list[int] = [k for k, b in enumerate(results) if b.zero and b.slot == "adj"]
         self.name = _target(entry.desc, direction)
         self.want: tuple | None = None  # the adjoint's wanted gradients (set by _adjoint_launch)
+        self.keep = False  # a Python-function op's forward keeping its tape, or the adjoint running it
         self.fold = 0  # batch folded into the first dimension (vmap_method="fold"), else 0
         self._fns: dict[tuple, Any] = {}
         self._lock = threading.Lock()
@@ -221,13 +235,16 @@ class _Launch:
     def config(self, levels: tuple) -> str:
         """Everything the handler needs to rebuild this launch from the description (JSON): the
         entry's configuration, the wanted gradients, the folded batch and the vmap levels."""
+        cfg = {
+            "e": json.loads(self.entry.config),
+            "w": None if self.want is None else list(self.want),
+            "f": self.fold,
+            "l": [[size, list(flags)] for size, flags in levels],
+        }
+        if self.keep:
+            cfg["k"] = 1
         return json.dumps(
-            {
-                "e": json.loads(self.entry.config),
-                "w": None if self.want is None else list(self.want),
-                "f": self.fold,
-                "l": [[size, list(flags)] for size, flags in levels],
-            },
+            cfg,
             sort_keys=True,
             separators=(",", ":"),
         )
@@ -348,7 +365,7 @@ class _Launch:
             self.aliases,
             self.side_effect,
         )
-        launch.want, launch.fold = self.want, batch
+        launch.want, launch.fold, launch.keep = self.want, batch, self.keep
         launch.grad_for, launch.result_for = self.grad_for, self.result_for
         launch.ct_passthrough = getattr(self, "ct_passthrough", [])
         launch._base, launch.factor = weakref.ref(self), batch
@@ -606,18 +623,28 @@ class _Handler:
             for k, nbytes in self.zero:
                 if nbytes:
                     _jax_compat.cuda_memset_async(device, outs[k], nbytes * self.batch, ptr)
-        go = self._generic(device)
+        go = self._generic(device) if not self.launch.keep else None
         for op_off, res_off in zip(self.op_offsets, self.res_offsets):
             values = list(self.template_values)
             adj = [None] * len(values) if self.adjoint else None
+            token = None
             for (i, slot), ptr, off in zip(self.ops, ins, op_off):
                 if slot == "values":
                     values[i] = (ptr + off, None)
                 elif slot == "adj":
                     adj[i] = (ptr + off, None)
+                elif slot == "token":
+                    token = ptr + off
             for (i, slot), ptr, off in zip(self.res, outs, res_off):
                 if slot == "values":
                     values[i] = (ptr + off, None)
+                elif slot == "token":
+                    token = ptr + off
                 else:
                     adj[i] = (ptr + off, None)
-            go(values, adj, stream)
+            if go is not None:
+                go(values, adj, stream)
+            elif self.adjoint:  # a Python-function op's backward from the tape its forward kept
+                self.runner.kept_adjoint(device, values, adj, stream, token)
+            else:  # a Python-function op's forward, its tape kept for the backward
+                self.runner.keep_forward(device, values, stream, token)

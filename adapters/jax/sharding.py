@@ -87,7 +87,10 @@ def _local_launch(launch, levels: tuple, sizes: tuple):
     jop = entry.jop
     local = type(entry)(jop, args, ld, od or None, entry.vmap_method)  # (an _Entry: see the module's docstring)
     local = jop._by_config.setdefault(local.config, local)
-    local_launch = local.fwd if launch.direction == "fwd" else local.adjoint(launch.want)
+    if launch.direction == "fwd":
+        local_launch = local.forward_keep() if launch.keep else local.fwd
+    else:
+        local_launch = local.adjoint(launch.want, launch.keep)
     return local_launch._ffi(())
 
 

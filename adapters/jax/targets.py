@@ -121,7 +121,11 @@ class _Target:
             if handler is None:
                 cfg = json.loads(config)
                 entry = _entry_from_config(self.jop, json.dumps(cfg["e"], sort_keys=True, separators=(",", ":")))
-                launch = entry.fwd if self.direction == "fwd" else entry.adjoint(tuple(cfg["w"]))
+                keep = bool(cfg.get("k"))
+                if self.direction == "fwd":
+                    launch = entry.forward_keep() if keep else entry.fwd
+                else:
+                    launch = entry.adjoint(tuple(cfg["w"]), keep)
                 if cfg["f"]:
                     launch = launch.folded(cfg["f"])
                 levels = tuple((size, tuple(flags)) for size, flags in cfg["l"])
