@@ -41,6 +41,7 @@ from ._warp_compat import (
     fill_descriptor,
     is_deterministic_launch,
     launch_checks_on,
+    record_on_tape,
     runtime,
 )
 
@@ -53,6 +54,9 @@ def _value_ok(t: type) -> bool:
     return t in _PLAIN_VALUES or hasattr(t, "_wp_scalar_type_")
 
 
+_TAKEN: set = set(_PLAIN_VALUES)  # the value types met so far that _value_ok takes
+
+
 def _layout(args: Sequence[Any]) -> tuple | None:
     """The argument layout a record is made for, or None where Warp's own launch must run."""
     out = []
@@ -60,7 +64,10 @@ def _layout(args: Sequence[Any]) -> tuple | None:
         t = type(a)
         if t is wp.array:
             out.append((a.dtype, a.ndim, a.device.alias, a.grad is not None))
+        elif t in _TAKEN:
+            out.append(t)
         elif _value_ok(t):
+            _TAKEN.add(t)
             out.append(t)
         else:
             return None
@@ -157,13 +164,17 @@ class Records:
     def view(self, ptr: int, dtype: Any, shape: tuple, strides: Any, device: Any) -> Any:
         """``wp.array(ptr=ptr, dtype=dtype, shape=shape, strides=strides, device=device)``, its
         fields copied from the first one of that layout (``_warp_compat.array_view_maker``)."""
+        return self.maker(ptr, dtype, shape, strides, device)(ptr)
+
+    def maker(self, ptr: int, dtype: Any, shape: tuple, strides: Any, device: Any) -> Any:
+        """The maker of :meth:`view`'s arrays of that layout: ``make(ptr)``."""
         key = (dtype, shape, strides, device.alias)
         make = self._views.get(key)
         if make is None:
             if len(self._views) >= LIMIT:
                 self._views.clear()
             make = self._views[key] = array_view_maker(ptr, dtype, shape, strides, device)
-        return make(ptr)
+        return make
 
     def get(self, key: tuple, *make: Any) -> _Record | None:
         """The record of ``key``, made by ``_make_record(*make)`` on first use (None: Warp's launch)."""
@@ -222,9 +233,7 @@ class FastLaunches(LaunchHook):
         if tape is not None:
             f = sys._getframe(2)  # the caller of wp.launch (past the dispatcher)
             caller = {"file": f.f_code.co_filename, "lineno": f.f_lineno, "func": f.f_code.co_name}
-            tape.record_launch(
-                kernel, dims, 0, inputs, outputs, device, rec.launch.block_dim, metadata={"caller": caller}
-            )
+            record_on_tape(tape, kernel, dims, inputs, outputs, device, rec.launch.block_dim, {"caller": caller})
         return None
 
 

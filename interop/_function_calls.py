@@ -37,11 +37,39 @@ class FunctionCalls:
 
     def _wp_array(self, device, i: int, v, grad=None, shape=None):
         ptr, strides = v
-        shape = self.plan.warp_shapes[i] if shape is None else shape
-        a: Any = self.fast_records.view(ptr, self.plan.types[i], tuple(shape), strides, device)
+        if shape is None and strides is None:
+            # (the common case: a packed array of the plan's shape, its maker found by parameter)
+            makers = self.__dict__.get("_makers")
+            if makers is None:
+                makers = self.__dict__["_makers"] = {}
+            make = makers.get((i, device.alias))
+            if make is None:
+                make = makers[(i, device.alias)] = self.fast_records.maker(
+                    ptr, self.plan.types[i], tuple(self.plan.warp_shapes[i]), None, device
+                )
+            a: Any = make(ptr)
+        else:
+            shape = self.plan.warp_shapes[i] if shape is None else shape
+            a = self.fast_records.view(ptr, self.plan.types[i], tuple(shape), strides, device)
         if grad is not None:
             a.grad = grad  # (also sets requires_grad, without allocating a gradient first)
         return a
+
+    def _vector(self, i: int, p: Any, v: Any) -> Any:
+        """A vector or matrix value as the parameter's Warp type. A flat tuple of numbers (the same
+        object on every call: a constant, a JAX static argument) is converted once and its value
+        handed out again while unchanged (the function may change its argument in place)."""
+        t = self.plan.types[i]
+        last = self.__dict__.get("_vectors")
+        if last is None:
+            last = self.__dict__["_vectors"] = {}
+        got = last.get(i)
+        if got is not None and got[0] is v and bytes(got[1]) == got[2]:
+            return got[1]
+        w = t(*vector_components(self.plan.desc, p, v))
+        if type(v) is tuple and all(type(c) in _NUMBERS for c in v):
+            last[i] = (v, w, bytes(w))
+        return w
 
     def _function_args(self, device, values, adj=None, scratch_outputs=False):
         plan = self.plan
@@ -66,7 +94,7 @@ class FunctionCalls:
                 if i in self.ranged_scalars:
                     check_scalar_value(plan.desc, p, plan.types[i], v)
                 elif i in self.vec_scalars and type(v) is not plan.types[i]:
-                    v = plan.types[i](*vector_components(plan.desc, p, v))
+                    v = self._vector(i, p, v)
                 args.append(v)
                 continue
             g = None
@@ -359,7 +387,7 @@ class KeptTapes:
     tapes nobody takes (a forward-mode derivative's under ``jax.jit``, a ``jax.checkpoint``
     forward that is recomputed, a ``jax.vjp`` whose backward is never called) are evicted oldest
     first once the arrays they allocated (intermediates, their gradients) pass ``limit`` bytes
-    (``WARP_INTEROP_KEPT_MB``, default 256 MiB; 0: no tape is kept) or they number more than
+    (``INTEROP_KEPT_MB``, default 256 MiB; 0: no tape is kept) or they number more than
     ``count``; a backward whose tape was evicted replays the function."""
 
     def __init__(self, limit: int, count: int = 16384):
@@ -416,7 +444,19 @@ class KeptTapes:
             e[0].release()
 
 
-KEPT = KeptTapes(int(float(os.environ.get("WARP_INTEROP_KEPT_MB", "256")) * (1 << 20)))
+def _kept_limit() -> int:
+    """``INTEROP_KEPT_MB`` (MiB, default 256) in bytes, or an error naming the variable."""
+    text = os.environ.get("INTEROP_KEPT_MB", "256")
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0 or mb == float("inf"):
+        raise ValueError(f"INTEROP_KEPT_MB must be a number of MiB >= 0 (0: keep no tape), got {text!r}")
+    return int(mb * (1 << 20))
+
+
+KEPT = KeptTapes(_kept_limit())
 
 
 class KeptTape:

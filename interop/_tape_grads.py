@@ -53,7 +53,7 @@ def give_temporaries_grads(tape: Any, own: Sequence[Any], label: str) -> None:
     """
     own_ids = {id(a) for a in own if isinstance(a, wp.array)}
     if not any(
-        isinstance(a, wp.array) and a.grad is None and id(a) not in own_ids and _is_float(a)
+        id(a) not in own_ids and isinstance(a, wp.array) and a.grad is None and _is_float(a)
         for values in tape_launch_values(tape)
         for a in values
     ):

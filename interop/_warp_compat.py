@@ -217,6 +217,18 @@ def array_view_maker(ptr: int, dtype: Any, shape: tuple, strides: Any, device: A
     return make
 
 
+def record_on_tape(
+    tape: Any, kernel: Any, dims: tuple, inputs: Any, outputs: Any, device: Any, block_dim: int, metadata: dict
+) -> None:
+    """``tape.record_launch(kernel, dims, 0, inputs, outputs, device, block_dim, metadata)`` for a
+    resolved ``device`` (a ``Device``) and ``block_dim`` (the launch's own): 1.16-1.19 append this
+    list to ``tape.launches`` (1.18 on, after resolving the device and block size again)."""
+    if VERIFIED:
+        tape.launches.append([kernel, dims, 0, inputs, outputs, device, block_dim, metadata])
+    else:
+        tape.record_launch(kernel, dims, 0, inputs, outputs, device, block_dim, metadata=metadata)
+
+
 def repoint(a: Any, ptr: int) -> None:
     """Point ``a``, a ``wp.array`` over memory it does not own (``array_view_maker``'s), at ``ptr``.
     1.16-1.19: ``ptr`` is a plain field and ``ctype`` the descriptor cached from it (rebuilt when None)."""

@@ -302,3 +302,19 @@ def test_forward_mode_and_checkpoint_leave_no_tape_behind_beyond_the_limit(monke
         np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(remat))(x)), g_plain, rtol=1e-6)
         assert len(KEPT) <= 4
     KEPT.clear()
+
+
+@pytest.mark.parametrize("text", ["abc", "-1", "nan"])
+def test_kept_limit_variable_refuses_what_is_not_a_size(text):
+    from _subprocess import run_script
+
+    out = run_script(
+        """
+        try:
+            import interop
+        except ValueError as e:
+            print("refused:", e)
+        """,
+        env={"INTEROP_KEPT_MB": text},
+    )
+    assert f"INTEROP_KEPT_MB must be a number of MiB >= 0 (0: keep no tape), got {text!r}" in out.stdout

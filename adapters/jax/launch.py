@@ -472,6 +472,8 @@ class _Handler:
         it (a kernel, no batch levels, a direct CPU record), else the general path."""
         device = get_device("cpu")
         runner = self.runner
+        if not self.levels and self.launch.plan.desc.kind == "function":
+            return self._make_function_cpu(device)
         if self.levels or not runner.can_direct(device):
             self._generic(device)  # builds the launch record now, outside any call
 
@@ -535,6 +537,50 @@ class _Handler:
                 adj.setdefault(i, "0")
         lines += direct_lines(runner, device, d_name, values, adj if self.adjoint else None, "slow(p)")
         (run,) = compile_functions("\n".join(lines) + "\n", env, ("run",), "<interop jax handler>")
+        return run
+
+    def _make_function_cpu(self, device):
+        """The per-call function of a Python-function op on the CPU without batch levels: generated
+        code that reads the buffers' pointers, zero-fills the results that need it and calls the
+        runner (:meth:`_run`'s work, written out for this configuration)."""
+        runner = self.runner
+        env: dict[str, Any] = {"M": _jax_ffi.MEM, "dev": device, "memset": ctypes.memset}
+        lines = ["def run(p):"]
+        if self.ops:
+            lines.append(f"    a = M[(p + {_jax_ffi.ARGS_ITEMS}) >> 3] >> 3")
+        if self.res:
+            lines.append(f"    r = M[(p + {_jax_ffi.RETS_ITEMS}) >> 3] >> 3")
+        values = [f"T{i}" for i in range(len(self.template_values))]
+        for i, v in enumerate(self.template_values):
+            env[f"T{i}"] = v
+        adj = ["None"] * len(values)
+        token = "0"
+        for prefix, base, bindings in (("o", "a", self.ops), ("r", "r", self.res)):
+            for k, (i, slot) in enumerate(bindings):
+                if slot is None:
+                    continue
+                lines.append(f"    {prefix}{k} = M[(M[{base} + {k}] + {_jax_ffi.DATA}) >> 3]")
+                if slot == "values":
+                    values[i] = f"({prefix}{k}, None)"
+                elif slot == "adj":
+                    adj[i] = f"({prefix}{k}, None)"
+                else:
+                    token = f"{prefix}{k}"
+        for k, nbytes in self.zero:
+            if nbytes:
+                lines.append(f"    memset(r{k}, 0, {nbytes})")
+        vals = "[" + ", ".join(values) + "]"
+        if not self.launch.keep:
+            go = self._generic(device)
+            env["go"] = go
+            lines.append(f"    go({vals}, {'[' + ', '.join(adj) + ']' if self.adjoint else 'None'}, None)")
+        elif self.adjoint:
+            env["kept"] = runner.kept_adjoint
+            lines.append(f"    kept(dev, {vals}, [{', '.join(adj)}], None, {token})")
+        else:
+            env["keep"] = runner.keep_forward
+            lines.append(f"    keep(dev, {vals}, None, {token})")
+        (run,) = compile_functions("\n".join(lines) + "\n", env, ("run",), "<interop jax function handler>")
         return run
 
     def _generic(self, device):
