@@ -31,16 +31,20 @@ import warp as wp
 
 from ._launch_hook import LaunchHook, original_launch
 from ._warp_compat import (
+    LAYOUT_OK,
     VERIFIED,
     apic_active,
     array_t,
     array_view_maker,
     backward_enabled,
+    clear_pointers,
+    descriptor_bytes,
     direct_cpu_invoker,
     direct_cuda_launcher,
     fill_descriptor,
     is_deterministic_launch,
     launch_checks_on,
+    pack_descriptor,
     record_on_tape,
     runtime,
 )
@@ -100,7 +104,7 @@ class _Record:
     value arguments as last set, and how to run it (the CPU entry point called directly, a CUDA
     launcher, or ``Launch.launch``)."""
 
-    __slots__ = ("launch", "pairs", "adj_pairs", "values", "call", "sync", "cuda")
+    __slots__ = ("launch", "pairs", "adj_pairs", "values", "call", "sync", "cuda", "fill")
 
     def __init__(self, launch: Any, arrays: Sequence[int], adjoint: bool, values: dict[int, Any]):
         self.launch = launch
@@ -118,21 +122,26 @@ class _Record:
                 self.call, self.sync = direct
         else:
             self.cuda = direct_cuda_launcher(launch)
-        self.pairs = tuple(views.items())
-        self.adj_pairs = tuple(adj_views.items())
+        # (descriptors written through their bytes where Warp's array_t has the layout checked)
+        fill = pack_descriptor if LAYOUT_OK else fill_descriptor
+        view = descriptor_bytes if LAYOUT_OK else (lambda at: at)
+        self.fill = fill
+        self.pairs = tuple((i, view(at)) for i, at in views.items())
+        self.adj_pairs = tuple((i, view(at)) for i, at in adj_views.items())
 
     def run(self, args: Sequence[Any], adj: Sequence[Any] | None, device: Any) -> None:
         """Launch with ``args`` (and, for an adjoint record, the adjoints ``adj``): each array's own
         descriptor copied into the record, each value that changed set."""
+        fill = self.fill
         for i, at in self.pairs:
-            fill_descriptor(at, args[i])
+            fill(at, args[i])
         if adj is not None:
             for i, at in self.adj_pairs:
                 g = adj[i]
                 if g is None:
-                    at.data = at.grad = 0
+                    clear_pointers(at)
                 else:
-                    fill_descriptor(at, g)
+                    fill(at, g)
         launch = self.launch
         values = self.values
         changed = False

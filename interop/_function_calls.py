@@ -18,11 +18,11 @@ from . import _dtypes
 from ._description import IN_OUT, INPUT, OUTPUT
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._fast_launch import FastLaunches, Records, _value_ok, tape_backward
-from ._warp_compat import VERIFIED, owned_bytes, repoint, type_size_in_bytes
 from ._plan import check_scalar_value, vector_components
 from ._scalar_ref import build_lock
 from ._streams import ordered_warp_work
 from ._tape_grads import give_temporaries_grads
+from ._warp_compat import VERIFIED, owned_bytes, repoint, type_size_in_bytes
 
 
 class FunctionCalls:

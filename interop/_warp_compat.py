@@ -79,6 +79,7 @@ Forward mode (``interop/_tangent/``):
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 import warnings
 from typing import Any
@@ -255,25 +256,68 @@ _RETAIN_GRAD = getattr(_types, "ARRAY_FLAG_RETAIN_GRAD", 1)
 _ARRAY_T_SIZE = ctypes.sizeof(array_t)
 
 
-def fill_descriptor(at: Any, a: Any) -> None:
+def descriptor_bytes(at: Any) -> memoryview:
+    """The bytes of the ``array_t`` ``at`` (what :func:`pack_descriptor` writes), kept by a launch
+    record next to the descriptor itself."""
+    return memoryview(at).cast("B")
+
+
+# array_t, 1.16-1.19: data and grad pointers, shape and strides (4 ints each), ndim, flags (52 bytes
+# of a 56-byte struct); checked against ctypes at import (a Warp with another layout is refused)
+_DESCRIPTOR = struct.Struct("<QQ4i4iHH")
+_PACK = _DESCRIPTOR.pack_into
+_POINTERS = struct.Struct("<QQ").pack_into
+LAYOUT_OK = [(name, ctypes.sizeof(t)) for name, t in array_t._fields_] == [
+    ("data", 8),
+    ("grad", 8),
+    ("shape", 16),
+    ("strides", 16),
+    ("ndim", 2),
+    ("flags", 2),
+] and array_t.ndim.offset == 48
+
+
+def pack_descriptor(mv: memoryview, a: Any) -> None:
     """Write ``wp.array`` ``a``'s launch descriptor (what ``a.__ctype__()`` builds: pointer, gradient
-    pointer, retain-grad flag, dimensions, shape, strides) into the ``array_t`` ``at`` in place,
-    without building one per call: a launch record's arguments are new arrays on every call (a
-    Python-function op's views and temporaries). 1.16-1.19: ``a.ctype`` caches the descriptor once
-    built; ``a._grad`` and ``a._retain_grad`` are the fields ``__ctype__`` reads."""
-    built = a.ctype
-    if built is not None:
-        ctypes.memmove(ctypes.addressof(at), ctypes.addressof(built), _ARRAY_T_SIZE)
+    pointer, dimensions, shape, strides, retain-grad flag; unused shape and stride slots zero) into
+    ``mv`` (:func:`descriptor_bytes` of an ``array_t``) in place, with one ``struct.pack_into``: a
+    launch record's arguments are new arrays on every call (a Python-function op's views and
+    temporaries). 1.16-1.19: ``a._grad`` and ``a._retain_grad`` are the fields ``__ctype__`` reads."""
+    g = a._grad
+    shape, strides = a.shape, a.strides
+    gp = 0 if g is None else (g.ptr or 0)
+    flags = _RETAIN_GRAD if a._retain_grad else 0
+    n = len(shape)
+    if n == 1:
+        _PACK(mv, 0, a.ptr or 0, gp, shape[0], 0, 0, 0, strides[0], 0, 0, 0, 1, flags)
+    else:
+        pad = (0,) * (4 - n)
+        _PACK(mv, 0, a.ptr or 0, gp, *shape, *pad, *strides, *pad, n, flags)
+
+
+def clear_pointers(d: Any) -> None:
+    """Zero the data and gradient pointers of a descriptor (an absent adjoint): its bytes
+    (:func:`descriptor_bytes`) where ``LAYOUT_OK``, else the ``array_t`` itself."""
+    if LAYOUT_OK:
+        _POINTERS(d, 0, 0, 0)
+    else:
+        d.data = d.grad = 0
+
+
+def fill_descriptor(at: Any, a: Any) -> None:
+    """:func:`pack_descriptor` into the ``array_t`` ``at``; field by field on a Warp whose ``array_t``
+    has another layout."""
+    if LAYOUT_OK:
+        pack_descriptor(descriptor_bytes(at), a)
         return
     at.data = a.ptr or 0
     g = a._grad
     at.grad = 0 if g is None or g.ptr is None else g.ptr
     at.flags = _RETAIN_GRAD if a._retain_grad else 0
     n = at.ndim = a.ndim
-    shape, strides, to_shape, to_strides = a.shape, a.strides, at.shape, at.strides
     for k in range(n):
-        to_shape[k] = shape[k]
-        to_strides[k] = strides[k]
+        at.shape[k] = a.shape[k]
+        at.strides[k] = a.strides[k]
 
 
 #: The runtime field that holds Warp's active API capture (None when none records launches):
