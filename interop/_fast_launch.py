@@ -104,10 +104,12 @@ class _Record:
     value arguments as last set, and how to run it (the CPU entry point called directly, a CUDA
     launcher, or ``Launch.launch``)."""
 
-    __slots__ = ("launch", "pairs", "adj_pairs", "values", "call", "sync", "cuda", "fill")
+    __slots__ = ("launch", "pairs", "adj_pairs", "values", "call", "sync", "cuda", "fill", "backward")
 
     def __init__(self, launch: Any, arrays: Sequence[int], adjoint: bool, values: dict[int, Any]):
         self.launch = launch
+        kernel = launch.kernel if hasattr(launch, "kernel") else None
+        self.backward = kernel is not None and isinstance(kernel, wp.Kernel) and backward_enabled(kernel)
         views = {i: array_t() for i in arrays}
         adj_views = {i: array_t() for i in arrays} if adjoint else {}
         for i, at in views.items():
@@ -242,23 +244,19 @@ class FastLaunches(LaunchHook):
         if tape is not None:
             f = sys._getframe(2)  # the caller of wp.launch (past the dispatcher)
             caller = {"file": f.f_code.co_filename, "lineno": f.f_lineno, "func": f.f_code.co_name}
-            record_on_tape(tape, kernel, dims, inputs, outputs, device, rec.launch.block_dim, {"caller": caller})
+            entry = record_on_tape(
+                tape, kernel, dims, inputs, outputs, device, rec.launch.block_dim, {"caller": caller}
+            )
+            if rec.backward:
+                # the record's key, for tape_backward (this entry is a launch the records take)
+                keys = tape.__dict__.get(_KEYS)
+                if keys is None:
+                    keys = tape.__dict__[_KEYS] = {}
+                keys[id(entry)] = (entry, key)
         return None
 
 
-def _adjoints(tape: Any, values: Sequence[Any]) -> list:
-    """``Tape.get_adjoint`` of each argument of a launch whose layout the records take: an array's
-    gradient where it has one (kept in ``tape.gradients`` for ``tape.zero()``), else None (a value
-    argument's adjoint too: Warp packs a zero one)."""
-    adj: list[Any] = []
-    for a in values:
-        g = a.grad if type(a) is wp.array else None
-        if g:  # (Warp's test: an empty gradient array counts as none)
-            tape.gradients[a] = g
-            adj.append(g)
-        else:
-            adj.append(None)
-    return adj
+_KEYS = "_interop_record_keys"  # a tape's {id(entry): (entry, forward record key)}
 
 
 def tape_backward(tape: Any, records: Records) -> None:
@@ -268,25 +266,44 @@ def tape_backward(tape: Any, records: Records) -> None:
     if launch_checks_on() or apic_active():
         tape.backward()
         return
+    keys = tape.__dict__.get(_KEYS) or {}
     for entry in tape.launches:
         if callable(entry):
             steps.append(entry)
+            continue
+        known = keys.get(id(entry))
+        if known is not None and known[0] is entry:  # (recorded by FastLaunches.launch)
+            steps.append((entry, known[1]))
             continue
         args = [*entry[3], *entry[4]] if _fast_entry(entry) else None
         layout = None if args is None else _layout(args)
         if layout is None:
             tape.backward()
             return
-        steps.append((entry, args, layout))
+        kernel, dims, _, _, _, device, block_dim = entry[:7]
+        steps.append((entry, (kernel, device.alias, dims, block_dim, layout)))
+    gradients = tape.gradients
     for step in reversed(steps):
         if callable(step):
             step()
             continue
-        entry, args, layout = step
+        entry, fwd_key = step
         kernel, dims, _, inputs, outputs, device, block_dim = entry[:7]
-        adj = _adjoints(tape, args)
-        adj_layout = tuple(None if g is None else (g.dtype, g.ndim) for g in adj)
-        key = (kernel, device.alias, dims, block_dim, layout, adj_layout, "adjoint")
+        args = [*inputs, *outputs]
+        # Tape.get_adjoint of each argument: an array's gradient where it has one (kept in
+        # tape.gradients for tape.zero()), else None (a value's adjoint too: Warp packs a zero one)
+        adj: list[Any] = []
+        adj_layout = []
+        for a in args:
+            g = a.grad if type(a) is wp.array else None
+            if g:  # (Warp's test: an empty gradient array counts as none)
+                gradients[a] = g
+                adj.append(g)
+                adj_layout.append((g.dtype, g.ndim))
+            else:
+                adj.append(None)
+                adj_layout.append(None)
+        key = (fwd_key, tuple(adj_layout))
         rec = records.get(key, kernel, dims, args, adj, device, block_dim)
         if rec is None:
             original_launch()(

@@ -223,11 +223,13 @@ def record_on_tape(
 ) -> None:
     """``tape.record_launch(kernel, dims, 0, inputs, outputs, device, block_dim, metadata)`` for a
     resolved ``device`` (a ``Device``) and ``block_dim`` (the launch's own): 1.16-1.19 append this
-    list to ``tape.launches`` (1.18 on, after resolving the device and block size again)."""
+    list to ``tape.launches`` (1.18 on, after resolving the device and block size again); returns
+    that entry."""
     if VERIFIED:
         tape.launches.append([kernel, dims, 0, inputs, outputs, device, block_dim, metadata])
     else:
         tape.record_launch(kernel, dims, 0, inputs, outputs, device, block_dim, metadata=metadata)
+    return tape.launches[-1]
 
 
 def repoint(a: Any, ptr: int) -> None:
