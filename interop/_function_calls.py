@@ -22,7 +22,7 @@ from ._plan import check_scalar_value, vector_components
 from ._scalar_ref import build_lock
 from ._streams import ordered_warp_work
 from ._tape_grads import give_temporaries_grads
-from ._warp_compat import VERIFIED, owned_bytes, repoint, type_size_in_bytes
+from ._warp_compat import VERIFIED, attach_grad, owned_bytes, repoint, type_size_in_bytes
 
 
 class FunctionCalls:
@@ -244,18 +244,18 @@ class FunctionCalls:
         with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
             for p in plan.desc.params:
                 i = p.index
-                if not p.is_array or i in self.ref_idx:
+                if adj is None or adj[i] is None or not p.is_array or i in self.ref_idx:
+                    # (an input whose gradient no one asked for gets none: its adjoints are not
+                    # computed, and nothing else reads them)
                     continue
                 a = kept.args[i]
-                g = None if adj is None or adj[i] is None else self._wp_array(device, i, adj[i])
-                if g is not None and tuple(g.strides) != tuple(a.strides):
+                g = self._wp_array(device, i, adj[i])
+                if g.strides != a.strides or g.shape != a.shape:
                     # Warp wants a gradient laid out like its array (the recorded arrays are packed,
                     # as are the adapter's gradient buffers): a packed copy of an upstream gradient
-                    g = wp.clone(g)
-                # (an input whose gradient no one asked for gets none: its adjoints are not
-                # computed, and nothing else reads them)
-                if g is not None:
-                    a.grad = g
+                    a.grad = wp.clone(g)
+                else:
+                    attach_grad(a, g)  # (the same dtype, shape, strides and device: made alike)
             try:
                 # temporaries the function made without requires_grad still carry the gradient
                 give_temporaries_grads(kept.tape, kept.args, plan.desc.label)

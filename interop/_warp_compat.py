@@ -232,6 +232,18 @@ def record_on_tape(
     return tape.launches[-1]
 
 
+def attach_grad(a: Any, g: Any) -> None:
+    """``a.grad = g`` for a gradient the caller made with ``a``'s dtype, shape, strides and device
+    (what the setter checks): 1.16-1.19 set ``_grad``, ``_requires_grad`` and drop the cached
+    descriptor (``ctype``)."""
+    if VERIFIED:
+        a._grad = g
+        a._requires_grad = True
+        a.ctype = None
+    else:
+        a.grad = g
+
+
 def repoint(a: Any, ptr: int) -> None:
     """Point ``a``, a ``wp.array`` over memory it does not own (``array_view_maker``'s), at ``ptr``.
     1.16-1.19: ``ptr`` is a plain field and ``ctype`` the descriptor cached from it (rebuilt when None)."""
