@@ -280,7 +280,8 @@ class _Entry:
         function runs the tangent."""
         if not _jax_compat.is_tracer(token):
             _release(token)
-        else:
+        elif jax.default_backend() == "cpu":
+            # (tapes are kept on the CPU only; elsewhere the token is 0 and not worth a transfer)
             jax.debug.callback(_release, token)
 
     def _unread_outputs(self) -> frozenset:
