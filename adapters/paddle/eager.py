@@ -389,9 +389,18 @@ def vector_key(a: Any) -> str | None:
     """The signature key of a vector parameter given as a tuple of Python numbers (a gravity
     vector ``(0.0, -9.8, 0.0)``): a string naming its components' types (not a tuple: an array's
     key is one, see :func:`fast_entry`); None for anything else (the full path)."""
+    global _last_vector
+    last = _last_vector
+    if a is last[0]:  # (the same tuple as the last call's: a constant, immutable)
+        return last[1]
     if type(a) is not tuple or not a or not all(type(c) in _NUMBERS for c in a):
         return None
-    return "tuple:" + ",".join(type(c).__name__ for c in a)
+    key = "tuple:" + ",".join(type(c).__name__ for c in a)
+    _last_vector = (a, key)  # (one rebinding: threads read a consistent pair)
+    return key
+
+
+_last_vector: tuple = (object(), None)
 
 
 class Remembered(dict):
