@@ -44,6 +44,17 @@ def _is_float(a: Any) -> bool:
     return _dtypes.is_float(_dtypes.split(a.dtype)[0])
 
 
+def _any_gradless(tape: Any, own_ids: set) -> bool:
+    """Whether a launch of ``tape`` takes a float array that is not one of ``own_ids`` and has no
+    gradient (written out: this runs on every backward of a Python-function op)."""
+    array = wp.array
+    for values in tape_launch_values(tape):
+        for a in values:
+            if id(a) not in own_ids and isinstance(a, array) and a.grad is None and _is_float(a):
+                return True
+    return False
+
+
 def give_temporaries_grads(tape: Any, own: Sequence[Any], label: str) -> None:
     """Give every gradless float array of ``tape``'s launches that is not in ``own`` (the op's
     arrays, handed to the function) a zero gradient; see the module docstring.
@@ -52,11 +63,7 @@ def give_temporaries_grads(tape: Any, own: Sequence[Any], label: str) -> None:
         UnsupportedError: a gradless temporary overlaps another array of the replay, or is strided.
     """
     own_ids = {id(a) for a in own if isinstance(a, wp.array)}
-    if not any(
-        id(a) not in own_ids and isinstance(a, wp.array) and a.grad is None and _is_float(a)
-        for values in tape_launch_values(tape)
-        for a in values
-    ):
+    if not _any_gradless(tape, own_ids):
         return  # (the common case, checked without naming every parameter)
     launches = tape_launch_arrays(tape)
     needs: list[tuple[Any, str, Any]] = []  # (array, parameter, kernel) of gradless temporaries

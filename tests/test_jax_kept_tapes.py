@@ -318,3 +318,27 @@ def test_kept_limit_variable_refuses_what_is_not_a_size(text):
         env={"INTEROP_KEPT_MB": text},
     )
     assert f"INTEROP_KEPT_MB must be a number of MiB >= 0 (0: keep no tape), got {text!r}" in out.stdout
+
+
+TRANSFORMS = {
+    "grad of grad": lambda op, x: jax.grad(lambda x: jnp.sum(jax.grad(lambda x: jnp.sum(op(x, 0.5, G)[1]))(x)))(x),
+    "hessian": lambda op, x: jax.hessian(lambda x: jnp.sum(op(x, 0.5, G)[1]))(x),
+    "jacrev": lambda op, x: jax.jacrev(lambda x: op(x, 0.5, G)[1])(x),
+    "jacfwd": lambda op, x: jax.jacfwd(lambda x: op(x, 0.5, G)[1])(x),
+    "jit vmap grad, sequential": lambda op, x: jax.jit(
+        jax.vmap(jax.grad(lambda x: jnp.sum(op(x, 0.5, G, vmap_method="sequential")[1])))
+    )(jnp.stack([x, 2.0 * x])),
+    "linearize": lambda op, x: jax.linearize(lambda x: op(x, 0.5, G)[1], x)[1](jnp.ones_like(x)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_transformations_equal_the_replayed_backward(name, monkeypatch):
+    """Each transformation of a function op gives what it gives with no tape kept (every backward
+    replaying the function), and leaves no kept tape behind (the fixture checks)."""
+    op = OPS["two_stage"]
+    x = _put(np.array([0.3, -0.4, 0.9, 0.2], np.float32))
+    got = np.asarray(TRANSFORMS[name](op, x))
+    monkeypatch.setattr(KEPT, "limit", 0)
+    want = np.asarray(TRANSFORMS[name](op, x))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

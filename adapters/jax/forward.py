@@ -327,10 +327,11 @@ def _tan_abstract(*avals, ref, n, kept, vpos, levels, tok=False):
 
 
 def _tan_jvp(primals, tangents, *, ref, n, kept, vpos, levels, tok=False):
-    if tok:  # the token only reaches the first-order adjoint: derivatives of this rule drop it
+    # the primal value with the token (its impl frees the kept tape); the other terms without it
+    outs = tan_p.bind(*primals, ref=ref, n=n, kept=kept, vpos=vpos, levels=(), tok=tok)
+    if tok:
         primals = list(primals[: n + len(kept)]) + list(primals[n + len(kept) + 1 :])
         tangents = list(tangents[: n + len(kept)]) + list(tangents[n + len(kept) + 1 :])
-    outs = tan_p.bind(*primals, ref=ref, n=n, kept=kept, vpos=vpos, levels=())
     xs, _, vs = _split_tan(primals, n, kept)
     dxs, _, dvs = _split_tan(tangents, n, kept)
     terms = []
@@ -401,9 +402,11 @@ def _adj_abstract(*avals, ref, want, n, nouts, levels, tok=False):
 
 
 def _adj_jvp(primals, tangents, *, ref, want, n, nouts, levels, tok=False):
-    if tok:  # (the last operand: a kept forward tape's token, which derivatives of the adjoint drop)
+    # the primal value from the kept tape (the last operand, with ``tok``); the derivatives' terms
+    # without it
+    outs = adj_p.bind(*primals, ref=ref, want=want, n=n, nouts=nouts, levels=(), tok=tok)
+    if tok:
         primals, tangents = primals[:-1], tangents[:-1]
-    outs = adj_p.bind(*primals, ref=ref, want=want, n=n, nouts=nouts, levels=())
     entry = ref()
     launch = entry.adjoint(want)
     xs = list(primals[:n])
