@@ -278,7 +278,9 @@ class FunctionCalls:
         when the tape can be moved to the backward's buffers (:meth:`_movable`); on CUDA the
         backward would have to read the token back from the device (a synchronisation per call),
         so it replays the function instead."""
-        if not (device.is_cpu and VERIFIED) or self.empty or KEPT.limit <= 0:  # type: ignore[attr-defined]
+        if not (device.is_cpu and VERIFIED) or self.empty or KEPT.limit <= 0 or self._any_empty_array():  # type: ignore[attr-defined]
+            # (an empty array: XLA may skip an adjoint whose results are all empty, leaving the
+            # tape unused; nothing is saved by keeping one)
             self._call_function(device, values, stream)
             return
         kept = self._record_function(device, values, stream)
@@ -311,6 +313,16 @@ class FunctionCalls:
         for i in bases:
             repoint(kept.args[i], values[i][0])
         self._kept_backward(kept, adj, stream)
+
+    def _any_empty_array(self) -> bool:
+        """Whether an array parameter of the call has no element."""
+        got = self.__dict__.get("_empty_array")
+        if got is None:
+            plan = self.plan
+            got = self.__dict__["_empty_array"] = any(
+                p.is_array and 0 in tuple(plan.warp_shapes[p.index]) for p in plan.desc.params
+            )
+        return got
 
     def _movable(self, kept: KeptTape, values) -> tuple[dict[int, int], int] | None:
         """The arrays of ``kept`` over the caller's buffers, by parameter index, with their sizes
@@ -384,8 +396,8 @@ def _plain_value(v: Any) -> bool:
 class KeptTapes:
     """Forward tapes of Python-function ops kept for a backward in another call (JAX: the forward and
     the adjoint are two FFI calls), by token (1 to 2**32 - 1). A tape is used once (``pop``). The
-    tapes nobody takes (a forward-mode derivative's under ``jax.jit``, a ``jax.checkpoint``
-    forward that is recomputed, a ``jax.vjp`` whose backward is never called) are evicted oldest
+    tapes nobody takes (a ``jax.checkpoint`` forward that is recomputed, a ``jax.vjp`` whose
+    backward is never called, a forward whose results carry no gradient back) are evicted oldest
     first once the arrays they allocated (intermediates, their gradients) pass ``limit`` bytes
     (``INTEROP_KEPT_MB``, default 256 MiB; 0: no tape is kept) or they number more than
     ``count``; a backward whose tape was evicted replays the function."""

@@ -359,6 +359,9 @@ class Call:
     block_dim: int | None = None  # tile ops: block_dim passed per call (None: not passed, the op's)
     leaf_in_out: bool = False  # torch: an in-out that requires grad passed as (a view of) the leaf itself
     checked: bool = False  # the op's checked variant (interop.op(..., checked=True)): the same values
+    # JAX, a Python-function op: its forward's tape kept for the backward (the default), or none kept
+    # (INTEROP_KEPT_MB=0: the backward replays the function): the same values either way
+    kept: bool = True
     notes: list = field(default_factory=list)
 
     def __repr__(self) -> str:
@@ -453,9 +456,10 @@ def calls(draw, fw: str, pop: PropertyOp | None = None, paths=None, pools: bool 
         block_dim = draw(st.sampled_from(TILE_BLOCK_DIMS))
     # checked mode (issue 50): its in-range calls give the unchecked values, in every path
     checked = draw(st.sampled_from(CHECKED))
+    kept = not (fw == "jax" and pop.op.description.kind == "function" and differentiable and draw(st.booleans()))
     call = Call(pop, n, m, dtype, tuple(lays), tuple(grads), kind, scalar, path, launch, inplace, x64, batch, vm,
                 seed, packing, device=device, block_dim=block_dim, leaf_in_out=leaf_in_out,
-                checked=checked)  # fmt: skip
+                checked=checked, kept=kept)  # fmt: skip
     assume(not _avoided(fw, call))
     return call
 
@@ -947,7 +951,8 @@ def describe(c: Call) -> str:
         + (f", block_dim={c.block_dim}" if c.block_dim else "")
         + (f", packing={c.packing}" if c.packing else "")
         + (", leaf_in_out=1" if c.leaf_in_out else "")
-        + (", checked=1)" if c.checked else ")")
+        + (", checked=1" if c.checked else "")
+        + (", kept=0)" if not c.kept else ")")
     )
 
 
@@ -977,6 +982,8 @@ def count_call(fw: str, c: Call, outcome: str, source: str = "single calls") -> 
         count(fw, "x64", c.x64)
         if c.vmap_method:
             count(fw, "vmap_method", c.vmap_method)
+        if c.op.op.description.kind == "function":
+            count(fw, "function op's forward tape", "kept" if c.kept else "none kept (replayed)")
     count(fw, "outcome", outcome)
 
 
@@ -1191,6 +1198,25 @@ def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
 
 
 def _run_jax(c: Call, bases, shapes, s_arg, weights) -> Outcome:
+    """:func:`_jax_call`, with no forward tape kept where the call says so (``kept``); a Python-function
+    op's kept tapes must all have been used by the call's backward (none left behind)."""
+    from interop._function_calls import KEPT
+
+    limit = KEPT.limit
+    if not c.kept:
+        KEPT.limit = 0
+    try:
+        o = _jax_call(c, bases, shapes, s_arg, weights)
+    finally:
+        KEPT.limit = limit
+    left = len(KEPT)
+    KEPT.clear()
+    if left and o.error is None:
+        raise AssertionError(f"jax: {left} kept tape(s) left behind by the call ({describe(c)})")
+    return o
+
+
+def _jax_call(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     import jax
     import jax.numpy as jnp
 
