@@ -342,3 +342,15 @@ def test_transformations_equal_the_replayed_backward(name, monkeypatch):
     monkeypatch.setattr(KEPT, "limit", 0)
     want = np.asarray(TRANSFORMS[name](op, x))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_empty_arrays_keep_no_tape(mode):
+    """A call over empty arrays keeps no tape (XLA may skip an adjoint whose results are all empty,
+    which would leave it unused: the fixture checks none is left) and gives empty gradients."""
+    op = OPS["two_stage"]
+    grad = jax.grad(_loss(op, 0.7))
+    if mode == "jit":
+        grad = jax.jit(grad)
+    e = _put(np.zeros(0, np.float32))
+    assert np.asarray(grad(e, e, e)).shape == (0,)
