@@ -49,6 +49,7 @@ from ._warp_compat import (
     runtime,
 )
 
+_MISSING: Any = object()
 LIMIT = 256  # records an op keeps (a function launching at ever new sizes starts over past it)
 _PLAIN_VALUES = (float, int, bool)
 
@@ -63,7 +64,7 @@ _TAKEN: set = set(_PLAIN_VALUES)  # the value types met so far that _value_ok ta
 
 def _layout(args: Sequence[Any]) -> tuple | None:
     """The argument layout a record is made for, or None where Warp's own launch must run."""
-    out = []
+    out: list[Any] = []
     for a in args:
         t = type(a)
         if t is wp.array:
@@ -117,7 +118,9 @@ class _Record:
         for i, at in adj_views.items():
             launch.set_param_at_index_from_ctype(i, at, adjoint=True)
         self.values = values  # what each value argument packed to (see _bits)
-        self.call = self.sync = self.cuda = None
+        self.call: Any = None
+        self.sync: Any = None
+        self.cuda: Any = None
         if launch.device.is_cpu:
             direct = direct_cpu_invoker(launch, views, adj_views) if VERIFIED else None
             if direct is not None:  # (the views now point at the argument structs' copies)
@@ -189,8 +192,8 @@ class Records:
 
     def get(self, key: tuple, *make: Any) -> _Record | None:
         """The record of ``key``, made by ``_make_record(*make)`` on first use (None: Warp's launch)."""
-        rec = self._records.get(key, False)
-        if rec is False:
+        rec: Any = self._records.get(key, _MISSING)
+        if rec is _MISSING:
             if len(self._records) >= LIMIT:
                 self._records.clear()
             rec = self._records[key] = _make_record(*make)
@@ -293,7 +296,7 @@ def tape_backward(tape: Any, records: Records) -> None:
         # Tape.get_adjoint of each argument: an array's gradient where it has one (kept in
         # tape.gradients for tape.zero()), else None (a value's adjoint too: Warp packs a zero one)
         adj: list[Any] = []
-        adj_layout = []
+        adj_layout: list[Any] = []
         for a in args:
             g = a.grad if type(a) is wp.array else None
             if g:  # (Warp's test: an empty gradient array counts as none)

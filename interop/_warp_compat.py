@@ -202,7 +202,7 @@ def array_view_maker(ptr: int, dtype: Any, shape: tuple, strides: Any, device: A
     copied, with the pointer set. 1.16-1.19: ``wp.array`` keeps its fields in a plain ``__dict__``
     and a new array holds no descriptor (``ctype``), gradient, array interface or read flag yet;
     on another Warp, ``wp.array(...)`` itself."""
-    template = wp.array(ptr=ptr, dtype=dtype, shape=shape, strides=strides, device=device)
+    template: Any = wp.array(ptr=ptr, dtype=dtype, shape=shape, strides=strides, device=device)
     if not VERIFIED:
         return lambda p: wp.array(ptr=p, dtype=dtype, shape=shape, strides=strides, device=device)
     fields = dict(template.__dict__)
@@ -219,8 +219,8 @@ def array_view_maker(ptr: int, dtype: Any, shape: tuple, strides: Any, device: A
 
 
 def record_on_tape(
-    tape: Any, kernel: Any, dims: tuple, inputs: Any, outputs: Any, device: Any, block_dim: int, metadata: dict
-) -> None:
+    tape: Any, kernel: Any, dims: Any, inputs: Any, outputs: Any, device: Any, block_dim: int, metadata: dict
+) -> Any:
     """``tape.record_launch(kernel, dims, 0, inputs, outputs, device, block_dim, metadata)`` for a
     resolved ``device`` (a ``Device``) and ``block_dim`` (the launch's own): 1.16-1.19 append this
     list to ``tape.launches`` (1.18 on, after resolving the device and block size again); returns
@@ -288,7 +288,7 @@ LAYOUT_OK = [(name, ctypes.sizeof(t)) for name, t in array_t._fields_] == [
     ("strides", 16),
     ("ndim", 2),
     ("flags", 2),
-] and array_t.ndim.offset == 48
+] and getattr(array_t, "ndim").offset == 48  # noqa: B009 (a ctypes field, on the class)
 
 
 def pack_descriptor(mv: memoryview, a: Any) -> None:

@@ -244,4 +244,4 @@ def _dims_key(desc, what: str, value):
 
 
 def _x64() -> bool:
-    return bool(jax.config.jax_enable_x64)
+    return bool(jax.config.jax_enable_x64)  # type: ignore[attr-defined]

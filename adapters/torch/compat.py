@@ -153,7 +153,7 @@ _is_compiling = torch.compiler.is_compiling
 try:
     from torch._C._dynamo.guards import TensorGuards as _TensorGuards
 except ImportError:  # pragma: no cover - a torch build without Dynamo: the fast path compares in Python
-    _TensorGuards = None
+    _TensorGuards = None  # type: ignore[assignment,misc]
 
 # Tensor types that run the fast path: exactly these, never a subclass (FakeTensor,
 # FunctionalTensor, DTensor, ... must reach the registered operator). nn.Parameter is a
@@ -294,8 +294,8 @@ def tensors_matcher(tensors) -> Any:
     try:
         guards = _TensorGuards(
             *tensors,
-            dynamic_dims_sizes=[[int(s) for s in t.shape] for t in tensors],
-            dynamic_dims_strides=[[int(s) for s in t.stride()] for t in tensors],
+            dynamic_dims_sizes=[[int(s) for s in t.shape] for t in tensors],  # type: ignore[misc]
+            dynamic_dims_strides=[[int(s) for s in t.stride()] for t in tensors],  # type: ignore[misc]
         )
         if guards.check(*tensors) is not True:  # not what was checked on: compare in Python
             return None
@@ -317,7 +317,7 @@ def _ctx_methods_are_assignments() -> bool:
             return False
         ctx = FunctionCtx()
         t = torch.empty(0)
-        ctx.save_for_backward(t, None)
+        ctx.save_for_backward(t, None)  # type: ignore[arg-type]
         ctx.mark_non_differentiable(t)
         return vars(ctx) == {"to_save": (t, None), "non_differentiable": (t,)}
     except Exception:  # pragma: no cover - another torch: call the methods
@@ -464,11 +464,11 @@ def assume_constant_result_of(fn):
 try:
     from torch._library.custom_ops import OPDEF_TO_LIB as _OPDEF_TO_LIB
 except ImportError:  # pragma: no cover - another torch version: operators stay registered
-    _OPDEF_TO_LIB = None
+    _OPDEF_TO_LIB = None  # type: ignore[assignment]
 try:
     from torch._library.simple_registry import singleton as _SIMPLE_REGISTRY
 except ImportError:  # pragma: no cover - another torch version: its per-name entries stay
-    _SIMPLE_REGISTRY = None
+    _SIMPLE_REGISTRY = None  # type: ignore[assignment]
 
 
 try:
@@ -479,7 +479,7 @@ try:
     _DIRECT_BACKENDS = (_C.DispatchKey.CPU, _C.DispatchKey.CUDA)
     _any_requires_grad = _C._any_requires_grad
 except (ImportError, AttributeError):  # pragma: no cover - another torch: its own kernel stays
-    _make_autograd_impl = None
+    _make_autograd_impl = None  # type: ignore[assignment]
 
 
 def direct_autograd_kernel(cdef, impl) -> bool:
@@ -527,7 +527,7 @@ def unregister(cdef) -> bool:
     if _OPDEF_TO_LIB.get(qual) is not lib:
         return False
     del _OPDEF_TO_LIB[qual]
-    lib._destroy()
+    lib._destroy()  # type: ignore[union-attr]
     # the per-name entry (fake implementation, torch_dispatch rules) that custom_op made in
     # torch._library.simple_registry: _destroy leaves it (a few KiB per dropped operator)
     data = getattr(_SIMPLE_REGISTRY, "_data", None)
@@ -549,7 +549,7 @@ def unregister(cdef) -> bool:
 try:
     from torch._functorch.utils import unwrap_dead_wrappers as _unwrap_dead_wrappers
 except ImportError:  # pragma: no cover - an older torch: its saved tensors are never dead wrappers here
-    _unwrap_dead_wrappers = None
+    _unwrap_dead_wrappers = None  # type: ignore[assignment]
 
 
 _is_wrapped = getattr(getattr(_C, "_functorch", None), "is_functorch_wrapped_tensor", None)
