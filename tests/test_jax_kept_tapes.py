@@ -354,3 +354,64 @@ def test_empty_arrays_keep_no_tape(mode):
         grad = jax.jit(grad)
     e = _put(np.zeros(0, np.float32))
     assert np.asarray(grad(e, e, e)).shape == (0,)
+
+
+FUNCTION_MODULE = '''
+import warp as wp
+wp.config.quiet = True
+
+@wp.kernel
+def square(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    y[i] = x[i] * x[i]
+
+CALLS = [0]
+
+def twice(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    CALLS[0] += 1
+    t = wp.zeros(x.shape[0], dtype=float, device=x.device, requires_grad=True)
+    wp.launch(square, dim=x.shape[0], inputs=[x], outputs=[t], device=x.device)
+    wp.launch(square, dim=t.shape[0], inputs=[t], outputs=[y], device=x.device)
+'''
+
+EXPORT_SCRIPT = '''
+import sys, json
+import numpy as np
+import jax, jax.numpy as jnp
+import interop
+from adapters import jax as interop_jax
+from interop._function_calls import KEPT
+import fmod
+
+mode, path = sys.argv[1], sys.argv[2]
+x = jnp.asarray(np.linspace(-1, 1, 5, dtype=np.float32), device=jax.devices("cpu")[0])
+op = interop.op(fmod.twice, outputs=["y"], name="tests::kept_export")
+out = {}
+if mode == "export":
+    f = jax.jit(jax.grad(lambda x: jnp.sum(op(x))))
+    exp = jax.export.export(f, disabled_checks=interop_jax.disabled_checks(op))(x)
+    open(path, "wb").write(exp.serialize())
+else:
+    fn = interop_jax.deserialize(bytearray(open(path, "rb").read()))
+    fmod.CALLS[0] = 0
+    out["grad"] = np.asarray(fn.call(x)).tolist()
+    out["calls"] = fmod.CALLS[0]
+    out["kept"] = len(KEPT)
+print("RESULTS " + json.dumps(out))
+'''
+
+
+def test_exported_gradient_keeps_the_tape_in_another_process(tmp_path):
+    """A ``jax.export``ed gradient of a function op, loaded in a process that describes the op
+    anew: the forward keeping its tape and the adjoint taking it are rebuilt from their calls'
+    configuration; the function runs once, and the gradient is d(x^4)/dx."""
+    pytest.importorskip("flatbuffers", reason="jax.export serialization needs flatbuffers")
+    from _subprocess import run_for_results
+
+    env = {"JAX_PLATFORMS": "cpu"}
+    path = str(tmp_path / "g.bin")
+    run_for_results(EXPORT_SCRIPT, "export", path, env=env, cwd=tmp_path, modules={"fmod": FUNCTION_MODULE})
+    got = run_for_results(EXPORT_SCRIPT, "load", path, env=env, cwd=tmp_path, modules={"fmod": FUNCTION_MODULE})
+    x = np.linspace(-1, 1, 5, dtype=np.float32)
+    np.testing.assert_allclose(got["grad"], 4.0 * x**3, rtol=1e-5, atol=1e-6)
+    assert got["calls"] == 1 and got["kept"] == 0, got
