@@ -77,7 +77,10 @@ def kernel_with_signature(
     )
     fdef.returns = None
     ast.fix_missing_locations(tree)
-    source = ast.unparse(fdef)
+    from ._source import marked_source, set_origin, source_of
+
+    # each line marked with the kernel's line it comes from: messages (checked mode) name that one
+    source = marked_source(fdef)
     f = kernel.func
     extra = dict(extra or {})
     freevars = dict(zip(f.__code__.co_freevars, f.__closure__ or ()))
@@ -98,7 +101,9 @@ def kernel_with_signature(
     fn.__module__ = f.__module__
     options = dict(getattr(kernel.module, "options", {}) or {})
     options.update(kernel.options or {})
-    return wp.Kernel(fn, key=key, module=wp.get_module(module), options=options, source=source)
+    made = wp.Kernel(fn, key=key, module=wp.get_module(module), options=options, source=source)
+    set_origin(made, source_of(kernel))
+    return made
 
 
 def _cell_value(cell: Any) -> Any:

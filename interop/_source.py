@@ -64,6 +64,59 @@ _ORIGIN_RE = re.compile(r"# interop:(\d+)$")
 _origins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def marked_source(fdef: ast.FunctionDef) -> str:
+    """``ast.unparse(fdef)`` with each statement's line marked with the line it came from (its
+    ``lineno``, :data:`ORIGIN`): the source of a kernel made from an edited copy of another's parsed
+    source, whose lines :meth:`Source.line_at` then names in that other kernel's source. A node
+    without a line (made by the edit) is marked with its parent's (``ast.fix_missing_locations``)."""
+    out: list[str] = []
+
+    def mark(node: ast.AST) -> str:
+        line = getattr(node, "lineno", None)
+        return ORIGIN.format(line) if line else ""
+
+    def block(stmts: list, depth: int) -> None:
+        for st in stmts:
+            statement(st, depth)
+
+    def statement(st: ast.stmt, depth: int) -> None:
+        ind = "    " * depth
+        if isinstance(st, ast.If):
+            out.append(f"{ind}if {ast.unparse(st.test)}:{mark(st)}")
+            block(st.body, depth + 1)
+            orelse = st.orelse
+            while orelse:
+                if len(orelse) == 1 and isinstance(orelse[0], ast.If):
+                    e = orelse[0]
+                    out.append(f"{ind}elif {ast.unparse(e.test)}:{mark(e)}")
+                    block(e.body, depth + 1)
+                    orelse = e.orelse
+                else:
+                    out.append(f"{ind}else:")
+                    block(orelse, depth + 1)
+                    break
+        elif isinstance(st, (ast.For, ast.While)):
+            head = (
+                f"for {ast.unparse(st.target)} in {ast.unparse(st.iter)}"
+                if isinstance(st, ast.For)
+                else f"while {ast.unparse(st.test)}"
+            )
+            out.append(f"{ind}{head}:{mark(st)}")
+            block(st.body, depth + 1)
+            if st.orelse:
+                out.append(f"{ind}else:")
+                block(st.orelse, depth + 1)
+        else:  # a simple statement is one line; anything else as ast.unparse writes it, its first line marked
+            text = ast.unparse(st).split("\n")
+            out.append(f"{ind}{text[0]}{mark(st)}")
+            out.extend(f"{ind}{t}" for t in text[1:])
+
+    args = ast.unparse(fdef.args)
+    out.append(f"def {fdef.name}({args}):")
+    block(fdef.body, 1)
+    return "\n".join(out) + "\n"
+
+
 def set_origin(variant: Any, origin: Source) -> None:
     """Record that ``variant`` (a generated ``wp.Kernel`` or ``wp.func``) was made from ``origin``."""
     _origins[variant] = origin

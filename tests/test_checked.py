@@ -463,8 +463,23 @@ def test_struct_fields_are_named_by_their_path():
     op = interop.op(checked_struct_kernel, checked=True)
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(op({"x": x, "idx": np.array([3, 2, 1, 0], np.int32)}), x[::-1] * 2.0)
-    with pytest.raises(interop.BoundsError, match=r"index 9 out of range for parameter 's\.x' along axis 0"):
+    with pytest.raises(
+        interop.BoundsError,
+        match=r"index 9 out of range for parameter 's\.x' along axis 0, whose shape is \(4,\), "
+        r"at .*test_checked\.py:\d+: `out\[i\] = s\.x\[s\.idx\[i\]\] \* 2\.0`",
+    ):  # (the kernel's own line and text, not the flat kernel's)
         op({"x": x, "idx": np.array([3, 2, 9, 0], np.int32)})
+
+
+def test_indexed_message_names_the_kernels_line():
+    """An indexed op's message names the kernel's own line and text (not its flat kernel's)."""
+    data = np.arange(6, dtype=np.float32)
+    with pytest.raises(interop.BoundsError) as info:
+        INDEXED(interop.indexed(data, [np.array([0, 9], np.int32)]))
+    from pathlib import Path
+
+    line = 1 + Path(__file__).read_text().splitlines().index("    out[i] = 2.0 * a[i]")
+    assert f"test_checked.py:{line}: `out[i] = 2.0 * a[i]`" in str(info.value), str(info.value)
 
 
 @wp.kernel(module="unique")

@@ -356,7 +356,7 @@ def test_empty_arrays_keep_no_tape(mode):
     assert np.asarray(grad(e, e, e)).shape == (0,)
 
 
-FUNCTION_MODULE = '''
+FUNCTION_MODULE = """
 import warp as wp
 wp.config.quiet = True
 
@@ -372,9 +372,9 @@ def twice(x: wp.array(dtype=float), y: wp.array(dtype=float)):
     t = wp.zeros(x.shape[0], dtype=float, device=x.device, requires_grad=True)
     wp.launch(square, dim=x.shape[0], inputs=[x], outputs=[t], device=x.device)
     wp.launch(square, dim=t.shape[0], inputs=[t], outputs=[y], device=x.device)
-'''
+"""
 
-EXPORT_SCRIPT = '''
+EXPORT_SCRIPT = """
 import sys, json
 import numpy as np
 import jax, jax.numpy as jnp
@@ -398,7 +398,7 @@ else:
     out["calls"] = fmod.CALLS[0]
     out["kept"] = len(KEPT)
 print("RESULTS " + json.dumps(out))
-'''
+"""
 
 
 def test_exported_gradient_keeps_the_tape_in_another_process(tmp_path):
