@@ -104,6 +104,7 @@ NO_PYTHON = (
 )
 JAX_TESTS = ["tests/test_jax_adapter.py", "tests/test_jax_conformance.py", "tests/test_jax_guide.py"]
 JAX_TESTS += ["tests/test_jax_shard_map.py", "tests/test_jax_scaling.py", "tests/test_docs.py"]
+JAX_TESTS += ["tests/test_jax_kept_tapes.py"]
 PADDLE_TESTS = [
     "tests/test_paddle_autograd.py",
     "tests/test_paddle_conformance.py",
