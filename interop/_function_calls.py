@@ -396,8 +396,9 @@ def _plain_value(v: Any) -> bool:
 class KeptTapes:
     """Forward tapes of Python-function ops kept for a backward in another call (JAX: the forward and
     the adjoint are two FFI calls), by token (1 to 2**32 - 1). A tape is used once (``pop``). The
-    tapes nobody takes (a ``jax.checkpoint`` forward that is recomputed, a ``jax.vjp`` whose
-    backward is never called, a forward whose results carry no gradient back) are evicted oldest
+    tapes nobody takes under ``jax.jit`` (a ``jax.checkpoint`` forward that is recomputed, a
+    forward whose results carry no gradient back; an eager one is freed with its pullback) are
+    evicted oldest
     first once the arrays they allocated (intermediates, their gradients) pass ``limit`` bytes
     (``INTEROP_KEPT_MB``, default 256 MiB; 0: no tape is kept) or they number more than
     ``count``; a backward whose tape was evicted replays the function."""

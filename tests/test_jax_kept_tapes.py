@@ -415,3 +415,22 @@ def test_exported_gradient_keeps_the_tape_in_another_process(tmp_path):
     x = np.linspace(-1, 1, 5, dtype=np.float32)
     np.testing.assert_allclose(got["grad"], 4.0 * x**3, rtol=1e-5, atol=1e-6)
     assert got["calls"] == 1 and got["kept"] == 0, got
+
+
+def test_eager_pullback_dropped_uncalled_frees_the_tape():
+    """An eager ``jax.vjp`` keeps the forward's tape for its pullback; dropped uncalled, the pullback
+    frees it (the token it holds as a residual is freed). So does an eager ``value_and_grad`` whose
+    op's results go only to ``has_aux`` (no gradient flows back: JAX runs no backward for it)."""
+    import gc
+
+    op = OPS["two_stage"]
+    x = _put(np.array([0.3, -0.4, 0.9], np.float32))
+    _, pull = jax.vjp(lambda x: op(x, 0.2, G), x)
+    assert len(KEPT) == 1
+    del pull
+    gc.collect()
+    assert len(KEPT) == 0
+    (v, aux), g = jax.value_and_grad(lambda x: (jnp.sum(x * x), op(x, 0.2, G)), has_aux=True)(x)
+    gc.collect()
+    assert len(KEPT) == 0
+    np.testing.assert_allclose(np.asarray(g), 2.0 * np.asarray(x), rtol=1e-6)

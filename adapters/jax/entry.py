@@ -220,6 +220,7 @@ class _Entry:
             if keeps:
                 *outs, token = fn_keep(*primals)
                 outs = tuple(outs)
+                _release_with(token)
             else:
                 outs = tuple(entry.fn(*primals))
             vpos = tuple(
@@ -424,6 +425,22 @@ class _Entry:
             elif p.index in by_param:
                 grads[i] = by_param[p.index]
         return _like_inputs(grads, xs)
+
+
+def _release_with(token) -> None:
+    """An eager derivative's token (concrete: the residual its pullback holds): the tape is freed
+    when the token is, if no backward took it (a ``jax.vjp`` whose pullback is dropped uncalled,
+    results that carry no gradient back). Traced tokens live in XLA's buffers: nothing to hold."""
+    if not _jax_compat.is_tracer(token):
+        t = int(np.asarray(token))
+        if t:
+            weakref.finalize(token, _release_id, t)
+
+
+def _release_id(t: int) -> None:
+    got = KEPT.pop(t)
+    if got is not None:
+        got[0].release()
 
 
 def _release(token) -> None:
