@@ -290,9 +290,16 @@ def _api_docstrings():
     for name in re.findall(r"^::: ([\w.]+)", _text("docs/api.md"), re.M):
         module, _, attr = name.rpartition(".")
         try:
-            obj = importlib.import_module(name)
-        except ImportError:
-            obj = getattr(importlib.import_module(module), attr)
+            try:
+                obj = importlib.import_module(name)
+            except ImportError as e:
+                if isinstance(e, ModuleNotFoundError) and e.name in FRAMEWORK_MODULES:
+                    raise
+                obj = getattr(importlib.import_module(module), attr)
+        except ModuleNotFoundError as e:
+            if e.name in FRAMEWORK_MODULES:
+                continue  # an adapter whose framework this environment lacks (the JAX-only sessions)
+            raise
         yield name, inspect.getdoc(obj) or ""
         if inspect.isclass(obj) or inspect.ismodule(obj):
             for member, value in vars(obj).items():
@@ -301,6 +308,9 @@ def _api_docstrings():
                 if inspect.ismodule(obj) and getattr(value, "__module__", None) != obj.__name__:
                     continue
                 yield f"{name}.{member}", inspect.getdoc(value) or ""
+
+
+FRAMEWORK_MODULES = ("torch", "jax", "jaxlib", "paddle", "cupy")
 
 
 def test_api_reference_docstrings_have_no_sphinx_roles_or_dangling_references():
