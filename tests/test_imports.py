@@ -173,14 +173,14 @@ def test_core_and_adapters_import_one_way():
 
 def test_forward_mode_is_a_subpackage_with_one_front():
     """Issue 39: forward mode lives in interop/_tangent/; inside, imports run one way (helpers, rules,
-    tiles, lower, tape, then the front) and no inner module imports the front back; outside it, code imports the
+    exprs, tiles, lower, tape, then the front) and no inner module imports the front back; outside it, code imports the
     front only (``interop._tangent``), never ``interop._tangent.<inner>``."""
     import ast
 
     d = os.path.join(ROOT, "interop", "_tangent")
     inner = {f[:-3] for f in os.listdir(d) if f.endswith(".py") and f != "__init__.py"}
-    assert inner == {"helpers", "rules", "tiles", "lower", "tape"}, inner
-    order = ["helpers", "rules", "tiles", "lower", "tape"]
+    assert inner == {"helpers", "rules", "exprs", "tiles", "lower", "tape"}, inner
+    order = ["helpers", "rules", "exprs", "tiles", "lower", "tape"]
     for m in inner:
         with open(os.path.join(d, m + ".py")) as f:
             tree = ast.parse(f.read())
@@ -190,7 +190,9 @@ def test_forward_mode_is_a_subpackage_with_one_front():
                 for n in names:
                     assert n in inner, f"interop/_tangent/{m}.py imports {n!r} from the front"
                     assert order.index(n) < order.index(m), f"interop/_tangent/{m}.py imports {n} (above it)"
-    pattern = re.compile(r"_tangent\.(helpers|rules|tiles|lower|tape)\b|from \.(helpers|rules|tiles|lower|tape) import")
+    pattern = re.compile(
+        r"_tangent\.(helpers|rules|exprs|tiles|lower|tape)\b|from \.(helpers|rules|exprs|tiles|lower|tape) import"
+    )
     for folder in ("interop", "adapters", "tests", "benchmarks", "examples"):
         for root, _, names in os.walk(os.path.join(ROOT, folder)):
             if os.path.abspath(root) == os.path.abspath(d):

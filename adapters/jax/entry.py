@@ -200,18 +200,7 @@ class _Entry:
 
         keeps = self._keeps_tape()
         if keeps:
-            # a Python-function op's forward inside a derivative: the same call, its wp.Tape kept for
-            # the backward (interop._function_calls.KEPT), whose token is an extra result that
-            # reaches the adjoint as a residual; the same rule, so derivatives of it meet it again
-            @jax.custom_jvp
-            def fn_keep(*xs):
-                return tuple(me().forward_keep()(*xs))
-
-            def fn_keep_jvp(primals, tangents):
-                outs, touts, token = rule(primals, tangents)
-                return (*outs, token), (*touts, _forward.float0_zeros(()))
-
-            fn_keep.defjvp(fn_keep_jvp, symbolic_zeros=True)
+            fn_keep = _keeping(me, lambda p, t: rule(p, t))
 
         def rule(primals, tangents):
             entry = me()
@@ -424,6 +413,24 @@ class _Entry:
             elif p.index in by_param:
                 grads[i] = by_param[p.index]
         return _like_inputs(grads, xs)
+
+
+def _keeping(me, rule):
+    """A Python-function op's forward inside a derivative: the same call, its ``wp.Tape`` kept for the
+    backward (``interop._function_calls.KEPT``), whose token is an extra result that reaches the
+    adjoint as a residual; a ``custom_jvp`` with the op's own rule (``rule`` returns the outputs,
+    their tangents and the token), so derivatives of it meet that rule again."""
+
+    @jax.custom_jvp
+    def fn_keep(*xs):
+        return tuple(me().forward_keep()(*xs))
+
+    def fn_keep_jvp(primals, tangents):
+        outs, touts, token = rule(primals, tangents)
+        return (*outs, token), (*touts, _forward.float0_zeros(()))
+
+    fn_keep.defjvp(fn_keep_jvp, symbolic_zeros=True)
+    return fn_keep
 
 
 def _release_with(token) -> None:
