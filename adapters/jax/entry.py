@@ -204,33 +204,34 @@ class _Entry:
 
         def rule(primals, tangents):
             entry = me()
-            # through fn itself: a derivative of this rule meets fn's rule again (second order)
-            token = None
-            if keeps:
-                *outs, token = fn_keep(*primals)
-                outs = tuple(outs)
-                _release_with(token)
-            else:
-                outs = tuple(entry.fn(*primals))
             vpos = tuple(
                 k
                 for k, t in enumerate(tangents)
                 if diff_in[k] and not isinstance(t, jax.custom_derivatives.SymbolicZero)
             )
+            # through fn itself: a derivative of this rule meets fn's rule again (second order); the
+            # tape kept only where a tangent (so a backward) reads it
+            token = None
+            if keeps and vpos:
+                *outs, token = fn_keep(*primals)
+                outs = tuple(outs)
+                _release_with(token)
+            else:
+                outs = tuple(entry.fn(*primals))
             touts = iter(())
             if vpos:
                 touts = iter(
                     _forward.tan_p.bind(
                         *primals,
                         *[outs[k] for k in kept],
-                        *([token] if keeps else []),
+                        *([token] if token is not None else []),
                         *[tangents[k] for k in vpos],
                         ref=entry._ref,
                         n=n,
                         kept=kept,
                         vpos=vpos,
                         levels=(),
-                        tok=keeps,
+                        tok=token is not None,
                     )
                 )
             result = []
@@ -427,6 +428,8 @@ def _keeping(me, rule):
 
     def fn_keep_jvp(primals, tangents):
         outs, touts, token = rule(primals, tangents)
+        if token is None:  # (no tangent at this level: no tape kept, the backward replays)
+            token = jnp.zeros((), jnp.uint32)
         return (*outs, token), (*touts, _forward.float0_zeros(()))
 
     fn_keep.defjvp(fn_keep_jvp, symbolic_zeros=True)
