@@ -34,14 +34,15 @@ class FunctionCalls:
     ranged_scalars: dict
     vec_scalars: dict
     fast_records: Records
+    view_makers: dict
+    last_vectors: dict
+    any_empty_array: bool
 
     def _wp_array(self, device, i: int, v, grad=None, shape=None):
         ptr, strides = v
         if shape is None and strides is None:
             # (the common case: a packed array of the plan's shape, its maker found by parameter)
-            makers = self.__dict__.get("_makers")
-            if makers is None:
-                makers = self.__dict__["_makers"] = {}
+            makers = self.view_makers
             make = makers.get((i, device.alias))
             if make is None:
                 make = makers[(i, device.alias)] = self.fast_records.maker(
@@ -60,9 +61,7 @@ class FunctionCalls:
         object on every call: a constant, a JAX static argument) is converted once and its value
         handed out again while unchanged (the function may change its argument in place)."""
         t = self.plan.types[i]
-        last = self.__dict__.get("_vectors")
-        if last is None:
-            last = self.__dict__["_vectors"] = {}
+        last = self.last_vectors
         got = last.get(i)
         if got is not None and got[0] is v and bytes(got[1]) == got[2]:
             return got[1]
@@ -278,7 +277,7 @@ class FunctionCalls:
         when the tape can be moved to the backward's buffers (:meth:`_movable`); on CUDA the
         backward would have to read the token back from the device (a synchronisation per call),
         so it replays the function instead."""
-        if not (device.is_cpu and VERIFIED) or self.empty or KEPT.limit <= 0 or self._any_empty_array():  # type: ignore[attr-defined]
+        if not (device.is_cpu and VERIFIED) or self.empty or KEPT.limit <= 0 or self.any_empty_array:  # type: ignore[attr-defined]
             # (an empty array: XLA may skip an adjoint whose results are all empty, leaving the
             # tape unused; nothing is saved by keeping one)
             self._call_function(device, values, stream)
@@ -305,34 +304,24 @@ class FunctionCalls:
         if got is None:
             self._tape_backward(device, values, adj, stream)
             return
-        kept, bases = got
-        if any(values[i] is None for i in bases):
+        kept, moved = got
+        if any(values[i] is None for i in moved):
             kept.release()
             self._tape_backward(device, values, adj, stream)
             return
-        for i in bases:
+        for i in moved:
             repoint(kept.args[i], values[i][0])
         self._kept_backward(kept, adj, stream)
 
-    def _any_empty_array(self) -> bool:
-        """Whether an array parameter of the call has no element."""
-        got = self.__dict__.get("_empty_array")
-        if got is None:
-            plan = self.plan
-            got = self.__dict__["_empty_array"] = any(
-                p.is_array and 0 in tuple(plan.warp_shapes[p.index]) for p in plan.desc.params
-            )
-        return got
-
-    def _movable(self, kept: KeptTape, values) -> tuple[dict[int, int], int] | None:
-        """The arrays of ``kept`` over the caller's buffers, by parameter index, with their sizes
-        in bytes (what the backward points at its own buffers), and the bytes the tape's other
-        arrays allocated (intermediates, their gradients). None where the tape cannot be moved: a
+    def _movable(self, kept: KeptTape, values) -> tuple[tuple[int, ...], int] | None:
+        """The parameter indices of the arrays of ``kept`` over the caller's buffers (what the
+        backward points at its own buffers), and the bytes the tape's other arrays allocated
+        (intermediates, their gradients). None where the tape cannot be moved: a
         launch recorded as a function (``Tape.record_func``), an argument that may hold a pointer
         (a struct, an indexed array) or an array the function made over the caller's memory (a
         view of an argument): only the arrays this package made are moved."""
         plan = self.plan
-        bases: dict[int, int] = {}
+        moved = []
         ranges = []
         seen = set()
         for p in plan.desc.params:
@@ -342,9 +331,8 @@ class FunctionCalls:
             a = kept.args[i]
             if a.ptr != values[i][0] or not a.ptr:
                 continue  # a copy the forward made (an in-out array): the tape's own
-            nbytes = int(a.size) * type_size_in_bytes(plan.types[i])
-            bases[i] = nbytes
-            ranges.append((a.ptr, a.ptr + nbytes))
+            moved.append(i)
+            ranges.append((a.ptr, a.ptr + int(a.size) * type_size_in_bytes(plan.types[i])))
             seen.add(id(a))
         total = 0
         for launch in kept.tape.launches:
@@ -368,7 +356,7 @@ class FunctionCalls:
                                 return None
                     elif not (t in _NUMBERS or _plain_value(a)):
                         return None
-        return bases, total
+        return tuple(moved), total
 
     def _refuse_scalar_gradients(self, adj) -> None:
         asked = [self.plan.desc.params[i].name for i in self.ref_idx if adj is not None and adj[i] is not None]
@@ -398,8 +386,8 @@ class KeptTapes:
     the adjoint are two FFI calls), by token (1 to 2**32 - 1). A tape is used once (``pop``). The
     tapes nobody takes under ``jax.jit`` (a ``jax.checkpoint`` forward that is recomputed, a
     forward whose results carry no gradient back; an eager one is freed with its pullback) are
-    evicted oldest
-    first once the arrays they allocated (intermediates, their gradients) pass ``limit`` bytes
+    evicted oldest first once the arrays they allocated (intermediates, their gradients) pass
+    ``limit`` bytes
     (``INTEROP_KEPT_MB``, default 256 MiB; 0: no tape is kept) or they number more than
     ``count``; a backward whose tape was evicted replays the function."""
 
@@ -408,12 +396,12 @@ class KeptTapes:
         self.count = count
         self.bytes = 0
         self._lock = threading.Lock()
-        self._tapes: dict[int, tuple[KeptTape, dict, int]] = {}
+        self._tapes: dict[int, tuple[KeptTape, tuple, int]] = {}
         self._next = 0
 
-    def put(self, kept: KeptTape, bases: dict, nbytes: int) -> int:
-        """Keep ``kept`` (moved by ``bases``; its arrays allocated ``nbytes``); its token, or 0 when
-        it alone passes the limit."""
+    def put(self, kept: KeptTape, moved: tuple, nbytes: int) -> int:
+        """Keep ``kept`` (the backward moves its arrays of parameters ``moved``; its own arrays
+        allocated ``nbytes``); its token, or 0 when it alone passes the limit."""
         if nbytes > self.limit:
             kept.release()
             return 0
@@ -425,7 +413,7 @@ class KeptTapes:
             if old is not None:
                 self.bytes -= old[2]
                 dropped.append(old[0])
-            self._tapes[tid] = (kept, bases, nbytes)
+            self._tapes[tid] = (kept, moved, nbytes)
             self.bytes += nbytes
             while self.bytes > self.limit or len(self._tapes) > self.count:
                 k = next(iter(self._tapes))
@@ -436,14 +424,20 @@ class KeptTapes:
             d.release()
         return tid
 
-    def pop(self, tid: int) -> tuple[KeptTape, dict] | None:
-        """The tape of token ``tid`` and its bases, no longer kept; None if there is none."""
+    def pop(self, tid: int) -> tuple[KeptTape, tuple] | None:
+        """The tape of token ``tid`` and its moved parameters, no longer kept; None if there is none."""
         with self._lock:
             e = self._tapes.pop(tid, None)
             if e is None:
                 return None
             self.bytes -= e[2]
         return e[0], e[1]
+
+    def discard(self, tid: int) -> None:
+        """Free the tape of token ``tid`` if it is still kept (no backward will take it)."""
+        got = self.pop(tid)
+        if got is not None:
+            got[0].release()
 
     def __len__(self) -> int:
         return len(self._tapes)

@@ -94,6 +94,9 @@ class Runner(FunctionCalls):
         self._launchers: dict[tuple, Any] = {}  # see launcher()
         self._slot_lock = threading.Lock()
         self.fast_records = Records()  # a Python-function op's launch records (interop._fast_launch)
+        # a Python-function op's caches and facts (interop._function_calls)
+        self.view_makers, self.last_vectors = {}, {}
+        self.any_empty_array = any(p.is_array and 0 in tuple(plan.warp_shapes[p.index]) for p in plan.desc.params)
         # a kernel launched over zero threads does nothing (Warp records no launch for it)
         self.empty = plan.desc.kind == "kernel" and any(int(d) == 0 for d in plan.launch_dims)
         self.tiles = plan.desc.kind == "kernel" and uses_tiles(plan.kernel)

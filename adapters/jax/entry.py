@@ -443,21 +443,13 @@ def _release_with(token) -> None:
     if not _jax_compat.is_tracer(token):
         t = int(np.asarray(token))
         if t:
-            weakref.finalize(token, _release_id, t)
-
-
-def _release_id(t: int) -> None:
-    got = KEPT.pop(t)
-    if got is not None:
-        got[0].release()
+            weakref.finalize(token, KEPT.discard, t)
 
 
 def _release(token) -> None:
     for t in np.asarray(token).reshape(-1):  # (one token per element under jax.vmap)
         if t:
-            got = KEPT.pop(int(t))
-            if got is not None:
-                got[0].release()
+            KEPT.discard(int(t))
 
 
 def _eager_errors(run):
