@@ -11,7 +11,10 @@ device and whether it has a gradient; each value's type), copying each array's o
 (what ``wp.array.__ctype__`` holds) into the record and setting scalars that changed; the launch is recorded
 on the active tape as ``wp.launch`` records it. :func:`tape_backward` runs a tape's launches
 backwards the same way (Warp's ``Tape.backward``: the same adjoint arguments, ``tape.gradients``
-kept for ``tape.zero()``), with adjoint records cached alike.
+kept for ``tape.zero()``), with adjoint records cached alike. The function's own temporaries,
+``wp.zeros``/``wp.empty`` with a shape of ints, a dtype, a device and ``requires_grad`` (the forces
+of a step: 16 us a call through Warp with a gradient), are copies of the first array of their
+signature on the CPU (:meth:`Records.allocate`, about 3 us), each with memory of its own.
 
 What the records skip, they leave to Warp: any keyword other than ``device``, ``block_dim`` and
 ``max_blocks=0``; generic kernels; struct, indexed-array, tuple and NumPy arguments; launches over
@@ -29,7 +32,7 @@ from typing import Any, Sequence
 
 import warp as wp
 
-from ._launch_hook import LaunchHook, original_launch
+from ._launch_hook import LaunchHook, original_allocator, original_launch
 from ._warp_compat import (
     LAYOUT_OK,
     VERIFIED,
@@ -44,6 +47,7 @@ from ._warp_compat import (
     fill_descriptor,
     is_deterministic_launch,
     launch_checks_on,
+    owned_array_maker,
     pack_descriptor,
     record_on_tape,
     runtime,
@@ -174,6 +178,39 @@ class Records:
     def __init__(self) -> None:
         self._records: dict[tuple, _Record | None] = {}
         self._views: dict[tuple, Any] = {}
+        self._allocs: dict[tuple, Any] = {}
+
+    def allocate(self, args: tuple, kw: dict, zero: bool) -> Any:
+        """``wp.zeros(*args, **kw)`` (``zero``) or ``wp.empty``: the first call of a signature by
+        Warp, the next ones copied from it (``_warp_compat.owned_array_maker``); None where the
+        call is not one the copies take (Warp's own runs): a keyword other than ``shape``,
+        ``dtype``, ``device`` and ``requires_grad``, a shape other than ints, a device Warp does
+        not resolve, Warp's launch checks or API capture."""
+        if len(args) > 4 or (kw and not kw.keys() <= _ALLOC_KEYWORDS):
+            return None
+        vals = dict(zip(_ALLOC_KEYWORDS_ORDER, args))
+        for k, v in kw.items():
+            if k in vals:
+                return None  # (Warp's TypeError)
+            vals[k] = v
+        shape = vals.get("shape")
+        rg = vals.get("requires_grad", False)
+        ints = all(type(n) is int for n in shape) if type(shape) is tuple else type(shape) is int
+        if not ints or type(rg) is not bool or launch_checks_on() or apic_active():
+            return None
+        try:
+            device = runtime().get_device(vals.get("device"))
+            key = (shape, vals.get("dtype", float), device.alias, rg, zero)
+            make = self._allocs.get(key, _MISSING)
+        except Exception:  # (an unhashable dtype, a device Warp refuses: Warp's own call says so)
+            return None
+        if make is not _MISSING:
+            return None if make is None else make()
+        a = original_allocator(zero)(*args, **kw)
+        if len(self._allocs) >= LIMIT:
+            self._allocs.clear()
+        self._allocs[key] = owned_array_maker(a, zero) if type(a) is wp.array else None
+        return a
 
     def view(self, ptr: int, dtype: Any, shape: tuple, strides: Any, device: Any) -> Any:
         """``wp.array(ptr=ptr, dtype=dtype, shape=shape, strides=strides, device=device)``, its
@@ -200,6 +237,10 @@ class Records:
         return rec
 
 
+_ALLOC_KEYWORDS_ORDER = ("shape", "dtype", "device", "requires_grad")  # wp.zeros/wp.empty's first four
+_ALLOC_KEYWORDS = frozenset(_ALLOC_KEYWORDS_ORDER)
+
+
 def _make_record(kernel, dims, args, adj, device, block_dim) -> _Record | None:
     """A record made by Warp's own ``wp.launch(record_cmd=True)`` (which checks the arguments
     as a launch does), or None where Warp gives none a replay can use."""
@@ -222,6 +263,9 @@ class FastLaunches(LaunchHook):
 
     def __init__(self, records: Records):
         self.records = records
+
+    def allocate(self, args: tuple, kw: dict, zero: bool) -> Any:
+        return self.records.allocate(args, kw, zero)
 
     def launch(self, kernel: Any, dim: Any, inputs: Sequence[Any], outputs: Sequence[Any], kw: dict) -> Any:
         plain = (

@@ -8,6 +8,10 @@ per kernel and argument layout (``interop._fast_launch``). While any hook is ent
 hands this thread's launches to its innermost hook and every other thread's to Warp; it is put back
 when the last hook exits. A launch a hook does not take (another thread's, an adjoint or
 recorded-command launch, a keyword it does not know) goes to Warp unchanged.
+
+``wp.zeros`` and ``wp.empty`` are taken over alike (:meth:`LaunchHook.allocate`): the fast path makes
+the function's temporaries, ``wp.zeros(n, dtype=..., requires_grad=True)`` for the forces of a
+step, by copying the fields of the first one of each signature (``_warp_compat.owned_array_maker``).
 """
 
 from __future__ import annotations
@@ -19,13 +23,21 @@ import warp as wp
 
 _state = threading.local()  # .hook: the innermost LaunchHook this thread runs under, or None
 _install_lock = threading.Lock()
-_original: list[Callable] = []  # wp.launch as it was when the dispatcher was installed
+_original: list[Callable] = []  # wp.launch, wp.zeros, wp.empty as they were when the dispatchers were installed
 _installed = [0]
 
 
 def original_launch() -> Callable:
     """Warp's own ``wp.launch`` (also while the dispatcher is installed)."""
     return _original[0] if _original else wp.launch
+
+
+def original_allocator(zero: bool) -> Callable:
+    """Warp's own ``wp.zeros`` (``zero``) or ``wp.empty`` (also while the dispatchers are installed)."""
+    try:
+        return _original[1 if zero else 2]
+    except IndexError:  # (none installed, or the last hook of another thread just put them back)
+        return wp.zeros if zero else wp.empty
 
 
 def _launch(kernel: Any, dim: Any, inputs: Sequence[Any] = (), outputs: Sequence[Any] = (), *args: Any, **kw: Any):
@@ -37,6 +49,26 @@ def _launch(kernel: Any, dim: Any, inputs: Sequence[Any] = (), outputs: Sequence
     return hook.launch(kernel, dim, inputs, outputs, kw)
 
 
+def _zeros(*args: Any, **kw: Any) -> Any:
+    """``wp.zeros`` while a hook is installed: this thread's calls go to its hook, others to Warp."""
+    hook = getattr(_state, "hook", None)
+    if hook is not None:
+        a = hook.allocate(args, kw, True)
+        if a is not None:
+            return a
+    return original_allocator(True)(*args, **kw)
+
+
+def _empty(*args: Any, **kw: Any) -> Any:
+    """``wp.empty`` while a hook is installed: this thread's calls go to its hook, others to Warp."""
+    hook = getattr(_state, "hook", None)
+    if hook is not None:
+        a = hook.allocate(args, kw, False)
+        if a is not None:
+            return a
+    return original_allocator(False)(*args, **kw)
+
+
 class LaunchHook:
     """``with hook: fn(*args)``: the launches ``fn`` makes from this thread go to ``hook.launch``."""
 
@@ -45,6 +77,10 @@ class LaunchHook:
     def launch(self, kernel: Any, dim: Any, inputs: Sequence[Any], outputs: Sequence[Any], kw: dict) -> Any:
         raise NotImplementedError  # pragma: no cover (each hook defines it)
 
+    def allocate(self, args: tuple, kw: dict, zero: bool) -> Any:
+        """A ``wp.zeros(*args, **kw)`` (``zero``) or ``wp.empty`` of this thread, or None: Warp's own."""
+        return None
+
     def check(self, direction: str = " (backward)") -> None:
         """Raise what the hook's launches recorded (checked mode); nothing for a hook that records
         nothing."""
@@ -52,8 +88,8 @@ class LaunchHook:
     def __enter__(self) -> Any:
         with _install_lock:
             if _installed[0] == 0:
-                _original[:] = [wp.launch]
-                wp.launch = _launch
+                _original[:] = [wp.launch, wp.zeros, wp.empty]
+                wp.launch, wp.zeros, wp.empty = _launch, _zeros, _empty
             _installed[0] += 1
         self._previous = getattr(_state, "hook", None)
         _state.hook = self
@@ -67,4 +103,8 @@ class LaunchHook:
             if _installed[0] == 0:
                 if wp.launch is _launch:
                     wp.launch = _original[0]
+                if wp.zeros is _zeros:
+                    wp.zeros = _original[1]
+                if wp.empty is _empty:
+                    wp.empty = _original[2]
                 _original.clear()

@@ -63,6 +63,11 @@ Also the description's array and struct tests:
   Warp's adjoint of a read or write through an ``indexedarray_t`` is empty (``adj_address`` /
   ``adj_array_store`` for generic array types in warp/native/array.h, 1.19), which is why the
   package never launches one (the kernel is rewritten to index the data explicitly).
+- A ``wp.array``'s fields live in its plain ``__dict__`` (1.16-1.19): :func:`array_view_maker`
+  copies those of a view for each new pointer, and :func:`owned_array_maker` those of an array
+  ``wp.zeros``/``wp.empty`` just made on the CPU (24 fields in 1.18-1.19, 22 in 1.16-1.17, listed
+  in ``_FRESH_FIELDS``), with memory from the template's own ``_allocator`` and the CPU device's
+  ``memset``: the temporaries a Python-function op's function makes (``interop/_fast_launch.py``).
 - ``context.ModuleBuilder`` / ``context.Module``: Warp's code generation front end run on one
   generic overload while planning (:func:`check_kernel_types`), so a body its argument types do
   not fit fails before any tracing or launch; skipped on Warp versions not in ``CHECKED``.
@@ -213,6 +218,82 @@ def array_view_maker(ptr: int, dtype: Any, shape: tuple, strides: Any, device: A
         d = a.__dict__
         d.update(fields)
         d["ptr"] = p
+        return a
+
+    return make
+
+
+#: the fields of a CPU ``wp.array`` just made by ``wp.zeros``/``wp.empty`` (1.18-1.19; 1.16 and 1.17
+#: lack the two ``_storage_*``, :data:`_NEWER_FIELDS`), with the value each must have for
+#: :func:`owned_array_maker` to copy it: ``None``: no view, interface, capture or cached descriptor
+#: yet; ``...``: any value (copied as is). ``ptr`` and ``_grad`` are replaced in each copy.
+_FRESH_FIELDS = {
+    "_allocator": ..., "_apic_capture_origin": None, "_array_interface": None, "_grad": ...,
+    "_is_read": False, "_memory_kind": ..., "_ref": None, "_requires_grad": ..., "_retain_grad": False,
+    "_storage_base_ptr": None, "_storage_nbytes": None, "capacity": ..., "ctype": None, "deleter": ...,
+    "device": ..., "dtype": ..., "is_contiguous": True, "is_transposed": False, "ndim": ...,
+    "pinned": False, "ptr": ..., "shape": ..., "size": ..., "strides": ...,
+}  # fmt: skip
+_NEWER_FIELDS = frozenset({"_storage_base_ptr", "_storage_nbytes"})
+
+
+def owned_array_maker(template: Any, zero: bool) -> Any:
+    """``make()``: a new ``wp.array`` with the fields of ``template`` (a CPU array that
+    ``wp.zeros``/``wp.empty`` just made, untouched since) owning memory of its own from the same
+    allocator, zero-filled when ``zero`` (``wp.zeros``; ``wp.empty`` leaves it as it comes), and a
+    new zero-filled gradient where the template has one: what another ``wp.zeros``/``wp.empty``
+    call with the same arguments makes, without re-deriving the fields (about 3 us against 16 for
+    ``wp.zeros(..., requires_grad=True)``). None where that is not known to hold: a Warp not in
+    ``CHECKED``, a field 1.16-1.19 do not have or with another value than a fresh array's
+    (:data:`_FRESH_FIELDS`), pinned or CUDA memory, an empty array, a gradient that is not itself
+    such an array. Each array frees its memory as any other (``deleter(ptr, capacity)``)."""
+    if not VERIFIED:
+        return None
+    pairs = [(template, True)]
+    g = template.__dict__.get("_grad")
+    if g is not None:
+        pairs.append((g, False))
+    specs = []
+    for a, own in pairs:
+        d = a.__dict__
+        if (
+            type(a) is not wp.array
+            or d.keys() - _FRESH_FIELDS.keys()
+            or _FRESH_FIELDS.keys() - d.keys() - _NEWER_FIELDS
+        ):
+            return None
+        for k, want in _FRESH_FIELDS.items():
+            if want is not ... and k in d and d[k] is not want and d[k] != want:
+                return None
+        dev = d["device"]
+        if not dev.is_cpu or not d["capacity"] or d["size"] * _types.type_size_in_bytes(d["dtype"]) != d["capacity"]:
+            return None
+        if not own and d["_grad"] is not None:
+            return None
+        fields = dict(d)
+        fields["ptr"] = None  # (set once allocated: a failed allocation frees nothing)
+        fields["_grad"] = None
+        specs.append((fields, d["capacity"], d["_allocator"].allocate, dev.memset))
+    new, cls = object.__new__, wp.array
+    (fields, capacity, alloc, memset), grad = specs[0], (specs[1] if len(specs) > 1 else None)
+
+    def make() -> Any:
+        a = new(cls)
+        d = a.__dict__
+        d.update(fields)
+        p = alloc(capacity)
+        d["ptr"] = p
+        if zero:
+            memset(p, 0, capacity)
+        if grad is not None:
+            gfields, gcap, galloc, gmemset = grad
+            ga = new(cls)
+            gd = ga.__dict__
+            gd.update(gfields)
+            gp = galloc(gcap)
+            gd["ptr"] = gp
+            gmemset(gp, 0, gcap)
+            d["_grad"] = ga
         return a
 
     return make
