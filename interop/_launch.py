@@ -490,6 +490,14 @@ class Runner(FunctionCalls):
         for i, at in adj.items():
             setattr(d, f"w{i}", at)
         d.contiguous = slot.contiguous
+        for i in self.vec_scalars:
+            vf = self.vector_field(i)
+            field = getattr(type(rec.args), rec.labels[i], None)
+            view = None
+            if vf is not None and field is not None and field.size == vf[1] * ctypes.sizeof(vf[0]):
+                # the struct's own bytes of that parameter, as n floats (see direct_lines)
+                view = (vf[0] * vf[1]).from_buffer(rec.args, field.offset)
+            setattr(d, f"c{i}", view)
         runner, launch, labels, plan = self, slot.launch, rec.labels, self.plan
 
         def set_scalar(i: int, v: Any) -> None:
@@ -503,6 +511,21 @@ class Runner(FunctionCalls):
 
         d.set = set_scalar
         return d
+
+    def vector_field(self, i: int) -> tuple | None:
+        """``(ctypes scalar, n, lo, hi)`` of a vector parameter ``i`` (vec, quat, transform) of
+        float32/float64 components, passed by value: generated code may write its ``n`` components
+        into a :class:`DirectLaunch`'s struct (``c<i>``), each a float within ``[lo, hi]``; None
+        for every other parameter (``d.set`` converts and checks those)."""
+        if i not in self.vec_scalars:
+            return None
+        t = self.plan.types[i]
+        shape = getattr(t, "_shape_", None)
+        ct = _VECTOR_CTYPES.get(getattr(t, "_wp_scalar_type_", None))
+        if ct is None or shape is None or len(shape) != 1 or not 0 < shape[0] <= 16 or self.vec_scalars[i].generic:
+            return None
+        lo, hi = value_range(t._wp_scalar_type_)
+        return ct, int(shape[0]), lo, hi
 
     def scalar_kind(self, i: int) -> tuple:
         """How generated code sets scalar parameter ``i`` in a :class:`DirectLaunch`'s struct:
@@ -725,6 +748,7 @@ def direct_lines(
     fallback: str,
     indent: str = "    ",
     zero: dict[int, str] | None = None,
+    vectors: dict[int, str] | None = None,
 ) -> list[str]:
     """Python source lines of one launch through a :class:`DirectLaunch`, for generated code.
 
@@ -736,6 +760,12 @@ def direct_lines(
     element, see :meth:`DirectLaunch.packed_buffer`), False when contiguous. When the thread's record
     is busy (a call re-entering from a callback) or Warp's API capture records launches,
     ``fallback`` (a statement) runs instead. Where :meth:`Runner.can_direct` says no, the lines are only ``fallback``.
+
+    ``vectors`` maps vector parameters (:meth:`Runner.vector_field`) to the expression of the value
+    as the call gave it, ``values`` holding its conversion: a list of as many Python floats, each
+    within the component type's range (what ``torch.ops`` hands over for a ``float[]``), is written
+    into the struct's bytes of that parameter as they are (``c<i>[:] = value``: ctypes rounds each
+    float as Warp's vector constructor does); any other value is converted and checked by ``d.set``.
     """
     if not runner.can_direct(device):
         return [indent + fallback]
@@ -754,6 +784,18 @@ def direct_lines(
             continue
         kind = runner.scalar_kind(i)
         label = runner.plan.kernel.adj.args[i].label
+        vf = runner.vector_field(i) if vectors and i in vectors else None
+        if vf is not None:
+            raw, n, lo, hi = vectors[i], vf[1], vf[2], vf[3]  # type: ignore[index]
+            test = ["type(_v) is list", f"len(_v) == {n}"]
+            test += [f"type(_v[{k}]) is float" for k in range(n)]
+            test += [f"{lo!r} <= _v[{k}] <= {hi!r}" for k in range(n)]
+            lines.append(f"{i2}_v = {raw}")
+            lines.append(f"{i2}if {' and '.join(test)} and _d.c{i} is not None:")
+            lines.append(f"{i2}    _d.c{i}[:] = _v")
+            lines.append(f"{i2}else:")
+            lines.append(f"{i2}    _d.set({i}, {expr})")
+            continue
         if kind[0] == "range":
             lines.append(f"{i2}if not ({kind[1]!r} <= {expr} <= {kind[2]!r}):")
             lines.append(f"{i2}    _d.set({i}, {expr})  # refuses the value")
@@ -787,6 +829,10 @@ def direct_lines(
     lines.append(f"{indent}else:")
     lines.append(f"{i1}{fallback}")
     return lines
+
+
+#: a vector's component type -> the ctypes type Warp stores it as (see Runner.vector_field)
+_VECTOR_CTYPES = {wp.float32: ctypes.c_float, wp.float64: ctypes.c_double}
 
 
 def _nothing(values, adj=None, stream=None) -> None:

@@ -20,7 +20,15 @@ from interop._codegen import compile_functions
 from interop._description import IN_OUT, OpDescription, Param
 from interop._errors import ArgumentError, UnsupportedError
 from interop._launch import contiguous_strides, external_stream, get_device
-from interop._plan import ArraySpec, ScalarSpec, check_layout, default_launch, tile_launch, tile_output_dims
+from interop._plan import (
+    ArraySpec,
+    ScalarSpec,
+    check_layout,
+    default_launch,
+    tile_launch,
+    tile_output_dims,
+    vector_components,
+)
 from interop._warp_compat import type_size_in_bytes
 
 from .._common import EagerFramework
@@ -369,7 +377,9 @@ class _Binding:
                     arrays.append((p.index, i, None))
             elif p.inner:
                 t = plan.types[p.index]
-                scalars.append((p.index, i, lambda v, t=t: t(*v)))
+                # (the components checked as any call's are: a float32 component beyond its range
+                # is refused, not made inf; a wrong count names the parameter)
+                scalars.append((p.index, i, lambda v, t=t, p=p: t(*vector_components(desc, p, v))))
             else:
                 scalars.append((p.index, i, None))
         e = _Entry()

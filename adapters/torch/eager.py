@@ -113,6 +113,7 @@ class _BodyWriter:
         self.runner, self.wdev = e.runner, e.wdev
         self.arrays = {idx: (pos, strides) for idx, pos, strides in e.arrays}
         self.scalars = {idx: (pos, conv) for idx, pos, conv in e.scalars}
+        self.raw: dict[int, str] = {}  # vector parameters: the call's value, before ptr()'s conversion
         strided = {idx: strides for idx, (pos, strides) in self.arrays.items() if strides is not None}
         # a launch reads a returned parameter from its result tensor, which is contiguous, never from
         # the caller's (perhaps strided) in-out: the functional forward writes a fresh copy (the
@@ -152,6 +153,7 @@ class _BodyWriter:
             if conv is None:
                 return f"a{pos}"
             self.env[f"C{idx}"] = conv
+            self.raw[idx] = f"a{pos}"  # (a vector: direct_lines may write a list's floats as they are)
             return f"C{idx}(a{pos})"
         return "0"
 
@@ -199,7 +201,7 @@ class _BodyWriter:
             results.append(f"r{j}")
         fallback = f"go([{', '.join(values[i] for i in range(nparams))}], None, stream)"
         if kind != "backward":
-            lines += direct_lines(self.runner, self.wdev, "DF", ptrs, None, fallback)
+            lines += direct_lines(self.runner, self.wdev, "DF", ptrs, None, fallback, vectors=self.raw)
         else:
             lines.append(f"    {fallback}")
         return lines, (results[0] if len(results) == 1 else tuple_text(results) if results else "None")
@@ -323,11 +325,13 @@ class _BodyWriter:
         read = [f"r{j}" for j, p in enumerate(self.b.returned) if p.index not in runner.unread_outputs]
         if read and runner.can_direct(wdev):
             lines = [f"    if {' and '.join(f'{r}.is_contiguous()' for r in read)}:"]
-            lines += direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, indent="        ", zero=zero)
+            lines += direct_lines(
+                runner, wdev, "DA", ptrs, array_adj, slow, indent="        ", zero=zero, vectors=self.raw
+            )
             lines.append("    else:")
             lines.append(f"        {slow}")
             return lines
-        return direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, zero=zero)
+        return direct_lines(runner, wdev, "DA", ptrs, array_adj, slow, zero=zero, vectors=self.raw)
 
 
 #: device types whose gradients of one dtype share one zero-filled buffer (see _bodies); on the CPU a
