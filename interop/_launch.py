@@ -762,8 +762,8 @@ def direct_lines(
     ``fallback`` (a statement) runs instead. Where :meth:`Runner.can_direct` says no, the lines are only ``fallback``.
 
     ``vectors`` maps vector parameters (:meth:`Runner.vector_field`) to the expression of the value
-    as the call gave it, ``values`` holding its conversion: a list of as many Python floats, each
-    within the component type's range (what ``torch.ops`` hands over for a ``float[]``), is written
+    as the call gave it, ``values`` holding its conversion: a list or tuple of as many Python floats,
+    each within the component type's range (what ``torch.ops`` hands over for a ``float[]``), is written
     into the struct's bytes of that parameter as they are (``c<i>[:] = value``: ctypes rounds each
     float as Warp's vector constructor does); any other value is converted and checked by ``d.set``.
     """
@@ -787,7 +787,7 @@ def direct_lines(
         vf = runner.vector_field(i) if vectors and i in vectors else None
         if vf is not None:
             raw, n, lo, hi = vectors[i], vf[1], vf[2], vf[3]  # type: ignore[index]
-            test = ["type(_v) is list", f"len(_v) == {n}"]
+            test = ["(type(_v) is list or type(_v) is tuple)", f"len(_v) == {n}"]
             test += [f"type(_v[{k}]) is float" for k in range(n)]
             test += [f"{lo!r} <= _v[{k}] <= {hi!r}" for k in range(n)]
             lines.append(f"{i2}_v = {raw}")

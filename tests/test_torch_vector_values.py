@@ -73,6 +73,13 @@ def test_a_sequence_of_vector_values_through_the_operator():
         _same(x.grad, gx_ref)
         with torch.no_grad():
             _same(fwd(x.detach(), list(g), 0.5), y_ref)
+        # the op object with a tuple, under saved-tensor hooks (as torch.utils.checkpoint runs it)
+        x.grad = None
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            y = SHIFT(x, tuple(g), 0.5)
+        _same(y.detach(), y_ref)
+        (y * torch.tensor(w)).sum().backward()
+        _same(x.grad, gx_ref)
 
 
 def test_ints_and_tuples_take_the_conversion():
