@@ -490,14 +490,7 @@ class Runner(FunctionCalls):
         for i, at in adj.items():
             setattr(d, f"w{i}", at)
         d.contiguous = slot.contiguous
-        for i in self.vec_scalars:
-            vf = self.vector_field(i)
-            field = getattr(type(rec.args), rec.labels[i], None)
-            view = None
-            if vf is not None and field is not None and field.size == vf[1] * ctypes.sizeof(vf[0]):
-                # the struct's own bytes of that parameter, as n floats (see direct_lines)
-                view = (vf[0] * vf[1]).from_buffer(rec.args, field.offset)
-            setattr(d, f"c{i}", view)
+        _vector_views(self, d, rec)
         runner, launch, labels, plan = self, slot.launch, rec.labels, self.plan
 
         def set_scalar(i: int, v: Any) -> None:
@@ -512,27 +505,11 @@ class Runner(FunctionCalls):
         d.set = set_scalar
         return d
 
-    def vector_field(self, i: int) -> tuple | None:
-        """``(ctypes scalar, n, lo, hi)`` of a vector parameter ``i`` (vec, quat, transform) of
-        float32/float64 components, passed by value: generated code may write its ``n`` components
-        into a :class:`DirectLaunch`'s struct (``c<i>``), each a float within ``[lo, hi]``; None
-        for every other parameter (``d.set`` converts and checks those)."""
-        if i not in self.vec_scalars:
-            return None
-        t = self.plan.types[i]
-        shape = getattr(t, "_shape_", None)
-        ct = _VECTOR_CTYPES.get(getattr(t, "_wp_scalar_type_", None))
-        if ct is None or shape is None or len(shape) != 1 or not 0 < shape[0] <= 16 or self.vec_scalars[i].generic:
-            return None
-        lo, hi = value_range(t._wp_scalar_type_)
-        return ct, int(shape[0]), lo, hi
-
     def scalar_kind(self, i: int) -> tuple:
-        """How generated code sets scalar parameter ``i`` in a :class:`DirectLaunch`'s struct:
-        ``("bool",)`` assigned as is (ctypes converts as Warp's packing does), ``("range", lo, hi)``
-        assigned after a range check (integers; float32/float64, whose finite values must not
-        become inf; the exact check runs in ``d.set`` outside it), ``("set",)`` through ``d.set``
-        (vectors, half floats and every other type)."""
+        """How generated code sets scalar parameter ``i`` in a :class:`DirectLaunch`'s struct: ``("bool",)``
+        assigned as is (ctypes converts as Warp's packing does), ``("range", lo, hi)`` assigned after a
+        range check (integers; float32/float64, whose finite values must not become inf; the exact
+        check runs in ``d.set`` outside it), ``("set",)`` through ``d.set`` (vectors, half floats...)."""
         t = self.plan.types[i]
         if t is wp.float16 or t is wp.bfloat16:
             return ("set",)
@@ -761,7 +738,7 @@ def direct_lines(
     is busy (a call re-entering from a callback) or Warp's API capture records launches,
     ``fallback`` (a statement) runs instead. Where :meth:`Runner.can_direct` says no, the lines are only ``fallback``.
 
-    ``vectors`` maps vector parameters (:meth:`Runner.vector_field`) to the expression of the value
+    ``vectors`` maps vector parameters (:func:`vector_field`) to the expression of the value
     as the call gave it, ``values`` holding its conversion: a list or tuple of as many Python floats,
     each within the component type's range (what ``torch.ops`` hands over for a ``float[]``), is written
     into the struct's bytes of that parameter as they are (``c<i>[:] = value``: ctypes rounds each
@@ -784,7 +761,7 @@ def direct_lines(
             continue
         kind = runner.scalar_kind(i)
         label = runner.plan.kernel.adj.args[i].label
-        vf = runner.vector_field(i) if vectors and i in vectors else None
+        vf = vector_field(runner, i) if vectors and i in vectors else None
         if vf is not None:
             raw, n, lo, hi = vectors[i], vf[1], vf[2], vf[3]  # type: ignore[index]
             test = ["(type(_v) is list or type(_v) is tuple)", f"len(_v) == {n}"]
@@ -831,7 +808,35 @@ def direct_lines(
     return lines
 
 
-#: a vector's component type -> the ctypes type Warp stores it as (see Runner.vector_field)
+def vector_field(runner: Runner, i: int) -> tuple | None:
+    """``(ctypes scalar, n, lo, hi)`` of a vector parameter ``i`` of ``runner``'s kernel (vec, quat,
+    transform) of float32/float64 components, passed by value: generated code may write its ``n``
+    components into a :class:`DirectLaunch`'s struct (``c<i>``), each a float within ``[lo, hi]``;
+    None for every other parameter (``d.set`` converts and checks those)."""
+    if i not in runner.vec_scalars:
+        return None
+    t = runner.plan.types[i]
+    shape = getattr(t, "_shape_", None)
+    ct = _VECTOR_CTYPES.get(getattr(t, "_wp_scalar_type_", None))
+    if ct is None or shape is None or len(shape) != 1 or not 0 < shape[0] <= 16 or runner.vec_scalars[i].generic:
+        return None
+    lo, hi = value_range(t._wp_scalar_type_)
+    return ct, int(shape[0]), lo, hi
+
+
+def _vector_views(runner: Runner, d: Any, rec: Any) -> None:
+    """Set ``d.c<i>`` for each vector parameter: the struct's own bytes of it as n floats (see
+    :func:`direct_lines`), or None where its field is not that."""
+    for i in runner.vec_scalars:
+        vf = vector_field(runner, i)
+        field = getattr(type(rec.args), rec.labels[i], None)
+        view = None
+        if vf is not None and field is not None and field.size == vf[1] * ctypes.sizeof(vf[0]):
+            view = (vf[0] * vf[1]).from_buffer(rec.args, field.offset)
+        setattr(d, f"c{i}", view)
+
+
+#: a vector's component type -> the ctypes type Warp stores it as (see vector_field)
 _VECTOR_CTYPES = {wp.float32: ctypes.c_float, wp.float64: ctypes.c_double}
 
 

@@ -93,7 +93,7 @@ def test_other_calls_are_warps_own(call):
         got = rec.allocate(args, kw, True)
         if got is not None:  # (made by Warp, and no copy made of it)
             assert type(got) is wp.array
-            assert _fields(got) == _fields(wp.zeros(*args, **kw))
+            assert _fields(got) == _fields(wp.zeros(*args, **kw))  # default-device: every LEFT call names cpu
     assert all(m is None for m in rec._allocs.values())
 
 
@@ -217,7 +217,7 @@ def test_another_threads_allocations_are_warps():
 
     op = interop.op(fn)
     for _ in range(2):
-        y = op(torch.arange(4, dtype=torch.float32))
+        y = op(torch.arange(4, dtype=torch.float32, device="cpu"))
         assert y.tolist() == [0.0, 1.0, 2.0, 3.0]
     keys = [k for plan in op._plans.values() for k in plan.runner.fast_records._allocs]
     assert keys and all(k[0] == 4 for k in keys)

@@ -69,7 +69,7 @@ def test_a_sequence_of_vector_values_through_the_operator():
         x = torch.tensor(x_np, device="cpu", requires_grad=True)
         y = fwd(x, list(g), 0.5)
         _same(y.detach(), y_ref)
-        (y * torch.tensor(w)).sum().backward()  # the backward operator, the same list
+        (y * torch.tensor(w, device="cpu")).sum().backward()  # the backward operator, the same list
         _same(x.grad, gx_ref)
         with torch.no_grad():
             _same(fwd(x.detach(), list(g), 0.5), y_ref)
@@ -78,7 +78,7 @@ def test_a_sequence_of_vector_values_through_the_operator():
         with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
             y = SHIFT(x, tuple(g), 0.5)
         _same(y.detach(), y_ref)
-        (y * torch.tensor(w)).sum().backward()
+        (y * torch.tensor(w, device="cpu")).sum().backward()
         _same(x.grad, gx_ref)
 
 
