@@ -12,7 +12,7 @@ device and whether it has a gradient; each value's type), copying each array's o
 on the active tape as ``wp.launch`` records it. :func:`tape_backward` runs a tape's launches
 backwards the same way (Warp's ``Tape.backward``: the same adjoint arguments, ``tape.gradients``
 kept for ``tape.zero()``), with adjoint records cached alike. The function's own temporaries,
-``wp.zeros``/``wp.empty`` with a shape of ints, a dtype, a device and ``requires_grad`` (the forces
+``wp.zeros``/``wp.empty`` (and their ``*_like``) with a shape of ints, a dtype, a device and ``requires_grad`` (the forces
 of a step: 16 us a call through Warp with a gradient), are copies of the first array of their
 signature on the CPU (:meth:`Records.allocate`, about 3 us), each with memory of its own.
 
@@ -180,6 +180,36 @@ class Records:
         self._views: dict[tuple, Any] = {}
         self._allocs: dict[tuple, Any] = {}
 
+    def allocate_like(self, args: tuple, kw: dict, zero: bool) -> Any:
+        """``wp.zeros_like(*args, **kw)`` (``zero``) or ``wp.empty_like``: what Warp makes of it, the
+        ``wp.zeros``/``wp.empty`` call with the source's shape and dtype, its device, gradient and
+        pinning where not given (:meth:`allocate`); None where Warp's own runs (a source other than a
+        ``wp.array``, ``retain_grad``, pinned memory, another keyword)."""
+        if not args or len(args) > 5 or (kw and not kw.keys() <= _LIKE_KEYWORDS):
+            return None
+        src = args[0]
+        if type(src) is not wp.array:
+            return None
+        vals = dict(zip(_LIKE_KEYWORDS_ORDER, args[1:]))
+        for k, v in kw.items():
+            if k in vals:
+                return None  # (Warp's TypeError)
+            vals[k] = v
+        if vals.get("retain_grad", False) is not False:
+            return None
+        pinned = vals.get("pinned")
+        if pinned if pinned is not None else src.pinned:
+            return None
+        device = vals.get("device")
+        rg = vals.get("requires_grad")
+        shape = (
+            src.shape,
+            src.dtype,
+            src.device if device is None else device,
+            src.requires_grad if rg is None else rg,
+        )
+        return self.allocate(shape, {}, zero)
+
     def allocate(self, args: tuple, kw: dict, zero: bool) -> Any:
         """``wp.zeros(*args, **kw)`` (``zero``) or ``wp.empty``: the first call of a signature by
         Warp, the next ones copied from it (``_warp_compat.owned_array_maker``); None where the
@@ -239,6 +269,8 @@ class Records:
 
 _ALLOC_KEYWORDS_ORDER = ("shape", "dtype", "device", "requires_grad")  # wp.zeros/wp.empty's first four
 _ALLOC_KEYWORDS = frozenset(_ALLOC_KEYWORDS_ORDER)
+_LIKE_KEYWORDS_ORDER = ("device", "requires_grad", "pinned", "retain_grad")  # after wp.zeros_like's source
+_LIKE_KEYWORDS = frozenset(_LIKE_KEYWORDS_ORDER)
 
 
 def _make_record(kernel, dims, args, adj, device, block_dim) -> _Record | None:
@@ -266,6 +298,9 @@ class FastLaunches(LaunchHook):
 
     def allocate(self, args: tuple, kw: dict, zero: bool) -> Any:
         return self.records.allocate(args, kw, zero)
+
+    def allocate_like(self, args: tuple, kw: dict, zero: bool) -> Any:
+        return self.records.allocate_like(args, kw, zero)
 
     def launch(self, kernel: Any, dim: Any, inputs: Sequence[Any], outputs: Sequence[Any], kw: dict) -> Any:
         plain = (

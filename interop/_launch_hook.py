@@ -9,9 +9,10 @@ hands this thread's launches to its innermost hook and every other thread's to W
 when the last hook exits. A launch a hook does not take (another thread's, an adjoint or
 recorded-command launch, a keyword it does not know) goes to Warp unchanged.
 
-``wp.zeros`` and ``wp.empty`` are taken over alike (:meth:`LaunchHook.allocate`): the fast path makes
-the function's temporaries, ``wp.zeros(n, dtype=..., requires_grad=True)`` for the forces of a
-step, by copying the fields of the first one of each signature (``_warp_compat.owned_array_maker``).
+``wp.zeros``, ``wp.empty``, ``wp.zeros_like`` and ``wp.empty_like`` are taken over alike
+(:meth:`LaunchHook.allocate`): the fast path makes the function's temporaries,
+``wp.zeros(n, dtype=..., requires_grad=True)`` for the forces of a step, by copying the fields of
+the first one of each signature (``_warp_compat.owned_array_maker``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import warp as wp
 
 _state = threading.local()  # .hook: the innermost LaunchHook this thread runs under, or None
 _install_lock = threading.Lock()
-_original: list[Callable] = []  # wp.launch, wp.zeros, wp.empty as they were when the dispatchers were installed
+#: wp.launch, wp.zeros, wp.empty, wp.zeros_like, wp.empty_like as they were when the dispatchers were installed
+_original: list[Callable] = []
+_NAMES = ("launch", "zeros", "empty", "zeros_like", "empty_like")
 _installed = [0]
 
 
@@ -32,12 +35,14 @@ def original_launch() -> Callable:
     return _original[0] if _original else wp.launch
 
 
-def original_allocator(zero: bool) -> Callable:
-    """Warp's own ``wp.zeros`` (``zero``) or ``wp.empty`` (also while the dispatchers are installed)."""
+def original_allocator(zero: bool, like: bool = False) -> Callable:
+    """Warp's own ``wp.zeros`` (``zero``) or ``wp.empty``, their ``*_like`` where ``like`` (also while
+    the dispatchers are installed)."""
+    i = (1 if zero else 2) + (2 if like else 0)
     try:
-        return _original[1 if zero else 2]
+        return _original[i]
     except IndexError:  # (none installed, or the last hook of another thread just put them back)
-        return wp.zeros if zero else wp.empty
+        return getattr(wp, _NAMES[i])
 
 
 def _launch(kernel: Any, dim: Any, inputs: Sequence[Any] = (), outputs: Sequence[Any] = (), *args: Any, **kw: Any):
@@ -69,6 +74,29 @@ def _empty(*args: Any, **kw: Any) -> Any:
     return original_allocator(False)(*args, **kw)
 
 
+def _zeros_like(*args: Any, **kw: Any) -> Any:
+    """``wp.zeros_like`` while a hook is installed (see :func:`_zeros`)."""
+    hook = getattr(_state, "hook", None)
+    if hook is not None:
+        a = hook.allocate_like(args, kw, True)
+        if a is not None:
+            return a
+    return original_allocator(True, like=True)(*args, **kw)
+
+
+def _empty_like(*args: Any, **kw: Any) -> Any:
+    """``wp.empty_like`` while a hook is installed (see :func:`_zeros`)."""
+    hook = getattr(_state, "hook", None)
+    if hook is not None:
+        a = hook.allocate_like(args, kw, False)
+        if a is not None:
+            return a
+    return original_allocator(False, like=True)(*args, **kw)
+
+
+_DISPATCHERS = (_launch, _zeros, _empty, _zeros_like, _empty_like)
+
+
 class LaunchHook:
     """``with hook: fn(*args)``: the launches ``fn`` makes from this thread go to ``hook.launch``."""
 
@@ -81,6 +109,10 @@ class LaunchHook:
         """A ``wp.zeros(*args, **kw)`` (``zero``) or ``wp.empty`` of this thread, or None: Warp's own."""
         return None
 
+    def allocate_like(self, args: tuple, kw: dict, zero: bool) -> Any:
+        """A ``wp.zeros_like(*args, **kw)`` (``zero``) or ``wp.empty_like`` of this thread, or None: Warp's own."""
+        return None
+
     def check(self, direction: str = " (backward)") -> None:
         """Raise what the hook's launches recorded (checked mode); nothing for a hook that records
         nothing."""
@@ -88,8 +120,9 @@ class LaunchHook:
     def __enter__(self) -> Any:
         with _install_lock:
             if _installed[0] == 0:
-                _original[:] = [wp.launch, wp.zeros, wp.empty]
-                wp.launch, wp.zeros, wp.empty = _launch, _zeros, _empty
+                _original[:] = [getattr(wp, name) for name in _NAMES]
+                for name, fn in zip(_NAMES, _DISPATCHERS):
+                    setattr(wp, name, fn)
             _installed[0] += 1
         self._previous = getattr(_state, "hook", None)
         _state.hook = self
@@ -101,10 +134,7 @@ class LaunchHook:
         with _install_lock:
             _installed[0] -= 1
             if _installed[0] == 0:
-                if wp.launch is _launch:
-                    wp.launch = _original[0]
-                if wp.zeros is _zeros:
-                    wp.zeros = _original[1]
-                if wp.empty is _empty:
-                    wp.empty = _original[2]
+                for name, fn, orig in zip(_NAMES, _DISPATCHERS, _original):
+                    if getattr(wp, name) is fn:
+                        setattr(wp, name, orig)
                 _original.clear()

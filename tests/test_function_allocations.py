@@ -97,6 +97,44 @@ def test_other_calls_are_warps_own(call):
     assert all(m is None for m in rec._allocs.values())
 
 
+@pytest.mark.parametrize("zero", [True, False], ids=["zeros_like", "empty_like"])
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"requires_grad": True}, {"requires_grad": False}, {"device": "cpu"}, {"pinned": False}],
+    ids=["plain", "grad", "no-grad", "device", "unpinned"],
+)
+@pytest.mark.parametrize("src_grad", [False, True], ids=["src", "src-with-grad"])
+def test_like_copies_are_warps_arrays(kw, zero, src_grad):
+    """``wp.zeros_like``/``wp.empty_like`` take the source's shape, dtype, device and gradient
+    where not given, as Warp's do: their copies have the fields of Warp's own."""
+    src = wp.array(np.ones((3, 2), np.float32), dtype=wp.vec2, device="cpu", requires_grad=src_grad)
+    warp_fn = wp.zeros_like if zero else wp.empty_like
+    rec = Records()
+    made = [rec.allocate_like((src,), kw, zero) for _ in range(3)]
+    ref = warp_fn(src, **kw)
+    for a in made:
+        assert _fields(a) == _fields(ref)
+        assert (a.grad is None) == (ref.grad is None)
+        if zero:
+            assert not np.any(a.numpy())
+    assert len({a.ptr for a in made} | {src.ptr, ref.ptr}) == 5
+    assert all(m is not None for m in rec._allocs.values())
+
+
+def test_like_calls_warp_keeps():
+    src = wp.zeros(4, dtype=float, device="cpu", requires_grad=True)
+    rec = Records()
+    assert rec.allocate_like((src,), {"retain_grad": True}, True) is None
+    assert rec.allocate_like((src,), {"pinned": True}, True) is None
+    strided = src.reshape((2, 2)).transpose()  # a strided source: a new contiguous array, as Warp's
+    for _ in range(2):
+        got = rec.allocate_like((strided,), {}, True)
+        assert _fields(got) == _fields(wp.zeros_like(strided)) and got.is_contiguous
+    idx = wp.indexedarray(src, [wp.array([0, 2], dtype=wp.int32, device="cpu")])
+    assert rec.allocate_like((idx,), {}, True) is None
+    assert rec.allocate_like((np.zeros(3),), {}, True) is None
+
+
 @wp.kernel
 def _spread(x: wp.array(dtype=wp.vec3), k: float, f: wp.array(dtype=wp.vec3), s: wp.array(dtype=float)):
     i = wp.tid()
@@ -123,7 +161,16 @@ def two_temporaries(x: wp.array(dtype=wp.vec3), k: float, y: wp.array(dtype=wp.v
     wp.launch(_combine, dim=x.shape[0], inputs=[x, f, s], outputs=[y], device=x.device)
 
 
+def two_temporaries_like(x: wp.array(dtype=wp.vec3), k: float, y: wp.array(dtype=wp.vec3)):
+    """The same, the forces made like the positions (``wp.zeros_like``)."""
+    f = wp.zeros_like(x, requires_grad=True)
+    s = wp.empty(shape=x.shape[0], dtype=float, device=x.device, requires_grad=True)
+    wp.launch(_spread, dim=x.shape[0], inputs=[x, k], outputs=[f, s], device=x.device)
+    wp.launch(_combine, dim=x.shape[0], inputs=[x, f, s], outputs=[y], device=x.device)
+
+
 OP = interop.op(two_temporaries)
+OP_LIKE = interop.op(two_temporaries_like)
 
 SIZES = [5, 5, 8, 5, 8, 8, 3]
 
@@ -152,7 +199,8 @@ def _same(got, ref) -> None:
     np.testing.assert_allclose(np.asarray(got), ref, rtol=2e-6, atol=1e-7)
 
 
-def test_torch_forwards_kept_then_one_backward():
+@pytest.mark.parametrize("op", [OP, OP_LIKE], ids=["zeros", "zeros_like"])
+def test_torch_forwards_kept_then_one_backward(op):
     """Several forwards, each keeping its tape and temporaries, then one backward through all:
     each call's gradient is its own (temporaries shared between calls would mix them)."""
     torch = pytest.importorskip("torch")
@@ -161,7 +209,7 @@ def test_torch_forwards_kept_then_one_backward():
         x_np = _x(n, t)
         k = 0.5 + t
         x = torch.tensor(x_np, device="cpu", requires_grad=True)
-        y = OP(x, k)
+        y = op(x, k)
         y_ref, g_ref = _reference(x_np, k)
         _same(y.detach(), y_ref)
         xs.append(x)
@@ -172,7 +220,7 @@ def test_torch_forwards_kept_then_one_backward():
     sum((y * torch.tensor(_w(y.shape[0]), device="cpu")).sum() for y in ys).backward()
     for x, g_ref in zip(xs, refs):
         _same(x.grad, g_ref)
-    made = [m for plan in OP._plans.values() for m in plan.runner.fast_records._allocs.values()]
+    made = [m for plan in op._plans.values() for m in plan.runner.fast_records._allocs.values()]
     assert made and all(m is not None for m in made)  # the temporaries were copies
 
 
