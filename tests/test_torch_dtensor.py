@@ -388,11 +388,13 @@ def ranks(tmp_path_factory):
 
 def _ok(ranks, name) -> list[dict]:
     """``name``'s result on every rank, failing with the rank's error if it raised."""
-    got = []
-    for rank, r in enumerate(ranks):
-        res = r[name]
-        assert "error" not in res, f"rank {rank}, {name}: {res['error']}\n{res.get('trace', '')}"
-        got.append(res)
+    got = [r[name] for r in ranks]
+    # every rank's error: a rank that failed first makes the other's collective fail with "Connection
+    # closed by peer", which alone does not say what happened
+    errors = [
+        f"rank {rank}, {name}: {res['error']}\n{res.get('trace', '')}" for rank, res in enumerate(got) if "error" in res
+    ]
+    assert not errors, "\n".join(errors)
     return got
 
 

@@ -379,7 +379,9 @@ class _Binding:
                 t = plan.types[p.index]
                 # (the components checked as any call's are: a float32 component beyond its range
                 # is refused, not made inf; a wrong count names the parameter)
-                scalars.append((p.index, i, lambda v, t=t, p=p: t(*vector_components(desc, p, v))))
+                scalars.append(
+                    (p.index, i, lambda v, t=t, p=p: v if type(v) is t else t(*vector_components(desc, p, v)))
+                )
             else:
                 scalars.append((p.index, i, None))
         e = _Entry()
