@@ -296,11 +296,8 @@ class FastLaunches(LaunchHook):
     def __init__(self, records: Records):
         self.records = records
 
-    def allocate(self, args: tuple, kw: dict, zero: bool) -> Any:
-        return self.records.allocate(args, kw, zero)
-
-    def allocate_like(self, args: tuple, kw: dict, zero: bool) -> Any:
-        return self.records.allocate_like(args, kw, zero)
+    def allocate(self, args: tuple, kw: dict, zero: bool, like: bool) -> Any:
+        return self.records.allocate_like(args, kw, zero) if like else self.records.allocate(args, kw, zero)
 
     def launch(self, kernel: Any, dim: Any, inputs: Sequence[Any], outputs: Sequence[Any], kw: dict) -> Any:
         plain = (

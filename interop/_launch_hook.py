@@ -54,47 +54,29 @@ def _launch(kernel: Any, dim: Any, inputs: Sequence[Any] = (), outputs: Sequence
     return hook.launch(kernel, dim, inputs, outputs, kw)
 
 
-def _zeros(*args: Any, **kw: Any) -> Any:
-    """``wp.zeros`` while a hook is installed: this thread's calls go to its hook, others to Warp."""
-    hook = getattr(_state, "hook", None)
-    if hook is not None:
-        a = hook.allocate(args, kw, True)
-        if a is not None:
-            return a
-    return original_allocator(True)(*args, **kw)
+def _allocator(zero: bool, like: bool) -> Callable:
+    """``wp.zeros`` (``zero``) or ``wp.empty``, their ``*_like`` where ``like``, while a hook is
+    installed: this thread's calls go to its hook, others (and those it does not take) to Warp."""
+
+    def dispatch(*args: Any, **kw: Any) -> Any:
+        hook = getattr(_state, "hook", None)
+        if hook is not None:
+            a = hook.allocate(args, kw, zero, like)
+            if a is not None:
+                return a
+        return original_allocator(zero, like)(*args, **kw)
+
+    dispatch.__name__ = dispatch.__qualname__ = f"_{_NAMES[(1 if zero else 2) + (2 if like else 0)]}"
+    return dispatch
 
 
-def _empty(*args: Any, **kw: Any) -> Any:
-    """``wp.empty`` while a hook is installed: this thread's calls go to its hook, others to Warp."""
-    hook = getattr(_state, "hook", None)
-    if hook is not None:
-        a = hook.allocate(args, kw, False)
-        if a is not None:
-            return a
-    return original_allocator(False)(*args, **kw)
-
-
-def _zeros_like(*args: Any, **kw: Any) -> Any:
-    """``wp.zeros_like`` while a hook is installed (see :func:`_zeros`)."""
-    hook = getattr(_state, "hook", None)
-    if hook is not None:
-        a = hook.allocate_like(args, kw, True)
-        if a is not None:
-            return a
-    return original_allocator(True, like=True)(*args, **kw)
-
-
-def _empty_like(*args: Any, **kw: Any) -> Any:
-    """``wp.empty_like`` while a hook is installed (see :func:`_zeros`)."""
-    hook = getattr(_state, "hook", None)
-    if hook is not None:
-        a = hook.allocate_like(args, kw, False)
-        if a is not None:
-            return a
-    return original_allocator(False, like=True)(*args, **kw)
-
-
-_DISPATCHERS = (_launch, _zeros, _empty, _zeros_like, _empty_like)
+_DISPATCHERS = (
+    _launch,
+    _allocator(True, False),
+    _allocator(False, False),
+    _allocator(True, True),
+    _allocator(False, True),
+)
 
 
 class LaunchHook:
@@ -105,12 +87,9 @@ class LaunchHook:
     def launch(self, kernel: Any, dim: Any, inputs: Sequence[Any], outputs: Sequence[Any], kw: dict) -> Any:
         raise NotImplementedError  # pragma: no cover (each hook defines it)
 
-    def allocate(self, args: tuple, kw: dict, zero: bool) -> Any:
-        """A ``wp.zeros(*args, **kw)`` (``zero``) or ``wp.empty`` of this thread, or None: Warp's own."""
-        return None
-
-    def allocate_like(self, args: tuple, kw: dict, zero: bool) -> Any:
-        """A ``wp.zeros_like(*args, **kw)`` (``zero``) or ``wp.empty_like`` of this thread, or None: Warp's own."""
+    def allocate(self, args: tuple, kw: dict, zero: bool, like: bool) -> Any:
+        """A ``wp.zeros(*args, **kw)`` (``zero``) or ``wp.empty`` of this thread (their ``*_like``
+        where ``like``), or None: Warp's own."""
         return None
 
     def check(self, direction: str = " (backward)") -> None:
