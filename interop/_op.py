@@ -30,6 +30,16 @@ _ops_lock = threading.Lock()
 NOT_EAGER = object()
 
 
+def _not_compiling() -> bool:
+    return False
+
+
+# set by the torch adapter (adapters/torch/traced.py) to torch.compiler.is_compiling and its call
+# traced by Dynamo: Op.__call__ asks it first, before it reads anything Dynamo would guard
+_compiling: Any = _not_compiling
+_traced_call: Any = None
+
+
 class Op:
     """A Warp kernel (or annotated Python function) callable from every framework.
 
@@ -205,6 +215,12 @@ class Op:
         Returns:
             The in-out arrays and outputs in kernel order: one bare, several as a tuple.
         """
+        if _compiling():
+            # inside torch.compile: the torch adapter reads a plain call with few guards (Dynamo
+            # folds _compiling() to True there, and to False in every eager call)
+            res = _traced_call(self, args, launch_dims, output_dims, block_dim, kwargs)
+            if res is not NOT_EAGER:
+                return res
         if self._structs is not None:
             return self._call_structs(args, launch_dims, output_dims, block_dim, kwargs)
         if args and launch_dims is None and output_dims is None and block_dim is None and not kwargs:

@@ -87,6 +87,7 @@ from .._common import pack_result, unexpected_keywords
 from . import autocast as _autocast
 from . import forward_mode as _forward_mode
 from . import sharding as _torch_sharding
+from . import traced as _traced
 from .autograd import _apply, _backward_call, _check_grad_supported, _function_class
 from .binding import _BINDINGS, _OVERLOADS, _Binding, _current_stream  # noqa: F401  (_current_stream: tests)
 from .compat import (
@@ -480,6 +481,7 @@ def _install_block_dim_variant() -> None:
 
 
 _install_block_dim_variant()
+_traced.install()  # a call traced by Dynamo: few guards (torch/traced.py)
 
 
 def _seed_type_cache() -> None:
