@@ -382,6 +382,13 @@ def vec_offset_kernel(a: wp.array(dtype=wp.vec3), v: wp.vec3, out: wp.array(dtyp
     out[i] = a[i] + v
 
 
+@wp.kernel
+def vec_shift_kernel(a: wp.array(dtype=wp.vec3), g: wp.vec3, s: float, y: wp.array(dtype=wp.vec3)):
+    # a gravity-like vector used nonlinearly: its sign of zero (wp.sign) and components reach the values
+    i = wp.tid()
+    y[i] = a[i] * s + g + wp.vec3(g[0] * a[i][1], 0.0, wp.sign(g[2]))
+
+
 def function_scale_fn(a: wp.array(dtype=float), s: float, out: wp.array(dtype=float)):
     """A Python-function op with a scalar: one launch of scale_kernel."""
     wp.launch(scale_kernel, dim=a.shape, inputs=[a, s], outputs=[out], device=a.device)
