@@ -167,7 +167,9 @@ def _refused(fn, args, match, fullgraph):
     """A compiled call refused: without fullgraph the call leaves the graph and the eager call raises
     the op's ArgumentError; with it, torch raises its own error around the op's message."""
     if fullgraph:
-        with pytest.raises(Exception, match=match):
+        # the full path (torch < 2.12) reads a refused vector with NumPy, which Dynamo cannot trace:
+        # torch's error then names neither the op nor the parameter
+        with pytest.raises(Exception, match=match if core._traced_call is not None else None):
             fn(*args)
     else:
         with pytest.raises(interop.ArgumentError, match=match):
