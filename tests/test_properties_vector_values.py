@@ -12,6 +12,7 @@ INTEROP_PROPERTY_EXAMPLES // 4 sequences per framework.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 
 import numpy as np
@@ -101,6 +102,10 @@ def _run(fw, path, device, a, g, s, w, grad):
 
         ta = torch.tensor(a, device=device, requires_grad=grad)
         if path.startswith("compiled"):
+            from adapters.torch.compat import _DYNAMO_PASSES_OBJECTS
+
+            if isinstance(g, ctypes.Array) and not _DYNAMO_PASSES_OBJECTS:  # a Warp value
+                OP(ta.detach(), g, s)  # torch < 2.12: a Warp value once eagerly first (docs/limitations.md)
             f = _COMPILED.get("torch")
             if f is None:
                 f = _COMPILED["torch"] = torch.compile(lambda x, v, k: OP(x, v, k), backend="aot_eager")

@@ -89,6 +89,7 @@ Checked against torch 2.11.0, 2.12.1, 2.14.1, 2.15.0 (PyPI's CUDA builds, on the
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import warnings
 import weakref
@@ -495,6 +496,13 @@ def _is_direct(keyset) -> bool:
 _direct_keysets: dict[int, bool] = {}
 
 
+# torch 2.11's Library.impl refuses (RuntimeError) a second Python kernel for a key unless told
+# allow_override=True (its default from 2.12 on); every op registration failed there
+_OVERRIDE = (
+    {"allow_override": True} if "allow_override" in inspect.signature(torch.library.Library.impl).parameters else {}
+)
+
+
 def direct_autograd_kernel(cdef, impl) -> bool:
     """Register for ``cdef`` (a functional ``CustomOpDef``) an Autograd kernel that runs ``impl``
     directly when no autograd node is needed and nothing but the CPU/CUDA kernel is left to dispatch
@@ -525,7 +533,7 @@ def direct_autograd_kernel(cdef, impl) -> bool:
     # as custom_op's backend wrapper is: Dynamo, active while a compiled graph runs, must not trace it
     with warnings.catch_warnings():  # torch warns (once) that a registered kernel is overridden: ours is meant to
         warnings.simplefilter("ignore", UserWarning)
-        lib.impl(name, torch._disable_dynamo(kernel), "Autograd", with_keyset=True)
+        lib.impl(name, torch._disable_dynamo(kernel), "Autograd", with_keyset=True, **_OVERRIDE)
     return True
 
 
