@@ -99,6 +99,7 @@ from .compat import (
     functorch_transforms_active,
     leave_graph,
     plain_eager,
+    remember,
     unwrap_dead,
 )
 from .eager_path import _EAGER_DEVICES, _eager_apply, _eager_forward, _remember_signature, _signature  # noqa: F401
@@ -401,6 +402,7 @@ def _check_tensor(b: _Binding, p: Param, x: torch.Tensor) -> None:
 # ---------------------------------------------------------------------------------------
 def on_describe(op) -> None:
     """Register ``op``'s operators now (called by the core when an op is described while torch is imported)."""
+    remember(op)  # torch 2.11: found by its id when a trace passes it to a constant function
     _resolve(op, None, "functional")
 
 

@@ -399,6 +399,9 @@ def autocast_available(device_type: str) -> bool:
 def autocast_on(device_type: str) -> bool:
     """Whether autocast is enabled for ``device_type`` (False for a device type without autocast,
     "meta" say, where ``torch.is_autocast_enabled`` raises)."""
+    if device_type in ("cpu", "cuda"):
+        # every build has these; torch 2.11's Dynamo cannot trace _is_autocast_available
+        return torch.is_autocast_enabled(device_type)
     if _autocast_available is not None:
         return _autocast_available(device_type) and torch.is_autocast_enabled(device_type)
     return device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type)
@@ -428,6 +431,16 @@ def profiler_enabled_c():
 #   as its id, and is found again in a weak table that the function's eager calls fill (the torch
 #   adapter resolves every op eagerly when it is described or when the adapter loads).
 _DYNAMO_PASSES_OBJECTS = TORCH_VERSION >= (2, 12)
+# the weak table of those objects, one for every such function: filled by their eager calls and by
+# remember() (the adapter remembers every op it registers, so a call of a function that an op's
+# first call never made eagerly, a per-call block_dim's variant, is found too)
+_LIVE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def remember(obj: Any) -> None:
+    """Make ``obj`` findable by its id in a trace on a torch that passes objects as ids (2.11)."""
+    if not _DYNAMO_PASSES_OBJECTS:
+        _LIVE[id(obj)] = obj
 
 
 def assume_constant_result_of(fn):
@@ -440,7 +453,7 @@ def assume_constant_result_of(fn):
     if _DYNAMO_PASSES_OBJECTS:
         after_import(_DYNAMO_MODULE, lambda: torch.compiler.assume_constant_result(fn))
         return fn
-    live: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+    live = _LIVE
 
     def by_id(key: int, *args):
         obj = live.get(key)
