@@ -233,3 +233,58 @@ def test_compiled_wrong_argument_count_refused(fullgraph):
         return MOVE(x, x, (0.0, 0.0, 0.0))
 
     _refused(step, (torch.rand(N, 3, device=DEVICE),), r"op '_move' takes 4 argument", fullgraph)
+
+
+@wp.kernel
+def _scaled(x: wp.array(dtype=wp.vec3), g: wp.vec3, s: float, n: int, y: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    y[i] = x[i] * s + g * float(n)
+
+
+SCALED = interop.op(_scaled, outputs=["y"])
+
+
+def test_dynamic_shapes_and_numbers():
+    """``dynamic=True``: the rows, the float and the int are symbols of one graph; each call equals eager."""
+    f = torch.compile(lambda x, s, n: SCALED(x, (1.0, 2.0, 3.0), s, n), dynamic=True, fullgraph=True)
+    for rows in (5, 7, 9):
+        x = torch.rand(rows, 3, device=DEVICE)
+        for s, n in ((0.5, 2), (0.25, 3), (-1.0, -4)):
+            torch.testing.assert_close(f(x, s, n), SCALED(x, (1.0, 2.0, 3.0), s, n), rtol=0, atol=0)
+
+
+class _Shift(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.rand(N, 3, device=DEVICE))
+
+    def forward(self, x):
+        return SCALED(x + self.w, [0.5, -1.0, 0.0], 2.0, 3) * self.w
+
+
+def test_module_compiled_and_exported():
+    """A module whose parameter reaches the op: compiled (values and the parameter's gradient equal
+    eager's), and exported strict and non-strict (the program's values equal eager's)."""
+    m = _Shift()
+    x = torch.rand(N, 3, device=DEVICE)
+    want = m(x)
+    want.sum().backward()
+    want_grad = m.w.grad.clone()
+    m.w.grad = None
+    got = torch.compile(m, fullgraph=True, backend="aot_eager")(x)
+    got.sum().backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(m.w.grad, want_grad)
+    for strict in (True, False):
+        ep = torch.export.export(m, (x,), strict=strict)
+        torch.testing.assert_close(ep.module()(x), want.detach())
+
+
+def test_compiled_float_beyond_float32_refused():
+    """A number the float32 parameter cannot hold is refused inside torch.compile as eagerly (never inf)."""
+    x = torch.rand(N, 3, device=DEVICE)
+    for fullgraph in (False, True):
+        torch._dynamo.reset()
+        f = torch.compile(lambda x: SCALED(x, (1.0, 2.0, 3.0), 1e39, 2), fullgraph=fullgraph)
+        with pytest.raises(interop.ArgumentError, match=r"op '_scaled', parameter 's'.*1e\+39"):
+            f(x)
