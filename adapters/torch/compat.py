@@ -402,9 +402,9 @@ def autocast_on(device_type: str) -> bool:
     if device_type in ("cpu", "cuda"):
         # every build has these; torch 2.11's Dynamo cannot trace _is_autocast_available
         return torch.is_autocast_enabled(device_type)
-    if _autocast_available is not None:
-        return _autocast_available(device_type) and torch.is_autocast_enabled(device_type)
-    return device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type)
+    return (
+        _autocast_available is not None and _autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+    )
 
 
 def profiler_enabled() -> bool:

@@ -83,9 +83,9 @@ def traced_call(op, args: tuple, launch_dims: Any, output_dims: Any, block_dim: 
     plan = _traced_plan(op, tuple(sig), grad, bool(autocast_enabled()))
     if plan is None:
         return NOT_EAGER
+    if plan[0] == "refuse":  # ("refuse", position of a vector with a wrong count)
+        _refuse(op, plan[1], args[plan[1]])
     qual, vectors = plan
-    if qual == "refuse":
-        _refuse(op, vectors, args[vectors])
     if vectors:
         call = list(args)
         for pos, ints, lo, hi in vectors:
