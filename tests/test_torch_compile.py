@@ -293,3 +293,61 @@ def test_rollout_step_recompiles_for_requires_grad_as_plain_torch_does():
         counts.append(cnt.frame_count)
     assert counts == [2, 2, 1]
     torch._dynamo.reset()
+
+
+def test_operator_kernels_run_untraced_while_dynamo_callback_is_set(monkeypatch):
+    """An operator called outside a compiled graph but inside a compiled function's frames (here a
+    frame Dynamo skips, whose callees it still compiles) runs its kernels untraced: Dynamo compiles
+    no frame of the kernel or below it (the forward's, and the backward operator's that
+    ``.backward()`` runs there), and the values and gradients are Warp's."""
+    import os
+
+    import torch._dynamo.convert_frame as convert_frame
+
+    compiled: list[str] = []
+    original = convert_frame._compile
+
+    def recording(code, *args, **kwargs):
+        compiled.append(f"{os.path.basename(code.co_filename)}:{code.co_name}")
+        return original(code, *args, **kwargs)
+
+    monkeypatch.setattr(convert_frame, "_compile", recording)
+    x0 = np.linspace(-1.0, 1.0, 6).astype(np.float32)
+    y0 = np.linspace(0.5, 2.0, 6).astype(np.float32)
+    cpu = torch.device("cpu")
+    SIN(torch.tensor(x0, device=cpu), torch.tensor(y0, device=cpu), 2.0)  # registers the operators
+    ops = torch.ops.tt_compile
+
+    def probe(t):  # a plain function Dynamo compiles when it runs there: the callback is set
+        return t + 0.0
+
+    def skipped(x, y):
+        torch._dynamo.skip_frame()
+        probe(x)
+        out = ops.scaled_sin(x, y, 2.0)
+        out.sum().backward()
+        return out
+
+    def fn(x, y):
+        return skipped(x * 1.0, y)
+
+    x = torch.tensor(x0, device=cpu, requires_grad=True)
+    y = torch.tensor(y0, device=cpu, requires_grad=True)
+    torch._dynamo.reset()
+    try:
+        got = torch.compile(fn, backend="aot_eager")(x, y)
+    finally:
+        torch._dynamo.reset()
+    assert any(c.endswith(":probe") for c in compiled), compiled  # the scenario has the callback set
+    ours = [c for c in compiled if not c.startswith("test_torch_compile.py")]
+    assert ours == [], ours
+    xw = wp.array(x0, dtype=float, device="cpu", requires_grad=True)
+    yw = wp.array(y0, dtype=float, device="cpu", requires_grad=True)
+    ow = wp.zeros(6, dtype=float, device="cpu", requires_grad=True)
+    tape = wp.Tape()
+    with tape:
+        wp.launch(scaled_sin, dim=6, inputs=[xw, yw, 2.0], outputs=[ow], device="cpu")
+    tape.backward(grads={ow: wp.ones(6, dtype=float, device="cpu")})
+    np.testing.assert_array_equal(got.detach().numpy(), ow.numpy())
+    np.testing.assert_array_equal(x.grad.numpy(), xw.grad.numpy())
+    np.testing.assert_array_equal(y.grad.numpy(), yw.grad.numpy())

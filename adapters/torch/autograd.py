@@ -15,6 +15,7 @@ from interop._errors import ArgumentError, UnsupportedError
 
 from .binding import _OVERLOADS, _Binding, _Entry, _launch_dims
 from .compat import (
+    dynamo_never_traces,
     forward_ad_active,
     functorch_transforms_active,
     plain_eager,
@@ -147,7 +148,9 @@ def _make_backward(b: _Binding, mask: tuple, direct: bool = False):
                 ret[i] = next(it)
         return tuple(ret)
 
-    return backward
+    # autograd's engine calls it, also where Dynamo's frame callback is set (a ``.backward()`` in a
+    # compiled function's skipped frame or at a graph break): Dynamo would compile it frame by frame
+    return dynamo_never_traces(backward)
 
 
 def _hand_written_backward(b: _Binding, args, grads, ld, ods) -> dict[int, torch.Tensor]:
