@@ -17,6 +17,9 @@ Dynamo guards with the tensor; the numbers' values; grad mode and autocast, in D
 state guard). Any other call (a keyword, per-call dims, a ``wp.vec3`` object, a NumPy number, a
 tensor subclass or DTensor, an in-out parameter, autocast for an op it casts, forward mode,
 ``torch.func``, struct parameters, an error to raise) goes on to the full path, unchanged.
+
+On torch 2.11 Dynamo passes the op to that function as its id (``compat.assume_constant_result_of``):
+the same trace and guards, checked with the training tests on 2.11 as on 2.12-2.14.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from interop._plan import _VALUE_RANGES, vector_components
 
 from .binding import _BINDINGS, _OVERLOADS
 from .compat import (
-    _DYNAMO_PASSES_OBJECTS,
     assume_constant_result_of,
     autocast_enabled,
     forward_ad_active,
@@ -167,10 +169,9 @@ def _vector_refusal(op, pos: int, value: tuple) -> str:
 
 
 def install() -> bool:
-    """Make the core's ``Op.__call__`` try :func:`traced_call` while Dynamo traces. Returns whether it
-    did: a torch whose Dynamo cannot pass the op to :func:`_traced_plan` keeps the full path."""
-    if not _DYNAMO_PASSES_OBJECTS:
-        return False
+    """Make the core's ``Op.__call__`` try :func:`traced_call` while Dynamo traces. Returns True: on
+    every supported torch Dynamo passes the op to :func:`_traced_plan` (torch 2.11 as its id, found
+    again in ``compat._LIVE``, which every registration fills)."""
     from interop import _op as core
 
     core._traced_call = traced_call
