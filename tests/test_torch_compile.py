@@ -358,11 +358,10 @@ def test_operator_kernels_run_untraced_while_dynamo_callback_is_set(monkeypatch)
     np.testing.assert_array_equal(y.grad.numpy(), yw.grad.numpy())
 
 
-def test_compiled_autograd_backward_through_the_op_equals_the_tape(monkeypatch):
+def test_compiled_autograd_backward_through_the_op_equals_the_tape():
     """``torch._dynamo.config.compiled_autograd``: a compiled step whose ``loss.backward()`` is
     captured by compiled autograd (which traces the op's backward) gives Warp's gradients, step after
     step (the second call runs the cached graphs)."""
-    monkeypatch.setattr(torch._dynamo.config, "compiled_autograd", True)
     cpu = torch.device("cpu")
     x0 = np.linspace(-1.0, 1.0, 8).astype(np.float32)
     y0 = np.linspace(0.5, 2.0, 8).astype(np.float32)
@@ -382,13 +381,18 @@ def test_compiled_autograd_backward_through_the_op_equals_the_tape(monkeypatch):
     tape.backward(grads={ow: wp.array(2.0 * ow.numpy(), dtype=float, device="cpu")})
     torch._dynamo.reset()
     try:
-        compiled = torch.compile(step, backend="aot_eager")
-        for _ in range(2):
-            x = torch.tensor(x0, device=cpu, requires_grad=True)
-            y = torch.tensor(y0, device=cpu, requires_grad=True)
-            loss = compiled(x, y)
-            np.testing.assert_allclose(loss.numpy(), float((ow.numpy() ** 2).sum()), rtol=1e-6)
-            np.testing.assert_allclose(x.grad.numpy(), xw.grad.numpy(), rtol=1e-6)
-            np.testing.assert_allclose(y.grad.numpy(), yw.grad.numpy(), rtol=1e-6)
+        from torch._dynamo.utils import counters
+
+        captures = counters["compiled_autograd"]["captures"]
+        with torch._dynamo.config.patch(compiled_autograd=True):  # read when torch.compile wraps the step
+            compiled = torch.compile(step, backend="aot_eager")
+            for _ in range(2):
+                x = torch.tensor(x0, device=cpu, requires_grad=True)
+                y = torch.tensor(y0, device=cpu, requires_grad=True)
+                loss = compiled(x, y)
+                np.testing.assert_allclose(loss.numpy(), float((ow.numpy() ** 2).sum()), rtol=1e-6)
+                np.testing.assert_allclose(x.grad.numpy(), xw.grad.numpy(), rtol=1e-6)
+                np.testing.assert_allclose(y.grad.numpy(), yw.grad.numpy(), rtol=1e-6)
+        assert counters["compiled_autograd"]["captures"] > captures  # compiled autograd took the backward
     finally:
         torch._dynamo.reset()
