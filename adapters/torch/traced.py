@@ -19,7 +19,8 @@ tensor subclass or DTensor, an in-out parameter, autocast for an op it casts, fo
 ``torch.func``, struct parameters, an error to raise) goes on to the full path, unchanged.
 
 On torch 2.11 Dynamo passes the op to that function as its id (``compat.assume_constant_result_of``):
-the same trace and guards, checked with the training tests on 2.11 as on 2.12-2.14.
+the same trace and guards (the traced-call, compile, vector-value and training tests pass on
+2.11 as on 2.13 and 2.14).
 """
 
 from __future__ import annotations
