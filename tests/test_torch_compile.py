@@ -396,3 +396,88 @@ def test_compiled_autograd_backward_through_the_op_equals_the_tape():
         assert counters["compiled_autograd"]["captures"] > captures  # compiled autograd took the backward
     finally:
         torch._dynamo.reset()
+
+
+def _sin_tape_grads(x0: np.ndarray, y0: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(out, d sum(out^2)/dx, d/dy)`` of ``scaled_sin`` by ``wp.launch``/``wp.Tape`` on the CPU."""
+    n = x0.shape[0]
+    xw = wp.array(x0, dtype=float, device="cpu", requires_grad=True)
+    yw = wp.array(y0, dtype=float, device="cpu", requires_grad=True)
+    ow = wp.zeros(n, dtype=float, device="cpu", requires_grad=True)
+    tape = wp.Tape()
+    with tape:
+        wp.launch(scaled_sin, dim=n, inputs=[xw, yw, s], outputs=[ow], device="cpu")
+    tape.backward(grads={ow: wp.array(2.0 * ow.numpy(), dtype=float, device="cpu")})
+    return ow.numpy(), xw.grad.numpy(), yw.grad.numpy()
+
+
+@pytest.mark.skipif(
+    tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13),
+    reason="torch < 2.13: torch.compile of a torch.func reverse-mode transform is refused (docs/limitations.md)",
+)
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_compiled_reverse_mode_transforms_through_the_op(fullgraph):
+    """``torch.compile`` of ``torch.func.grad``/``jacrev``/``vjp`` through the op: the traced tensors
+    do not say they are tracked, so the call would take the registered operator, whose ``custom_op``
+    Function torch refuses under a transform. The transform runs eagerly instead (Dynamo's graph
+    break, the package's reason in it: ``fullgraph=True`` raises that) and gives the Tape's
+    gradients. A compiled function called plainly, then inside ``torch.func.grad``, then plainly
+    again keeps each context's answer."""
+    cpu = torch.device("cpu")
+    x0 = np.linspace(-1.0, 1.0, 5).astype(np.float32)
+    y0 = np.linspace(0.5, 2.0, 5).astype(np.float32)
+    out, gx, gy = _sin_tape_grads(x0, y0, 1.5)
+    x = torch.tensor(x0, device=cpu)
+    y = torch.tensor(y0, device=cpu)
+
+    def loss(x, y):
+        return (SIN(x, y, 1.5) ** 2).sum()
+
+    def vjp_of(x, y):
+        o, pull = torch.func.vjp(lambda a, b: SIN(a, b, 1.5), x, y)
+        return pull(2.0 * o)
+
+    def run(fn, *args):
+        compiled = torch.compile(fn, backend="aot_eager", fullgraph=fullgraph)
+        if fullgraph:
+            with pytest.raises(torch._dynamo.exc.Unsupported, match="warp-interop: a torch.func reverse-mode"):
+                compiled(*args)
+            return None
+        return compiled(*args)
+
+    torch._dynamo.reset()
+    try:
+        grads = run(torch.func.grad(loss, argnums=(0, 1)), x, y)
+        jac = run(torch.func.jacrev(lambda x: SIN(x, y, 1.5)), x)
+        got = run(vjp_of, x, y)
+        if not fullgraph:
+            np.testing.assert_allclose(grads[0].numpy(), gx, rtol=1e-6)
+            np.testing.assert_allclose(grads[1].numpy(), gy, rtol=1e-6)
+            np.testing.assert_allclose(torch.diagonal(jac).numpy(), gx / (2.0 * out), rtol=1e-5)
+            assert np.count_nonzero(jac.numpy() - np.diag(np.diag(jac.numpy()))) == 0
+            np.testing.assert_allclose(got[0].numpy(), gx, rtol=1e-6)
+            np.testing.assert_allclose(got[1].numpy(), gy, rtol=1e-6)
+            compiled_loss = torch.compile(loss, backend="aot_eager")
+            for _ in range(2):
+                np.testing.assert_allclose(compiled_loss(x, y).numpy(), float((out**2).sum()), rtol=1e-6)
+                g = torch.func.grad(compiled_loss)(x, y)
+                np.testing.assert_allclose(g.numpy(), gx, rtol=1e-6)
+    finally:
+        torch._dynamo.reset()
+
+
+def test_compiled_vmap_through_the_op_stays_in_the_graph():
+    """``torch.vmap`` is not a reverse-mode transform: compiled with ``fullgraph=True`` its calls stay in
+    the graph (the operator's vmap rule), row by row equal to the op's own calls."""
+    cpu = torch.device("cpu")
+    x = torch.linspace(-1.0, 1.0, 12, device=cpu).reshape(3, 4)
+    y = torch.linspace(0.5, 2.0, 12, device=cpu).reshape(3, 4)
+    torch._dynamo.reset()
+    try:
+        cnt = dynamo_testing.CompileCounterWithBackend("aot_eager")
+        got = torch.compile(torch.vmap(lambda a, b: SIN(a, b, 1.5)), backend=cnt, fullgraph=True)(x, y)
+    finally:
+        torch._dynamo.reset()
+    assert cnt.frame_count == 1
+    want = torch.stack([SIN(x[i], y[i], 1.5) for i in range(3)])
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -97,6 +97,7 @@ from .compat import (
     forward_ad_active,
     functorch_grad_levels,
     functorch_transforms_active,
+    grad_transforms_traced,
     leave_graph,
     plain_eager,
     remember,
@@ -230,12 +231,18 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
     """One call of ``op`` with torch tensors: checked, then run by the eager fast path, the
     autograd.Function (transforms, forward mode) or the registered operator; in-out tensors
     updated in place unless ``functional``."""
-    if torch.compiler.is_compiling() and forward_ad_active():
-        # Dynamo cannot trace an autograd.Function's jvp rule: the call leaves the graph (a graph
-        # break; under torch.func.jvp/jacfwd/hessian the whole transform then runs eagerly). Measured
-        # on torch 2.13: with the Function traced (its class made before), Dynamo keeps its forward
-        # and drops its jvp, and the compiled tangent is wrong, so fullgraph=True must raise
-        return _call_eagerly(op, args, launch_dims, output_dims, functional)
+    if torch.compiler.is_compiling():
+        if forward_ad_active():
+            # Dynamo cannot trace an autograd.Function's jvp rule: the call leaves the graph (a graph
+            # break; under torch.func.jvp/jacfwd/hessian the whole transform then runs eagerly). Measured
+            # on torch 2.13: with the Function traced (its class made before), Dynamo keeps its forward
+            # and drops its jvp, and the compiled tangent is wrong, so fullgraph=True must raise
+            return _call_eagerly(op, args, launch_dims, output_dims, functional)
+        if grad_transforms_traced():
+            # torch.func.grad/vjp/jacrev compiled: the traced tensors say requires_grad=False, so the
+            # call would take the registered operator, whose custom_op autograd Function torch refuses
+            # under a transform (no setup_context); eagerly the op runs its own Function (torch 2.11-2.14)
+            return _call_eagerly_reverse(op, args, launch_dims, output_dims, functional)
     # first: registers the op if needed (at trace time under Dynamo), so that the binding
     # read below already exists when Dynamo first reads the registry
     base = _resolve(op, None, "functional")
@@ -374,6 +381,11 @@ _call_eagerly = leave_graph(
     _call,
     "warp-interop: forward-mode AD (torch.func.jvp, jacfwd, hessian, forward_ad) of an op runs an "
     "autograd.Function's jvp rule, which Dynamo cannot trace; the transform runs eagerly",
+)
+_call_eagerly_reverse = leave_graph(
+    _call,
+    "warp-interop: a torch.func reverse-mode transform (grad, vjp, jacrev) of an op runs the op's "
+    "autograd.Function, which Dynamo cannot trace under the transform; the transform runs eagerly",
 )
 
 

@@ -479,6 +479,25 @@ def assume_constant_result_of(fn):
     return functools.wraps(fn)(wrapper)
 
 
+def _grad_transforms_at_trace_time() -> bool:
+    return functorch_grad_levels() > 0
+
+
+# run by Dynamo at trace time, its answer a constant of the trace: torch.func's interpreter stack is
+# not traceable, but while Dynamo traces a transform (torch.func.grad(f) compiled) it runs the
+# transform's levels for real (the traced tensors are GradTrackingTensors), and Dynamo guards a
+# compiled frame on the stack of transforms it ran under (checked on torch 2.11, 2.13, 2.14)
+after_import(_DYNAMO_MODULE, lambda: torch.compiler.assume_constant_result(_grad_transforms_at_trace_time))
+
+
+def grad_transforms_traced() -> bool:
+    """While Dynamo traces: whether a torch.func reverse-mode transform (``grad``, ``vjp``, ``jacrev``)
+    is active around the call (:func:`functorch_grad_levels`, which Dynamo cannot trace itself).
+    Always False on torch < 2.13: there the call's graph break inside ``jacrev`` gave a zero
+    Jacobian (torch 2.11), where torch's own refusal of the traced operator is the better answer."""
+    return TORCH_VERSION >= (2, 13) and _grad_transforms_at_trace_time()
+
+
 try:
     from torch._library.custom_ops import OPDEF_TO_LIB as _OPDEF_TO_LIB
 except ImportError:  # pragma: no cover - another torch version: operators stay registered

@@ -39,8 +39,10 @@ from .binding import _BINDINGS, _OVERLOADS
 from .compat import (
     assume_constant_result_of,
     autocast_enabled,
+    dynamo_never_traces,
     forward_ad_active,
     functorch_transforms_active,
+    grad_transforms_traced,
 )
 from .registration import _resolve
 
@@ -52,8 +54,8 @@ def traced_call(op, args: tuple, launch_dims: Any, output_dims: Any, block_dim: 
     call goes on to the full path (see the module's docstring)."""
     if kwargs or launch_dims is not None or output_dims is not None or block_dim is not None:
         return NOT_EAGER
-    if forward_ad_active():
-        return NOT_EAGER
+    if forward_ad_active() or grad_transforms_traced():
+        return NOT_EAGER  # the full path leaves the graph (see _call)
     sig: list[Any] = []
     device = None
     grad = False
@@ -177,4 +179,9 @@ def install() -> bool:
 
     core._traced_call = traced_call
     core._compiling = torch.compiler.is_compiling
+    # Dynamo still traces a call inlined into a compiled function (the above); a call it meets as
+    # a frame of its own (the user's frame skipped, or run eagerly after a graph break inside a
+    # torch.func transform) runs eagerly, as without torch.compile, instead of being compiled
+    # frame by frame down the call path (torch 2.14 then reused those frames' graphs wrongly)
+    dynamo_never_traces(core.Op.__call__)
     return True
