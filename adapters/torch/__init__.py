@@ -241,7 +241,8 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
         if grad_transforms_traced():
             # torch.func.grad/vjp/jacrev compiled: the traced tensors say requires_grad=False, so the
             # call would take the registered operator, whose custom_op autograd Function torch refuses
-            # under a transform (no setup_context); eagerly the op runs its own Function (torch 2.11-2.14)
+            # under a transform (no setup_context); eagerly the op runs its own Function (torch 2.13+:
+            # compat.grad_transforms_traced)
             return _call_eagerly_reverse(op, args, launch_dims, output_dims, functional)
     # first: registers the op if needed (at trace time under Dynamo), so that the binding
     # read below already exists when Dynamo first reads the registry
