@@ -32,9 +32,19 @@ OP = interop.op(vec_shift_kernel, outputs=["y"])
 N = 5
 F32_MAX = float(np.finfo(np.float32).max)
 FRAMEWORKS = [f for f in ("numpy", "torch", "jax", "paddle") if f == "numpy" or importlib.util.find_spec(f)]
+
+
+def _torch_at_least(major: int, minor: int) -> bool:
+    import torch
+
+    return tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (major, minor)
+
+
+#: compiled_func_grad: torch.compile of torch.func.grad (torch 2.13+, docs/limitations.md)
 PATHS = {
     "numpy": ["eager"],
-    "torch": ["eager", "no_grad", "compiled", "compiled_no_grad"],
+    "torch": ["eager", "no_grad", "compiled", "compiled_no_grad"]
+    + (["compiled_func_grad"] if importlib.util.find_spec("torch") and _torch_at_least(2, 13) else []),
     "jax": ["eager", "jit", "grad", "jit_grad"],
     "paddle": ["eager", "no_grad"],
 }
@@ -101,6 +111,15 @@ def _run(fw, path, device, a, g, s, w, grad):
         import torch
 
         ta = torch.tensor(a, device=device, requires_grad=grad)
+        if path == "compiled_func_grad":  # the transform runs eagerly inside the compiled function
+            tw = torch.tensor(w, device=device)
+
+            def loss(x):
+                y = OP(x, g, s)
+                return (y * tw).sum(), y
+
+            ga, y = torch.compile(torch.func.grad(loss, has_aux=True), backend="aot_eager")(ta.detach())
+            return y.detach().cpu().numpy(), ga.cpu().numpy()
         if path.startswith("compiled"):
             from adapters.torch.compat import _DYNAMO_PASSES_OBJECTS
 
