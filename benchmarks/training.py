@@ -24,10 +24,9 @@ import traceback
 from examples import cloth
 
 from .harness import gate
-from .training_paths import PATHS
+from .training_paths import PATHS, grad_rtol
 
 LR = 1000.0  # about half a Newton step for the initial velocities (the loss is a mean over particles)
-GRAD_RTOL = 1e-4
 COMPILED = ("make_torch_compile", "make_torch_compile_chunks")  # torch.compile paths: aot_eager under --check
 
 
@@ -46,6 +45,7 @@ def run(check: bool = False, chart: str | None = None) -> dict:
     g_ref = ref.gradient()
     rows: list[tuple[str, float, object]] = []  # (name, bar, iteration or failure text)
     errs: dict[str, float] = {}
+    rtols = {name: grad_rtol(make) for name, _, _, make in PATHS}
     for name, module, bar, make in PATHS:
         if importlib.util.find_spec(module) is None:
             rows.append((name, bar, f"skipped: {module} not installed"))
@@ -87,7 +87,7 @@ def run(check: bool = False, chart: str | None = None) -> dict:
         r = ratios[name] = s / warp_s
         ok = "within" if r <= bar else "OVER"
         e = errs[name]
-        agree = "equal" if e <= GRAD_RTOL else "DIFFERS"
+        agree = "equal" if e <= rtols[name] else "DIFFERS"
         print(f"  {name:58s} {s * 1e3:8.1f} {r:7.2f}x {bar:4.1f}x  {agree} (rel. err {e:.1e}); {ok} its bar")
         gate("training", f"{name} / Warp Tape loop, T={steps}", r)
     if chart:

@@ -16,6 +16,14 @@ import numpy as np
 from examples import cloth
 
 CHUNK = 10  # steps per checkpointed chunk
+# the relative error to Warp's Tape gradient within which a path's gradient is "equal": float32
+# round-off, and a bfloat16 gradient (8 significant bits: a relative rounding of up to 2^-9) for the
+# autocast path
+RTOL, RTOL_BF16 = 1e-4, 1e-2
+
+
+def grad_rtol(make: Callable) -> float:
+    return RTOL_BF16 if make is make_torch_autocast else RTOL
 
 
 def _torch_state(sc: cloth.Scene):
@@ -79,6 +87,24 @@ def make_torch(sc: cloth.Scene, lr: float, kind: str = "two"):
 
 def make_torch_function(sc: cloth.Scene, lr: float):
     return make_torch(sc, lr, "function")
+
+
+def make_torch_autocast(sc: cloth.Scene, lr: float):
+    """A model under ``torch.autocast("cpu", torch.bfloat16)`` feeding the rollout: the initial
+    velocities pass through a ``torch.nn.Linear`` (the identity, frozen), whose output autocast makes
+    bfloat16; the first step's ops cast it to their float32 parameters and their gradient goes back
+    to it in bfloat16 (:func:`examples.cloth.autocast_head`). Its gradient equals the Tape's to
+    bfloat16 precision (:func:`grad_rtol`)."""
+    import torch
+
+    run = _torch_steps(sc, "two")
+    head = cloth.autocast_head(torch.device("cpu"))
+
+    def rollout(x0, v0):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return run(x0, head(v0), sc.steps)[0]
+
+    return _torch_loop(sc, lr, rollout)
 
 
 def make_torch_checkpoint(sc: cloth.Scene, lr: float):
@@ -254,6 +280,7 @@ def make_paddle_function(sc: cloth.Scene, lr: float):
 PATHS: list[tuple[str, str, float, Callable]] = [
     ("torch eager (2 ops a step)", "torch", 1.2, make_torch),
     ("torch eager, Python-function op a step", "torch", 1.2, make_torch_function),
+    ("torch.autocast(bfloat16): a Linear feeds the rollout", "torch", 1.2, make_torch_autocast),
     ("torch.utils.checkpoint, 10-step chunks (non-reentrant)", "torch", 1.4, make_torch_checkpoint),
     ("torch.compile(fullgraph=True) of a step", "torch", 1.2, make_torch_compile),
     ("torch.compile(fullgraph=True) of 10-step chunks", "torch", 1.2, make_torch_compile_chunks),

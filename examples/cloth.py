@@ -153,6 +153,20 @@ def ops(n: int) -> tuple[interop.Op, interop.Op, interop.Op]:
     return got
 
 
+def autocast_head(device):
+    """A stand-in for a PyTorch model whose output feeds the rollout under ``torch.autocast``: a
+    ``torch.nn.Linear(3, 3)`` without bias on ``device``, the identity, frozen. Under
+    ``torch.autocast(..., dtype=torch.bfloat16)`` its output is bfloat16 (autocast runs ``linear``
+    in the low precision); the ops cast it to their float32 parameters and send its gradient back in
+    bfloat16 (:mod:`examples.train_cloth_torch`, ``--autocast``)."""
+    import torch
+
+    head = torch.nn.Linear(3, 3, bias=False, device=device)
+    with torch.no_grad():
+        head.weight.copy_(torch.eye(3, device=device))
+    return head.requires_grad_(False)
+
+
 class WarpTapeLoop:
     """Warp's own training loop, as Warp's examples write it: arrays allocated once, ``wp.launch``
     under ``wp.Tape``, ``tape.backward(loss)``, SGD on the initial velocities, ``tape.zero()``."""

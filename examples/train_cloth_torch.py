@@ -1,12 +1,17 @@
 """Train the initial velocities of a falling cloth through a differentiable rollout in PyTorch.
 
     python examples/train_cloth_torch.py [--side 16] [--steps 50] [--iters 10] [--checkpoint 10 | --compile 10]
+                                         [--function] [--autocast]
 
 Each step is two interop ops (``examples/cloth.py``: springs, then integrate with a ``wp.vec3``
 gravity given as a tuple); ``--function`` uses the Python-function op that launches both kernels
 (its forward keeps its ``wp.Tape`` for the backward); ``--checkpoint K`` recomputes chunks of K
 steps in the backward (``torch.utils.checkpoint``, non-reentrant); ``--compile K`` runs the rollout as
-``torch.compile(fullgraph=True)`` calls of K steps each. Small and fast by default.
+``torch.compile(fullgraph=True)`` calls of K steps each; ``--autocast`` runs the iteration under
+``torch.autocast("cpu", torch.bfloat16)`` with the initial velocities passed through a
+``torch.nn.Linear`` (a stand-in for a model feeding the simulation): its output is bfloat16, the
+ops cast it to their float32 parameters and send its gradient back in bfloat16. Small and fast by
+default.
 """
 
 from __future__ import annotations
@@ -31,16 +36,21 @@ def train(
     chunk: int = 0,
     compiled: int = 0,
     backend: str = "inductor",
+    autocast: bool = False,
 ):
     """Returns the loss of each iteration and the initial velocities learnt. ``chunk``: steps per
     checkpointed chunk; ``compiled``: steps per ``torch.compile`` call (0: neither), compiled by
-    ``backend``."""
+    ``backend``; ``autocast``: the iteration under ``torch.autocast`` (bfloat16), the velocities
+    through a Linear first."""
     sc = cloth.scene(side, steps)
     springs_op, integrate_op, step_op = cloth.ops(sc.n)
     cpu = torch.device("cpu")
     x0, target = torch.tensor(sc.x0, device=cpu), torch.tensor(sc.target, device=cpu)
     springs, rest = torch.tensor(sc.springs, device=cpu), torch.tensor(sc.rest, device=cpu)
     v0 = torch.tensor(sc.v0, device=cpu, requires_grad=True)
+    # a model whose output feeds the simulation (here the identity, frozen): under autocast a Linear
+    # computes in bfloat16, so the first step's ops receive bfloat16 velocities
+    head = cloth.autocast_head(cpu) if autocast else None
 
     def run(x, v, k):
         for _ in range(k):
@@ -73,7 +83,8 @@ def train(
     losses = []
     for _ in range(iters):
         opt.zero_grad()
-        loss = ((rollout(v0) - target) ** 2).sum(-1).mean()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = ((rollout(head(v0) if autocast else v0) - target) ** 2).sum(-1).mean()
         loss.backward()
         opt.step()
         losses.append(loss.item())
@@ -88,9 +99,12 @@ if __name__ == "__main__":
     ap.add_argument("--function", action="store_true")
     ap.add_argument("--checkpoint", type=int, default=0, metavar="K")
     ap.add_argument("--compile", type=int, default=0, metavar="K")
+    ap.add_argument("--autocast", action="store_true")
     a = ap.parse_args()
     if a.checkpoint and a.compile:
         ap.error("--checkpoint and --compile are two ways to run the rollout: pick one")
-    losses, _ = train(a.side, a.steps, a.iters, function=a.function, chunk=a.checkpoint, compiled=a.compile)
+    losses, _ = train(
+        a.side, a.steps, a.iters, function=a.function, chunk=a.checkpoint, compiled=a.compile, autocast=a.autocast
+    )
     for i, loss in enumerate(losses):
         print(f"iteration {i}: loss {loss:.4e}")

@@ -194,7 +194,34 @@ class FunctionCalls:
         if kept is None or kept.tape is None:
             self._tape_backward(wp.get_device(device), values, adj, stream)
             return
+        if not self._still_over(kept, values):
+            kept.release()
+            self._tape_backward(wp.get_device(device), values, adj, stream)
+            return
         self._kept_backward(kept, adj, stream)
+
+    def _still_over(self, kept: KeptTape, values) -> bool:
+        """Whether ``kept`` can run its backward over ``values``, the tensors the node saved: the
+        same memory its forward recorded, or the same contents elsewhere that the tape is moved
+        onto here. Saved-tensor hooks hand the backward other tensors than the forward's
+        (``torch.utils.checkpoint`` recomputes them, ``save_on_cpu`` and a user's pack/unpack hooks
+        copy them), and the forward's may be freed by then: a tape left on them reads freed memory
+        (a wrong gradient, NaN). Moved as JAX's adjoint moves its tapes (only arrays this package
+        made, the same layout); False (the function is replayed over ``values``) otherwise."""
+        changed = [(i, v) for i, v in kept.over if values[i] != v]
+        if not changed:
+            return True
+        if any(values[i] is None or values[i][1] != v[1] for i, v in changed):
+            return False  # (another layout: the recorded arrays cannot be moved onto it)
+        forward = list(values)
+        for i, v in kept.over:
+            forward[i] = v
+        movable = self._movable(kept, forward)
+        if movable is None:
+            return False
+        for i, _ in changed:
+            repoint(kept.args[i], values[i][0])
+        return True
 
     def _record_function(self, device, values, stream) -> KeptTape:
         """The forward of a Python-function op under a ``wp.Tape`` that is kept for the backward
@@ -231,7 +258,17 @@ class FunctionCalls:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
             for scratch, mine in kept.values():
                 wp.copy(mine, scratch)
-        return KeptTape(tape, args, device, launches)
+        # where the recorded arrays lie over the caller's memory (not a copy made above): the
+        # backward checks that its saved tensors are still there (:meth:`kept_backward`)
+        over = tuple(
+            (p.index, values[p.index])
+            for p in plan.desc.params
+            if p.is_array
+            and p.index not in self.ref_idx
+            and values[p.index] is not None
+            and args[p.index].ptr == values[p.index][0]
+        )
+        return KeptTape(tape, args, device, launches, over)
 
     def _kept_backward(self, kept: KeptTape, adj, stream) -> None:
         """The backward from a tape :meth:`_record_function` kept: the upstream gradients and the
@@ -471,13 +508,15 @@ class KeptTape:
     Warp arrays it was called with (by parameter index). Held by the framework's autograd node
     (``ctx``), released by the backward."""
 
-    __slots__ = ("tape", "args", "device", "launches")
+    __slots__ = ("tape", "args", "device", "launches", "over")
 
-    def __init__(self, tape: Any, args: list, device: Any, launches: Any = None):
+    def __init__(self, tape: Any, args: list, device: Any, launches: Any = None, over: tuple = ()):
         self.tape: Any = tape
         self.args: Any = args
         self.device = device
         self.launches: Any = launches  # a checked op's CheckedLaunches (their error records), else None
+        # (parameter index, (pointer, strides)) of each recorded array over the caller's memory
+        self.over: tuple = over
 
     def release(self) -> None:
-        self.tape, self.args, self.launches = None, None, None
+        self.tape, self.args, self.launches, self.over = None, None, None, ()

@@ -294,11 +294,14 @@ def scatter_grad(lay: Layout, shape: tuple, grad_view: np.ndarray) -> np.ndarray
 SCALAR_KINDS = ("py_float", "py_int", "np_same", "np_f32", "np_f64", "0d", "0d_grad")
 PATHS = {
     "numpy": ("eager",),
-    "torch": ("eager", "no_grad", "compile", "vmap", "func_grad", "func_fwd"),
+    "torch": ("eager", "no_grad", "compile", "vmap", "func_grad", "func_fwd", "hooks"),
     "jax": ("eager", "jit", "grad", "jit_grad", "fwd_grad", "vmap", "jit_vmap"),
-    "paddle": ("eager", "no_grad"),
+    "paddle": ("eager", "no_grad", "hooks"),
     "cupy": ("eager",),
 }
+# "hooks" (torch, Paddle): the call under saved-tensor hooks that save copies and hand the backward
+# every other one in another layout (a strided view of the same values): the backward must read the
+# tensors it is given, in their layout (the forward's may be freed by then)
 # "fwd_grad" (JAX), "func_fwd" (torch): the gradients by forward mode (jax.jacfwd, torch.func.jacfwd
 # of the weighted loss: the generated tangent kernel), for ops that have one (kernels, tile kernels
 # too; not Python functions); drawn for a Python-function op, the reverse-mode path of the same
@@ -317,11 +320,49 @@ PACKINGS = {
 TILE_BLOCK_DIMS = (None, 4, 8, 16, 32)
 SEQUENCE_PATHS = {
     "numpy": ("eager",),
-    "torch": ("eager", "no_grad", "func_fwd"),
+    "torch": ("eager", "no_grad", "func_fwd", "hooks"),
     "jax": ("eager", "jit", "grad", "fwd_grad"),
-    "paddle": ("eager", "no_grad"),
+    "paddle": ("eager", "no_grad", "hooks"),
     "cupy": ("eager",),
 }
+
+
+class SavedCopies:
+    """Saved-tensor hooks (``torch.autograd.graph.saved_tensors_hooks``,
+    ``paddle.autograd.saved_tensors_hooks``) that save a copy of each tensor and unpack every other
+    one as a strided view of a buffer twice its size (the same values in another layout: the first
+    dimension strided). ``restride=False`` keeps each saved tensor's layout (a copy of a contiguous one, a strided one
+    as it is): a tile kernel's adjoint refuses a strided array (``GRAD_LAYOUT``), and which layout
+    the backward gets decides that refusal."""
+
+    def __init__(self, fw: str, restride: bool = True):
+        self.fw, self.n, self.restride = fw, 0, restride
+
+    def pack(self, t):
+        # (a tensor: Paddle hands unpack what pack returned only when it is one)
+        return t.clone() if self.restride or t.is_contiguous() else t
+
+    def unpack(self, t):
+        self.n += 1
+        if not self.restride or self.n % 2 or t.ndim == 0:
+            return t
+        # the outer dimension strided, the rest (vec/mat components) as they were
+        if self.fw == "paddle":
+            import paddle
+
+            return paddle.stack([t, t], axis=1)[:, 0]
+        import torch
+
+        return torch.stack([t, t], 1)[:, 0]
+
+    def __call__(self):
+        if self.fw == "paddle":
+            import paddle
+
+            return paddle.autograd.saved_tensors_hooks(self.pack, self.unpack)
+        import torch
+
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
 
 
 def has_tangent(pop: PropertyOp) -> bool:
@@ -677,7 +718,7 @@ def expected_error(fw: str, c: Call, views: list, shapes: list) -> str | None:
             return "in-out with two elements at one address"
         if fw == "numpy" and not v.flags.writeable and c.packing != "warp":
             return "read-only in-out"  # np.broadcast_to (a Warp array over its memory is writable)
-    grad_paths = {"torch": ("eager", "compile", "func_grad"), "paddle": ("eager",)}.get(fw, ())
+    grad_paths = {"torch": ("eager", "compile", "func_grad", "hooks"), "paddle": ("eager", "hooks")}.get(fw, ())
     launched = math.prod(c.launch or pop.launch(c.n, c.m)) > 0  # an empty launch has no adjoint to run
     for k in _grad_pointer_arrays(pop):
         if c.path not in grad_paths or not c.grads[k] or not launched:
@@ -1109,6 +1150,9 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
                     o.grads[k] = g.cpu().numpy()
                 return o
             r = opf(*pop.call_args(views, s_arg), **kw)
+        elif c.path == "hooks":
+            with SavedCopies("torch", restride=not _grad_pointer_arrays(pop))():
+                r = opf(*pop.call_args(views, s_arg), **kw)
         else:
             r = opf(*pop.call_args(views, s_arg), **kw)
     except Exception as e:  # noqa: BLE001
@@ -1121,7 +1165,7 @@ def _run_torch(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     o.returned = [x.detach().cpu().numpy().copy() for x in rs]
     o.after = [s.detach().cpu().numpy().copy() for s in srcs]
     o.aliased = _aliased(views, srcs, [b.nbytes for b in bases])
-    if weights is not None and c.path in ("eager", "compile") and any(x.requires_grad for x in rs):
+    if weights is not None and c.path in ("eager", "compile", "hooks") and any(x.requires_grad for x in rs):
         if c.inplace is not None:
             with torch.no_grad():
                 srcs[c.inplace].mul_(3.0)
@@ -1166,6 +1210,9 @@ def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
         if c.path == "no_grad":
             with paddle.no_grad():
                 r = opf(*pop.call_args(views, s_arg), **kw)
+        elif c.path == "hooks":
+            with SavedCopies("paddle", restride=not _grad_pointer_arrays(pop))():
+                r = opf(*pop.call_args(views, s_arg), **kw)
         else:
             r = opf(*pop.call_args(views, s_arg), **kw)
     except Exception as e:  # noqa: BLE001
@@ -1178,7 +1225,7 @@ def _run_paddle(c: Call, bases, shapes, s_arg, weights) -> Outcome:
     o.returned = [x.numpy().copy() for x in rs]
     o.after = [s.numpy().copy() for s in srcs]
     o.aliased = _aliased(views, srcs, [b.nbytes for b in bases])
-    if weights is not None and c.path == "eager" and any(not x.stop_gradient for x in rs):
+    if weights is not None and c.path in ("eager", "hooks") and any(not x.stop_gradient for x in rs):
         if c.inplace is not None:
             with paddle.no_grad():
                 srcs[c.inplace].scale_(3.0)

@@ -234,6 +234,9 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
         up = {idx: g for (idx, _, _), g in zip(_grad_order(desc), grads)}
         return _handwritten_backward(state, inputs, list(saved[n_vis:]), up)
 
+    if sig is not None and not sig.same_saved_layout(saved):
+        # (saved-tensor hooks handed the backward another layout: read each tensor's own)
+        sig = None
     if sig is not None:
         order, values = sig.grad_order, state.values
         # the launch values of the forward, with the pointers read again from the tensors kept

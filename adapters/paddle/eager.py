@@ -44,7 +44,9 @@ def _compile_fn(source: str, env: dict[str, Any], names: tuple[str, ...]) -> tup
     return compile_functions(source, env, names, "<interop paddle signature>")
 
 
-def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorded: Callable | None):
+def signature_code(
+    sig, nargs: int, name: str, current_stream: Callable, recorded: Callable | None, general: Callable | None = None
+):
     """``(forward, apply)`` of one remembered signature, written out and compiled in one namespace
     (launch records per direction and thread, made on first use).
 
@@ -68,8 +70,11 @@ def signature_code(sig, nargs: int, name: str, current_stream: Callable, recorde
         name: the PyLayer's class name.
         current_stream: the adapter's ``_current_stream(device)`` (CUDA only).
         recorded: the recorded backward, or None for no PyLayer.
+        general: ``general(args, saved, grads)``, the adjoint over saved tensors in another layout
+            than the forward's (saved-tensor hooks: ``_Signature.same_saved_layout``).
     """
     w = _SignatureWriter(sig, nargs, current_stream, recorded)
+    w.env["general"] = general
     fwd, results = w.forward_body()
     lines = [f"def forward({', '.join(w.args)}):", *fwd, f"    return {results}"]
     names: tuple[str, ...] = ("forward",)
@@ -274,6 +279,15 @@ class _SignatureWriter:
             lines.append(f"    {unpack}= ctx.container")
         lines.append("    if grad_enabled():")
         lines.append(f"        return recorded({tuple_text(args)}, {tuple_text(tensors + kept)}, {tuple_text(gs)})")
+        # the saved tensors in the layout the adjoint was written for (saved-tensor hooks may hand
+        # the backward others: _Signature.same_saved_layout), else the general adjoint over them
+        layout = []
+        for k, (t, (shape, strides)) in enumerate(zip(tensors + kept, sig.saved_layout)):
+            self.env[f"LS{k}"], self.env[f"LH{k}"] = strides, shape
+            layout.append(f"{t}.strides == LS{k} and {t}.shape == LH{k}")
+        if layout:
+            lines.append(f"    if not ({' and '.join(layout)}):")
+            lines.append(f"        return general({tuple_text(args)}, {tuple_text(tensors + kept)}, {tuple_text(gs)})")
         lines += adj_body
         lines.append(f"    return {gradients}")
         return lines

@@ -19,6 +19,7 @@ from .amp import would_cast
 from .autograd import (
     _adjoint_launcher,
     _adjoint_recorded,
+    _backward,
     _backward_op,
     _grad_order,
     _guarded,
@@ -75,6 +76,7 @@ class _Signature:
         "layer",
         "fast",
         "half",
+        "saved_layout",
     )
 
     def __init__(self, op, args: Sequence[Any], plan, device: str):
@@ -137,14 +139,35 @@ class _Signature:
             for pos, idx, _ in arrays
         )
         self.any_grad = any(a is not None for a in self.grad_allocs)
+        # the sizes and element strides the adjoint reads the node's saved tensors in: the tensor
+        # arguments, then the outputs it keeps (packed); see same_saved_layout
+        self.saved_layout = tuple((list(args[pos].shape), list(args[pos].strides)) for pos, _, _ in arrays) + tuple(
+            (list(plan.out_specs[j].shape), _packed_strides(plan.out_specs[j].shape)) for j in self.kept
+        )
         self.take = operator.itemgetter(*self.tensor_pos) if len(self.tensor_pos) > 1 else None
         self._go_adj = None
         # the call written out (adapters/paddle/eager.py): forward, adjoint, and the PyLayer that
         # runs them (a hand-written backward keeps the general node, _OpLayer)
         layer = self.grad and desc.backward is None
         self.forward, self.layer = signature_code(
-            self, len(args), f"{desc.label}_eager", _current_stream, _recorded(self) if layer else None
+            self,
+            len(args),
+            f"{desc.label}_eager",
+            _current_stream,
+            _recorded(self) if layer else None,
+            _general_backward(self) if layer else None,
         )
+
+    def same_saved_layout(self, saved: Sequence[Any]) -> bool:
+        """Whether the node's saved tensors, as its backward got them, have the layout the
+        signature's adjoint reads them in. Saved-tensor hooks (``paddle.autograd.saved_tensors_hooks``)
+        may hand the backward other tensors (copies, another layout): the adjoint would read them
+        with the forward's sizes and strides (a wrong gradient, a read out of bounds), so such a
+        backward takes the general adjoint over the tensors it got (:func:`autograd._backward`)."""
+        for t, (shape, strides) in zip(saved, self.saved_layout):
+            if t.strides != strides or t.shape != shape:
+                return False
+        return True
 
     @property
     def op(self):
@@ -209,6 +232,25 @@ def _recorded(sig: _Signature):
         return _adjoint_recorded(state, saved, grads)
 
     return recorded
+
+
+def _general_backward(sig: _Signature):
+    """A remembered signature's backward over saved tensors in another layout than its forward's
+    (saved-tensor hooks, see :meth:`_Signature.same_saved_layout`): the general node's adjoint,
+    which reads each tensor's own layout."""
+
+    def general(args: tuple, saved: tuple, grads: tuple):
+        return _backward(_SigCall(sig, args), saved, grads)
+
+    return general
+
+
+def _packed_strides(shape) -> list:
+    strides, step = [], 1
+    for n in reversed(tuple(shape)):
+        strides.append(step)
+        step *= int(n)
+    return strides[::-1]
 
 
 def _make_hook(op):

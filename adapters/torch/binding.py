@@ -185,7 +185,20 @@ class _Entry:
         "adjoint",
         "like",
         "contiguous_args",
+        "saved_layout",
     )
+
+    def same_saved_layout(self, args) -> bool:
+        """Whether the tensors a backward was given (``args``: the node's saved tensors) have the
+        layout this forward entry was made for. Saved-tensor hooks may hand the backward other
+        tensors (``save_on_cpu`` packs them; a user's hooks copy, compress, restride): the adjoint
+        would read them with the forward's sizes and strides (a wrong gradient, a read out of
+        bounds), so such a backward takes its own entry (:meth:`_Binding.run_backward`)."""
+        for i, shape, strides in self.saved_layout:
+            a = args[i]
+            if a.stride() != strides or a.shape != shape:
+                return False
+        return True
 
     def launcher(self, adjoint: bool):
         """The plan's recorded launch, ``go(values, adj, stream)`` (built once per plan and device)."""
@@ -407,6 +420,7 @@ class _Binding:
         # tensor arguments an output can be allocated like (same shape and dtype)
         e.like = {i: (tuple(x.shape), x.dtype) for i, x in enumerate(args[: self.ncall]) if isinstance(x, torch.Tensor)}
         e.contiguous_args = frozenset(i for i in e.like if args[i].is_contiguous())
+        e.saved_layout = _saved_layout(self.call_params, arrays, args)
         e.forward, e.adjoint = entry_functions(self, e, kind, _pointer)
         return e
 
@@ -434,6 +448,8 @@ class _Binding:
         """The backward operator's implementation; ``e``: the forward's entry (same plan), if known."""
         n, k = self.ncall, len(self.returned)
         rest = args[n + 2 * k :]
+        if e is not None and not e.same_saved_layout(args):
+            e = None  # (saved-tensor hooks changed the layout: this backward's own entry)
         if e is None:
             last = self.entry_last.get(("backward", mask))
             if last is not None and rest.count(None) == len(rest) - 1 and last[0](args):
@@ -448,6 +464,16 @@ class _Binding:
         n = self.ncall
         got = e.adjoint(*args[:n], *results, *grads, *needs[:n], _current_stream(e.tdev) if e.cuda else None)
         return [t for t, need in zip(got, needs) if need]
+
+
+def _saved_layout(call_params, arrays, args) -> tuple:
+    """``(position, sizes, strides)`` of each array argument as the adjoint reads it (an in-out one
+    is read from its result, whose layout is checked where it is read): ``_Entry.saved_layout``."""
+    return tuple(
+        (pos, tuple(args[pos].shape), tuple(args[pos].stride()))
+        for _, pos, _ in arrays
+        if call_params[pos].role != IN_OUT and isinstance(args[pos], torch.Tensor)
+    )
 
 
 def _entry_matcher(args: Sequence[Any]) -> Any:

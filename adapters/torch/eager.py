@@ -366,6 +366,17 @@ def _shared_zeros(b, e, arrays: dict) -> tuple[int, dict[int, tuple[int, int, tu
     return (total, picked) if len(picked) >= 2 else None
 
 
+def _saved_layout_terms(e, env: dict[str, Any]) -> str:
+    """`` and <checks>``: the saved tensors in the layout the adjoint was written for. Saved-tensor
+    hooks may hand the backward others (see ``_Entry.same_saved_layout``), which the backward
+    operator takes then."""
+    terms = []
+    for pos, shape, strides in e.saved_layout:
+        env[f"LS{pos}"], env[f"LH{pos}"] = strides, shape
+        terms.append(f" and a{pos}.stride() == LS{pos} and a{pos}.shape == LH{pos}")
+    return "".join(terms)
+
+
 def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     """``apply(*args)`` of the autograd.Function of one remembered plain-eager signature.
 
@@ -422,6 +433,7 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     eager, eager_env = eager_context_source()  # inlined: _torch_compat.eager_context, no frame
     env.update(eager_env)
     plain = " and ".join([f"type({g}) in PLAIN" for g in gs] + [f"({eager})"])
+    plain += _saved_layout_terms(e, env)
     lines.append(f"    if grad_enabled() or not ({plain}):")
     lines.append(f"        it = iter(slow({tuple_text(args)}, {tuple_text(rs)}, {tuple_text(gs)}, [{', '.join(ns)}]))")
     lines.append(f"        return {tuple_text([f'next(it) if n{i} else None' for i in range(n)])}")
