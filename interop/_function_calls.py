@@ -9,6 +9,7 @@ import ctypes
 import numbers
 import os
 import threading
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -194,30 +195,31 @@ class FunctionCalls:
         if kept is None or kept.tape is None:
             self._tape_backward(wp.get_device(device), values, adj, stream)
             return
-        if not self._still_over(kept, values):
+        over = kept.over
+        if over is not None and over[0](values) != over[1] and not self._moved_onto(kept, values):
             kept.release()
             self._tape_backward(wp.get_device(device), values, adj, stream)
             return
         self._kept_backward(kept, adj, stream)
 
-    def _still_over(self, kept: KeptTape, values) -> bool:
-        """Whether ``kept`` can run its backward over ``values``, the tensors the node saved: the
-        same memory its forward recorded, or the same contents elsewhere that the tape is moved
-        onto here. Saved-tensor hooks hand the backward other tensors than the forward's
-        (``torch.utils.checkpoint`` recomputes them, ``save_on_cpu`` and a user's pack/unpack hooks
-        copy them), and the forward's may be freed by then: a tape left on them reads freed memory
-        (a wrong gradient, NaN). Moved as JAX's adjoint moves its tapes (only arrays this package
-        made, the same layout); False (the function is replayed over ``values``) otherwise."""
-        changed = [(i, v) for i, v in kept.over if values[i] != v]
-        if not changed:
-            return True
+    def _moved_onto(self, kept: KeptTape, values) -> bool:
+        """Whether ``kept``, recorded over other memory than ``values`` (the tensors the node saved,
+        as the backward got them), was moved onto them: the same contents elsewhere. Saved-tensor
+        hooks hand the backward other tensors than the forward's (``torch.utils.checkpoint``
+        recomputes them, ``save_on_cpu`` and a user's pack/unpack hooks copy them), and the
+        forward's may be freed by then: a tape left on them reads freed memory (a wrong gradient,
+        NaN). Moved as JAX's adjoint moves its tapes (only arrays this package made, the same
+        layout); False (the function is replayed over ``values``) otherwise."""
+        _, recorded, idx = kept.over
+        if len(idx) == 1:
+            recorded = (recorded,)
+        changed = [(i, v) for i, v in zip(idx, recorded) if values[i] != v]
         if any(values[i] is None or values[i][1] != v[1] for i, v in changed):
             return False  # (another layout: the recorded arrays cannot be moved onto it)
         forward = list(values)
-        for i, v in kept.over:
+        for i, v in zip(idx, recorded):
             forward[i] = v
-        movable = self._movable(kept, forward)
-        if movable is None:
+        if self._movable(kept, forward) is None:
             return False
         for i, _ in changed:
             repoint(kept.args[i], values[i][0])
@@ -237,6 +239,7 @@ class FunctionCalls:
         with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
             args = self._function_args(device, values)
             kept: dict[int, Any] = {}
+            over = []  # the arrays recorded over the caller's memory (not a copy made here)
             for p in plan.desc.params:
                 i = p.index
                 if not p.is_array or i in self.ref_idx:
@@ -250,6 +253,8 @@ class FunctionCalls:
                     args[i] = scratch
                 elif p.role == INPUT and plan.differentiable[i] and not a.is_contiguous:
                     args[i] = wp.clone(a)  # Warp wants a gradient laid out like its array
+                else:
+                    over.append(i)
             try:
                 with self._launches() as launches:
                     with tape:
@@ -258,17 +263,10 @@ class FunctionCalls:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
             for scratch, mine in kept.values():
                 wp.copy(mine, scratch)
-        # where the recorded arrays lie over the caller's memory (not a copy made above): the
-        # backward checks that its saved tensors are still there (:meth:`kept_backward`)
-        over = tuple(
-            (p.index, values[p.index])
-            for p in plan.desc.params
-            if p.is_array
-            and p.index not in self.ref_idx
-            and values[p.index] is not None
-            and args[p.index].ptr == values[p.index][0]
-        )
-        return KeptTape(tape, args, device, launches, over)
+        # where the recorded arrays lie (pointers, strides): the backward checks that its saved
+        # tensors are still there (kept_backward); a getter, so that the check is one C call
+        get = itemgetter(*over) if over else None
+        return KeptTape(tape, args, device, launches, (get, get(values), tuple(over)) if get else None)
 
     def _kept_backward(self, kept: KeptTape, adj, stream) -> None:
         """The backward from a tape :meth:`_record_function` kept: the upstream gradients and the
@@ -510,13 +508,14 @@ class KeptTape:
 
     __slots__ = ("tape", "args", "device", "launches", "over")
 
-    def __init__(self, tape: Any, args: list, device: Any, launches: Any = None, over: tuple = ()):
+    def __init__(self, tape: Any, args: list, device: Any, launches: Any = None, over: Any = None):
         self.tape: Any = tape
         self.args: Any = args
         self.device = device
         self.launches: Any = launches  # a checked op's CheckedLaunches (their error records), else None
-        # (parameter index, (pointer, strides)) of each recorded array over the caller's memory
-        self.over: tuple = over
+        # (getter, what it got, parameter indices): the (pointer, strides) of each recorded array
+        # over the caller's memory, read from the call's values by the getter (operator.itemgetter)
+        self.over: Any = over
 
     def release(self) -> None:
-        self.tape, self.args, self.launches, self.over = None, None, None, ()
+        self.tape, self.args, self.launches, self.over = None, None, None, None
