@@ -147,6 +147,14 @@ def runtime() -> Any:
     return _context.runtime
 
 
+def precompiled_header_dirs() -> list[str]:
+    """The folders this process's Warp made for precompiled headers (1.16-1.19:
+    ``runtime._pch_dirs``, a ``tempfile.TemporaryDirectory`` per compiling thread, removed when the
+    process exits); empty before ``wp.init()`` or where a Warp keeps none."""
+    dirs = getattr(_context.runtime, "_pch_dirs", None) or {}
+    return [d.name for d in list(dirs.values()) if isinstance(getattr(d, "name", None), str)]
+
+
 def nvrtc_archs() -> tuple[int, ...]:
     """The GPU architectures Warp's NVRTC compiles for (``runtime.nvrtc_supported_archs``), with or
     without a GPU and a driver; empty for a build without CUDA."""
