@@ -21,7 +21,6 @@ DOC_FILES = ["README.md"] + sorted(
 FRAMEWORK_MODULES = ("torch", "jax", "paddle", "cupy")
 NOT_RUN = "# not run by the tests:"
 NEEDS_GPU = "# needs a CUDA GPU"
-NEEDS_TORCH_2_12 = "# needs torch >= 2.12"
 
 
 def _text(rel: str) -> str:
@@ -84,11 +83,6 @@ def test_python_block_runs_as_written(code, tmp_path):
     """Each Python block runs on its own, as written, and prints what its comments promise."""
     if code.startswith(NOT_RUN):
         pytest.skip(code.splitlines()[0].lstrip("# "))
-    if code.startswith(NEEDS_TORCH_2_12):
-        import torch
-
-        if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 12):
-            pytest.skip(code.splitlines()[0].lstrip("# "))
     if code.startswith(NEEDS_GPU):
         import warp as wp
 

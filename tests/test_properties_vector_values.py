@@ -12,7 +12,6 @@ INTEROP_PROPERTY_EXAMPLES // 4 sequences per framework.
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 
 import numpy as np
@@ -121,10 +120,6 @@ def _run(fw, path, device, a, g, s, w, grad):
             ga, y = torch.compile(torch.func.grad(loss, has_aux=True), backend="aot_eager")(ta.detach())
             return y.detach().cpu().numpy(), ga.cpu().numpy()
         if path.startswith("compiled"):
-            from adapters.torch.compat import _DYNAMO_PASSES_OBJECTS
-
-            if isinstance(g, ctypes.Array) and not _DYNAMO_PASSES_OBJECTS:  # a Warp value
-                OP(ta.detach(), g, s)  # torch < 2.12: a Warp value once eagerly first (docs/limitations.md)
             f = _COMPILED.get("torch")
             if f is None:
                 f = _COMPILED["torch"] = torch.compile(lambda x, v, k: OP(x, v, k), backend="aot_eager")

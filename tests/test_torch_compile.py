@@ -209,15 +209,9 @@ def _cold(*values) -> None:
     adapters.torch._seed_type_cache()
 
 
-# torch 2.11's Dynamo cannot hand an object to a constant function: a Warp value must have been
-# passed to the op once outside torch.compile first (docs/limitations.md)
-_WARP_VALUE_COLD = pytest.mark.skipif(
-    not __import__("adapters.torch.compat", fromlist=["_"])._DYNAMO_PASSES_OBJECTS,
-    reason="torch < 2.12: a Warp value is passed once eagerly first (documented limitation)",
-)
-
-
-@pytest.mark.parametrize("spelling", ["tuple", "list", pytest.param("warp", marks=_WARP_VALUE_COLD), "tensor"])
+# (torch 2.11's Dynamo hands a constant function an object by id only: a Warp value no eager call
+# made known is found by its id at trace time, adapters/torch/compat.assume_constant_result_of)
+@pytest.mark.parametrize("spelling", ["tuple", "list", "warp", "tensor"])
 def test_vector_parameter_first_call_compiled(spelling):
     op = interop.op(drift)  # a fresh op: nothing of it cached by an eager call
     x = torch.rand(5, 3, device="cpu")
@@ -255,7 +249,6 @@ def test_vector_tensor_parameter_gradient_first_call_compiled():
     torch._dynamo.reset()
 
 
-@_WARP_VALUE_COLD
 def test_vector_warp_value_is_read_when_compiling():
     # a Warp value is read at trace time and guarded by identity: the documented behaviour (torch guide)
     op = interop.op(drift)

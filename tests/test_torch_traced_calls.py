@@ -21,7 +21,6 @@ import interop
 torch = pytest.importorskip("torch")
 atorch = pytest.importorskip("adapters.torch")
 
-from adapters.torch.compat import _DYNAMO_PASSES_OBJECTS  # noqa: E402
 from interop import _op as core  # noqa: E402
 
 DEVICE = "cpu"
@@ -121,8 +120,6 @@ def test_sequence_of_compiled_calls_against_tape(backend):
             x = torch.nn.Parameter(x, requires_grad=rx)
         v = torch.tensor(v_np, device=DEVICE, requires_grad=rv)
         garg = wp.vec3(*gval) if g == "vec3" else g
-        if g == "vec3" and not _DYNAMO_PASSES_OBJECTS:
-            MOVE(x.detach(), v.detach(), garg, dt)  # torch < 2.12: once eagerly first (docs/limitations.md)
         darg = torch.tensor(dt, dtype=torch.float32, device=DEVICE) if dt_tensor else dt
         with torch.set_grad_enabled(grad_mode):
             xo, vo = step(x, v, garg, darg)

@@ -91,6 +91,7 @@ Checked against torch 2.11.0, 2.12.1, 2.14.1, 2.15.0 (PyPI's CUDA builds, on the
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import inspect
 import re
@@ -432,7 +433,9 @@ def profiler_enabled_c():
 #   lacks (InternalTorchDynamoError: AsPythonConstantNotImplementedError: UserDefinedObjectVariable(Op)
 #   is not a constant). Its id() is one, guarded by identity (ID_MATCH) as above: the object travels
 #   as its id, and is found again in a weak table that the function's eager calls fill (the torch
-#   adapter resolves every op eagerly when it is described or when the adapter loads).
+#   adapter resolves every op eagerly when it is described or when the adapter loads), else (an
+#   object never called eagerly: a wp.vec3 value a compiled first call gets) by its id itself, which
+#   names a live object there (see assume_constant_result_of).
 _DYNAMO_PASSES_OBJECTS = TORCH_VERSION >= (2, 12)
 # the weak table of those objects, one for every such function: filled by their eager calls and by
 # remember() (the adapter remembers every op it registers, so a call of a function that an op's
@@ -461,10 +464,12 @@ def assume_constant_result_of(fn):
     def by_id(key: int, *args):
         obj = live.get(key)
         if obj is None:
-            raise RuntimeError(
-                f"{fn.__qualname__}: torch {torch.__version__} traced a call of an object that was never called "
-                "outside torch.compile; call it once eagerly first"
-            )
+            # an object never called eagerly (a Warp value a compiled first call gets). ``key`` is
+            # the id of a live object: by_id runs only from wrapper's compiling branch below, at
+            # Dynamo's trace time on the id of the value it traces (held by the traced frame and
+            # by Dynamo's variable for it while the trace runs), or called by another tracer with
+            # wrapper's own argument; the result is a constant of the trace, never computed again
+            obj = ctypes.cast(key, ctypes.py_object).value
         return fn(obj, *args)
 
     by_id.__name__ = by_id.__qualname__ = f"{fn.__name__}_by_id"
