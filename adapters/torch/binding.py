@@ -190,13 +190,14 @@ class _Entry:
 
     def same_saved_layout(self, args) -> bool:
         """Whether the tensors a backward was given (``args``: the node's saved tensors) have the
-        layout this forward entry was made for. Saved-tensor hooks may hand the backward other
-        tensors (``save_on_cpu`` packs them; a user's hooks copy, compress, restride): the adjoint
-        would read them with the forward's sizes and strides (a wrong gradient, a read out of
-        bounds), so such a backward takes its own entry (:meth:`_Binding.run_backward`)."""
-        for i, shape, strides in self.saved_layout:
+        layout (sizes, strides, dtype, device) this forward entry was made for. Saved-tensor hooks
+        may hand the backward other tensors (``save_on_cpu`` packs them; a user's hooks copy,
+        compress, restride): the adjoint would read them as the forward's (a wrong gradient, a
+        read out of bounds), so such a backward takes its own entry (:meth:`_Binding.run_backward`),
+        which reads their layout or refuses their dtype or device as a call would."""
+        for i, shape, strides, dtype, device in self.saved_layout:
             a = args[i]
-            if a.stride() != strides or a.shape != shape:
+            if a.stride() != strides or a.shape != shape or a.dtype is not dtype or a.get_device() != device:
                 return False
         return True
 
@@ -467,10 +468,11 @@ class _Binding:
 
 
 def _saved_layout(call_params, arrays, args) -> tuple:
-    """``(position, sizes, strides)`` of each array argument as the adjoint reads it (an in-out one
-    is read from its result, whose layout is checked where it is read): ``_Entry.saved_layout``."""
+    """``(position, sizes, strides, dtype, device index)`` of each array argument as the adjoint
+    reads it (an in-out one is read from its result, whose layout is checked where it is read):
+    ``_Entry.saved_layout``."""
     return tuple(
-        (pos, tuple(args[pos].shape), tuple(args[pos].stride()))
+        (pos, tuple(args[pos].shape), tuple(args[pos].stride()), args[pos].dtype, args[pos].get_device())
         for _, pos, _ in arrays
         if call_params[pos].role != IN_OUT and isinstance(args[pos], torch.Tensor)
     )

@@ -367,13 +367,14 @@ def _shared_zeros(b, e, arrays: dict) -> tuple[int, dict[int, tuple[int, int, tu
 
 
 def _saved_layout_terms(e, env: dict[str, Any]) -> str:
-    """`` and <checks>``: the saved tensors in the layout the adjoint was written for. Saved-tensor
-    hooks may hand the backward others (see ``_Entry.same_saved_layout``), which the backward
-    operator takes then."""
+    """`` and <checks>``: the saved tensors in the layout, dtype and device the adjoint was written
+    for. Saved-tensor hooks may hand the backward others (see ``_Entry.same_saved_layout``), which
+    the backward operator takes then."""
     terms = []
-    for pos, shape, strides in e.saved_layout:
-        env[f"LS{pos}"], env[f"LH{pos}"] = strides, shape
-        terms.append(f" and a{pos}.stride() == LS{pos} and a{pos}.shape == LH{pos}")
+    for pos, shape, strides, dtype, device in e.saved_layout:
+        env[f"LS{pos}"], env[f"LH{pos}"], env[f"LT{pos}"] = strides, shape, dtype
+        terms.append(f" and a{pos}.stride() == LS{pos} and a{pos}.shape == LH{pos} and a{pos}.dtype is LT{pos}")
+        terms.append(f" and a{pos}.get_device() == {int(device)}")
     return "".join(terms)
 
 
