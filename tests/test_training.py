@@ -330,20 +330,35 @@ def test_kept_tape_under_saved_tensor_hooks(fw, unpack):
         np.testing.assert_allclose(b.grad.numpy(), w_np, rtol=1e-6)
 
 
-def test_saved_tensor_hook_with_another_dtype_is_refused_not_read():
-    """A torch saved-tensor hook that hands the backward a float64 copy of a float32 tensor: the
-    backward refuses it with the op's own error (a call would), on the dispatcher's first call and
-    on the eager fast path; it was read as float32 bytes there before (a wrong gradient)."""
-    torch = pytest.importorskip("torch")
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_saved_tensor_hook_with_another_dtype_is_refused_not_read(fw):
+    """A saved-tensor hook that hands the backward a float64 copy of a float32 tensor: the backward
+    refuses it with the op's own error (a call would), on the first call and on the eager fast
+    path, where it was read as float32 bytes before (a wrong gradient). Paddle raises a backward's
+    error as its OSError, the op's message inside."""
     op = _catalogue_function_op()
-    cpu = torch.device("cpu")
     for _ in range(3):
-        p = torch.ones(8, device=cpu, requires_grad=True)
-        b = torch.ones(8, device=cpu, requires_grad=True)
-        with torch.autograd.graph.saved_tensors_hooks(lambda t: t.double(), lambda t: t):
-            out = op(p * 1.0, b)
-        with pytest.raises(interop.ArgumentError, match="float64"):
-            out.sum().backward()
+        if fw == "torch":
+            import torch
+
+            cpu = torch.device("cpu")
+            p = torch.ones(8, device=cpu, requires_grad=True)
+            b = torch.ones(8, device=cpu, requires_grad=True)
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t.double(), lambda t: t):
+                out = op(p * 1.0, b)
+            with pytest.raises(interop.ArgumentError, match="float64"):
+                out.sum().backward()
+        else:
+            import paddle
+
+            cpu = paddle.CPUPlace()
+            p = paddle.ones([8]).cpu()
+            p.stop_gradient = False
+            b = paddle.to_tensor(np.ones(8, np.float32), place=cpu, stop_gradient=False)
+            with paddle.autograd.saved_tensors_hooks(lambda t: t.astype("float64"), lambda t: t):
+                out = op(p * 1.0, b)
+            with pytest.raises(OSError, match="ArgumentError.*float64"):
+                out.sum().backward()
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)

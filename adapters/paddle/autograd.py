@@ -11,6 +11,8 @@ from weakref import ref as _weakref
 import paddle
 from paddle.autograd import PyLayer
 
+from interop import _dtypes
+from interop import _warp_compat as _wpt
 from interop._description import IN_OUT, OUTPUT
 from interop._errors import ArgumentError, UnsupportedError
 from interop._op import Op
@@ -80,6 +82,28 @@ def _guarded(res, state, label: str):
         # nothing to guard, and Paddle crashes registering a hook on such a tensor (SIGSEGV)
         first._register_grad_hook(second_backward_guard(state.context, label))
     return res
+
+
+def _refuse_changed_saved(plan, tensors: dict) -> None:
+    """Each saved tensor of an array parameter (by param index) with the dtype and shape the call
+    had. Saved-tensor hooks may hand the backward another (a float64 copy): refused with the op's
+    error, never read as the call's (a wrong gradient, a read out of bounds)."""
+    desc = plan.desc
+    for idx, t in tensors.items():
+        p = desc.params[idx]
+        if not p.is_array or not isinstance(t, paddle.Tensor) or plan.types[idx] is None:
+            continue
+        if _wpt.is_struct(plan.types[idx]):
+            continue  # (a struct array's bytes: its dtype is Paddle's uint8 view, checked at the call)
+        spec = FRAMEWORK.spec(t)
+        want = (plan.framework_shape(p), _dtypes.np_dtype(_dtypes.split(plan.types[idx])[0]))
+        if (tuple(spec.shape), spec.dtype) != want:
+            raise ArgumentError(
+                f"op {desc.label!r}, parameter {p.name!r}: the backward was handed a tensor of shape "
+                f"{tuple(spec.shape)} and dtype {spec.dtype.name} where the call had shape {want[0]} and "
+                f"dtype {want[1].name} (saved-tensor hooks must hand back what they were given); arrays "
+                "are never cast"
+            )
 
 
 def _values(plan, params, tensors: dict, scalars: dict) -> list:
@@ -253,6 +277,7 @@ def _backward(state: _State, saved: Sequence[Any], grads: Sequence[Any]):
             tensors[idx] = t  # the outputs the adjoint reads (in-out arrays are not saved)
         for idx, t in state.in_out.items():
             tensors[idx] = t
+        _refuse_changed_saved(plan, tensors)
         scalars = {p.index: x for p, x in zip(desc.call_params, state.args) if not isinstance(x, paddle.Tensor)}
         values = _values(plan, desc.params, tensors, scalars)
         need, diff = state.need_grad, plan.differentiable

@@ -282,9 +282,9 @@ class _SignatureWriter:
         # the saved tensors in the layout the adjoint was written for (saved-tensor hooks may hand
         # the backward others: _Signature.same_saved_layout), else the general adjoint over them
         layout = []
-        for k, (t, (shape, strides)) in enumerate(zip(tensors + kept, sig.saved_layout)):
-            self.env[f"LS{k}"], self.env[f"LH{k}"] = strides, shape
-            layout.append(f"{t}.strides == LS{k} and {t}.shape == LH{k}")
+        for k, (t, (shape, strides, dtype)) in enumerate(zip(tensors + kept, sig.saved_layout)):
+            self.env[f"LS{k}"], self.env[f"LH{k}"], self.env[f"LT{k}"] = strides, shape, dtype
+            layout.append(f"{t}.strides == LS{k} and {t}.shape == LH{k} and {t}.dtype is LT{k}")
         if layout:
             lines.append(f"    if not ({' and '.join(layout)}):")
             lines.append(f"        return general({tuple_text(args)}, {tuple_text(tensors + kept)}, {tuple_text(gs)})")

@@ -139,10 +139,18 @@ class _Signature:
             for pos, idx, _ in arrays
         )
         self.any_grad = any(a is not None for a in self.grad_allocs)
-        # the sizes and element strides the adjoint reads the node's saved tensors in: the tensor
-        # arguments, then the outputs it keeps (packed); see same_saved_layout
-        self.saved_layout = tuple((list(args[pos].shape), list(args[pos].strides)) for pos, _, _ in arrays) + tuple(
-            (list(plan.out_specs[j].shape), _packed_strides(plan.out_specs[j].shape)) for j in self.kept
+        # the sizes, element strides and dtype the adjoint reads the node's saved tensors in: the
+        # tensor arguments, then the outputs it keeps (packed); see same_saved_layout (a dtype is
+        # compared by identity: Paddle's are singletons, and a miss only takes the general adjoint)
+        self.saved_layout = tuple(
+            (list(args[pos].shape), list(args[pos].strides), args[pos].dtype) for pos, _, _ in arrays
+        ) + tuple(
+            (
+                list(plan.out_specs[j].shape),
+                _packed_strides(plan.out_specs[j].shape),
+                _PADDLE_OF_NP[plan.out_specs[j].dtype],
+            )
+            for j in self.kept
         )
         self.take = operator.itemgetter(*self.tensor_pos) if len(self.tensor_pos) > 1 else None
         self._go_adj = None
@@ -160,12 +168,13 @@ class _Signature:
 
     def same_saved_layout(self, saved: Sequence[Any]) -> bool:
         """Whether the node's saved tensors, as its backward got them, have the layout the
-        signature's adjoint reads them in. Saved-tensor hooks (``paddle.autograd.saved_tensors_hooks``)
-        may hand the backward other tensors (copies, another layout): the adjoint would read them
-        with the forward's sizes and strides (a wrong gradient, a read out of bounds), so such a
-        backward takes the general adjoint over the tensors it got (:func:`autograd._backward`)."""
-        for t, (shape, strides) in zip(saved, self.saved_layout):
-            if t.strides != strides or t.shape != shape:
+        signature's adjoint reads them in (sizes, strides, dtype). Saved-tensor hooks
+        (``paddle.autograd.saved_tensors_hooks``) may hand the backward other tensors (copies,
+        another layout or dtype): the adjoint would read them as the forward's (a wrong gradient, a
+        read out of bounds), so such a backward takes the general adjoint over the tensors it got
+        (:func:`autograd._backward`), which reads their layout or refuses their dtype."""
+        for t, (shape, strides, dtype) in zip(saved, self.saved_layout):
+            if t.strides != strides or t.shape != shape or t.dtype is not dtype:
                 return False
         return True
 
