@@ -284,7 +284,7 @@ class _SignatureWriter:
         layout = []
         for k, (t, (shape, strides, dtype)) in enumerate(zip(tensors + kept, sig.saved_layout)):
             self.env[f"LS{k}"], self.env[f"LH{k}"], self.env[f"LT{k}"] = strides, shape, dtype
-            layout.append(f"{t}.strides == LS{k} and {t}.shape == LH{k} and {t}.dtype is LT{k}")
+            layout.append(f"{t}.strides == LS{k} and {t}.shape == LH{k} and ({t}.dtype is LT{k} or {t}.dtype == LT{k})")
         if layout:
             lines.append(f"    if not ({' and '.join(layout)}):")
             lines.append(f"        return general({tuple_text(args)}, {tuple_text(tensors + kept)}, {tuple_text(gs)})")

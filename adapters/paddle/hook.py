@@ -141,7 +141,7 @@ class _Signature:
         self.any_grad = any(a is not None for a in self.grad_allocs)
         # the sizes, element strides and dtype the adjoint reads the node's saved tensors in: the
         # tensor arguments, then the outputs it keeps (packed); see same_saved_layout (a dtype is
-        # compared by identity: Paddle's are singletons, and a miss only takes the general adjoint)
+        # compared by identity first: Paddle 3.3's are singletons, 3.2's are not and compare equal)
         self.saved_layout = tuple(
             (list(args[pos].shape), list(args[pos].strides), args[pos].dtype) for pos, _, _ in arrays
         ) + tuple(
@@ -174,7 +174,7 @@ class _Signature:
         read out of bounds), so such a backward takes the general adjoint over the tensors it got
         (:func:`autograd._backward`), which reads their layout or refuses their dtype."""
         for t, (shape, strides, dtype) in zip(saved, self.saved_layout):
-            if t.strides != strides or t.shape != shape or t.dtype is not dtype:
+            if t.strides != strides or t.shape != shape or (t.dtype is not dtype and t.dtype != dtype):
                 return False
         return True
 
