@@ -139,19 +139,7 @@ class _Signature:
             for pos, idx, _ in arrays
         )
         self.any_grad = any(a is not None for a in self.grad_allocs)
-        # the sizes, element strides and dtype the adjoint reads the node's saved tensors in: the
-        # tensor arguments, then the outputs it keeps (packed); see same_saved_layout (a dtype is
-        # compared by identity first: Paddle 3.3's are singletons, 3.2's are not and compare equal)
-        self.saved_layout = tuple(
-            (list(args[pos].shape), list(args[pos].strides), args[pos].dtype) for pos, _, _ in arrays
-        ) + tuple(
-            (
-                list(plan.out_specs[j].shape),
-                _packed_strides(plan.out_specs[j].shape),
-                _PADDLE_OF_NP[plan.out_specs[j].dtype],
-            )
-            for j in self.kept
-        )
+        self.saved_layout = _saved_layout(args, arrays, plan, self.kept)
         self.take = operator.itemgetter(*self.tensor_pos) if len(self.tensor_pos) > 1 else None
         self._go_adj = None
         # the call written out (adapters/paddle/eager.py): forward, adjoint, and the PyLayer that
@@ -252,6 +240,17 @@ def _general_backward(sig: _Signature):
         return _backward(_SigCall(sig, args), saved, grads)
 
     return general
+
+
+def _saved_layout(args: Sequence[Any], arrays: list, plan, kept: tuple) -> tuple:
+    """The sizes, element strides and dtype the adjoint reads a signature's saved tensors in: the
+    tensor arguments, then the outputs it keeps (packed); see ``_Signature.same_saved_layout`` (a
+    dtype is compared by identity first: Paddle 3.3's are singletons, 3.2's are not and compare
+    equal)."""
+    specs = plan.out_specs
+    return tuple((list(args[pos].shape), list(args[pos].strides), args[pos].dtype) for pos, _, _ in arrays) + tuple(
+        (list(specs[j].shape), _packed_strides(specs[j].shape), _PADDLE_OF_NP[specs[j].dtype]) for j in kept
+    )
 
 
 def _packed_strides(shape) -> list:
