@@ -12,6 +12,7 @@ import paddle
 
 from interop import _cache
 from interop._description import IN_OUT
+from interop._launch import contiguous_strides
 from interop._op import NOT_EAGER
 from interop._plan import check_layout
 
@@ -249,16 +250,8 @@ def _saved_layout(args: Sequence[Any], arrays: list, plan, kept: tuple) -> tuple
     equal)."""
     specs = plan.out_specs
     return tuple((list(args[pos].shape), list(args[pos].strides), args[pos].dtype) for pos, _, _ in arrays) + tuple(
-        (list(specs[j].shape), _packed_strides(specs[j].shape), _PADDLE_OF_NP[specs[j].dtype]) for j in kept
+        (list(specs[j].shape), list(contiguous_strides(specs[j].shape, 1)), _PADDLE_OF_NP[specs[j].dtype]) for j in kept
     )
-
-
-def _packed_strides(shape) -> list:
-    strides, step = [], 1
-    for n in reversed(tuple(shape)):
-        strides.append(step)
-        step *= int(n)
-    return strides[::-1]
 
 
 def _make_hook(op):
