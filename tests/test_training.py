@@ -322,7 +322,7 @@ def test_kept_tape_under_saved_tensor_hooks(fw, unpack):
             b = paddle.to_tensor(b_np, place=cpu, stop_gradient=False)
             with paddle.autograd.saved_tensors_hooks(_pack_clone, unpack):
                 out = op(p * 1.0, b)
-            junk = [paddle.full([4096], float("nan")) for _ in range(8)]
+            junk = [paddle.to_tensor(np.full(4096, np.nan, np.float32), place=cpu) for _ in range(8)]
             (out * paddle.to_tensor(w_np, place=cpu)).sum().backward()
         del junk
         np.testing.assert_allclose(out.detach().numpy(), 3 * a_np**2 + b_np, rtol=1e-6)
@@ -352,8 +352,7 @@ def test_saved_tensor_hook_with_another_dtype_is_refused_not_read(fw):
             import paddle
 
             cpu = paddle.CPUPlace()
-            p = paddle.ones([8]).cpu()
-            p.stop_gradient = False
+            p = paddle.to_tensor(np.ones(8, np.float32), place=cpu, stop_gradient=False)
             b = paddle.to_tensor(np.ones(8, np.float32), place=cpu, stop_gradient=False)
             with paddle.autograd.saved_tensors_hooks(lambda t: t.astype("float64"), lambda t: t):
                 out = op(p * 1.0, b)
