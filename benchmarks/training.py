@@ -24,10 +24,12 @@ import traceback
 from examples import cloth
 
 from .harness import gate
+from .training_floors import FLOORS
 from .training_paths import PATHS, grad_rtol
 
 LR = 1000.0  # about half a Newton step for the initial velocities (the loss is a mean over particles)
-COMPILED = ("make_torch_compile", "make_torch_compile_chunks")  # torch.compile paths: aot_eager under --check
+# torch.compile paths (and the compiled floor): aot_eager under --check
+COMPILED = ("make_torch_compile", "make_torch_compile_chunks", "make_torch_compile_floor")
 
 
 def _failure(e: BaseException) -> str:
@@ -60,8 +62,22 @@ def run(check: bool = False, chart: str | None = None) -> dict:
             if "--verbose" in __import__("sys").argv:
                 traceback.print_exc()
             rows.append((name, bar, _failure(e)))
+    floors: list[tuple[str, object]] = []  # (name, iteration or failure text): timed, not gated
+    for name, module, make in FLOORS:
+        if importlib.util.find_spec(module) is None:
+            floors.append((name, f"skipped: {module} not installed"))
+            continue
+        try:
+            kw = {"backend": "aot_eager"} if check and make.__name__ in COMPILED else {}
+            it, grad = make(sc, lr, **kw)
+            it()
+            if grad is not None:
+                errs[name], rtols[name] = cloth.rel_err(grad(), g_ref), 1e-4
+            floors.append((name, it))
+        except Exception as e:
+            floors.append((name, _failure(e)))
     times: dict[str, list[float]] = {"Warp Tape loop": []}
-    live = [(n, it) for n, _, it in rows if callable(it)]
+    live = [(n, it) for n, _, it in rows if callable(it)] + [(n, it) for n, it in floors if callable(it)]
     for n, _ in live:
         times[n] = []
     for _ in range(rounds):
@@ -74,7 +90,8 @@ def run(check: bool = False, chart: str | None = None) -> dict:
                 live = [x for x in live if x[0] != n]
                 continue
             times[n].append(time.perf_counter() - t0)
-            losses[n].append(loss)
+            if n in losses:  # (not a floor's)
+                losses[n].append(loss)
     warp_s = statistics.median(times["Warp Tape loop"])
     print(f"  Warp's Tape loop: {warp_s * 1e3:.1f} ms per iteration (median of {rounds}, interleaved)")
     print(f"  {'path':58s} {'ms/iter':>8s} {'vs Warp':>8s} {'bar':>5s}  gradient vs Tape")
@@ -90,9 +107,36 @@ def run(check: bool = False, chart: str | None = None) -> dict:
         agree = "equal" if e <= rtols[name] else "DIFFERS"
         print(f"  {name:58s} {s * 1e3:8.1f} {r:7.2f}x {bar:4.1f}x  {agree} (rel. err {e:.1e}); {ok} its bar")
         gate("training", f"{name} / Warp Tape loop, T={steps}", r)
+    print_floors(floors, times, warp_s, errs, rtols, ratios)
     if chart:
         write_chart(chart, sc, losses, times, rows)
     return {"ratios": ratios, "errors": errs, "losses": losses, "warp_s": warp_s}
+
+
+def print_floors(floors: list, times: dict, warp_s: float, errs: dict, rtols: dict, ratios: dict) -> None:
+    """The floors (``benchmarks/training_floors.py``) against Warp's loop, and their sum beside the
+    compiled one-step path: that path's cost is torch's floor plus the kernels."""
+    print("  floors (not gated): what no path goes below on this machine")
+    got: dict[str, float] = {}
+    for name, it in floors:
+        if not callable(it) or not times.get(name):
+            print(f"  {name:58s} {it}")
+            continue
+        s = statistics.median(times[name])
+        got[name] = s / warp_s
+        grad = (
+            f"  gradient {'equal' if errs[name] <= rtols[name] else 'DIFFERS'} (rel. err {errs[name]:.1e})"
+            if name in errs
+            else ""
+        )
+        print(f"  {name:58s} {s * 1e3:8.1f} {got[name]:7.2f}x{grad}")
+    step = "torch.compile(fullgraph=True) of a step"
+    if len(got) == len(FLOORS) and step in ratios:
+        both = sum(got.values())
+        print(
+            f"  {'the two floors together, beside the compiled step':58s} {both * warp_s * 1e3:8.1f} {both:7.2f}x"
+            f"  (the compiled step: {ratios[step]:.2f}x)"
+        )
 
 
 def write_chart(path: str, sc: cloth.Scene, losses: dict, times: dict, rows: list) -> None:

@@ -56,6 +56,30 @@ def test_path_gradient_equals_the_tape(path, tape_gradient):
         np.testing.assert_allclose(g, tape_gradient, rtol=1e-4, atol=1e-7)
 
 
+def test_kernel_floor_is_the_tape_loop_without_its_launches(tape_gradient):
+    """The training benchmark's kernel floor (recorded launch commands, replayed) computes what
+    Warp's Tape loop computes: the same gradient, bit for bit, and the same loss."""
+    from benchmarks.training_floors import make_kernels
+
+    it, grad = make_kernels(SCENE, 0.0)
+    ref = cloth.WarpTapeLoop(SCENE, "cpu", lr=0.0)
+    losses = [it() for _ in range(2)]  # a second iteration: the gradients were cleared between
+    assert losses[0] == losses[1] == ref.iteration()
+    np.testing.assert_array_equal(grad(), tape_gradient)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+def test_torch_compile_floor_runs_as_one_graph():
+    """The compiled floor (two custom_ops doing nothing) traces as one graph (``fullgraph=True``),
+    its backward reaching the initial velocities."""
+    from benchmarks.training_floors import make_torch_compile_floor
+
+    it, grad = make_torch_compile_floor(SCENE, 0.0, backend="aot_eager")
+    assert grad is None
+    it()
+    it()
+
+
 # ---- a Python-function op keeps its tape --------------------------------------------------------
 RUNS: list = []  # a weak reference to each run's intermediate forces (the tape keeps them alive)
 
