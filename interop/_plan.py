@@ -809,6 +809,8 @@ def vector_components(desc: OpDescription, p: Param, value: Any) -> list:
             if rng is not None and not rng[0] <= c <= rng[1] and c == c and abs(c) != math.inf:
                 check_scalar_value(desc, p, p.scalar, c)  # refuses it
         return list(value)
+    if isinstance(value, (tuple, list)):
+        _refuse_odd_components(desc, p, value)
     try:
         flat = np.asarray(value).ravel()
     except (TypeError, ValueError):
@@ -824,6 +826,48 @@ def vector_components(desc: OpDescription, p: Param, value: Any) -> list:
         for c in components:  # each component as the parameter's scalar type holds it, or an error
             check_scalar_value(desc, p, p.scalar, c)
     return components
+
+
+def _refuse_odd_components(desc: OpDescription, p: Param, value: tuple | list) -> None:
+    """Refuse a component of a tuple or list vector value that NumPy would convert silently: a
+    bool (refused as a scalar is), or a framework tensor (a 0-d torch or Paddle tensor) of another
+    dtype than the parameter's components (it would be cast) or that wants a gradient (it would get
+    none: only JAX differentiates a vector's components; pass a tensor of the vector's shape)."""
+    for k, c in enumerate(_flat_components(value)):
+        if isinstance(c, (bool, np.bool_)):
+            raise _err(desc, p, f"{p.expected_text()}: numbers", f"component {k} {c!r} (a bool)")
+        if isinstance(c, (int, float, np.generic)) or not hasattr(c, "dtype") or not hasattr(c, "shape"):
+            continue  # (a number, or what NumPy's conversion below refuses)
+        grad = getattr(c, "requires_grad", False) is True or getattr(c, "stop_gradient", True) is False
+        try:
+            dtype = np.asarray(c.detach() if hasattr(c, "detach") else c).dtype
+        except Exception:  # (a dtype NumPy has no type for: refused below by the conversion)
+            continue
+        kind = type(c).__module__.split(".")[0]
+        if grad:
+            raise _err(
+                desc,
+                p,
+                f"{p.expected_text()}: numbers, or a tensor of the vector's shape for a value that is differentiated",
+                f"component {k}, a {kind} tensor that requires a gradient (it would get none)",
+            )
+        if not p.generic and dtype != _dtypes.np_dtype(p.scalar):
+            raise _err(
+                desc,
+                p,
+                f"{p.expected_text()}: numbers or {np.dtype(_dtypes.np_dtype(p.scalar)).name} tensors",
+                f"component {k}, a {kind} tensor of dtype {dtype.name} (arrays are never cast)",
+            )
+
+
+def _flat_components(value: tuple | list) -> list:
+    out: list = []
+    for c in value:
+        if isinstance(c, (tuple, list)):
+            out.extend(_flat_components(c))
+        else:
+            out.append(c)
+    return out
 
 
 def _python_numbers(value: tuple | list) -> list | None:

@@ -298,6 +298,50 @@ def test_vec3_scalar_given_two_numbers(fw):
     np.testing.assert_array_equal(out, np.ones((2, 3)) + [1, 2, 3])
 
 
+@pytest.mark.parametrize("fw", ALL)
+@pytest.mark.parametrize("component", [True, np.bool_(False)], ids=["bool", "np.bool_"])
+def test_bool_vector_component_is_refused(fw, component):
+    """A bool inside a vector value was read as 1.0/0.0, where a bool scalar is refused; after
+    calls with numbers too (the eager fast paths remember a tuple of numbers)."""
+    op = interop.op(cat.vec_offset_kernel)
+    for _ in range(2):
+        _call(fw, op, np.ones((2, 3), F), (1.0, 2.0, 3.0))
+    with pytest.raises(interop.ArgumentError, match=r"op 'vec_offset_kernel', parameter 'v'.*component 1 .*a bool"):
+        _call(fw, op, np.ones((2, 3), F), (1.0, component, 3.0))
+
+
+def _scalar_tensor(fw: str, value, dtype: str, grad: bool = False):
+    if fw == "torch":
+        import torch
+
+        return torch.tensor(value, dtype=getattr(torch, dtype), device="cpu", requires_grad=grad)
+    import paddle
+
+    t = paddle.to_tensor(value, dtype=dtype, place=paddle.CPUPlace())
+    t.stop_gradient = not grad
+    return t
+
+
+@pytest.mark.parametrize("fw", [f for f in ("torch", "paddle") if f in ALL])
+def test_tensor_vector_components_are_never_cast_nor_left_without_gradient(fw):
+    """A 0-d torch/Paddle tensor inside a tuple vector value: of another dtype it was cast (a
+    float64 1.1 read as float32, an int64 2**40 as 1.1e12); wanting a gradient it got none (Paddle:
+    silently; torch: a RuntimeError naming no op). One of the component dtype without gradient is
+    read, as a number is."""
+    op = interop.op(cat.vec_offset_kernel)
+    x = np.ones((2, 3), F)
+    for value, dtype in ((1.1, "float64"), (2**40, "int64"), (1.0, "float16")):
+        with pytest.raises(
+            interop.ArgumentError,
+            match=rf"parameter 'v'.*component 0, a {fw} tensor of dtype {dtype} \(arrays are never cast\)",
+        ):
+            _call(fw, op, x, (_scalar_tensor(fw, value, dtype), 0.0, 0.0))
+    with pytest.raises(interop.ArgumentError, match=r"parameter 'v'.*component 2, a .* tensor that requires a gradient"):
+        _call(fw, op, x, (0.0, 0.0, _scalar_tensor(fw, 1.0, "float32", grad=True)))
+    out = _np(_call(fw, op, x, (_scalar_tensor(fw, 1.5, "float32"), 0.0, 0.0)))
+    np.testing.assert_array_equal(out, x + [1.5, 0, 0])
+
+
 @JAX
 def test_jax_static_scalar_errors_come_at_trace_time():
     import jax
