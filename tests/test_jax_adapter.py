@@ -228,6 +228,29 @@ def test_vmap_method_per_op_and_per_call():
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_vmap_fold_refuses_an_array_longer_than_the_launch(jit):
+    """"fold" with an array whose first dimension is not the launch's: thread i of the folded launch
+    read row i of the folded array, another batch element's (silently wrong: [8, 10, 12, 14] for the
+    second row where [12, 14, 16, 18] is right). Refused, naming the parameter; "loop" is right."""
+    x = jnp.asarray(np.arange(12, dtype=np.float32).reshape(2, 6), device=jax_device("cpu"))
+    y = jnp.ones((2, 6), jnp.float32, device=jax_device("cpu"))
+    op = interop.op(add)
+    for launch in (4, 6):
+        ref = np.asarray(x)[:, :launch] + 1
+        for m in ("loop", "fold"):
+            f = jax.vmap(lambda a, b, m=m, launch=launch: op(a, b, vmap_method=m, launch_dims=launch))
+            f = jax.jit(f) if jit else f
+            if m == "fold" and launch == 4:
+                with pytest.raises(
+                    interop.UnsupportedError,
+                    match=r"op 'add_float_kernel': vmap_method='fold' .* parameter 'a' has first dimension 6, the launch 4",
+                ):
+                    f(x, y)
+                continue
+            np.testing.assert_array_equal(np.asarray(f(x, y)), ref, err_msg=f"{m}, launch {launch}")
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 @pytest.mark.parametrize("in_axes", [(0, 0), (0, None)], ids=["both-batched", "b-unbatched"])
 def test_nested_vmap_fold_matches_loop_and_numpy(in_axes, jit):
     """jax.vmap(jax.vmap(op)) with vmap_method="fold" folds both batch levels into one launch

@@ -159,6 +159,7 @@ class _Entry:
         plan = self._folded.get(batch)
         if plan is None:
             desc = self.desc
+            self._refuse_unfoldable_shapes()
             specs = []
             for p, s in zip(desc.call_params, self.specs):
                 if p.is_array:
@@ -174,6 +175,21 @@ class _Entry:
             plan = self.jop.op.plan(tuple(specs), launch, od or None)
             self._folded[batch] = plan
         return plan
+
+    def _refuse_unfoldable_shapes(self) -> None:
+        """Raise where folding the batch into the first dimension would misplace rows: an array
+        (or output) whose first dimension is not the launch's, so that thread ``i`` of the folded
+        launch would read row ``i`` of the folded array, another batch element's row."""
+        n = self.plan.launch_dims[0]
+        for p in self.desc.params:
+            shape = self.plan.warp_shapes[p.index] if p.is_array else None
+            if shape and shape[0] != n:
+                first = shape[0]
+                raise UnsupportedError(
+                    f"op {self.desc.label!r}: vmap_method='fold' folds the batch into the first dimension of "
+                    f"every array and of the launch, which needs them equal; parameter {p.name!r} has first "
+                    f"dimension {first}, the launch {n} (use vmap_method='loop')"
+                )
 
     # -- autodiff -------------------------------------------------------------------
     def _make_jvp(self):
