@@ -68,6 +68,42 @@ def refusal(fn: Any, label: str) -> UnsupportedError | None:
     return None if spot is None else UnsupportedError(spot.message(label))
 
 
+def in_out_spot(fn: Any, in_out: Sequence[str]) -> BlindSpot | None:
+    """Where kernel ``fn`` reads or overwrites one of its in-out parameters ``in_out`` (``acc[i]``
+    as a value, ``acc[i] = ...``), or None. An in-out parameter's gradient is its upstream gradient
+    passed through, which is right for a kernel that only accumulates into it (``wp.atomic_add``,
+    ``+=``): Warp's adjoint keeps one adjoint array for the array before and after the call, so an
+    overwrite's gradient also passes through (``acc[i] = acc[i] + x[i]`` gave 2 for 1), and the
+    adjoint of a read needs the value before the call, which the mutable frameworks no longer have
+    (``out[i] = acc[i] * x[i]`` gave ``x`` the gradient of the updated value)."""
+    from ._promises import accesses
+
+    found = accesses(fn, list(in_out))
+    if found is None:
+        return None
+    adj: Any = getattr(fn, "adj", None)
+    fdef = ast.parse(textwrap.dedent(adj.source)).body[0]
+    parents = {id(c): p for p in ast.walk(fdef) for c in ast.iter_child_nodes(p)}
+    for node in ast.walk(fdef):
+        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in in_out):
+            continue
+        name = node.value.id
+        parent = parents.get(id(node))
+        if isinstance(node.ctx, ast.Load):
+            what = f"in-out parameter `{name}` is read as a value"
+        elif isinstance(parent, (ast.Assign, ast.AnnAssign)):
+            what = f"in-out parameter `{name}` is overwritten"
+        else:
+            continue  # (``acc[i] += v``: an accumulation)
+        return BlindSpot(
+            what + " (its gradient is only defined for a kernel that accumulates into it)",
+            found.where(node),
+            f"only accumulate into `{name}` (`wp.atomic_add({name}, i, v)` or `{name}[i] += v`), reading what the "
+            f"kernel needs from an input (pass the old value as one), or make `{name}` an output",
+        )
+    return None
+
+
 def find(fn: Any) -> BlindSpot | None:
     """The first blind spot in kernel (or ``wp.func``) ``fn`` and the functions it calls, or None."""
     module = getattr(fn, "module", None)

@@ -237,7 +237,11 @@ class OpDescription:
             return None
         from . import _blind_spots
 
-        return _blind_spots.find(self.fn)
+        spot = _blind_spots.find(self.fn)
+        in_out = [p.name for p in self.params if p.role == IN_OUT]
+        if spot is None and in_out:
+            spot = _blind_spots.in_out_spot(self.fn, in_out)
+        return spot
 
     @cached_property
     def fold_refusal(self) -> str | None:
