@@ -551,8 +551,43 @@ def check_launch(label: str, launch: Sequence[int], what: str = "launch_dims") -
         )
 
 
+def check_strides(label: str, what: str, shape: Sequence[int], strides: Sequence[int]) -> None:
+    """Byte strides Warp's array descriptor holds: each below 2**31 along a dimension of more than
+    one element (Warp keeps them as 32-bit ints: a larger one wraps negative, and the kernel reads
+    far outside the array)."""
+    for d, (n, st) in enumerate(zip(shape, strides)):
+        if n > 1 and abs(int(st)) > MAX_EXTENT:
+            raise ArgumentError(
+                f"op {label!r}, {what}: shape {tuple(shape)}: the byte stride {int(st)} of dimension {d} exceeds "
+                f"Warp's array limit of {MAX_EXTENT} (its strides are 32-bit); pass a smaller array, or one laid "
+                "out with smaller strides"
+            )
+
+
+def contiguous_byte_strides(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
+    out = []
+    step = itemsize
+    for n in reversed(tuple(shape)):
+        out.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(out))
+
+
+def check_array(label: str, what: str, shape: Sequence[int], itemsize: int) -> None:
+    """An array argument Warp can describe packed: each dimension below 2**31 (Warp's shapes are
+    32-bit: a larger extent wraps) and each byte stride of its packed layout below 2**31."""
+    for d, n in enumerate(shape):
+        if n > MAX_EXTENT:
+            raise ArgumentError(
+                f"op {label!r}, {what}: shape {tuple(shape)}: extent {n} in dimension {d} exceeds Warp's array "
+                f"limit of {MAX_EXTENT}"
+            )
+    check_strides(label, what, shape, contiguous_byte_strides(shape, itemsize))
+
+
 def check_output(label: str, name: str, shape: Sequence[int], itemsize: int) -> None:
     """An output Warp can describe: each dimension below 2**31, the size in bytes below 2**63."""
+    check_strides(label, f"output {name!r}", shape, contiguous_byte_strides(shape, itemsize))
     total = itemsize
     for d, n in enumerate(shape):
         if n > MAX_EXTENT:

@@ -516,6 +516,7 @@ def _input_types(desc: OpDescription, specs: Sequence[Any], types: list, shapes:
         if not isinstance(spec, ArraySpec):
             raise _err(desc, p, p.expected_text(), "a scalar")
         elem, wshape = _resolve_array(desc, p, spec)
+        _extent.check_array(desc.label, f"parameter {p.name!r}", wshape, type_size_in_bytes(elem))
         types[p.index] = elem
         shapes[p.index] = wshape
         if p.generic and generic_elem is None:
@@ -703,6 +704,7 @@ def check_layout(
             )
         expected *= shape[k]
     outer = tuple(strides[: nd - inner])
+    _extent.check_strides(desc.label, f"parameter {p.name!r}", shape[: nd - inner], outer)
     for s in outer:
         if s < 0 or s % itemsize:
             raise ArgumentError(

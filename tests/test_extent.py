@@ -145,6 +145,38 @@ def test_output_beyond_warp_array_limit():
     assert "output 'out'" in msg and "extent 1099511627776" in msg and "array limit" in msg
 
 
+@pytest.mark.parametrize("fw", ["numpy", "torch"])
+def test_input_byte_stride_beyond_warps_32_bit_strides(fw):
+    """A byte stride of 2**31 or more (a row of 2**29 + 1 float32) wrapped negative in Warp's 32-bit
+    array descriptor: a segfault, for a column view and for the packed 2-d array alike. (NumPy's
+    zeros are allocated lazily: little memory is touched.)"""
+    big = np.zeros((2, 2**29 + 1), F)
+    if fw == "torch":
+        torch = pytest.importorskip("torch")
+        big = torch.from_numpy(big)
+    op = interop.op(cat.scale_kernel)
+    with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 'a': shape \(2,\): the byte stride 2147483652"):
+        op(big[:, 0], 1.0)
+    sub = interop.op(cat.subscript_kernel)
+    with pytest.raises(interop.ArgumentError, match=r"parameter 'x': shape \(2, 536870913\): the byte stride 2147483652 of dimension 0"):
+        sub(big, np.zeros(2**29 + 1, F) if fw == "numpy" else torch.zeros(2**29 + 1), launch_dims=(2, 1))
+
+
+def test_input_extent_beyond_warps_32_bit_shapes():
+    """An input of 2**32 + 3 elements (a zero-stride view) was seen by the kernel as 3 long (Warp's
+    shapes are 32-bit): checked mode then raised a false BoundsError."""
+    x = np.broadcast_to(np.ones(1, F), (2**32 + 3,))
+    op = interop.op(cat.scale_kernel)
+    with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 'a': shape \(4294967299,\): extent 4294967299"):
+        op(x, 1.0, launch_dims=1, output_dims=1)
+
+
+def test_output_byte_stride_beyond_warps_32_bit_strides():
+    op = interop.op(cat.subscript_kernel)
+    msg = _err(op, np.ones((2, 3), F), np.ones(3, F), output_dims=(2, 2**29 + 1))
+    assert "output 'out'" in msg and "byte stride 2147483652 of dimension 0" in msg
+
+
 # ---- must stay silent ---------------------------------------------------------------------
 def test_offset_index_guarded_is_silent():
     op = interop.op(cat.shifted_kernel)

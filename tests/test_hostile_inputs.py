@@ -342,6 +342,31 @@ def test_tensor_vector_components_are_never_cast_nor_left_without_gradient(fw):
     np.testing.assert_array_equal(out, x + [1.5, 0, 0])
 
 
+@pytest.mark.parametrize("fw", [f for f in ("torch", "paddle") if f in ALL])
+def test_strided_tensor_for_a_vector_value_is_refused(fw):
+    """A tensor given for a vec3/mat22 value parameter was read as if packed (torch): a strided one
+    gave other components ([0, 1, 2] for [0, 2, 4]), an expanded one read past its storage, a
+    transposed matrix was read in the wrong order. Refused as a strided array's components are."""
+    vec = interop.op(cat.vec_offset_kernel)
+    x = np.zeros((2, 3), F)
+    strided = np.arange(6, dtype=F)[::2]
+    if fw == "torch":
+        import torch
+
+        g = torch.arange(6.0, device="cpu")[::2]
+        expanded = torch.tensor(1.0, device="cpu").expand(3)
+        for bad in (g, expanded):
+            with pytest.raises(interop.ArgumentError, match=r"parameter 'v': the vec/mat components .* must be contiguous"):
+                vec(torch.from_numpy(x), bad)
+        np.testing.assert_array_equal(vec(torch.from_numpy(x), g.contiguous()).numpy(), x + strided)
+    else:
+        import paddle
+
+        m = paddle.to_tensor(np.arange(9, dtype=F).reshape(3, 3), place=paddle.CPUPlace()).t()[0]
+        with pytest.raises(interop.ArgumentError, match=r"parameter 'v': the vec/mat components .* must be contiguous"):
+            vec(paddle.to_tensor(x, place=paddle.CPUPlace()), m)
+
+
 @JAX
 def test_jax_static_scalar_errors_come_at_trace_time():
     import jax

@@ -388,6 +388,11 @@ class _Binding:
                     contiguous = x.is_contiguous()
                     arrays.append((p.index, i, None if contiguous else outer))
                 else:
+                    # a scalar or vec/mat value given as a tensor: its components must be packed,
+                    # as any array's (read as if contiguous: a strided or expanded one gave other
+                    # components, or read past its storage)
+                    isz = x.element_size()
+                    check_layout(desc, p, tuple(x.shape), tuple(s * isz for s in x.stride()), isz)
                     arrays.append((p.index, i, None))
             elif p.inner:
                 t = plan.types[p.index]
