@@ -155,10 +155,14 @@ def test_input_byte_stride_beyond_warps_32_bit_strides(fw):
         torch = pytest.importorskip("torch")
         big = torch.from_numpy(big)
     op = interop.op(cat.scale_kernel)
-    with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 'a': shape \(2,\): the byte stride 2147483652"):
+    with pytest.raises(
+        interop.ArgumentError, match=r"op 'scale_kernel', parameter 'a': shape \(2,\): the byte stride 2147483652"
+    ):
         op(big[:, 0], 1.0)
     sub = interop.op(cat.subscript_kernel)
-    with pytest.raises(interop.ArgumentError, match=r"parameter 'x': shape \(2, 536870913\): the byte stride 2147483652 of dimension 0"):
+    with pytest.raises(
+        interop.ArgumentError, match=r"parameter 'x': shape \(2, 536870913\): the byte stride 2147483652 of dimension 0"
+    ):
         sub(big, np.zeros(2**29 + 1, F) if fw == "numpy" else torch.zeros(2**29 + 1), launch_dims=(2, 1))
 
 
@@ -167,7 +171,9 @@ def test_input_extent_beyond_warps_32_bit_shapes():
     shapes are 32-bit): checked mode then raised a false BoundsError."""
     x = np.broadcast_to(np.ones(1, F), (2**32 + 3,))
     op = interop.op(cat.scale_kernel)
-    with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', parameter 'a': shape \(4294967299,\): extent 4294967299"):
+    with pytest.raises(
+        interop.ArgumentError, match=r"op 'scale_kernel', parameter 'a': shape \(4294967299,\): extent 4294967299"
+    ):
         op(x, 1.0, launch_dims=1, output_dims=1)
 
 

@@ -336,7 +336,9 @@ def test_tensor_vector_components_are_never_cast_nor_left_without_gradient(fw):
             match=rf"parameter 'v'.*component 0, a {fw} tensor of dtype {dtype} \(arrays are never cast\)",
         ):
             _call(fw, op, x, (_scalar_tensor(fw, value, dtype), 0.0, 0.0))
-    with pytest.raises(interop.ArgumentError, match=r"parameter 'v'.*component 2, a .* tensor that requires a gradient"):
+    with pytest.raises(
+        interop.ArgumentError, match=r"parameter 'v'.*component 2, a .* tensor that requires a gradient"
+    ):
         _call(fw, op, x, (0.0, 0.0, _scalar_tensor(fw, 1.0, "float32", grad=True)))
     out = _np(_call(fw, op, x, (_scalar_tensor(fw, 1.5, "float32"), 0.0, 0.0)))
     np.testing.assert_array_equal(out, x + [1.5, 0, 0])
@@ -356,7 +358,9 @@ def test_strided_tensor_for_a_vector_value_is_refused(fw):
         g = torch.arange(6.0, device="cpu")[::2]
         expanded = torch.tensor(1.0, device="cpu").expand(3)
         for bad in (g, expanded):
-            with pytest.raises(interop.ArgumentError, match=r"parameter 'v': the vec/mat components .* must be contiguous"):
+            with pytest.raises(
+                interop.ArgumentError, match=r"parameter 'v': the vec/mat components .* must be contiguous"
+            ):
                 vec(torch.from_numpy(x), bad)
         np.testing.assert_array_equal(vec(torch.from_numpy(x), g.contiguous()).numpy(), x + strided)
     else:

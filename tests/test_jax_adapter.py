@@ -229,7 +229,7 @@ def test_vmap_method_per_op_and_per_call():
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_vmap_fold_refuses_an_array_longer_than_the_launch(jit):
-    """"fold" with an array whose first dimension is not the launch's: thread i of the folded launch
+    """ "fold" with an array whose first dimension is not the launch's: thread i of the folded launch
     read row i of the folded array, another batch element's (silently wrong: [8, 10, 12, 14] for the
     second row where [12, 14, 16, 18] is right). Refused, naming the parameter; "loop" is right."""
     x = jnp.asarray(np.arange(12, dtype=np.float32).reshape(2, 6), device=jax_device("cpu"))

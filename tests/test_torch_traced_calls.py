@@ -196,6 +196,43 @@ def test_compiled_vector_refused_as_eager(g, match, fullgraph):
     _refused(step, (x, x), match, fullgraph)
 
 
+@wp.kernel
+def _accumulate(x: wp.array(dtype=float), acc: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(acc, i, 2.0 * x[i])
+
+
+ACCUMULATE = interop.op(_accumulate, in_out=["acc"])
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+@pytest.mark.parametrize("dynamic", [None, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize(
+    "case", ["float64", "int64", "ndim", "trailing dims", "in-out float64"], ids=lambda c: c.replace(" ", "-")
+)
+def test_compiled_tensor_of_another_dtype_or_shape_refused_as_eager(case, dynamic, fullgraph):
+    """A tensor whose dtype, number of dims or vec trailing dims does not fit its array parameter:
+    refused where the call is traced, with the eager call's error (it was raised inside torch's
+    fake-tensor call, as torch's TorchRuntimeError, also without fullgraph)."""
+    x = torch.rand(N, 3, device=DEVICE)
+    if case == "in-out float64":
+        args = (torch.rand(N, device=DEVICE), torch.zeros(N, dtype=torch.float64, device=DEVICE))
+        call, match = ACCUMULATE, r"op '_accumulate', parameter 'acc': expected .*dtype float64"
+    else:
+        bad = {
+            "float64": x.double(),
+            "int64": x.long(),
+            "ndim": x.reshape(-1),
+            "trailing dims": torch.rand(N, 4, device=DEVICE),
+        }[case]
+        args = (bad, x)
+        call, match = (lambda a, b: MOVE(a, b, (0.0, -9.8, 0.0), 0.01)), r"op '_move', parameter 'x': expected"
+    with pytest.raises(interop.ArgumentError, match=match):
+        call(*args)
+    step = torch.compile(lambda a, b: call(a, b), fullgraph=fullgraph, dynamic=dynamic, backend="aot_eager")
+    _refused(step, args, match, fullgraph)
+
+
 @pytest.mark.parametrize("fullgraph", [True, False])
 def test_compiled_bool_for_float_refused(fullgraph):
     @torch.compile(fullgraph=fullgraph, backend="aot_eager")

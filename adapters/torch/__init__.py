@@ -255,6 +255,8 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
         )
     if b.autocast and autocast_enabled():
         args = _autocast.cast(b, args)  # torch.autocast: an op is a float32-policy operator
+    if torch.compiler.is_compiling():
+        _traced.refuse_unfit_tensors(op, b, args)
     mask, sargs = _scalar_args(b, args)
     device, grad = _tensor_args(b, args)
     if functional and not grad and torch.is_grad_enabled() and functorch_grad_levels():

@@ -28,14 +28,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
-from interop._dtypes import is_float
+from interop._dtypes import is_float, np_dtype
 from interop._errors import ArgumentError, InteropError
 from interop._op import NOT_EAGER
 from interop._plan import _VALUE_RANGES, vector_components
 
-from .binding import _BINDINGS, _OVERLOADS
+from .binding import _BINDINGS, _NP_TO_TORCH, _OVERLOADS
 from .compat import (
     assume_constant_result_of,
     autocast_enabled,
@@ -57,6 +58,7 @@ def traced_call(op, args: tuple, launch_dims: Any, output_dims: Any, block_dim: 
     if forward_ad_active() or grad_transforms_traced():
         return NOT_EAGER  # the full path leaves the graph (see _call)
     sig: list[Any] = []
+    metas: list[Any] = []  # (dtype, ndim) of each argument: None for a non-tensor
     device = None
     grad = False
     for a in args:
@@ -73,6 +75,8 @@ def traced_call(op, args: tuple, launch_dims: Any, output_dims: Any, block_dim: 
             rg = a.requires_grad
             grad = grad or rg
             sig.append(rg)
+            metas.append((a.dtype, a.dim()))
+            continue
         elif t in _NUMBERS:
             sig.append(None)
         elif t is tuple or t is list:
@@ -82,15 +86,21 @@ def traced_call(op, args: tuple, launch_dims: Any, output_dims: Any, block_dim: 
             sig.append(("vec", len(a)))
         else:
             return NOT_EAGER
+        metas.append(None)
     grad = grad and torch.is_grad_enabled()
     if grad and functorch_transforms_active():
         return NOT_EAGER
-    plan = _traced_plan(op, tuple(sig), grad, bool(autocast_enabled()))
+    plan = _traced_plan(op, tuple(sig), grad, bool(autocast_enabled()), tuple(metas))
     if plan is None:
         return NOT_EAGER
     if plan[0] == "refuse":  # ("refuse", position of a vector with a wrong count)
         _refuse(op, plan[1], args[plan[1]])
-    qual, vectors = plan
+    if plan[0] == "refuse-array":  # ("refuse-array", position of a tensor of another dtype or ndim)
+        refuse_unfit_tensors(op, _BINDINGS[op.description.name], args)
+    qual, vectors, inners = plan
+    for pos, inner in inners:  # (a vec/mat array's trailing dims: compared here, where they may be symbols)
+        if not _trailing(args[pos].shape, inner):
+            refuse_unfit_tensors(op, _BINDINGS[op.description.name], args)
     if vectors:
         call = list(args)
         for pos, ints, lo, hi in vectors:
@@ -110,11 +120,14 @@ def traced_call(op, args: tuple, launch_dims: Any, output_dims: Any, block_dim: 
 
 
 @assume_constant_result_of  # run at trace time; its result a constant of the graph
-def _traced_plan(op, sig: tuple, grad: bool, autocast: bool) -> tuple | None:
+def _traced_plan(op, sig: tuple, grad: bool, autocast: bool, metas: tuple = ()) -> tuple | None:
     """``(qualified name of the operator, ((position, integers only, min, max), ...) of the vector
     values)`` for a call of ``op`` whose arguments ``sig`` describes (a tensor: its
     ``requires_grad``; a number: None; a flat tuple or list of numbers: ``("vec", length)``), or
-    None where the full path takes the call."""
+    None where the full path takes the call: also where a tensor's dtype or number of dims
+    (``metas``) does not fit its array parameter, so that the full path raises the op's error
+    where the call is traced (the registered operator would raise it inside torch's fake-tensor
+    call, wrapped in torch's own error, also without ``fullgraph``)."""
     if op._structs is not None:
         return None
     try:
@@ -123,8 +136,11 @@ def _traced_plan(op, sig: tuple, grad: bool, autocast: bool) -> tuple | None:
         if b.inout_pos or len(sig) != b.ncall or (autocast and b.autocast):
             return None
         for pos in range(b.ncall):
-            if b.call_params[pos].is_array and not isinstance(sig[pos], bool):
+            p = b.call_params[pos]
+            if p.is_array and not isinstance(sig[pos], bool):
                 return None
+            if p.is_array and metas and not _fits(p, _torch_dtype_of(p), *metas[pos]):
+                return ("refuse-array", pos)
         mask = []
         vectors = []
         for pos in b.scalar_pos:
@@ -145,9 +161,76 @@ def _traced_plan(op, sig: tuple, grad: bool, autocast: bool) -> tuple | None:
                 rng = None if p.generic else _VALUE_RANGES.get(p.scalar)
                 lo, hi = (None, None) if rng is None else (rng[0], rng[1])
                 vectors.append((pos, ints, lo, hi))
-        return _resolve(op, tuple(mask), "functional"), tuple(vectors)
+        inners = tuple(
+            (pos, p.inner) for pos, p in enumerate(b.call_params) if p.is_array and p.inner and not p.generic
+        )
+        return _resolve(op, tuple(mask), "functional"), tuple(vectors), inners
     except InteropError:
         return None  # refused: the full path raises it where the call is traced
+
+
+def refuse_unfit_tensors(op, b, args) -> None:
+    """While Dynamo traces the full path: raise the eager call's error for a tensor whose dtype or
+    number of dims does not fit its array parameter, where the call is traced (the registered
+    operator would raise it inside torch's fake-tensor call, wrapped in torch's own error)."""
+    for pos, p in enumerate(b.call_params):
+        a = args[pos]
+        if (
+            p.is_array
+            and isinstance(a, torch.Tensor)
+            and not _fits(p, _wanted_dtype(op, pos), a.dtype, a.dim(), tuple(a.shape))
+        ):
+            raise ArgumentError(_array_refusal(op, pos, a.dtype, a.dim()))
+
+
+@assume_constant_result_of
+def _array_refusal(op, pos: int, dtype, ndim: int) -> str:
+    """The message refusing a tensor of ``dtype`` with ``ndim`` dims at ``pos``, which :func:`_fits`
+    found unfit, at trace time: the eager call's, less the shape (which may be a symbol here).
+    Without ``fullgraph`` the call then runs eagerly and raises the eager call's own error."""
+    b = _BINDINGS[op.description.name]
+    p = b.call_params[pos]
+    name = str(dtype).replace("torch.", "")
+    return f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()}, got a {ndim}-d tensor of dtype {name}"
+
+
+def _fits(p, want, dtype, ndim: int, shape: tuple | None = None) -> bool:
+    """Whether a tensor of ``dtype`` with ``ndim`` dims (and ``shape``, where given: its trailing
+    vec/mat dims) can be array parameter ``p``'s argument (whose torch dtype is ``want``, None where
+    unknown) as far as these tell (generic and struct parameters: the registered operator decides)."""
+    if p.generic:
+        return True
+    if ndim != p.framework_ndim:
+        return False
+    if shape is not None and p.inner and not _trailing(shape, p.inner):
+        return False
+    return want is None or want == dtype
+
+
+def _trailing(shape, inner: tuple) -> bool:
+    """Whether ``shape`` ends in ``inner``, compared one dimension at a time (Dynamo 2.11 cannot
+    compare a tuple of sizes with another)."""
+    off = len(shape) - len(inner)
+    if off < 0:
+        return False
+    for k, n in enumerate(inner):
+        if shape[off + k] != n:
+            return False
+    return True
+
+
+def _torch_dtype_of(p) -> Any:
+    """The torch dtype of array parameter ``p``'s elements, or None (generic, struct, no NumPy type)."""
+    try:
+        return _NP_TO_TORCH.get(np.dtype(np_dtype(p.scalar)))
+    except Exception:  # (a type NumPy has no dtype for: the registered operator decides)
+        return None
+
+
+@assume_constant_result_of
+def _wanted_dtype(op, pos: int) -> Any:
+    """:func:`_torch_dtype_of` the parameter at ``pos``, at trace time (NumPy is not traceable)."""
+    return _torch_dtype_of(_BINDINGS[op.description.name].call_params[pos])
 
 
 def _refuse(op, pos: int, value) -> None:
