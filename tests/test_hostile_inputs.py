@@ -371,6 +371,24 @@ def test_strided_tensor_for_a_vector_value_is_refused(fw):
             vec(paddle.to_tensor(x, place=paddle.CPUPlace()), m)
 
 
+@TORCH
+def test_torch_in_out_lazily_negated_view_is_updated():
+    """An in-out tensor that is a lazily negated view (``z.conj().imag``): the no-grad path raised
+    torch's bare "Expected Tensor but got None" (no op, no parameter). It is updated, through the
+    view, as with autograd."""
+    import torch
+
+    op = interop.op(cat.atomic_kernel, in_out=["acc"])
+    for grad in (False, True):
+        z = torch.zeros(4, dtype=torch.complex64, device="cpu")
+        acc = z.conj().imag
+        assert acc.is_neg()
+        x = torch.arange(4.0, device="cpu", requires_grad=grad)
+        assert op(x, acc) is acc
+        np.testing.assert_array_equal(acc.detach().resolve_neg().numpy(), 2 * np.arange(4.0))
+        np.testing.assert_array_equal(z.imag.detach().numpy(), -2 * np.arange(4.0))
+
+
 @JAX
 def test_jax_static_scalar_errors_come_at_trace_time():
     import jax

@@ -278,6 +278,7 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
         and not grad
         and not forward_ad
         and not _torch_sharding.any_dtensor(args, b.inout_pos)
+        and not _lazily_viewed(args, b.inout_pos)
     ):
         if eager:
             res = _eager_forward(b, mask, "mutable", sargs, args)
@@ -354,6 +355,13 @@ def _eager_path(device: Any, args: Sequence[Any], sargs: list) -> tuple[bool, Se
         # tensor's; the operator's dispatcher resolves it before the kernel runs
         eager = False
     return eager, args, sargs
+
+
+def _lazily_viewed(args: Sequence[Any], positions: Sequence[int]) -> bool:
+    """Whether an in-out tensor is a lazily negated/conjugated view (``z.conj().imag``): the
+    mutating operator cannot write it (torch's fallback for such views expects the written tensor
+    back: "Expected Tensor but got None"); the functional operator and a ``copy_`` into it can."""
+    return any(isinstance(args[i], torch.Tensor) and (args[i].is_neg() or args[i].is_conj()) for i in positions)
 
 
 def _update_in_out(b: _Binding, args: Sequence[Any], res: Any) -> Any:
