@@ -352,6 +352,10 @@ def _freeze(v: Any) -> Any:
         return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
     if isinstance(v, (list, tuple)):
         return (type(v), tuple(_freeze(x) for x in v))
+    try:
+        hash(v)
+    except TypeError:  # (a NumPy array...: no cached call has it; the call's checks name it)
+        return (type(v), id(v))
     return (type(v), v)
 
 

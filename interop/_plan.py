@@ -108,7 +108,11 @@ def _err(desc: OpDescription, p: Param, expected: str, got: str) -> ArgumentErro
 
 
 def _spec_text(spec: ArraySpec) -> str:
-    return f"an array of shape {tuple(spec.shape)} and dtype {np.dtype(spec.dtype).name}"
+    d = np.dtype(spec.dtype)
+    order = (
+        "" if d.isnative else f" ({'big' if d.byteorder == '>' else 'little'}-endian: not this machine's byte order)"
+    )
+    return f"an array of shape {tuple(spec.shape)} and dtype {d.name}{order}"
 
 
 def _resolve_array(desc: OpDescription, p: Param, spec: ArraySpec) -> tuple[Any, tuple[int, ...]]:

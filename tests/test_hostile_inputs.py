@@ -389,6 +389,26 @@ def test_torch_in_out_lazily_negated_view_is_updated():
         np.testing.assert_array_equal(z.imag.detach().numpy(), -2 * np.arange(4.0))
 
 
+@pytest.mark.parametrize("fw", ["numpy", "torch", "paddle"])
+@pytest.mark.parametrize("kw", ["launch_dims", "output_dims"])
+def test_array_for_dims_names_the_op(fw, kw):
+    """``launch_dims=np.array([3])``: NumPy's path hashed it for its call cache first and raised
+    ``TypeError: unhashable type``; every framework now gives the op's error."""
+    if fw not in ALL:
+        pytest.skip(f"{fw} not installed")
+    op = interop.op(cat.scale_kernel)
+    with pytest.raises(
+        interop.ArgumentError, match=rf"op 'scale_kernel': {kw} must be an int or a tuple of ints, got ndarray"
+    ):
+        _call(fw, op, np.ones(4, F), 2.0, **{kw: np.array([3])})
+
+
+def test_non_native_byte_order_is_named():
+    """A big-endian float32 array was refused as "expected ... float32, got ... dtype float32"."""
+    with pytest.raises(interop.ArgumentError, match=r"dtype float32 \(big-endian: not this machine's byte order\)"):
+        interop.op(cat.scale_kernel)(np.ones(2, ">f4"), 2.0)
+
+
 @JAX
 def test_jax_static_scalar_errors_come_at_trace_time():
     import jax
