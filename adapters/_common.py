@@ -20,8 +20,10 @@ import numpy as np
 from interop import _cache, _dtypes
 from interop._description import IN_OUT, INPUT, OUTPUT, Param
 from interop._errors import ArgumentError
+from interop._launch import contiguous_strides
 from interop._op import _freeze
-from interop._plan import ArraySpec, CallPlan, ScalarSpec, check_layout
+from interop._plan import ArraySpec, CallPlan, ScalarSpec, byte_span, check_layout, refuse_overlaps
+from interop._warp_compat import type_size_in_bytes
 
 
 class EagerFramework:
@@ -126,17 +128,22 @@ class EagerFramework:
             device = self.default_device()
         plan = op.plan(specs, launch_dims, output_dims)
         values: list[Any] = [None] * len(desc.params)
+        regions = []  # (parameter, pointer, byte span) of each array argument: see refuse_overlaps
         for p, x in zip(params, args):
             if p.is_array or self.is_array(x):
                 ptr, strides, itemsize = self.layout(x)
-                outer = check_layout(desc, p, self.spec(x).shape, strides, itemsize, written=p.role != INPUT)
+                shape = self.spec(x).shape
+                outer = check_layout(desc, p, shape, strides, itemsize, written=p.role != INPUT)
                 values[p.index] = (ptr, outer if p.is_array else None)
+                regions.append((p, ptr, byte_span(shape, strides, itemsize)))
                 if p.role != INPUT and not self.writable(x):
                     raise ArgumentError(
                         f"op {op.description.label!r}, parameter {p.name!r}: the in-out array is read-only; pass a writable array"
                     )
             else:
                 values[p.index] = x
+        if desc.has_in_out:
+            refuse_overlaps(desc, regions)
         returned = []
         it = iter(zip(plan.out_specs, plan.zero))
         for p in desc.returned_params:
@@ -223,6 +230,11 @@ class EagerFramework:
                 order.append(("arg", params.index(p)))
         go = plan.runner.fast_forward(device)
         ptr, alloc, writable, stream_of = self.ptr, self.alloc, self.writable, self.stream
+        # (parameter, position in vals, byte span) of each array argument, where one is written in
+        # place: its memory checked against the others' on each call (refuse_overlaps)
+        spans = None
+        if desc.has_in_out:
+            spans = [(desc.params[pi], pi, _span_of(plan, pi, strides)) for _, pi, _, strides in arrays]
         label = desc.label
         names = {p.index: p.name for p in desc.params}
         single = len(order) == 1
@@ -238,6 +250,8 @@ class EagerFramework:
                 vals[pi] = (ptr(x), strides)
             for ai, pi in scalars:
                 vals[pi] = args[ai]
+            if spans is not None:
+                refuse_overlaps(desc, [(p, vals[pi][0], span) for p, pi, span in spans])
             made = []
             for pi, spec, elem, zero in outs:
                 o = alloc(spec, device, zero, elem)
@@ -253,6 +267,16 @@ class EagerFramework:
 
         fast.plan, fast.device = plan, device
         return fast
+
+
+def _span_of(plan: CallPlan, i: int, outer: Any) -> int:
+    """The byte span of parameter ``i``'s array in calls with this plan and outer byte strides
+    (None: packed)."""
+    shape = tuple(plan.warp_shapes[i]) if plan.warp_shapes[i] is not None else ()
+    itemsize = type_size_in_bytes(plan.types[i])
+    if outer is None:
+        outer = contiguous_strides(shape, itemsize)
+    return byte_span(shape, outer, itemsize)
 
 
 def pack_result(returned: Sequence[Any]) -> Any:

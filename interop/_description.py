@@ -224,6 +224,11 @@ class OpDescription:
         return tuple(p for p in self.params if p.role == INPUT and p.is_array and p.differentiable)
 
     @cached_property
+    def has_in_out(self) -> bool:
+        """Whether a parameter is read and updated in place."""
+        return any(p.role == IN_OUT for p in self.params)
+
+    @cached_property
     def has_adjoint(self) -> bool:
         """Warp generated an adjoint for the kernel (``enable_backward`` on), or the op is a
         Python-function op (recorded by ``wp.Tape``)."""

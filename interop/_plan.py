@@ -18,6 +18,7 @@ from . import _dtypes, _extent
 from . import _warp_compat as _wpt
 from ._description import (
     CUDA_BLOCK_DIM,
+    IN_OUT,
     DtypeOf,
     OpDescription,
     Param,
@@ -728,6 +729,35 @@ def check_layout(
                 )
             elem = st * n
     return outer
+
+
+def byte_span(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> int:
+    """Bytes from an array's first element to one past its last (0: no element), for non-negative
+    byte ``strides`` along ``shape`` (vec/mat dims included, or as part of ``itemsize``)."""
+    if any(int(n) == 0 for n in shape):
+        return 0
+    return sum((int(n) - 1) * int(s) for n, s in zip(shape, strides)) + itemsize
+
+
+def refuse_overlaps(desc: OpDescription, regions: Sequence[tuple[Param, int, int]]) -> None:
+    """Raise where an array the kernel writes in place (an in-out argument) shares memory with
+    another array argument: ``regions`` are ``(parameter, pointer, byte span)``. The kernel's
+    threads would read what others already wrote (or write one element twice), in an order no one
+    chose; the framework's own in-place operators refuse such arguments (torch's "some elements
+    of the input tensor and the written-to tensor refer to a single memory location"), and a
+    functional framework (JAX, a compiled torch graph) reads the values from before the call.
+    Compared by address range: views that interleave without sharing an element are refused too."""
+    for k, (p, lo, span) in enumerate(regions):
+        if p.role != IN_OUT or not span:
+            continue
+        for j, (q, lo2, span2) in enumerate(regions):
+            if j == k or not span2 or not (lo < lo2 + span2 and lo2 < lo + span):
+                continue
+            raise ArgumentError(
+                f"op {desc.label!r}, parameter {p.name!r}: the kernel writes this array in place, and it shares "
+                f"memory with parameter {q.name!r} (the same array, or views over the same memory): its threads "
+                f"would read values others already wrote; pass a copy of one of them (.clone() / .copy())"
+            )
 
 
 def int_range(t: Any) -> tuple[int, int] | None:

@@ -315,6 +315,13 @@ def transpose_kernel(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
 
 
 @wp.kernel
+def reverse_accumulate_kernel(x: wp.array(dtype=float), acc: wp.array(dtype=float)):
+    # reads x at another index than the one it accumulates into: a race where x is acc
+    i = wp.tid()
+    wp.atomic_add(acc, i, 10.0 * x[x.shape[0] - 1 - i])
+
+
+@wp.kernel
 def atomic_kernel(x: wp.array(dtype=float), acc: wp.array(dtype=float)):
     i = wp.tid()
     wp.atomic_add(acc, i, 2.0 * x[i])

@@ -409,6 +409,55 @@ def test_non_native_byte_order_is_named():
         interop.op(cat.scale_kernel)(np.ones(2, ">f4"), 2.0)
 
 
+def _reversed_accumulate_op():
+    return interop.op(cat.reverse_accumulate_kernel, in_out=["acc"])
+
+
+@pytest.mark.parametrize("fw", [f for f in ("numpy", "torch", "paddle", "warp") if f in ALL or f == "warp"])
+@pytest.mark.parametrize("how", ["same", "overlapping views"])
+def test_in_out_sharing_memory_with_an_input_is_refused(fw, how):
+    """An in-out array that is (or overlaps) an input: the kernel's threads read what others had
+    already written (``[51, 42, 33, 424, 515]`` for ``[51, 42, 33, 24, 15]``), on NumPy, torch,
+    Paddle and Warp alike, eagerly and after a call that warmed the fast path. Refused, as torch's
+    own in-place operators refuse such arguments. JAX (functional) reads the values from before."""
+    op = _reversed_accumulate_op()
+    base = np.arange(1, 7, dtype=F)
+    ref = base[:5] + 10 * base[:5][::-1]
+
+    def make(a):
+        if fw == "numpy":
+            return a.copy()
+        if fw == "warp":
+            import warp as wp
+
+            return wp.array(a, dtype=float, device="cpu")
+        return _to(fw, a.copy())  # (memory of its own: convert shares the NumPy array's)
+
+    def view(t, lo, hi):
+        return t[lo:hi]
+
+    buf = make(base)
+    x, acc = (view(buf, 0, 5), view(buf, 0, 5)) if how == "same" else (view(buf, 1, 6), view(buf, 0, 5))
+    if how == "same" and fw != "warp":
+        x = acc
+    np.testing.assert_allclose(_np(op(make(base[:5]), make(base[:5]))), ref)  # distinct arrays (warms the fast path)
+    with pytest.raises(
+        interop.ArgumentError,
+        match=r"op 'reverse_accumulate_kernel', parameter 'acc': .* shares memory with parameter 'x'",
+    ):
+        op(x, acc)
+    np.testing.assert_array_equal(_np(buf), base)  # nothing written
+
+
+@JAX
+def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
+    import jax.numpy as jnp
+
+    op = _reversed_accumulate_op()
+    v = jnp.asarray(np.arange(1, 6, dtype=F), device=jax_device("cpu"))
+    np.testing.assert_allclose(np.asarray(op(v, v)), np.arange(1, 6) + 10 * np.arange(5, 0, -1))
+
+
 @JAX
 def test_jax_static_scalar_errors_come_at_trace_time():
     import jax

@@ -23,6 +23,7 @@ from interop._launch import contiguous_strides, external_stream, get_device
 from interop._plan import (
     ArraySpec,
     ScalarSpec,
+    byte_span,
     check_layout,
     default_launch,
     tile_launch,
@@ -176,6 +177,7 @@ class _Entry:
         "wdev",
         "tdev",
         "arrays",
+        "spans",
         "scalars",
         "outs",
         "cuda",
@@ -378,9 +380,11 @@ class _Binding:
         if any(d is not None for d in ods):
             output_dims = {p.name: tuple(d) for p, d in zip(self.outputs, ods) if d is not None}
         plan = op.plan(specs, None if ld is None else tuple(ld), output_dims)
+        spans = {}  # byte span of each tensor argument, by position (refuse_overlaps)
         for i, p in enumerate(self.call_params):
             x = args[i]
             if isinstance(x, torch.Tensor):
+                spans[i] = byte_span(tuple(x.shape), tuple(s * x.element_size() for s in x.stride()), x.element_size())
                 if p.is_array:
                     isz = x.element_size()
                     strides = tuple(s * isz for s in x.stride())
@@ -414,6 +418,7 @@ class _Binding:
             # inside torch.cuda.graph capture would otherwise load the module during the capture
             e.runner.prepare(e.wdev, _current_stream(device))
         e.arrays = tuple(arrays)
+        e.spans = spans
         e.scalars = tuple(scalars)
         e.contiguous_outer = {
             p.index: contiguous_strides(plan.warp_shapes[p.index], type_size_in_bytes(plan.types[p.index]))

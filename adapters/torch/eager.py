@@ -31,6 +31,7 @@ from adapters._common import keep_tape
 from interop._codegen import adj_tuple_text, compile_functions, tuple_text
 from interop._description import IN_OUT
 from interop._launch import direct_env, direct_lines
+from interop._plan import refuse_overlaps
 
 from .compat import ctx_statements, eager_context_source
 
@@ -178,6 +179,14 @@ class _BodyWriter:
         lines: list[str] = []
         ptrs = {idx: self.ptr(idx) for idx in range(nparams)}
         values = {idx: self.tup(idx, ptrs[idx]) for idx in range(nparams)}
+        if kind == "mutable" and b.desc.has_in_out:
+            # an in-out tensor written in place must not share memory with another argument
+            regions = []
+            for idx, (pos, _) in self.arrays.items():
+                env[f"RP{idx}"], env[f"RS{idx}"] = b.desc.params[idx], e.spans[pos]
+                regions.append(f"(RP{idx}, {ptrs[idx]}, RS{idx})")
+            env["refuse_overlaps"] = refuse_overlaps
+            lines.append(f"    refuse_overlaps(desc, ({', '.join(regions)},))")
         results = []
         for j, (idx, shape, dtype, role, zfill) in enumerate(e.outs):
             if role == IN_OUT and kind == "mutable":
