@@ -69,13 +69,15 @@ def refusal(fn: Any, label: str) -> UnsupportedError | None:
 
 
 def in_out_spot(fn: Any, in_out: Sequence[str]) -> BlindSpot | None:
-    """Where kernel ``fn`` reads or overwrites one of its in-out parameters ``in_out`` (``acc[i]``
-    as a value, ``acc[i] = ...``), or None. An in-out parameter's gradient is its upstream gradient
-    passed through, which is right for a kernel that only accumulates into it (``wp.atomic_add``,
-    ``+=``): Warp's adjoint keeps one adjoint array for the array before and after the call, so an
-    overwrite's gradient also passes through (``acc[i] = acc[i] + x[i]`` gave 2 for 1), and the
-    adjoint of a read needs the value before the call, which the mutable frameworks no longer have
-    (``out[i] = acc[i] * x[i]`` gave ``x`` the gradient of the updated value)."""
+    """Where kernel ``fn`` reads one of its in-out parameters ``in_out`` as a value (``acc[i]`` in
+    an expression, ``acc[i] = acc[i] + x[i]`` included), or None. An in-out parameter's gradient is
+    its upstream gradient passed through, right for a kernel that only accumulates into it
+    (``wp.atomic_add``, ``+=``). A read's adjoint needs the value from before the call, which the
+    mutable frameworks no longer hold (``out[i] = acc[i] * x[i]`` gave ``x`` the gradient of the
+    updated value), and Warp keeps one adjoint array for the in-out before and after the call, so
+    the read's adjoint adds to the passed-through gradient (``acc[i] = acc[i] + x[i]`` gave 2 for 1).
+    (A kernel that only stores into an in-out, ``w[j] = v``, gives its other parameters the right
+    gradients; the in-out's own gradient passes through where it was overwritten: docs/gradients.md.)"""
     from ._promises import accesses
 
     found = accesses(fn, list(in_out))
@@ -83,24 +85,21 @@ def in_out_spot(fn: Any, in_out: Sequence[str]) -> BlindSpot | None:
         return None
     adj: Any = getattr(fn, "adj", None)
     fdef = ast.parse(textwrap.dedent(adj.source)).body[0]
-    parents = {id(c): p for p in ast.walk(fdef) for c in ast.iter_child_nodes(p)}
     for node in ast.walk(fdef):
-        if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in in_out):
-            continue
-        name = node.value.id
-        parent = parents.get(id(node))
-        if isinstance(node.ctx, ast.Load):
-            what = f"in-out parameter `{name}` is read as a value"
-        elif isinstance(parent, (ast.Assign, ast.AnnAssign)):
-            what = f"in-out parameter `{name}` is overwritten"
-        else:
-            continue  # (``acc[i] += v``: an accumulation)
-        return BlindSpot(
-            what + " (its gradient is only defined for a kernel that accumulates into it)",
-            found.where(node),
-            f"only accumulate into `{name}` (`wp.atomic_add({name}, i, v)` or `{name}[i] += v`), reading what the "
-            f"kernel needs from an input (pass the old value as one), or make `{name}` an output",
-        )
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in in_out
+            and isinstance(node.ctx, ast.Load)
+        ):
+            name = node.value.id
+            return BlindSpot(
+                f"in-out parameter `{name}` is read as a value (its gradient is only defined for a kernel that "
+                "accumulates into it without reading it)",
+                found.where(node),
+                f"only accumulate into `{name}` (`wp.atomic_add({name}, i, v)` or `{name}[i] += v`), reading the "
+                f"values the kernel needs from an input (pass the old value as one), or make `{name}` an output",
+            )
     return None
 
 

@@ -415,3 +415,71 @@ def test_torch_compile_and_torch_func_refuse_too(how):
         else:
             torch.func.grad(lambda w: AFTER(a, w).sum())(w.detach())
     assert w.grad is None  # nothing was written
+
+
+@wp.kernel
+def reads_in_out(a: wp.array(dtype=float), w: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(w, i, a[i] * w[i])  # reads the in-out's value
+
+
+@wp.kernel
+def reads_old_value(a: wp.array(dtype=float), w_old: wp.array(dtype=float), w: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_add(w, i, a[i] * w_old[i])  # the rewrite: the old value passed as an input
+
+
+def _in_out_run(fw: str, op, rewrite: bool):
+    """(w + a * w, gradient of sum(V * that) w.r.t. (a, w)) through ``fw``; ``rewrite``: ``op`` takes
+    the old value as an input too."""
+    a, w = A.astype(np.float32), W.astype(np.float32)
+    if fw == "torch":
+        import torch
+
+        ta, tw = (torch.tensor(x, requires_grad=True, device="cpu") for x in (a, w))
+        out = op(ta, tw, tw * 1.0) if rewrite else op(ta, tw * 1.0)
+        (out * torch.tensor(V, dtype=torch.float32, device="cpu")).sum().backward()
+        return out.detach().numpy(), np.concatenate([ta.grad.numpy(), tw.grad.numpy()])
+    if fw.startswith("jax"):
+        import jax
+        import jax.numpy as jnp
+
+        dev = jax_device("cpu")
+        ja, jw, jv = (jnp.asarray(x, dtype=jnp.float32, device=dev) for x in (a, w, V))
+        f = (lambda a, w: op(a, w, w)) if rewrite else op
+        g = jax.grad(lambda a, w: jnp.sum(jv * f(a, w)), argnums=(0, 1))
+        g = jax.jit(g) if fw == "jax-jit" else g
+        return np.asarray(f(ja, jw)), np.concatenate([np.asarray(x) for x in g(ja, jw)])
+    if fw == "paddle":
+        import paddle
+
+        pa, pw = (paddle.to_tensor(x, place=paddle.CPUPlace(), stop_gradient=False) for x in (a, w))
+        out = op(pa, pw, pw * 1.0) if rewrite else op(pa, pw * 1.0)
+        (out * paddle.to_tensor(V.astype(np.float32), place=paddle.CPUPlace())).sum().backward()
+        return out.numpy(), np.concatenate([pa.grad.numpy(), pw.grad.numpy()])
+    wa, ww, wn = (wp.array(x, dtype=float, requires_grad=True, device="cpu") for x in (a, w, w))
+    tape = wp.Tape()
+    with tape:
+        out = op(wa, ww, wn) if rewrite else op(wa, wn)
+    out.grad = wp.array(V.astype(np.float32), dtype=float, device="cpu")
+    tape.backward()
+    return out.numpy(), np.concatenate([wa.grad.numpy(), ww.grad.numpy() + wn.grad.numpy()])
+
+
+@pytest.mark.parametrize("fw", _frameworks())
+def test_a_kernel_reading_its_in_out_is_refused_at_the_backward(fw):
+    """A kernel that reads its in-out's value (``wp.atomic_add(w, i, a[i] * w[i])``): torch and
+    Paddle gave ``a`` the gradient of the updated value and ``w`` the upstream gradient alone (no
+    error); JAX's ``acc[i] = acc[i] + x[i]`` gave 2 for 1. Its backward is refused, naming the read
+    and the rewrite (the old value as an input), whose gradients are right."""
+    expected_value = W + A * W
+    expected_grad = np.concatenate([V * W, V * (1.0 + A)])
+    value, grad = _in_out_run(fw, interop.op(reads_old_value, in_out=["w"]), rewrite=True)
+    np.testing.assert_allclose(value, expected_value, rtol=1e-5)
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-5)
+    op = interop.op(reads_in_out, in_out=["w"])
+    with pytest.raises(
+        OSError if fw == "paddle" else interop.UnsupportedError,
+        match=r"in-out parameter `w` is read as a value.*Rewrite",
+    ):
+        _in_out_run(fw, op, rewrite=False)

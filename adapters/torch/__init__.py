@@ -360,7 +360,10 @@ def _eager_path(device: Any, args: Sequence[Any], sargs: list) -> tuple[bool, Se
 def _lazily_viewed(args: Sequence[Any], positions: Sequence[int]) -> bool:
     """Whether an in-out tensor is a lazily negated/conjugated view (``z.conj().imag``): the
     mutating operator cannot write it (torch's fallback for such views expects the written tensor
-    back: "Expected Tensor but got None"); the functional operator and a ``copy_`` into it can."""
+    back: "Expected Tensor but got None"); the functional operator and a ``copy_`` into it can.
+    (Not read while Dynamo traces: ``is_neg`` is not traceable, and a compiled graph is functional.)"""
+    if torch.compiler.is_compiling():
+        return False
     return any(isinstance(args[i], torch.Tensor) and (args[i].is_neg() or args[i].is_conj()) for i in positions)
 
 
