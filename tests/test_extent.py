@@ -163,7 +163,8 @@ def test_input_byte_stride_beyond_warps_32_bit_strides(fw):
     with pytest.raises(
         interop.ArgumentError, match=r"parameter 'x': shape \(2, 536870913\): the byte stride 2147483652 of dimension 0"
     ):
-        sub(big, np.zeros(2**29 + 1, F) if fw == "numpy" else torch.zeros(2**29 + 1), launch_dims=(2, 1))
+        w = np.zeros(2**29 + 1, F)
+        sub(big, w if fw == "numpy" else torch.from_numpy(w), launch_dims=(2, 1))
 
 
 def test_input_extent_beyond_warps_32_bit_shapes():

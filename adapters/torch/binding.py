@@ -352,8 +352,6 @@ class _Binding:
         specs = []
         device = None
         dev_param = None
-        arrays = []
-        scalars = []
         for i, p in enumerate(self.call_params):
             x = args[i]
             if isinstance(x, torch.Tensor):
@@ -380,33 +378,7 @@ class _Binding:
         if any(d is not None for d in ods):
             output_dims = {p.name: tuple(d) for p, d in zip(self.outputs, ods) if d is not None}
         plan = op.plan(specs, None if ld is None else tuple(ld), output_dims)
-        spans = {}  # byte span of each tensor argument, by position (refuse_overlaps)
-        for i, p in enumerate(self.call_params):
-            x = args[i]
-            if isinstance(x, torch.Tensor):
-                spans[i] = byte_span(tuple(x.shape), tuple(s * x.element_size() for s in x.stride()), x.element_size())
-                if p.is_array:
-                    isz = x.element_size()
-                    strides = tuple(s * isz for s in x.stride())
-                    outer = check_layout(desc, p, tuple(x.shape), strides, isz, written=p.role == IN_OUT)
-                    contiguous = x.is_contiguous()
-                    arrays.append((p.index, i, None if contiguous else outer))
-                else:
-                    # a scalar or vec/mat value given as a tensor: its components must be packed,
-                    # as any array's (read as if contiguous: a strided or expanded one gave other
-                    # components, or read past its storage)
-                    isz = x.element_size()
-                    check_layout(desc, p, tuple(x.shape), tuple(s * isz for s in x.stride()), isz)
-                    arrays.append((p.index, i, None))
-            elif p.inner:
-                t = plan.types[p.index]
-                # (the components checked as any call's are: a float32 component beyond its range
-                # is refused, not made inf; a wrong count names the parameter)
-                scalars.append(
-                    (p.index, i, lambda v, t=t, p=p: v if type(v) is t else t(*vector_components(desc, p, v)))
-                )
-            else:
-                scalars.append((p.index, i, None))
+        arrays, scalars, spans = self._entry_arguments(plan, args)
         e = _Entry()
         e.plan = plan
         e.runner = plan.runner
@@ -434,6 +406,39 @@ class _Binding:
         e.saved_layout = _saved_layout(self.call_params, arrays, args)
         e.forward, e.adjoint = entry_functions(self, e, kind, _pointer)
         return e
+
+    def _entry_arguments(self, plan, args) -> tuple[list, list, dict]:
+        """``(arrays, scalars, spans)`` of an entry: ``(parameter index, position, outer byte strides
+        or None)`` of each tensor argument (layout checked), ``(parameter index, position,
+        converter or None)`` of each other one, and each tensor argument's byte span by position
+        (refuse_overlaps)."""
+        desc = self.desc
+        arrays, scalars, spans = [], [], {}
+        for i, p in enumerate(self.call_params):
+            x = args[i]
+            if isinstance(x, torch.Tensor):
+                isz = x.element_size()
+                strides = tuple(s * isz for s in x.stride())
+                spans[i] = byte_span(tuple(x.shape), strides, isz)
+                if p.is_array:
+                    outer = check_layout(desc, p, tuple(x.shape), strides, isz, written=p.role == IN_OUT)
+                    arrays.append((p.index, i, None if x.is_contiguous() else outer))
+                else:
+                    # a scalar or vec/mat value given as a tensor: its components must be packed,
+                    # as any array's (read as if contiguous: a strided or expanded one gave other
+                    # components, or read past its storage)
+                    check_layout(desc, p, tuple(x.shape), strides, isz)
+                    arrays.append((p.index, i, None))
+            elif p.inner:
+                t = plan.types[p.index]
+                # (the components checked as any call's are: a float32 component beyond its range
+                # is refused, not made inf; a wrong count names the parameter)
+                scalars.append(
+                    (p.index, i, lambda v, t=t, p=p: v if type(v) is t else t(*vector_components(desc, p, v)))
+                )
+            else:
+                scalars.append((p.index, i, None))
+        return arrays, scalars, spans
 
     def run_forward(self, mask, kind, args, e: _Entry | None = None):
         """The forward operator's implementation (``kind``: functional or mutable)."""
