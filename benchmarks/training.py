@@ -114,9 +114,9 @@ def run(check: bool = False, chart: str | None = None) -> dict:
 
 
 def print_floors(floors: list, times: dict, warp_s: float, errs: dict, rtols: dict, ratios: dict) -> None:
-    """The floors (``benchmarks/training_floors.py``) against Warp's loop, and their sum beside the
-    compiled one-step path: that path's cost is torch's floor plus the kernels."""
-    print("  floors (not gated): what no path goes below on this machine")
+    """The floor and the reference (``benchmarks/training_floors.py``) against Warp's loop, and their
+    sum beside the compiled one-step path."""
+    print("  beside the paths (not gated): the kernels alone (a floor), a compiled step of hand-written custom_ops")
     got: dict[str, float] = {}
     for name, it in floors:
         if not callable(it) or not times.get(name):
@@ -134,7 +134,7 @@ def print_floors(floors: list, times: dict, warp_s: float, errs: dict, rtols: di
     if len(got) == len(FLOORS) and step in ratios:
         both = sum(got.values())
         print(
-            f"  {'the two floors together, beside the compiled step':58s} {both * warp_s * 1e3:8.1f} {both:7.2f}x"
+            f"  {'the kernels + the no-op custom_op step':58s} {both * warp_s * 1e3:8.1f} {both:7.2f}x"
             f"  (the compiled step: {ratios[step]:.2f}x)"
         )
 

@@ -1,21 +1,24 @@
-"""The floors of the training benchmark: what no path of ``benchmarks/training_paths.py`` can go
-below on the machine it runs on, timed in the same interleaved rounds as the paths.
+"""What the training benchmark's paths are measured beside, timed in the same interleaved rounds
+(``benchmarks/training_paths.py``; not gated):
 
-- **The step's kernels alone**: the rollout's Warp kernels (forward, loss, adjoints in reverse,
-  SGD) replayed from launch commands recorded once (``wp.launch(..., record_cmd=True)``), over
-  arrays allocated once: Warp's own loop without its per-launch Python work and its tape.
-- **torch.compile of a step of two custom_ops doing nothing**: the compiled one-step path of the
-  benchmark (``make_torch_compile``) with each op replaced by a ``torch.library.custom_op`` of the
-  same arguments whose forward and backward operators only allocate their outputs: torch's own
-  cost per compiled call (guards, AOTAutograd's runtime wrappers, the backward node, four
-  dispatches to Python implementations).
+- **The step's kernels alone** (a floor: no path goes below it): the rollout's Warp kernels
+  (forward, loss, adjoints in reverse, SGD) replayed from launch commands recorded once
+  (``wp.launch(..., record_cmd=True)``), over arrays allocated once: Warp's own loop without its
+  per-launch Python work and its tape.
+- **torch.compile of a step of two no-op custom_ops** (a reference: what a compiled step costs
+  torch with hand-written ``torch.library.custom_op`` s): the compiled one-step path of the
+  benchmark (``make_torch_compile``) with each op replaced by a ``custom_op`` of the same
+  arguments whose forward and backward operators only allocate their outputs: guards,
+  AOTAutograd's runtime wrappers, the backward node, four dispatches to ``custom_op``'s Python
+  implementations.
 
-The compiled one-step path costs about the sum of the two; where that sum is over the path's bar,
-no op can bring one step a call within it (compile chunks of steps instead).
+The benchmark prints their sum beside the compiled one-step path: the kernels plus what torch
+costs a hand-written op. The path comes in below it where the ops' dispatch costs less than a
+``custom_op``'s.
 
 Each ``make_*`` takes a :class:`examples.cloth.Scene` and the SGD learning rate and returns
-``(iteration, gradient)`` as the paths do; the torch floor's gradient is None (its values mean
-nothing).
+``(iteration, gradient)`` as the paths do; the custom_op step's gradient is None (its values
+mean nothing).
 """
 
 from typing import Any, Callable
@@ -194,8 +197,8 @@ def make_torch_compile_floor(sc: cloth.Scene, lr: float, backend: str = "inducto
     return _torch_loop(sc, lr, rollout)[0], None
 
 
-# (row name, framework module, factory)
+# (row name, framework module, factory): a floor, then a reference
 FLOORS: list[tuple[str, str, Callable]] = [
     ("floor: the kernels alone (recorded wp.launch commands)", "warp", make_kernels),
-    ("floor: torch.compile of a step of 2 no-op custom_ops", "torch", make_torch_compile_floor),
+    ("reference: torch.compile of a step of 2 no-op custom_ops", "torch", make_torch_compile_floor),
 ]
