@@ -560,6 +560,13 @@ def _param(opname: str, i: int, pname: str, ann: Any, in_out: tuple, returned: l
         ndim = 0
         is_array = False
     common = {"name": pname, "index": i, "role": role, "is_array": is_array, "ndim": ndim, "annotation": ann}
+    if not is_array and _warp_compat.is_struct(dtype):
+        # (a kernel's struct parameters were flattened into their fields before: see _structs)
+        raise UnsupportedError(
+            f"op {opname!r}: parameter {pname!r} is a @wp.struct of a Python-function op; struct parameters "
+            "are supported for wp.kernel ops (docs/structs.md). Pass the struct's fields as parameters and build "
+            "the struct inside the function"
+        )
     if _warp_compat.is_struct(dtype):
         # an array of structs: Warp arrays of the struct and NumPy structured arrays of its layout
         # (struct parameters themselves are flattened into their fields, see _structs)

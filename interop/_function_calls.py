@@ -148,6 +148,18 @@ class FunctionCalls:
         else:
             tape_backward(tape, self.fast_records)
 
+    def _run(self, args) -> None:
+        """The function called with ``args``; a value it returns is refused (it would be dropped:
+        a Python-function op's results are the arrays it writes)."""
+        got = self.plan.kernel(*args)
+        if got is not None:
+            desc = self.plan.desc
+            raise ArgumentError(
+                f"op {desc.label!r}: the function returned a value ({type(got).__name__}); a Python-function op returns "
+                f"the arrays it writes (its outputs {[p.name for p in desc.output_params]}), so write the "
+                "result into an output instead of returning it"
+            )
+
     def _call_function(self, device, values, stream) -> None:
         # the function's own wp.launch calls may load modules: one Python-function op at a time.
         # Its arrays, and whatever it allocates, live in stream order with the caller's stream.
@@ -155,7 +167,7 @@ class FunctionCalls:
             args = self._function_args(device, values)
             try:
                 with self._launches():
-                    self.plan.kernel(*args)
+                    self._run(args)
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
 
@@ -169,7 +181,7 @@ class FunctionCalls:
             try:
                 with self._launches() as launches:
                     with tape:
-                        self.plan.kernel(*args)
+                        self._run(args)
                     # temporaries the function made without requires_grad still carry the gradient
                     give_temporaries_grads(tape, args, self.plan.desc.label)
                     self._backward(tape)
@@ -258,7 +270,7 @@ class FunctionCalls:
             try:
                 with self._launches() as launches:
                     with tape:
-                        self.plan.kernel(*args)
+                        self._run(args)
             except Exception as e:
                 raise naming_op(e, self.plan.desc.label)  # noqa: B904 (the original is its __cause__)
             for scratch, mine in kept.values():

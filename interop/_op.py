@@ -741,6 +741,16 @@ def jvp_call(o: Op, args: tuple, tangents: Any, launch_dims: Any, output_dims: A
             f"{[p.name for p in desc.call_params]}, got {len(args)}"
         )
     by_name = dict(zip([p.name for p in desc.call_params], args))
+    for p, t in zip(diff, tangents):
+        primal = by_name[p.name]
+        shape, tshape = getattr(primal, "shape", None), getattr(t, "shape", None)
+        indexed = type(primal).__name__ == "Indexed"  # (its tangent is its data's: the data's shape)
+        if p.is_array and not indexed and shape is not None and tshape is not None and tuple(tshape) != tuple(shape):
+            # (the tangent op reads a tangent as an input: a larger one would be read in part)
+            raise ArgumentError(
+                f"op {label!r}, jvp: the tangent of parameter {p.name!r} must have its shape {tuple(shape)}, "
+                f"got shape {tuple(tshape)}"
+            )
     ts = [_zeros_like(by_name[p.name]) if t is None else t for p, t in zip(diff, tangents)]
     prim, touts = tangent_results(o, args, ts, launch_dims, output_dims)
 

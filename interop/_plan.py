@@ -847,8 +847,18 @@ def vector_components(desc: OpDescription, p: Param, value: Any) -> list:
         return list(value)
     if isinstance(value, (tuple, list)):
         _refuse_odd_components(desc, p, value)
+    own = getattr(type(value), "_wp_scalar_type_", None)  # a Warp vec/mat value: its components' type
+    if own is not None and not p.generic and _dtypes.normalize(own) != _dtypes.normalize(p.scalar):
+        raise _err(
+            desc,
+            p,
+            p.expected_text(),
+            f"a {_dtypes.type_name(type(value))} value (components of {_dtypes.type_name(own)}; values are never cast)",
+        )
     try:
         flat = np.asarray(value).ravel()
+        if own is not None and _dtypes.normalize(own) is wp.float16:
+            flat = flat.view(np.float16)  # (NumPy reads a Warp half vector as its uint16 bits)
     except (TypeError, ValueError):
         flat = None
     if flat is None or flat.dtype.kind not in "biuf" or flat.size != n:

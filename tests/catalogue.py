@@ -1385,3 +1385,14 @@ def checked_tile_kernel(x: wp.array(dtype=float), off: int, out: wp.array(dtype=
     i, _lane = wp.tid()
     t = wp.tile_load(x, shape=CHECKED_TILE, offset=off + i * CHECKED_TILE)
     wp.tile_store(out, wp.tile_map(wp.mul, t, t), offset=i * CHECKED_TILE)
+
+
+# Python-function ops a caller gets wrong (tests/test_hostile_inputs.py)
+def returns_instead_fn(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    # returns its result instead of writing ``out``
+    return x
+
+
+def struct_param_fn(s: StepModel, out: wp.array(dtype=float)):
+    # a struct parameter: supported for kernels, refused for a Python-function op
+    pass

@@ -458,6 +458,44 @@ def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     np.testing.assert_allclose(np.asarray(op(v, v)), np.arange(1, 6) + 10 * np.arange(5, 0, -1))
 
 
+@pytest.mark.parametrize("fw", ALL)
+def test_warp_vector_value_of_another_scalar_type_is_refused(fw):
+    """A ``wp.vec3h`` for a ``wp.vec3`` parameter was read as its float16 bit patterns
+    ([15360, 16384, 16896] for [1, 2, 3]); a ``wp.vec3d`` was cast to float32. Refused, as a scalar
+    of another type is; a ``wp.vec3`` is read."""
+    import warp as wp
+
+    op = interop.op(cat.vec_offset_kernel)
+    x = np.zeros((2, 3), F)
+    for value, name in ((wp.vec3h(1.0, 2.0, 3.0), "vec3h"), (wp.vec3d(1.0, 2.0, 3.0), "vec3d")):
+        with pytest.raises(interop.ArgumentError, match=rf"parameter 'v': .* got a {name} value .*never cast"):
+            _call(fw, op, x, value)
+    np.testing.assert_array_equal(_np(_call(fw, op, x, wp.vec3(1.0, 2.0, 3.0))), x + [1, 2, 3])
+
+
+def test_python_function_op_returning_a_value_is_refused():
+    """A Python-function op whose function returned its result instead of writing its output gave
+    the zero-filled output."""
+    with pytest.raises(interop.ArgumentError, match=r"op '.*returns_instead_fn': the function returned a value"):
+        interop.op(cat.returns_instead_fn)(np.ones(3, F))
+
+
+def test_python_function_op_struct_parameter_is_refused_when_described():
+    """Described without complaint, then every call refused with an unreadable message."""
+    with pytest.raises(interop.UnsupportedError, match=r"parameter 's' is a @wp.struct of a Python-function op"):
+        interop.op(cat.struct_param_fn)
+
+
+def test_jvp_tangent_of_another_shape_is_refused():
+    """A (3, 4) tangent for a (2, 2) input was read in part (its top-left corner)."""
+    op = interop.op(cat.scale_kernel)
+    with pytest.raises(
+        interop.ArgumentError,
+        match=r"op 'scale_kernel', jvp: the tangent of parameter 'a' must have its shape \(4,\), got shape \(6,\)",
+    ):
+        op.jvp(np.ones(4, F), 2.0, tangents=[np.ones(6, F), None])
+
+
 @JAX
 def test_jax_static_scalar_errors_come_at_trace_time():
     import jax
