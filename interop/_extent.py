@@ -85,14 +85,28 @@ def arrays_written(fn: Any, kind: str, names: Sequence[str]) -> dict[str, int]:
 
     A write: ``a[...] = v`` (also augmented, ``a[...] += v``, and component stores ``a[i].x = v``),
     or ``a`` as the first argument of ``wp.atomic_*``, ``wp.tile_store``, ``wp.tile_atomic_add``.
-    A name the kernel binds again (``a = ...``) is skipped, and so are writes inside the
-    ``wp.func`` functions it calls (not analysed): the result never claims a write that is not
-    there. Empty for Python-function ops.
+    A write through a local bound once to the parameter (``b = a; b[i] = v``) is a write to it. A
+    name the kernel binds again (``a = ...``) is skipped, and so are writes inside the ``wp.func``
+    functions it calls (not analysed): the result never claims a write that is not there. Empty for
+    Python-function ops.
     """
     tree = getattr(getattr(fn, "adj", None), "tree", None)
     if kind != "kernel" or tree is None or not names:
         return {}
-    wanted = set(names) - set(_stored_names(tree))
+    stores = _stored_names(tree)
+    wanted = set(names) - set(stores)
+    # a local bound once to a parameter (``b = a``) writes the parameter's memory
+    alias = {n: n for n in wanted}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in alias
+            and stores.get(node.targets[0].id) == 1
+        ):
+            alias[node.targets[0].id] = alias[node.value.id]
     first = getattr(fn.adj, "fun_lineno", None)
     found: dict[str, int] = {}
     for node in ast.walk(tree):
@@ -112,8 +126,8 @@ def arrays_written(fn: Any, kind: str, names: Sequence[str]) -> dict[str, int]:
             if fname in _WRITING_CALLS:
                 targets = [node.args[0]]
         for t in targets:
-            root = _root_name(t)
-            if root in wanted and root not in found:
+            root = alias.get(_root_name(t) or "")
+            if root is not None and root not in found:
                 found[root] = getattr(node, "lineno", 1) + (first - 1 if isinstance(first, int) else 0)
     return found
 

@@ -30,6 +30,14 @@ def output_in_the_middle(a: wp.array(dtype=float), b: wp.array(dtype=float), c: 
 
 
 @wp.kernel
+def writes_input_through_alias(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    b = x  # a local bound to the input: its writes are the input's
+    b[i] = 7.0
+    out[i] = 1.0
+
+
+@wp.kernel
 def writes_input_store(x: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = x[i] * 2.0
@@ -588,6 +596,7 @@ def test_output_values_with_numpy_smoke():
         (writes_input_atomic, "n", "wp.atomic_add(n, 0, 1)"),
         (writes_input_augmented_component, "v", "v[i][1] += 1.0"),
         (writes_input_tile, "x", "wp.tile_store(x[i]"),
+        (writes_input_through_alias, "x", "b[i] = 7.0"),
     ],
 )
 def test_a_kernel_that_writes_an_input_is_refused(kernel, param, line):
