@@ -623,13 +623,16 @@ def check_extents(
     launch: Sequence[int],
     shapes: dict[str, tuple[int, ...]],
     roles: dict[str, str],
+    tiled: bool = False,
 ) -> None:
-    """Raise if an array indexed directly by a thread index is shorter than that launch extent."""
+    """Raise if an array indexed directly by a thread index is shorter than that launch extent.
+    ``tiled``: a ``wp.launch_tiled`` launch ``(*grid, block_dim)``, where a single ``i = wp.tid()``
+    is the block's index along the grid's first dimension (``wp.tile_load(x[i], ...)``)."""
     if not triples or any(int(n) == 0 for n in launch):
         return  # a zero-thread launch reads nothing
     for name, k, d in triples:
         if d == -1:
-            if len(launch) != 1:
+            if len(launch) != 1 and not (tiled and len(launch) == 2):
                 continue  # a single wp.tid() name in a multi-d launch: not a per-dimension index
             d = 0
         if d >= len(launch):

@@ -625,6 +625,7 @@ def _kernel_and_launch(
             launch,
             {p.name: shapes[p.index] for p in desc.params if p.is_array},
             {p.name: p.role for p in desc.params},
+            tiled=tile_dims is not None and desc.tile_form[0] == "tiled",
         )
     kernel = desc.fn
     if kernel.is_generic:

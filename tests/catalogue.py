@@ -178,6 +178,13 @@ def tile_kernel(x: wp.array2d[float], out: wp.array[float]):
     wp.tile_store(out, wp.tile_sum(wp.tile_map(wp.mul, t, t)), offset=i)
 
 
+@wp.kernel
+def tile_row_sum_kernel(x: wp.array2d[float], out: wp.array[float]):
+    # the single-index form: i is the block's index along the grid (wp.launch_tiled)
+    i = wp.tid()
+    wp.tile_store(out, wp.tile_sum(wp.tile_load(x[i], shape=TILE)), offset=i)
+
+
 # a wp.launch-form tile kernel, as Warp's n-body example (examples/tile/example_tile_nbody.py): the
 # thread index i indexes x, and every thread reads all of x through tiles loaded at offsets of a loop
 # counter; Warp launches it wp.launch(kernel, dim=len(x), block_dim=b) (whole blocks only)

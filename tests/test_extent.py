@@ -184,6 +184,20 @@ def test_output_byte_stride_beyond_warps_32_bit_strides():
     assert "output 'out'" in msg and "byte stride 2147483652 of dimension 0" in msg
 
 
+@pytest.mark.parametrize("checked", [False, True])
+def test_tile_kernel_single_thread_index_launch_beyond_the_rows(checked):
+    """``i = wp.tid(); wp.tile_load(x[i], ...)`` launched over 5 blocks with 3 rows of ``x``: blocks 3
+    and 4 read past ``x`` (garbage, no error, checked mode too). Refused as a non-tile kernel's
+    ``x[i, 0]`` is; within the rows the sums are right."""
+    op = interop.op(cat.tile_row_sum_kernel, block_dim=cat.TILE_BLOCK, checked=checked)
+    x = np.arange(3 * cat.TILE, dtype=F).reshape(3, cat.TILE)
+    with pytest.raises(
+        interop.ArgumentError, match=r"parameter 'x': the kernel indexes dimension 0 .* launch extent 5"
+    ):
+        op(x, launch_dims=5)
+    np.testing.assert_allclose(op(x, launch_dims=3), x.sum(axis=1))
+
+
 # ---- must stay silent ---------------------------------------------------------------------
 def test_offset_index_guarded_is_silent():
     op = interop.op(cat.shifted_kernel)
