@@ -5,9 +5,13 @@ replay of the function. A concern of :class:`interop._launch.Runner`, which inhe
 
 from __future__ import annotations
 
+import ast
 import ctypes
+import functools
+import inspect
 import numbers
 import os
+import textwrap
 import threading
 from operator import itemgetter
 from typing import Any
@@ -251,6 +255,7 @@ class FunctionCalls:
         with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
             args = self._function_args(device, values)
             kept: dict[int, Any] = {}
+            grads: dict[int, Any] = {}  # the gradients given before the call, by parameter index
             over = []  # the arrays recorded over the caller's memory (not a copy made here)
             for p in plan.desc.params:
                 i = p.index
@@ -267,6 +272,13 @@ class FunctionCalls:
                     args[i] = wp.clone(a)  # Warp wants a gradient laid out like its array
                 else:
                     over.append(i)
+                if p.role != OUTPUT and plan.differentiable[i] and not only_launches(plan.desc.fn):
+                    # a gradient from the start, as the replay's arrays have (_tape_backward): Warp
+                    # records a wp.clone/wp.copy of an array only if it has one, a struct made in the
+                    # function keeps the gradient it had, the function may read requires_grad. The
+                    # backward runs into it (copied in and out: _kept_backward)
+                    b = args[i]
+                    grads[i] = b.grad = self.fast_records.allocate_like((b,), {}, True) or wp.zeros_like(b)
             try:
                 with self._launches() as launches:
                     with tape:
@@ -278,7 +290,7 @@ class FunctionCalls:
         # where the recorded arrays lie (pointers, strides): the backward checks that its saved
         # tensors are still there (kept_backward); a getter, so that the check is one C call
         get = itemgetter(*over) if over else None
-        return KeptTape(tape, args, device, launches, (get, get(values), tuple(over)) if get else None)
+        return KeptTape(tape, args, device, launches, (get, get(values), tuple(over)) if get else None, grads)
 
     def _kept_backward(self, kept: KeptTape, adj, stream) -> None:
         """The backward from a tape :meth:`_record_function` kept: the upstream gradients and the
@@ -287,6 +299,7 @@ class FunctionCalls:
         plan = self.plan
         self._refuse_scalar_gradients(adj)
         device = kept.device
+        copies = []  # (the adapter's gradient buffer, the gradient the forward gave the array)
         with build_lock, wp.ScopedDevice(device), ordered_warp_work(device, stream):
             for p in plan.desc.params:
                 i = p.index
@@ -296,7 +309,10 @@ class FunctionCalls:
                     continue
                 a = kept.args[i]
                 g = self._wp_array(device, i, adj[i])
-                if g.strides != a.strides or g.shape != a.shape:
+                if i in kept.grads:
+                    wp.copy(kept.grads[i], g)  # (the buffer the forward's records hold: in, then out)
+                    copies.append((g, kept.grads[i]))
+                elif g.strides != a.strides or g.shape != a.shape:
                     # Warp wants a gradient laid out like its array (the recorded arrays are packed,
                     # as are the adapter's gradient buffers): a packed copy of an upstream gradient
                     a.grad = wp.clone(g)
@@ -306,6 +322,8 @@ class FunctionCalls:
                 # temporaries the function made without requires_grad still carry the gradient
                 give_temporaries_grads(kept.tape, kept.args, plan.desc.label)
                 self._backward(kept.tape)
+                for g, given in copies:
+                    wp.copy(g, given)
                 if kept.launches is not None:  # a checked op: its recorded launches' error records
                     kept.launches.check()
             except Exception as e:
@@ -513,16 +531,50 @@ def _kept_limit() -> int:
 KEPT = KeptTapes(_kept_limit())
 
 
+# what a Python-function op's function may call and still leave its arguments to its launches alone:
+# Warp's launch and allocations, value constructors, Python's builtins of numbers
+_PLAIN_CALLS = frozenset(
+    {"launch", "zeros", "empty", "zeros_like", "empty_like", "len", "range", "int", "float", "min", "max", "abs"}
+)
+_VALUE_PREFIXES = ("vec", "mat", "quat", "transform", "float", "int", "uint")
+
+
+@functools.lru_cache(maxsize=512)
+def only_launches(fn: Any) -> bool:
+    """Whether function ``fn``'s source calls nothing but ``wp.launch``, Warp's allocations
+    (``wp.zeros``/``wp.empty``/``*_like``), value constructors (``wp.vec3``...) and Python's number
+    builtins, and reads no array's ``grad``/``requires_grad``: its arguments then reach Warp only
+    through its launches, and its forward needs no gradient on them to be recorded right. False
+    where it may hand an argument to anything else (``wp.clone``, a struct, a helper) or where its
+    source cannot be read."""
+    try:
+        fdef = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return False
+    if not isinstance(fdef, ast.FunctionDef):
+        return False
+    for node in (n for stmt in fdef.body for n in ast.walk(stmt)):  # (the body: not the annotations)
+        if isinstance(node, ast.Attribute) and node.attr in ("grad", "requires_grad"):
+            return False
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name is None or not (name in _PLAIN_CALLS or name.startswith(_VALUE_PREFIXES)):
+                return False
+    return True
+
+
 class KeptTape:
     """What the forward of a Python-function op recorded for its backward: the ``wp.Tape`` and the
     Warp arrays it was called with (by parameter index). Held by the framework's autograd node
     (``ctx``), released by the backward."""
 
-    __slots__ = ("tape", "args", "device", "launches", "over")
+    __slots__ = ("tape", "args", "device", "launches", "over", "grads")
 
-    def __init__(self, tape: Any, args: list, device: Any, launches: Any = None, over: Any = None):
+    def __init__(self, tape: Any, args: list, device: Any, launches: Any = None, over: Any = None, grads: Any = None):
         self.tape: Any = tape
         self.args: Any = args
+        self.grads: dict = grads or {}  # gradients the forward gave its arrays, by parameter index
         self.device = device
         self.launches: Any = launches  # a checked op's CheckedLaunches (their error records), else None
         # (getter, what it got, parameter indices): the (pointer, strides) of each recorded array

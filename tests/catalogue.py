@@ -1403,3 +1403,33 @@ def returns_instead_fn(x: wp.array(dtype=float), out: wp.array(dtype=float)):
 def struct_param_fn(s: StepModel, out: wp.array(dtype=float)):
     # a struct parameter: supported for kernels, refused for a Python-function op
     pass
+
+
+@wp.kernel
+def _square_into_kernel(t: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = t[i] * t[i]
+
+
+def clone_then_square_fn(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    # the function copies its input before launching on the copy (wp.Tape follows the copy)
+    t = wp.clone(x)
+    wp.launch(_square_into_kernel, dim=x.shape, inputs=[t, out], device=x.device)
+
+
+@wp.struct
+class HoldsArray:
+    a: wp.array(dtype=float)
+
+
+@wp.kernel
+def _square_field_kernel(s: HoldsArray, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = s.a[i] * s.a[i]
+
+
+def struct_then_square_fn(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    # the function puts its input into a struct it makes, then launches with the struct
+    s = HoldsArray()
+    s.a = x
+    wp.launch(_square_field_kernel, dim=x.shape, inputs=[s, out], device=x.device)

@@ -80,6 +80,39 @@ def test_torch_compile_floor_runs_as_one_graph():
     it()
 
 
+@pytest.mark.parametrize("fw", [f for f in ("torch", "paddle", "jax") if importlib.util.find_spec(f)])
+@pytest.mark.parametrize("fn", ["clone_then_square_fn", "struct_then_square_fn"])
+def test_function_op_handing_its_input_on_keeps_the_gradient(fw, fn):
+    """A function that copies its input (``wp.clone``) or puts it in a struct it makes, then launches:
+    the kept tape's forward ran it over inputs without a gradient, so Warp recorded no copy (the
+    struct kept none): zero gradients from the second call on (torch, Paddle; JAX always for the
+    copy). Every call gives wp.Tape's gradient, 2 x."""
+    import catalogue as cat
+
+    op = interop.op(getattr(cat, fn))
+    xn = np.linspace(-1, 1, 5).astype(np.float32)
+    for _ in range(3):
+        if fw == "torch":
+            import torch
+
+            x = torch.tensor(xn, requires_grad=True, device="cpu")
+            op(x).sum().backward()
+            g = x.grad.numpy()
+        elif fw == "paddle":
+            import paddle
+
+            x = paddle.to_tensor(xn, stop_gradient=False, place=paddle.CPUPlace())
+            op(x).sum().backward()
+            g = x.grad.numpy()
+        else:
+            import jax
+            import jax.numpy as jnp
+            from _devices import jax_device
+
+            g = np.asarray(jax.grad(lambda x: op(x).sum())(jnp.asarray(xn, device=jax_device("cpu"))))
+        np.testing.assert_allclose(g, 2 * xn, rtol=1e-6)
+
+
 # ---- a Python-function op keeps its tape --------------------------------------------------------
 RUNS: list = []  # a weak reference to each run's intermediate forces (the tape keeps them alive)
 
