@@ -752,12 +752,26 @@ def jvp_call(o: Op, args: tuple, tangents: Any, launch_dims: Any, output_dims: A
                 f"got shape {tuple(tshape)}"
             )
     ts = [_zeros_like(by_name[p.name]) if t is None else t for p, t in zip(diff, tangents)]
-    prim, touts = tangent_results(o, args, ts, launch_dims, output_dims)
+    try:
+        prim, touts = tangent_results(o, args, ts, launch_dims, output_dims)
+    except ArgumentError as e:
+        raise ArgumentError(_in_the_callers_words(o, str(e))) from e
 
     def bare(r):
         return r[0] if len(r) == 1 else tuple(r)
 
     return bare(prim), bare(touts)
+
+
+def _in_the_callers_words(o: Op, message: str) -> str:
+    """An error of ``o``'s tangent op as :meth:`Op.jvp`'s caller knows it: ``o``'s name, and each
+    tangent parameter named as the tangent of its primal."""
+    label = o.description.label
+    message = message.replace(f"op {o.tangent().description.label!r}", f"op {label!r}, jvp", 1)
+    for primal, tangent in tangent_names(o).items():
+        message = message.replace(f"parameter {tangent!r}", f"the tangent of parameter {primal!r}")
+        message = message.replace(f"output {tangent!r}", f"the tangent of output {primal!r}")
+    return message
 
 
 def tangent_output_dims(o: Op, output_dims: Any) -> Any:

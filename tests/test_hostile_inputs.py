@@ -494,6 +494,10 @@ def test_jvp_tangent_of_another_shape_is_refused():
         match=r"op 'scale_kernel', jvp: the tangent of parameter 'a' must have its shape \(4,\), got shape \(6,\)",
     ):
         op.jvp(np.ones(4, F), 2.0, tangents=[np.ones(6, F), None])
+    # the tangent op's own refusals name the caller's op and the tangent's primal (they named the
+    # generated tangent op and its parameter 'a__dot')
+    with pytest.raises(interop.ArgumentError, match=r"op 'scale_kernel', jvp, the tangent of parameter 'a': .*float64"):
+        op.jvp(np.ones(4, F), 2.0, tangents=[np.ones(4, np.float64), None])
 
 
 @JAX
