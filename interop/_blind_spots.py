@@ -146,7 +146,7 @@ class _Function:
         fdef = self._read()
         if fdef is None:
             return None
-        for check in (self._tuples, self._loops, self._callees):
+        for check in (self._tuples, self._component_stores, self._loops, self._callees):
             spot = check(fdef)
             if spot is not None:
                 return spot
@@ -225,6 +225,48 @@ class _Function:
                     self.src.where(node),
                     f"unpack the results (`a, b = {ast.unparse(call.func)}(...)`) and use the names",
                 )
+        return None
+
+    # -- a component of a local vector/matrix overwritten ----------------------------
+    def _component_stores(self, fdef: ast.FunctionDef) -> BlindSpot | None:
+        """``v.x = ...``, ``v[k] = ...`` or ``v.x *= ...`` on a local vector/matrix whose value
+        (``v = x[i]``) carries a gradient: Warp's adjoint passes the component's gradient to its
+        old value too (measured on 1.16-1.19: ``d out/d x.x`` 1.4 for 0.4 after ``v.x *= s``).
+        A local made from constants (``v = wp.vec3()``) and filled in component by component is
+        right, and is not refused."""
+        params = {a.arg for a in fdef.args.args}
+        whole: dict[str, list[ast.AST]] = {}
+        for node in ast.walk(fdef):
+            for target, value in _assignments(node):
+                if isinstance(target, ast.Name) and value is not None:
+                    whole.setdefault(target.id, []).append(value)
+        for node in ast.walk(fdef):
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AugAssign):
+                targets = [node.target]
+            else:
+                continue
+            for t in targets:
+                if not (isinstance(t, ast.Attribute) and t.attr in ("x", "y", "z", "w")) and not isinstance(
+                    t, ast.Subscript
+                ):
+                    continue
+                base = t.value
+                if not isinstance(base, ast.Name):
+                    continue
+                v = base.id
+                values = whole.get(v, [])
+                if v in params or v in self.arrays or any(_array_like(r, self.arrays) for r in values):
+                    continue  # (an array's element is stored, or a parameter's: not a local value)
+                if any(self.reads(r, self.active) for r in values):
+                    return BlindSpot(
+                        f"a component of local `{v}` is overwritten (`{ast.unparse(t)}`) while `{v}`'s value carries "
+                        "a gradient (Warp's adjoint also passes the component's gradient to its old value)",
+                        self.src.where(node),
+                        f"make the new value as a whole (`{v} = wp.vec3({v}.x * s, {v}.y, {v}.z)`), or build `{v}` "
+                        "component by component from constants (`wp.vec3()`)",
+                    )
         return None
 
     # -- locals reassigned inside dynamic loops --------------------------------------
@@ -513,6 +555,18 @@ class _Function:
                     if spot is not None:
                         return spot
         return None
+
+
+def _array_like(value: ast.AST, arrays: set[str]) -> bool:
+    """Whether a local bound to ``value`` is an array (an array parameter itself) or a tile
+    (``wp.tile_*(...)``): a store into it is not a vector component's (not measured: not refused)."""
+    if isinstance(value, ast.Name):
+        return value.id in arrays
+    if isinstance(value, ast.Call):
+        f = value.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        return name.startswith("tile")
+    return False
 
 
 def _dependencies(fdef: ast.FunctionDef) -> dict[str, set[str]]:

@@ -216,6 +216,31 @@ def tuple_unpacked(a: wp.array(dtype=float), w: wp.array(dtype=float), out: wp.a
     out[i] = p + w[i] * q
 
 
+@wp.kernel
+def component_scaled(a: wp.array(dtype=float), w: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    v = wp.vec2(a[i], w[i])
+    v.x *= w[i]  # a component overwritten while v carries a gradient: Warp passes it to the old value too
+    out[i] = v.x + v.y
+
+
+@wp.kernel
+def component_rebuilt(a: wp.array(dtype=float), w: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    v = wp.vec2(a[i], w[i])
+    v = wp.vec2(v.x * w[i], v.y)  # the rewrite: the new value as a whole
+    out[i] = v.x + v.y
+
+
+@wp.kernel
+def component_from_constants(a: wp.array(dtype=float), w: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    v = wp.vec2()
+    v.x = a[i] * w[i]  # filled in component by component from constants: right
+    v.y = w[i]
+    out[i] = v.x + v.y
+
+
 PATTERNS = [
     after_loop,
     inside_loop,
@@ -235,6 +260,9 @@ PATTERNS = [
     func_scales_after,
     tuple_one_name,
     tuple_unpacked,
+    component_scaled,
+    component_rebuilt,
+    component_from_constants,
 ]
 REFUSED = {
     "after_loop",
@@ -247,6 +275,7 @@ REFUSED = {
     "nested_loops",
     "func_scales_after",
     "tuple_one_name",
+    "component_scaled",
 }
 A = np.array([0.9, -0.6, 1.3, 0.7])
 W = np.array([0.5, -1.5, 2.0, 0.25])
