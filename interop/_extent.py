@@ -107,6 +107,7 @@ def arrays_written(fn: Any, kind: str, names: Sequence[str]) -> dict[str, int]:
             and stores.get(node.targets[0].id) == 1
         ):
             alias[node.targets[0].id] = alias[node.value.id]
+    fields, locals_ = _struct_fields(tree, wanted, stores)
     first = getattr(fn.adj, "fun_lineno", None)
     found: dict[str, int] = {}
     for node in ast.walk(tree):
@@ -127,9 +128,59 @@ def arrays_written(fn: Any, kind: str, names: Sequence[str]) -> dict[str, int]:
                 targets = [node.args[0]]
         for t in targets:
             root = alias.get(_root_name(t) or "")
+            if root is None and (isinstance(node, ast.Call) or _stores_an_element(t)):
+                # (``s.a = s__a`` sets a field: only an element store or a writing call writes memory)
+                base, field = _base_field(t)
+                root = fields.get((_resolve_local(base, locals_), field))
             if root is not None and root not in found:
                 found[root] = getattr(node, "lineno", 1) + (first - 1 if isinstance(first, int) else 0)
     return found
+
+
+def _struct_fields(tree: ast.AST, wanted: set[str], stores: dict[str, int]) -> tuple[dict, dict]:
+    """``(fields, locals)``: ``(local, field) -> parameter`` for a local struct whose field is set to
+    an array parameter (``s.a = s__a``: how a struct parameter's flat kernel builds it again), and
+    ``local -> local`` for a local bound once to another (``t = s``), so that a write to ``t.a[i]``
+    is a write to ``s__a``."""
+    fields: dict[tuple[str, str], str] = {}
+    locals_: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Name)):
+            continue
+        t = node.targets[0]
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and node.value.id in wanted:
+            fields[(t.value.id, t.attr)] = node.value.id
+        elif isinstance(t, ast.Name) and stores.get(t.id) == 1:
+            locals_[t.id] = node.value.id
+    return fields, locals_
+
+
+def _resolve_local(name: str | None, locals_: dict[str, str]) -> str | None:
+    seen: set[str] = set()
+    while name in locals_ and name not in seen:
+        seen.add(name)
+        name = locals_[name]
+    return name
+
+
+def _stores_an_element(node: ast.AST) -> bool:
+    """Whether a store target indexes an array on its way (``t.a[i]``, ``t.a[i].x``), not only sets
+    a field (``s.a``)."""
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Subscript):
+            return True
+        node = node.value
+    return False
+
+
+def _base_field(node: ast.AST) -> tuple[str | None, str | None]:
+    """``("t", "a")`` for ``t.a``, ``t.a[i]``, ``t.a[i].x``: the base name and the attribute next to it."""
+    attr = None
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        if isinstance(node, ast.Attribute):
+            attr = node.attr
+        node = node.value
+    return (node.id if isinstance(node, ast.Name) else None), attr
 
 
 def _stored_names(tree: ast.AST) -> dict[str, int]:

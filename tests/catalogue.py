@@ -1433,3 +1433,11 @@ def struct_then_square_fn(x: wp.array(dtype=float), out: wp.array(dtype=float)):
     s = HoldsArray()
     s.a = x
     wp.launch(_square_field_kernel, dim=x.shape, inputs=[s, out], device=x.device)
+
+
+@wp.kernel
+def writes_input_through_struct_copy_kernel(s: HoldsArray, out: wp.array(dtype=float)):
+    i = wp.tid()
+    t = s  # a local copy of the struct: its array field is the caller's input
+    t.a[i] = 5.0
+    out[i] = 1.0

@@ -430,3 +430,16 @@ def test_torch_compile_is_a_struct_ops_first_call():
         lambda tk, tx: op({"spring": {"rest": 0.25, "k": tk}, "x": tx}), backend="aot_eager", fullgraph=True
     )
     _close(f(torch.tensor(k, device="cpu"), torch.tensor(x, device="cpu")), 0.5 * k * (x - 0.25) ** 2)
+
+
+def test_a_kernel_writing_an_input_field_through_a_struct_copy_is_refused():
+    """``t = s; t.a[i] = 5.0``: the caller's array (a JAX one too) was overwritten on each call, where
+    ``s.a[i] = 5.0`` is refused; now refused alike, naming the field."""
+    import catalogue as cat
+
+    with pytest.raises(interop.ArgumentError, match=r"the kernel writes its input parameter\(s\) 's\.a'"):
+        interop.op(cat.writes_input_through_struct_copy_kernel)
+    op = interop.op(cat.writes_input_through_struct_copy_kernel, in_out=["s.a"])
+    a = np.zeros(3, np.float32)
+    op({"a": a})
+    np.testing.assert_array_equal(a, [5, 5, 5])
