@@ -23,10 +23,10 @@ from . import _dtypes
 from ._description import IN_OUT, INPUT, OUTPUT
 from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._fast_launch import FastLaunches, Records, _value_ok, tape_backward
-from ._plan import check_scalar_value, vector_components
 from ._scalar_ref import build_lock
 from ._streams import ordered_warp_work
 from ._tape_grads import give_temporaries_grads
+from ._values import check_scalar_value, vector_components
 from ._warp_compat import VERIFIED, attach_grad, owned_bytes, repoint, type_size_in_bytes
 
 

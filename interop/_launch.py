@@ -23,11 +23,12 @@ from ._errors import ArgumentError, UnsupportedError, naming_op
 from ._extent import uses_tiles
 from ._fast_launch import Records
 from ._function_calls import FunctionCalls
-from ._plan import check_scalar_value, device_launch_dims, generic_build_error, value_range, vector_components
+from ._plan import device_launch_dims, generic_build_error
 from ._runtime import ensure_init, get_device  # noqa: F401 (adapters import them from here)
 from ._scalar_ref import build_lock, scalar_ref_kernel
 from ._streams import external_stream, ordered_warp_work, warp_side_stream  # noqa: F401 (adapters import them here)
 from ._structs import grad_pointer_params, leaf_paths, readable
+from ._values import check_scalar_value, value_range, vector_components
 from ._warp_compat import APIC_FIELD as _APIC_FIELD
 from ._warp_compat import VERIFIED as _WARP_VERIFIED
 from ._warp_compat import apic_active as _apic_active

@@ -28,7 +28,8 @@ from interop import _dtypes
 from interop._description import IN_OUT, OUTPUT, VMAP_METHODS
 from interop._errors import ArgumentError, UnsupportedError
 from interop._function_calls import KEPT
-from interop._plan import ArraySpec, ScalarSpec, check_scalar_value, vector_components
+from interop._plan import ArraySpec, ScalarSpec
+from interop._values import check_scalar_value, vector_components
 
 from . import compat as _jax_compat
 from . import ffi as _jax_ffi

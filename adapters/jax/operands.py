@@ -22,7 +22,8 @@ import numpy as np
 
 from interop import _cache, _dtypes
 from interop._errors import ArgumentError
-from interop._plan import check_scalar_value, number_type
+from interop._plan import number_type
+from interop._values import check_scalar_value
 
 from . import compat as _jax_compat
 

@@ -81,7 +81,7 @@ import torch
 from interop import _dtypes
 from interop._description import IN_OUT, Param
 from interop._errors import ArgumentError, UnsupportedError
-from interop._plan import vector_components
+from interop._values import vector_components
 
 from .._common import pack_result, unexpected_keywords
 from . import autocast as _autocast

@@ -28,8 +28,8 @@ from interop._plan import (
     default_launch,
     tile_launch,
     tile_output_dims,
-    vector_components,
 )
+from interop._values import vector_components
 from interop._warp_compat import type_size_in_bytes
 
 from .._common import EagerFramework

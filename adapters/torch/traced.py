@@ -34,7 +34,7 @@ import torch
 from interop._dtypes import is_float, np_dtype
 from interop._errors import ArgumentError, InteropError
 from interop._op import NOT_EAGER
-from interop._plan import _VALUE_RANGES, vector_components
+from interop._values import _VALUE_RANGES, vector_components
 
 from .binding import _BINDINGS, _NP_TO_TORCH, _OVERLOADS
 from .compat import (
