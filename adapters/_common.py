@@ -22,7 +22,7 @@ from interop._description import IN_OUT, INPUT, OUTPUT, Param
 from interop._errors import ArgumentError
 from interop._launch import contiguous_strides
 from interop._op import _freeze
-from interop._plan import ArraySpec, CallPlan, ScalarSpec, byte_span, check_layout, refuse_overlaps
+from interop._plan import ArraySpec, CallPlan, Footprint, ScalarSpec, check_layout, footprint, refuse_overlaps
 from interop._warp_compat import type_size_in_bytes
 
 
@@ -135,7 +135,7 @@ class EagerFramework:
                 shape = self.spec(x).shape
                 outer = check_layout(desc, p, shape, strides, itemsize, written=p.role != INPUT)
                 values[p.index] = (ptr, outer if p.is_array else None)
-                regions.append((p, ptr, byte_span(shape, strides, itemsize)))
+                regions.append((p, ptr, footprint(shape, strides, itemsize)))
                 if p.role != INPUT and not self.writable(x):
                     raise ArgumentError(
                         f"op {op.description.label!r}, parameter {p.name!r}: the in-out array is read-only; pass a writable array"
@@ -269,14 +269,14 @@ class EagerFramework:
         return fast
 
 
-def _span_of(plan: CallPlan, i: int, outer: Any) -> int:
+def _span_of(plan: CallPlan, i: int, outer: Any) -> Footprint:
     """The byte span of parameter ``i``'s array in calls with this plan and outer byte strides
     (None: packed)."""
     shape = tuple(plan.warp_shapes[i]) if plan.warp_shapes[i] is not None else ()
     itemsize = type_size_in_bytes(plan.types[i])
     if outer is None:
         outer = contiguous_strides(shape, itemsize)
-    return byte_span(shape, outer, itemsize)
+    return footprint(shape, outer, itemsize)
 
 
 def pack_result(returned: Sequence[Any]) -> Any:

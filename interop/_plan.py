@@ -739,22 +739,75 @@ def byte_span(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> in
     return sum((int(n) - 1) * int(s) for n, s in zip(shape, strides)) + itemsize
 
 
-def refuse_overlaps(desc: OpDescription, regions: Sequence[tuple[Param, int, int]]) -> None:
+class Footprint(NamedTuple):
+    """The memory an array argument's elements occupy: its byte span (first element to one past the
+    last) and the layout that tells whether two overlapping spans share an element."""
+
+    span: int
+    shape: tuple
+    strides: tuple
+    itemsize: int
+
+
+def footprint(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> Footprint:
+    """An array's :class:`Footprint` (non-negative byte ``strides``)."""
+    shape, strides = tuple(int(n) for n in shape), tuple(int(s) for s in strides)
+    return Footprint(byte_span(shape, strides, itemsize), shape, strides, int(itemsize))
+
+
+_TOO_HARD = getattr(np, "exceptions", np).TooHardError  # (np.exceptions: NumPy 1.25 and newer)
+
+
+class _Addresses:
+    """An array interface over addresses no one reads: NumPy's exact overlap test
+    (``np.shares_memory``) works on addresses and strides alone."""
+
+    def __init__(self, ptr: int, f: Footprint):
+        self.__array_interface__ = {
+            "shape": f.shape,
+            "strides": f.strides,
+            "typestr": f"|V{f.itemsize}",
+            "data": (ptr, True),
+            "version": 3,
+        }
+
+
+def _share_an_element(ptr: int, f: Footprint, ptr2: int, f2: Footprint) -> bool:
+    """Whether two arrays whose byte spans overlap have a byte in common (views that interleave,
+    ``x[:, 0]`` and ``x[:, 1]``, do not); a case too hard to solve quickly counts as sharing."""
+    try:
+        return bool(np.shares_memory(np.asarray(_Addresses(ptr, f)), np.asarray(_Addresses(ptr2, f2)), max_work=10**4))
+    except (_TOO_HARD, ValueError, TypeError):
+        return True
+
+
+def overlapping_pairs(regions: Sequence[tuple[Param, int, Footprint]]) -> list[tuple[int, int]]:
+    """``(k, j)`` for each in-out array ``regions[k]`` that shares an element with another array
+    ``regions[j]`` (``regions``: ``(parameter, pointer, footprint)``): compared by address range,
+    then element by element (views that interleave without sharing an element do not count)."""
+    pairs = []
+    for k, (p, lo, f) in enumerate(regions):
+        if p.role != IN_OUT or not f.span:
+            continue
+        for j, (_, lo2, f2) in enumerate(regions):
+            if j != k and f2.span and lo < lo2 + f2.span and lo2 < lo + f.span and _share_an_element(lo, f, lo2, f2):
+                pairs.append((k, j))
+    return pairs
+
+
+def refuse_overlaps(desc: OpDescription, regions: Sequence[tuple[Param, int, Footprint]]) -> None:
     """Raise where an array the kernel writes in place (an in-out argument) shares memory with
-    another array argument: ``regions`` are ``(parameter, pointer, byte span)``. The kernel's
+    another array argument: ``regions`` are ``(parameter, pointer, footprint)``. The kernel's
     threads would read what others already wrote (or write one element twice), in an order no one
     chose; the framework's own in-place operators refuse such arguments (torch's "some elements
     of the input tensor and the written-to tensor refer to a single memory location"), and a
     functional framework (JAX, a compiled torch graph) reads the values from before the call.
-    Compared by address range: views that interleave without sharing an element are refused too."""
-    for k, (p, lo, span) in enumerate(regions):
-        if p.role != IN_OUT or not span:
-            continue
-        for j, (q, lo2, span2) in enumerate(regions):
-            if j == k or not span2 or not (lo < lo2 + span2 and lo2 < lo + span):
-                continue
-            raise ArgumentError(
-                f"op {desc.label!r}, parameter {p.name!r}: the kernel writes this array in place, and it shares "
-                f"memory with parameter {q.name!r} (the same array, or views over the same memory): its threads "
-                f"would read values others already wrote; pass a copy of one of them (.clone() / .copy())"
-            )
+    Compared by address range first, then element by element: views that interleave without
+    sharing an element (the columns of one matrix) pass."""
+    for k, j in overlapping_pairs(regions):
+        p, q = regions[k][0], regions[j][0]
+        raise ArgumentError(
+            f"op {desc.label!r}, parameter {p.name!r}: the kernel writes this array in place, and it shares "
+            f"memory with parameter {q.name!r} (the same array, or views over the same memory): its threads "
+            f"would read values others already wrote; pass a copy of one of them (.clone() / .copy())"
+        )

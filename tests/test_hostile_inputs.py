@@ -449,6 +449,45 @@ def test_in_out_sharing_memory_with_an_input_is_refused(fw, how):
     np.testing.assert_array_equal(_np(buf), base)  # nothing written
 
 
+@pytest.mark.parametrize("fw", [f for f in ("numpy", "torch", "paddle", "warp") if f in ALL or f == "warp"])
+def test_in_out_interleaved_with_an_input_without_sharing_is_read(fw):
+    """Two views of one buffer whose address ranges overlap but which share no element (the even and
+    the odd elements, a matrix's two columns) are distinct arrays: called, eagerly and through the
+    warmed fast path, with the right values (they were refused as sharing memory). Shifting the
+    in-out by one element of the same stride makes them share: refused."""
+    import warp as wp
+
+    op = _reversed_accumulate_op()
+
+    def make(a):
+        if fw == "numpy":
+            return a.copy()
+        if fw == "warp":
+            return wp.array(a, dtype=float, device="cpu")
+        return _to(fw, a.copy())
+
+    for _ in range(2):  # (the second call through the fast path)
+        base = np.arange(1, 13, dtype=F)
+        buf = make(base)
+        if fw == "warp":
+            x = wp.array(ptr=buf.ptr, shape=(6,), strides=(8,), dtype=float, device="cpu")
+            acc = wp.array(ptr=buf.ptr + 4, shape=(6,), strides=(8,), dtype=float, device="cpu")
+        else:
+            x, acc = buf[0::2], buf[1::2]
+        got = op(x, acc)
+        want = base.copy()
+        want[1::2] += 10 * base[0::2][::-1]
+        np.testing.assert_allclose(_np(buf), want)
+        np.testing.assert_allclose(_np(got), want[1::2])
+    if fw == "warp":
+        x = wp.array(ptr=buf.ptr, shape=(5,), strides=(8,), dtype=float, device="cpu")
+        acc = wp.array(ptr=buf.ptr + 8, shape=(5,), strides=(8,), dtype=float, device="cpu")
+    else:
+        x, acc = buf[0:10:2], buf[2:12:2]
+    with pytest.raises(interop.ArgumentError, match=r"parameter 'acc': .* shares memory with parameter 'x'"):
+        op(x, acc)
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp

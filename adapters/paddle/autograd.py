@@ -19,7 +19,7 @@ from interop._op import Op
 from interop._plan import check_layout
 
 from .._common import pack_result
-from .compat import CONTEXT_DIRECT
+from .compat import CONTEXT_DIRECT, shares_buffer
 from .compat import zeros as _zeros
 from .eager import modified_in_place_error
 from .framework import _PADDLE_OF_NP, FRAMEWORK, _current_stream, _place
@@ -367,8 +367,31 @@ def _handwritten_backward(state: _State, inputs: dict, outs: list, up: dict):
     return tuple(by_index.get(idx) if state.need_grad[idx] else None for idx in state.visible)
 
 
+def _inputs_sharing_in_outs_copied(desc, args: Sequence[Any]) -> Sequence[Any]:
+    """The arguments with each input tensor that is a view of an in-out tensor's allocation cloned
+    (a differentiable copy): the in-out is written in place and then recorded with ``add_``,
+    which marks every view of the allocation modified, and the backward needs the values the call
+    read (refused at the backward as modified in place). The kernel reads the input's values from
+    before the call, as with torch's autograd and JAX; an input sharing elements with the in-out is
+    so not refused here, as it is without autograd (written in place, its threads would read what
+    others wrote)."""
+    ios = [x for p, x in zip(desc.call_params, args) if p.role == IN_OUT and isinstance(x, paddle.Tensor)]
+    out = list(args)
+    for i, (p, x) in enumerate(zip(desc.call_params, args)):
+        if (
+            p.role != IN_OUT
+            and isinstance(x, paddle.Tensor)
+            and x.size
+            and any(shares_buffer(x, io) for io in ios if io.size)
+        ):
+            out[i] = x.clone()
+    return out
+
+
 def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
     desc = op.description
+    if desc.has_in_out:
+        args = _inputs_sharing_in_outs_copied(desc, args)
     state = _State()
     state.sig = state.values = None
     state.op, state.args = op, tuple(args)

@@ -221,3 +221,17 @@ def autocast_enabled() -> bool:
     if _AMP_MODULE is not None and _AMP_MODULE._g_amp_state_ is None:
         return False
     return bool(paddle.amp.is_autocast_enabled())
+
+
+def shares_buffer(a: Any, b: Any) -> bool:
+    """Whether Paddle tensors ``a`` and ``b`` are views of one allocation (and so share its in-place
+    version: writing one marks the other modified). ``Tensor._is_shared_buffer_with`` (3.2.0, 3.3.1);
+    without it, the data pointers' allocation ranges compared."""
+    method = getattr(a, "_is_shared_buffer_with", None)
+    if method is not None:
+        try:
+            return bool(method(b))
+        except (RuntimeError, ValueError):  # pragma: no cover - another Paddle version
+            pass
+    lo, lo2 = a.data_ptr(), b.data_ptr()  # pragma: no cover - another Paddle version
+    return lo < lo2 + max(b._holder_size(), 1) and lo2 < lo + max(a._holder_size(), 1)  # pragma: no cover

@@ -81,6 +81,7 @@ import torch
 from interop import _dtypes
 from interop._description import IN_OUT, Param
 from interop._errors import ArgumentError, UnsupportedError
+from interop._plan import footprint, refuse_overlaps
 from interop._values import vector_components
 
 from .._common import pack_result, unexpected_keywords
@@ -257,8 +258,10 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
         args = _autocast.cast(b, args)  # torch.autocast: an op is a float32-policy operator
     if torch.compiler.is_compiling():
         _traced.refuse_unfit_tensors(op, b, args)
-    mask, sargs = _scalar_args(b, args)
     device, grad = _tensor_args(b, args)
+    if grad and b.inout_pos and not functional:
+        args = _inputs_sharing_in_outs_copied(b, args)
+    mask, sargs = _scalar_args(b, args)
     if functional and not grad and torch.is_grad_enabled() and functorch_grad_levels():
         # forward mode's calls inside a vmap inside a reverse-mode transform (jacrev(jacfwd(f))): the
         # batched tensors hide that the transform tracks them; the Function serves both cases
@@ -365,6 +368,51 @@ def _lazily_viewed(args: Sequence[Any], positions: Sequence[int]) -> bool:
     if torch.compiler.is_compiling():
         return False
     return any(isinstance(args[i], torch.Tensor) and (args[i].is_neg() or args[i].is_conj()) for i in positions)
+
+
+def _inputs_sharing_in_outs_copied(b: _Binding, args: Sequence[Any]) -> Sequence[Any]:
+    """The arguments of a call with autograd (the functional operator, then a ``copy_`` into each
+    in-out tensor), where an input lies in the same memory as an in-out tensor (``op(b[1:6],
+    b[0:5])``, or ``op(s[:, 0], s[:, 1])``): that input cloned (a differentiable copy). The kernel
+    reads the values from before the call either way; the copy keeps the tensor the backward saved
+    from being overwritten, or marked overwritten, by the ``copy_`` (views of one tensor share its
+    version counter: torch's "modified by an inplace operation" at the backward, or when
+    ``torch.compile`` traces it). Two in-out tensors sharing an element are refused: one's new values
+    would overwrite the other's. Eagerly, tensors are compared by storage; while Dynamo traces (no
+    storage to read), by the tensor they are views of."""
+    compiling = torch.compiler.is_compiling()
+
+    def home(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or x.numel() == 0:
+            return None
+        if compiling:
+            return x if x._base is None else x._base
+        try:
+            return x.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):  # (no storage: a wrapped tensor; the transform copies)
+            return None
+
+    homes = [home(args[pos]) for pos in range(b.ncall)]
+    copied: list[Any] | None = None
+    for k in b.inout_pos:
+        for pos in range(b.ncall):
+            hk, hp = homes[k], homes[pos]
+            if pos == k or hk is None or hp is None or not (hk is hp if compiling else hk == hp):
+                continue
+            if pos in b.inout_pos:
+                if not compiling:
+                    refuse_overlaps(b.desc, [_region(b, k, args[k]), _region(b, pos, args[pos])])
+                continue
+            copied = copied or list(args)
+            copied[pos] = args[pos].clone()
+            homes[pos] = None
+    return args if copied is None else copied
+
+
+def _region(b: _Binding, pos: int, x: torch.Tensor) -> tuple:
+    """``(parameter, pointer, footprint)`` of tensor argument ``x`` (refuse_overlaps)."""
+    isz = x.element_size()
+    return b.call_params[pos], x.data_ptr(), footprint(tuple(x.shape), [s * isz for s in x.stride()], isz)
 
 
 def _update_in_out(b: _Binding, args: Sequence[Any], res: Any) -> Any:

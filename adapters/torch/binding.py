@@ -23,9 +23,9 @@ from interop._launch import contiguous_strides, external_stream, get_device
 from interop._plan import (
     ArraySpec,
     ScalarSpec,
-    byte_span,
     check_layout,
     default_launch,
+    footprint,
     tile_launch,
     tile_output_dims,
 )
@@ -419,7 +419,7 @@ class _Binding:
             if isinstance(x, torch.Tensor):
                 isz = x.element_size()
                 strides = tuple(s * isz for s in x.stride())
-                spans[i] = byte_span(tuple(x.shape), strides, isz)
+                spans[i] = footprint(tuple(x.shape), strides, isz)
                 if p.is_array:
                     outer = check_layout(desc, p, tuple(x.shape), strides, isz, written=p.role == IN_OUT)
                     arrays.append((p.index, i, None if x.is_contiguous() else outer))
