@@ -98,6 +98,12 @@ class Runner(FunctionCalls):
         # a Python-function op's caches and facts (interop._function_calls)
         self.view_makers, self.last_vectors = {}, {}
         self.any_empty_array = any(p.is_array and 0 in tuple(plan.warp_shapes[p.index]) for p in plan.desc.params)
+        # arrays without an element reach a kernel as null arrays, as Warp's own empty arrays do: a
+        # kernel's `if arr:` (Warp's idiom for an optional array) then takes its else branch, where
+        # a framework's pointer (NumPy's, JAX's: never null) had it read past the array
+        self.nulls = frozenset(
+            p.index for p in plan.desc.params if p.is_array and 0 in tuple(int(d) for d in plan.warp_shapes[p.index])
+        )
         # a kernel launched over zero threads does nothing (Warp records no launch for it)
         self.empty = plan.desc.kind == "kernel" and any(int(d) == 0 for d in plan.launch_dims)
         self.tiles = plan.desc.kind == "kernel" and uses_tiles(plan.kernel)
@@ -237,6 +243,8 @@ class Runner(FunctionCalls):
     def _fill(self, slot: _Slot, values: Sequence[Any], adj: Sequence[Any] | None) -> None:
         launch = slot.launch
         _set_arrays(slot.fwd, slot.strides, slot.contiguous, values)
+        for i in self.nulls:
+            slot.fwd[i].data = 0
         for i in self.scalar_idx:
             if i in slot.fwd:
                 continue
@@ -255,6 +263,8 @@ class Runner(FunctionCalls):
                 slot.scalars[i] = v
         if adj is not None:
             _set_arrays(slot.adj, slot.adj_strides, slot.contiguous, adj)
+            for i in self.nulls:
+                slot.adj[i].data = 0
             if self.tiles:
                 self._set_grads(slot, adj)
 
@@ -758,7 +768,7 @@ def direct_lines(
         expr = values[i]
         p = runner.plan.desc.params[i]
         if p.is_array or i in runner.ref_idx:
-            lines.append(f"{i2}_d.v{i}.data = {expr}")
+            lines.append(f"{i2}_d.v{i}.data = {0 if i in runner.nulls else expr}")
             continue
         kind = runner.scalar_kind(i)
         label = runner.plan.kernel.adj.args[i].label
@@ -786,7 +796,7 @@ def direct_lines(
         lines.append(f"{i2}_d.fn(_d.br, _d.ar)")
     else:
         for i in sorted(adj):
-            lines.append(f"{i2}_d.w{i}.data = {adj[i]}")
+            lines.append(f"{i2}_d.w{i}.data = {0 if i in runner.nulls else adj[i]}")
         for i, flag in sorted((zero or {}).items()):
             # an expanded scalar: the record's packed buffer, filled with its one element, stands in
             lines.append(f"{i2}if {flag}:")

@@ -215,6 +215,10 @@ def array_view_maker(ptr: int, dtype: Any, shape: tuple, strides: Any, device: A
     copied, with the pointer set. 1.16-1.19: ``wp.array`` keeps its fields in a plain ``__dict__``
     and a new array holds no descriptor (``ctype``), gradient, array interface or read flag yet;
     on another Warp, ``wp.array(...)`` itself."""
+    if any(int(n) == 0 for n in shape):
+        # no element: a null array, as Warp's own empty arrays are (a kernel's `if arr:`, Warp's
+        # idiom for an optional array, takes its else branch; a framework's pointer had it read)
+        return lambda p: wp.empty(shape, dtype=dtype, device=device)
     template: Any = wp.array(ptr=ptr, dtype=dtype, shape=shape, strides=strides, device=device)
     if not VERIFIED:
         return lambda p: wp.array(ptr=p, dtype=dtype, shape=shape, strides=strides, device=device)

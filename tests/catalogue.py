@@ -1296,6 +1296,38 @@ def _rows(n, m):
     return (n, m)
 
 
+# Python-function ops that hand their input on (a copy, a struct they make): their kept tape needs
+# the input's gradient buffer at the forward (tests/test_training.py)
+@wp.kernel
+def _square_into_kernel(t: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = t[i] * t[i]
+
+
+def clone_then_square_fn(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    # the function copies its input before launching on the copy (wp.Tape follows the copy)
+    t = wp.clone(x)
+    wp.launch(_square_into_kernel, dim=x.shape, inputs=[t, out], device=x.device)
+
+
+@wp.struct
+class HoldsArray:
+    a: wp.array(dtype=float)
+
+
+@wp.kernel
+def _square_field_kernel(s: HoldsArray, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = s.a[i] * s.a[i]
+
+
+def struct_then_square_fn(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    # the function puts its input into a struct it makes, then launches with the struct
+    s = HoldsArray()
+    s.a = x
+    wp.launch(_square_field_kernel, dim=x.shape, inputs=[s, out], device=x.device)
+
+
 tile_rows_op = interop.op(tile_kernel, block_dim=TILE_BLOCK, name="catalogue::tile_rows")
 tile_threads_op = interop.op(tile_threads_kernel, block_dim=TILE_BODIES, name="catalogue::tile_threads")
 tile_matmul_op = interop.op(tile_matmul_kernel, block_dim=TILE_BLOCK, name="catalogue::tile_matmul")
@@ -1333,8 +1365,16 @@ PROPERTY_OPS = [
     # a tile kernel: out[i] = sum(x[i, :] ** 2), one tile of TILE values per row (its launch and
     # launch_dims are the tile grid; Warp's tile adjoints write through each array's own gradient
     # pointer: a gradient of a strided input is refused, see property_calls.expected_error)
+    # a Python-function op that copies its input (wp.clone) before launching on the copy: the kept
+    # tape's forward must give the input a gradient buffer for Warp to record the copy
+    PropertyOp("function_clone", interop.op(clone_then_square_fn, name="catalogue::function_clone"),
+               clone_then_square_fn, ("in", "out"), lambda n, m: ((n,),), lambda n, m: (n,), launch_override=False,
+               row_independent=False),
     PropertyOp("tile_rows", tile_rows_op, tile_kernel, ("in", "out"), lambda n, m: ((n, TILE),), lambda n, m: (n,),
                block_dim=TILE_BLOCK),
+    # the single-index form of a tile kernel (i = wp.tid(): the block's index along the tile grid)
+    PropertyOp("tile_row_sum", interop.op(tile_row_sum_kernel, block_dim=TILE_BLOCK, name="catalogue::tile_row_sum"),
+               tile_row_sum_kernel, ("in", "out"), lambda n, m: ((n, TILE),), lambda n, m: (n,), block_dim=TILE_BLOCK),
     # a wp.launch-form tile kernel (Warp's n-body example): n * TILE_BODIES bodies, one thread each;
     # a launch that is not whole blocks (launch_dims, or a per-call block_dim) is refused on every device
     PropertyOp("tile_threads", tile_threads_op, tile_threads_kernel, ("in", "out"),
@@ -1406,38 +1446,23 @@ def struct_param_fn(s: StepModel, out: wp.array(dtype=float)):
 
 
 @wp.kernel
-def _square_into_kernel(t: wp.array(dtype=float), out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = t[i] * t[i]
-
-
-def clone_then_square_fn(x: wp.array(dtype=float), out: wp.array(dtype=float)):
-    # the function copies its input before launching on the copy (wp.Tape follows the copy)
-    t = wp.clone(x)
-    wp.launch(_square_into_kernel, dim=x.shape, inputs=[t, out], device=x.device)
-
-
-@wp.struct
-class HoldsArray:
-    a: wp.array(dtype=float)
-
-
-@wp.kernel
-def _square_field_kernel(s: HoldsArray, out: wp.array(dtype=float)):
-    i = wp.tid()
-    out[i] = s.a[i] * s.a[i]
-
-
-def struct_then_square_fn(x: wp.array(dtype=float), out: wp.array(dtype=float)):
-    # the function puts its input into a struct it makes, then launches with the struct
-    s = HoldsArray()
-    s.a = x
-    wp.launch(_square_field_kernel, dim=x.shape, inputs=[s, out], device=x.device)
-
-
-@wp.kernel
 def writes_input_through_struct_copy_kernel(s: HoldsArray, out: wp.array(dtype=float)):
     i = wp.tid()
     t = s  # a local copy of the struct: its array field is the caller's input
     t.a[i] = 5.0
     out[i] = 1.0
+
+
+# Warp's idiom for an optional array: `if idx:` is false for a null array (None, or an empty array,
+# which Warp makes null); interop passes an array without elements as a null array too
+@wp.kernel
+def optional_gather_kernel(idx: wp.array(dtype=wp.int32), x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    tid = wp.tid()
+    j = tid
+    if idx:
+        j = idx[tid]
+    out[tid] = x[j] * 2.0
+
+
+def optional_gather_fn(idx: wp.array(dtype=wp.int32), x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    wp.launch(optional_gather_kernel, dim=x.shape, inputs=[idx, x, out], device=x.device)

@@ -488,6 +488,30 @@ def test_in_out_interleaved_with_an_input_without_sharing_is_read(fw):
         op(x, acc)
 
 
+@pytest.mark.parametrize("fw", ALL + ["warp"])
+@pytest.mark.parametrize("kind", ["kernel", "function"])
+def test_array_without_elements_is_a_null_array(fw, kind):
+    """Warp's idiom for an optional array (``if idx:``) is false for Warp's empty arrays, which are
+    null. A NumPy or JAX array without elements reached the kernel with its (non-null) pointer: the
+    kernel read ``idx[tid]`` past the array (a segfault with NumPy, zeros with JAX). Every framework
+    now hands it over as a null array: the else branch, on the first call and through the fast path."""
+    import warp as wp
+
+    if kind == "kernel":
+        op = interop.op(cat.optional_gather_kernel, output_dims={"out": 4}, launch_dims=4)
+    else:
+        op = interop.op(cat.optional_gather_fn, output_dims={"out": 4})
+    x = np.arange(4, dtype=F)
+    for _ in range(3):
+        if fw == "warp":
+            got = op(wp.array(np.zeros(0, np.int32), dtype=wp.int32, device="cpu"), wp.array(x, device="cpu"))
+        else:
+            got = _call(fw, op, np.zeros(0, np.int32), x)
+        np.testing.assert_array_equal(_np(got), 2 * x)
+    idx = np.array([3, 2, 1, 0], np.int32)
+    np.testing.assert_array_equal(_np(_call(fw if fw != "warp" else "numpy", op, idx, x)), 2 * x[::-1])
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp

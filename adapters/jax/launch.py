@@ -637,11 +637,11 @@ class _Handler:
                 continue
             lines.append(f"    o{k} = M[(M[a + {k}] + {_jax_ffi.DATA}) >> 3]")
             env[f"O{k}"] = fwd[i] if slot == "values" else adj[i]
-            sets.append(f"O{k}.data = o{k}")
+            sets.append(f"O{k}.data = {0 if i in self.runner.nulls else f'o{k}'}")  # (an empty array: null)
         for k, (i, slot) in enumerate(self.res):
             lines.append(f"    r{k} = M[(M[r + {k}] + {_jax_ffi.DATA}) >> 3]")
             env[f"R{k}"] = fwd[i] if slot == "values" else adj[i]
-            sets.append(f"R{k}.data = r{k}")
+            sets.append(f"R{k}.data = {0 if i in self.runner.nulls else f'r{k}'}")
         lines.append("    h = stream_of(p)")
         for k, nbytes in self.zero:
             if nbytes:
