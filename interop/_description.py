@@ -273,6 +273,20 @@ class OpDescription:
         if spot is not None and (spot.scalars is None or spot.scalars & set(grad_scalars)):
             raise UnsupportedError(spot.message(self.label))
 
+    def check_in_out_passthrough(self) -> None:
+        """Raises where an in-out array's gradient may not pass through the call unchanged (what a
+        backward does when only in-out arrays need one, without running the adjoint): a kernel
+        that reads an in-out as a value (``y[i] = beta * y[i] + ...``), with or without an adjoint.
+        A kernel that only accumulates into its in-outs passes their gradients through."""
+        if self.kind != "kernel" or self.backward is not None:
+            return
+        from . import _blind_spots
+
+        in_out = [p.name for p in self.params if p.role == IN_OUT]
+        spot = _blind_spots.in_out_spot(self.fn, in_out) if in_out else None
+        if spot is not None:
+            raise UnsupportedError(spot.message(self.label))
+
     def no_adjoint_error(self) -> UnsupportedError:
         """The error for a gradient reaching an op whose kernel has no adjoint."""
         return UnsupportedError(

@@ -1466,3 +1466,17 @@ def optional_gather_kernel(idx: wp.array(dtype=wp.int32), x: wp.array(dtype=floa
 
 def optional_gather_fn(idx: wp.array(dtype=wp.int32), x: wp.array(dtype=float), out: wp.array(dtype=float)):
     wp.launch(optional_gather_kernel, dim=x.shape, inputs=[idx, x, out], device=x.device)
+
+
+# warp.fem's axpy: the in-out is read as a value (a blind spot: Warp's adjoint passes the in-out's
+# gradient through, 1 for beta); with enable_backward=False, as warp.fem ships it, no adjoint at all
+@wp.kernel
+def axpy_in_out_kernel(x: wp.array(dtype=float), y: wp.array(dtype=float), alpha: float, beta: float):
+    i = wp.tid()
+    y[i] = beta * y[i] + alpha * x[i]
+
+
+@wp.kernel(enable_backward=False)
+def axpy_in_out_no_adjoint_kernel(x: wp.array(dtype=float), y: wp.array(dtype=float), alpha: float, beta: float):
+    i = wp.tid()
+    y[i] = beta * y[i] + alpha * x[i]

@@ -512,6 +512,45 @@ def test_array_without_elements_is_a_null_array(fw, kind):
     np.testing.assert_array_equal(_np(_call(fw if fw != "warp" else "numpy", op, idx, x)), 2 * x[::-1])
 
 
+@pytest.mark.parametrize("fw", [f for f in ("torch", "paddle", "jax") if f in ALL])
+@pytest.mark.parametrize("kernel", ["axpy_in_out_kernel", "axpy_in_out_no_adjoint_kernel"])
+def test_in_out_gradient_alone_is_refused_where_the_adjoint_is_wrong(fw, kernel):
+    """``y[i] = beta * y[i] + alpha * x[i]`` with only the in-out ``y`` needing a gradient: torch and
+    Paddle passed ``y``'s gradient through (1 where beta = 2 is right) without running the adjoint,
+    so neither the blind spot nor the missing adjoint (``enable_backward=False``) was refused; they
+    were once ``x`` needed one too. Refused at the backward either way, as JAX refused. (A kernel
+    without an adjoint that only accumulates into its in-out passes that gradient through:
+    tests/test_no_backward.py.)"""
+    op = interop.op(getattr(cat, kernel), outputs=0, in_out=["y"])
+    match = "in-out parameter `y` is read as a value" + (
+        "" if kernel == "axpy_in_out_kernel" else "|enable_backward=False"
+    )
+    xn, yn = np.ones(3, F), np.ones(3, F)
+    if fw == "torch":
+        import torch
+
+        y0 = torch.tensor(yn, requires_grad=True, device="cpu")
+        y = y0.clone()
+        op(torch.tensor(xn, device="cpu"), y, 0.5, 2.0)
+        with pytest.raises(interop.UnsupportedError, match=match):
+            y.sum().backward()
+    elif fw == "paddle":
+        import paddle
+
+        y0 = paddle.to_tensor(yn, stop_gradient=False, place=paddle.CPUPlace())
+        y = y0 * 1.0
+        op(paddle.to_tensor(xn, place=paddle.CPUPlace()), y, 0.5, 2.0)
+        with pytest.raises(OSError, match=match):  # (Paddle hands a backward's error on as OSError)
+            y.sum().backward()
+    else:
+        import jax
+        import jax.numpy as jnp
+
+        cpu = jax_device("cpu")
+        with pytest.raises(interop.UnsupportedError, match=match):
+            jax.grad(lambda v: op(jnp.asarray(xn, device=cpu), v, 0.5, 2.0).sum())(jnp.asarray(yn, device=cpu))
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp

@@ -388,6 +388,22 @@ def _inputs_sharing_in_outs_copied(desc, args: Sequence[Any]) -> Sequence[Any]:
     return out
 
 
+def _refuse_passing_through(desc, x) -> None:
+    """An in-out tensor's gradient passes through the update (``add_``) unchanged, as the in-out
+    only accumulates; for a kernel that reads it as a value a gradient reaching it is refused, as
+    one reaching an input is, also when no input needs a gradient (the op's node then never runs
+    its backward)."""
+    try:
+        desc.check_in_out_passthrough()
+    except UnsupportedError as e:
+        error = e
+
+        def refuse(grad):
+            raise error
+
+        x.register_hook(refuse)
+
+
 def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
     desc = op.description
     if desc.has_in_out:
@@ -438,6 +454,8 @@ def _call_grad(op, args: Sequence[Any], launch_dims, output_dims):
     io_params = [p for p in desc.returned_params if p.role == IN_OUT]
     for p, link in zip(io_params, links):
         state.in_out[p.index].add_(link)  # records the update for Paddle (value: + 0)
+        if not state.in_out[p.index].stop_gradient and desc.backward is None:
+            _refuse_passing_through(desc, state.in_out[p.index])
     returned, it_out = [], iter(outs)
     for p in desc.returned_params:
         returned.append(state.in_out[p.index] if p.role == IN_OUT else next(it_out))

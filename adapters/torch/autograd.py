@@ -125,11 +125,17 @@ def _make_backward(b: _Binding, mask: tuple, direct: bool = False):
             for i, a in enumerate(args)
         ]
         ret: list[Any] = [None] * ctx.n_inputs
+        through = False
         for i, j in passthrough:
             if need[i]:
                 ret[i] = grads[j]
+                through = True
             need[i] = False
         if not any(need):
+            if through:
+                # passed through only where the in-out only accumulates: a kernel reading it as a
+                # value is refused, as it is when an input needs a gradient too
+                b.desc.check_in_out_passthrough()
             return tuple(ret)
         dims = ctx.dims
         if b.backward_op is not None:
