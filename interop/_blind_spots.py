@@ -85,14 +85,15 @@ def in_out_spot(fn: Any, in_out: Sequence[str]) -> BlindSpot | None:
         return None
     adj: Any = getattr(fn, "adj", None)
     fdef = ast.parse(textwrap.dedent(adj.source)).body[0]
+    names = _aliases(fdef, in_out)  # local name -> the in-out parameter it is (`a = acc`)
     for node in ast.walk(fdef):
         if (
             isinstance(node, ast.Subscript)
             and isinstance(node.value, ast.Name)
-            and node.value.id in in_out
+            and node.value.id in names
             and isinstance(node.ctx, ast.Load)
         ):
-            name = node.value.id
+            name = names[node.value.id]
             return BlindSpot(
                 f"in-out parameter `{name}` is read as a value (its gradient is only defined for a kernel that "
                 "accumulates into it without reading it)",
@@ -101,6 +102,33 @@ def in_out_spot(fn: Any, in_out: Sequence[str]) -> BlindSpot | None:
                 f"values the kernel needs from an input (pass the old value as one), or make `{name}` an output",
             )
     return None
+
+
+def _aliases(fdef: ast.FunctionDef, params: Sequence[str]) -> dict[str, str]:
+    """``params`` and the locals bound to one of them (``a = acc``, ``b = a``), each mapped to the
+    parameter it is."""
+    names = {p: p for p in params}
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(fdef):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in names:
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and t.id not in names:
+                        names[t.id] = names[node.value.id]
+                        changed = True
+    return names
+
+
+def _local_names(fdef: ast.FunctionDef) -> set[str]:
+    """The names a function body assigns (its locals, loop variables included)."""
+    names: set[str] = set()
+    for node in ast.walk(fdef):
+        for target, _ in _assignments(node):
+            names.update(_target_names(target))
+        if isinstance(node, (ast.For, ast.comprehension)):
+            names.update(_target_names(node.target))
+    return names
 
 
 def find(fn: Any) -> BlindSpot | None:
@@ -139,6 +167,9 @@ class _Function:
             return None
         self.ns = _ns_of(adj.func)
         self.constants = _literal_locals(fdef)
+        # parameters and locals hide the module's globals of the same name (as in Warp's codegen):
+        # `range(n)` over a parameter `n` is a dynamic loop though the module has an `n = 4`
+        self.hidden = {a.arg for a in fdef.args.args} | _local_names(fdef)
         self.active = self._active(fdef, adj, active_params)
         return fdef
 
@@ -330,6 +361,8 @@ class _Function:
             return -v if isinstance(v, int) else None
         if isinstance(node, ast.Name) and node.id in self.constants:
             return self.constants[node.id]
+        if isinstance(node, ast.Name) and node.id in self.hidden:
+            return None
         if isinstance(node, ast.Call) and self._is_static_call(node):
             v = _static_value(node, self.ns)
         elif isinstance(node, (ast.Name, ast.Attribute)):

@@ -512,3 +512,48 @@ def test_a_kernel_reading_its_in_out_is_refused_at_the_backward(fw):
         match=r"in-out parameter `w` is read as a value.*Rewrite",
     ):
         _in_out_run(fw, op, rewrite=False)
+
+
+@pytest.mark.parametrize("fw", [f for f in ("torch", "jax", "paddle") if importlib.util.find_spec(f)])
+@pytest.mark.parametrize("kernel", ["parameter_bound", "local_bound", "in_out_read_through_alias"])
+def test_names_hiding_globals_and_aliases_do_not_hide_a_blind_spot(fw, kernel):
+    """A loop bound named like a module global (a parameter ``n``, a local ``count``) was read as the
+    global's value: the loop passed as unrolled and ``w`` got Warp's zero gradient (1.64 is right);
+    an in-out read through a local alias (``a = acc; a[i]``) passed, giving ``x`` the updated value's
+    gradient. Both refused at the first backward, as their plain spellings are."""
+    import blind_spot_shadows as bs
+
+    k = getattr(bs, kernel)
+    alias = kernel == "in_out_read_through_alias"
+    op = interop.op(k, in_out=["acc"], outputs=["out"]) if alias else interop.op(k)
+    xn, wn = np.array([0.3, 0.9, 0.5, 0.7], np.float32), np.array([1.0, 2.0, 0.5, 1.5], np.float32)
+    args = (lambda x, w: (x, w)) if alias else (lambda x, w: (x, w, 4) if kernel == "parameter_bound" else (x, w))
+    match = "in-out parameter `acc` is read as a value" if alias else "dynamic `for` loop"
+    if fw == "torch":
+        import torch
+
+        x = torch.tensor(xn, requires_grad=True, device="cpu")
+        out = op(*args(x, torch.tensor(wn, requires_grad=not alias, device="cpu")))
+        with pytest.raises(interop.UnsupportedError, match=match):
+            (out[1] if alias else out).sum().backward()
+    elif fw == "paddle":
+        import paddle
+
+        x = paddle.to_tensor(xn, stop_gradient=False, place=paddle.CPUPlace())
+        w = paddle.to_tensor(wn, stop_gradient=alias, place=paddle.CPUPlace())
+        out = op(*args(x, w))
+        with pytest.raises(OSError, match=match):  # (Paddle hands a backward's error on as OSError)
+            (out[1] if alias else out).sum().backward()
+    else:
+        import jax
+        import jax.numpy as jnp
+
+        cpu = jax_device("cpu")
+        w = jnp.asarray(wn, device=cpu)
+
+        def loss(x):
+            out = op(*args(x, w))
+            return (out[1] if alias else out).sum()
+
+        with pytest.raises(interop.UnsupportedError, match=match):
+            jax.grad(loss)(jnp.asarray(xn, device=cpu))
