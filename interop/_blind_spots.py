@@ -104,7 +104,7 @@ def in_out_spot(fn: Any, in_out: Sequence[str]) -> BlindSpot | None:
     return None
 
 
-def _aliases(fdef: ast.FunctionDef, params: Sequence[str]) -> dict[str, str]:
+def _aliases(fdef: ast.AST, params: Sequence[str]) -> dict[str, str]:
     """``params`` and the locals bound to one of them (``a = acc``, ``b = a``), each mapped to the
     parameter it is."""
     names = {p: p for p in params}

@@ -178,6 +178,9 @@ class OpDescription:
     # checked mode (interop.op(..., checked=True) or INTEROP_CHECKED=1): every array access of every
     # launch is bounds-checked (see interop._checked); part of the identity, so no cache mixes the two
     checked: bool = False
+    # a tile kernel's launch as the user declared it ("launch": wp.launch(k, dim, block_dim);
+    # "launch_tiled": wp.launch_tiled(k, dim=grid, block_dim)), None: read from the kernel (tile_form)
+    tile_launch: str | None = None
     # a kernel with @wp.struct parameters (see _structs): its original parameters in order, each a
     # plain parameter's name or the tree (_structs.Node) of a struct whose leaves are ``params``;
     # ``fn`` is then the flat kernel that takes the leaves. Empty for every other op.
@@ -398,6 +401,7 @@ def describe(
     output_dtypes: Any = None,
     jvp: Any = None,
     checked: bool | None = None,
+    tile_launch: str | None = None,
 ) -> OpDescription:
     """Build (and validate) the description of ``fn``. See :func:`interop.op`.
 
@@ -426,14 +430,12 @@ def describe(
             vmap_method=vmap_method,
             block_dim=block_dim,
             partition=partition,
+            tile_launch=tile_launch,
         )
     kind, args, enable_backward, key = _fn_params(fn)
     opname = name or key
     checked = _checked_option(checked, opname)
-    if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
-        raise ArgumentError(
-            f"interop.op({key}): name must look like 'namespace::name' (letters, digits, '_'), got {name!r}"
-        )
+    _check_name(name, key)
     names = [a[0] for a in args]
     in_out, returned = _returned_names(opname, kind, args, outputs, in_out)
     nondiff = tuple(nondifferentiable)
@@ -450,7 +452,7 @@ def describe(
     bwd = None if backward is None else _describe_backward(backward, params, opname, checked)
     if name is None:
         # options are part of the derived name, so describing one kernel two ways gives two ops
-        options = (ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt, checked)
+        options = (ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt, checked, tile_launch)
         desc_name = _derived_name(fn, kind, key, params, options)
     else:
         desc_name = name
@@ -476,6 +478,7 @@ def describe(
         label=label,
         **_source_facts(fn, kind, params, bwd),
     )
+    desc = _declared_tile_launch(desc, tile_launch)
     if desc.tiles and ld is not None and desc.tile_form[0] != "threads":
         tile_launch_given(desc, ld)  # refused when described, not at the first call
     if jvp is not None:
@@ -642,7 +645,7 @@ def _launch_options(
 def _derived_name(fn: Any, kind: str, key: str, params: tuple, options: tuple) -> str:
     """The name of an op described without ``name=``: the kernel's key and a hash of every option
     that changes behaviour, so one kernel described two ways gives two ops."""
-    ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt, checked = options
+    ld, od, zero_outputs, vm, bwd, jvp, bd, partition, odt, checked, tile_launch = options
     ident = repr(
         (
             tuple((p.name, p.role, p.differentiable) for p in params),
@@ -657,6 +660,7 @@ def _derived_name(fn: Any, kind: str, key: str, params: tuple, options: tuple) -
         + (() if partition is None else (partition,))
         + (() if not odt else (("output_dtypes", tuple((n, _rule_text(r)) for n, r in odt)),))
         + (("checked",) if checked else ())
+        + (() if tile_launch is None else (("tile_launch", tile_launch),))
     )
     return _default_name(key, fn, kind, hashlib.sha1(ident.encode()).hexdigest()[:8])
 
@@ -756,6 +760,40 @@ def _check_output_dtypes(value: Any, params: Sequence[Param], opname: str) -> tu
             rule = t
         out.append((name, rule))
     return tuple(sorted(out, key=lambda nr: nr[0]))
+
+
+TILE_LAUNCHES = {"launch": "threads", "launch_tiled": "tiled"}
+
+
+def _check_name(name: Any, key: str) -> None:
+    if name is not None and (not isinstance(name, str) or not _NAME_RE.match(name)):
+        raise ArgumentError(
+            f"interop.op({key}): name must look like 'namespace::name' (letters, digits, '_'), got {name!r}"
+        )
+
+
+def _declared_tile_launch(desc: OpDescription, tile_launch: Any) -> OpDescription:
+    """``desc`` launched as ``tile_launch`` says (``interop.op(..., tile_launch=...)``), not as read
+    from the kernel: a tile kernel whose thread index is both an element index and a tile
+    coordinate (``out[i] = 0`` and ``offset=i``) is written for either launch, which Warp's caller
+    chooses. (None: ``desc`` as it is.)"""
+    if tile_launch is None:
+        return desc
+    if tile_launch not in TILE_LAUNCHES:
+        raise ArgumentError(
+            f"op {desc.label!r}: tile_launch must be 'launch' (as wp.launch(kernel, dim, block_dim=...)) or "
+            f"'launch_tiled' (as wp.launch_tiled(kernel, dim=grid, block_dim=...)), got {tile_launch!r}"
+        )
+    if not desc.tiles or desc.kind != "kernel":
+        raise ArgumentError(
+            f"op {desc.label!r}: tile_launch={tile_launch!r} applies to a tile kernel (one that calls wp.tile_*); "
+            "this one is launched as any kernel, as wp.launch launches it"
+        )
+    form, nt, lane = desc.tile_form
+    if form != "none":
+        want = TILE_LAUNCHES[tile_launch]
+        form, lane = want, (lane if form == want == "tiled" else False)
+    return dataclasses.replace(desc, tile_launch=tile_launch, tile_form=(form, nt, lane))
 
 
 def _describe_structs(

@@ -41,7 +41,7 @@ class FunctionCalls:
     fast_records: Records
     view_makers: dict
     last_vectors: dict
-    any_empty_array: bool
+    nulls: frozenset  # array parameters without an element (interop._launch._null_arrays)
 
     def _wp_array(self, device, i: int, v, grad=None, shape=None):
         ptr, strides = v
@@ -342,7 +342,7 @@ class FunctionCalls:
         when the tape can be moved to the backward's buffers (:meth:`_movable`); on CUDA the
         backward would have to read the token back from the device (a synchronisation per call),
         so it replays the function instead."""
-        if not (device.is_cpu and VERIFIED) or self.empty or KEPT.limit <= 0 or self.any_empty_array:  # type: ignore[attr-defined]
+        if not (device.is_cpu and VERIFIED) or self.empty or KEPT.limit <= 0 or self.nulls:  # type: ignore[attr-defined]
             # (an empty array: XLA may skip an adjoint whose results are all empty, leaving the
             # tape unused; nothing is saved by keeping one)
             self._call_function(device, values, stream)

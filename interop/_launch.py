@@ -52,11 +52,22 @@ class _Slot:
     __slots__ = ("lock", "launch", "fwd", "adj", "strides", "adj_strides", "contiguous", "scalars", "err", "err_host")
 
 
-def _set_arrays(descs: dict, current: dict, contiguous: dict, values: Sequence[Any]) -> None:
-    """Point each array descriptor at this call's buffer; ``None`` strides mean contiguous."""
+def _null_arrays(plan: Any) -> frozenset[int]:
+    """The array parameters without an element in calls of ``plan``: they reach the kernel as null
+    arrays, as Warp's own empty arrays do, so a kernel's ``if arr:`` (Warp's idiom for an optional
+    array) takes its else branch, where a framework's pointer (NumPy's, JAX's: never null) had it
+    read past the array."""
+    return frozenset(
+        p.index for p in plan.desc.params if p.is_array and 0 in tuple(int(d) for d in plan.warp_shapes[p.index])
+    )
+
+
+def _set_arrays(descs: dict, current: dict, contiguous: dict, values: Sequence[Any], nulls: frozenset) -> None:
+    """Point each array descriptor at this call's buffer (an array without an element: null, see
+    :func:`_null_arrays`); ``None`` strides mean contiguous."""
     for i, at in descs.items():
         v = values[i]
-        if v is None:
+        if v is None or i in nulls:
             at.data = 0
             continue
         ptr, strides = v
@@ -97,13 +108,7 @@ class Runner(FunctionCalls):
         self.fast_records = Records()  # a Python-function op's launch records (interop._fast_launch)
         # a Python-function op's caches and facts (interop._function_calls)
         self.view_makers, self.last_vectors = {}, {}
-        self.any_empty_array = any(p.is_array and 0 in tuple(plan.warp_shapes[p.index]) for p in plan.desc.params)
-        # arrays without an element reach a kernel as null arrays, as Warp's own empty arrays do: a
-        # kernel's `if arr:` (Warp's idiom for an optional array) then takes its else branch, where
-        # a framework's pointer (NumPy's, JAX's: never null) had it read past the array
-        self.nulls = frozenset(
-            p.index for p in plan.desc.params if p.is_array and 0 in tuple(int(d) for d in plan.warp_shapes[p.index])
-        )
+        self.nulls = _null_arrays(plan)  # (arrays without an element: null in the descriptors)
         # a kernel launched over zero threads does nothing (Warp records no launch for it)
         self.empty = plan.desc.kind == "kernel" and any(int(d) == 0 for d in plan.launch_dims)
         self.tiles = plan.desc.kind == "kernel" and uses_tiles(plan.kernel)
@@ -242,9 +247,7 @@ class Runner(FunctionCalls):
 
     def _fill(self, slot: _Slot, values: Sequence[Any], adj: Sequence[Any] | None) -> None:
         launch = slot.launch
-        _set_arrays(slot.fwd, slot.strides, slot.contiguous, values)
-        for i in self.nulls:
-            slot.fwd[i].data = 0
+        _set_arrays(slot.fwd, slot.strides, slot.contiguous, values, self.nulls)
         for i in self.scalar_idx:
             if i in slot.fwd:
                 continue
@@ -262,9 +265,7 @@ class Runner(FunctionCalls):
                 launch.set_param_at_index(i, v)
                 slot.scalars[i] = v
         if adj is not None:
-            _set_arrays(slot.adj, slot.adj_strides, slot.contiguous, adj)
-            for i in self.nulls:
-                slot.adj[i].data = 0
+            _set_arrays(slot.adj, slot.adj_strides, slot.contiguous, adj, self.nulls)
             if self.tiles:
                 self._set_grads(slot, adj)
 

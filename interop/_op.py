@@ -376,6 +376,7 @@ def op(
     output_dtypes: Mapping[str, Any] | None = None,
     jvp: Any = None,
     checked: bool | None = None,
+    tile_launch: str | None = None,
 ) -> Op:
     """Describe a Warp kernel (or annotated Python function) once, as an op every framework can call.
 
@@ -438,6 +439,13 @@ def op(
             array's shape and the source line, and the access is not made (docs/checked.md).
             Default None: ``INTEROP_CHECKED=1`` in the environment (read when the op is described)
             turns it on. Part of the op's identity. Costs a kernel build and a slower launch.
+        tile_launch: how a tile kernel is launched, as its Warp caller launches it: ``"launch"``
+            (``wp.launch(kernel, dim, block_dim=b)``: the thread index is a thread's, ``launch_dims``
+            the threads) or ``"launch_tiled"`` (``wp.launch_tiled(kernel, dim=grid, block_dim=b)``:
+            thread indices are tile coordinates, ``launch_dims`` the tile grid). Default None: read
+            from how the kernel uses ``wp.tid()`` (docs/contract.md, "Devices"); give it for a
+            kernel written for either (a thread index used both as an element index and as a
+            tile offset). Part of the op's identity.
 
     Returns:
         An ``Op``. Describing the same kernel with the same options again returns
@@ -478,6 +486,7 @@ def op(
         output_dtypes=output_dtypes,
         jvp=jvp,
         checked=checked,
+        tile_launch=tile_launch,
     )
     with _ops_lock:
         existing = _ops.get(desc)

@@ -1480,3 +1480,21 @@ def axpy_in_out_kernel(x: wp.array(dtype=float), y: wp.array(dtype=float), alpha
 def axpy_in_out_no_adjoint_kernel(x: wp.array(dtype=float), y: wp.array(dtype=float), alpha: float, beta: float):
     i = wp.tid()
     y[i] = beta * y[i] + alpha * x[i]
+
+
+# Warp's own test kernel for jax_kernel(block_dim=) (test_ffi_jax_kernel_block_dim_tile): the thread
+# index is an element index (output[i] = 0) and a tile offset at once, so the kernel is written for
+# either launch; Warp's caller launches it as wp.launch(dim=256, block_dim=64): tile_launch="launch"
+@wp.kernel
+def tile_block_sum_kernel(output: wp.array(dtype=int)):
+    i = wp.tid()
+    output[i] = 0
+    values = wp.tile(i)
+    block_sum = wp.tile_sum(values)
+    wp.tile_store(output, block_sum, offset=i)
+
+
+@wp.kernel
+def iota_kernel(out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = float(i)

@@ -551,6 +551,47 @@ def test_in_out_gradient_alone_is_refused_where_the_adjoint_is_wrong(fw, kernel)
             jax.grad(lambda v: op(jnp.asarray(xn, device=cpu), v, 0.5, 2.0).sum())(jnp.asarray(yn, device=cpu))
 
 
+@pytest.mark.parametrize("fw", ALL)
+@pytest.mark.parametrize("how", ["launch", "launch_tiled"])
+def test_tile_launch_declared_as_warp_launches_it(fw, how):
+    """Warp's test kernel for ``jax_kernel(block_dim=64)`` uses its thread index as an element index
+    and a tile offset: read as a tile grid, the op gave ``[0, 64, 4096]`` where Warp's
+    ``wp.launch(dim=256, block_dim=64)`` gives per-block sums, and no ``launch_dims`` spelling
+    reproduced it. ``tile_launch=`` says which launch the kernel is written for: the values of
+    ``wp.launch`` / ``wp.launch_tiled`` on the same device, every call."""
+    import warp as wp
+
+    op = interop.op(cat.tile_block_sum_kernel, launch_dims=256, output_dims=256, block_dim=64, tile_launch=how)
+    want = wp.zeros(256, dtype=int, device="cpu")
+    if how == "launch":
+        wp.launch(cat.tile_block_sum_kernel, dim=256, inputs=[want], block_dim=64, device="cpu")
+    else:
+        wp.launch_tiled(cat.tile_block_sum_kernel, dim=[256], inputs=[want], block_dim=64, device="cpu")
+    for _ in range(2):
+        np.testing.assert_array_equal(_np(_call(fw, op, framework=fw.split(".")[0])), want.numpy())
+
+
+def test_tile_launch_refusals():
+    with pytest.raises(
+        interop.ArgumentError, match=r"op 'tile_block_sum_kernel': tile_launch must be 'launch' .* got 'tiles'"
+    ):
+        interop.op(cat.tile_block_sum_kernel, launch_dims=256, tile_launch="tiles")
+    with pytest.raises(
+        interop.ArgumentError, match=r"op 'scale_kernel': tile_launch='launch' applies to a tile kernel"
+    ):
+        interop.op(cat.scale_kernel, tile_launch="launch")
+
+
+@pytest.mark.parametrize("fw", ALL)
+def test_op_without_call_arguments(fw):
+    """An op whose every array is an output it sizes (``launch_dims`` given), called with no
+    argument and ``framework=``: torch's generated signature matchers had no argument to unpack (a
+    ``SyntaxError`` from generated code)."""
+    op = interop.op(cat.iota_kernel, launch_dims=3)
+    for _ in range(3):  # (the later calls through the fast path)
+        np.testing.assert_array_equal(_np(_call(fw, op, framework=fw.split(".")[0])), [0.0, 1.0, 2.0])
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp

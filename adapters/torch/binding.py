@@ -515,7 +515,8 @@ def _entry_matcher(args: Sequence[Any]) -> Any:
     terms += [f"not a{i}.is_nested" for i in tensors]
     terms.append(f"check({', '.join(f'a{i}' for i in tensors)})")
     names = "".join(f"a{i}, " for i in range(len(args)))
-    source = f"def match(args):\n    {names}= args[:{len(args)}]\n    return {' and '.join(terms)}\n"
+    unpack = f"    {names}= args[:{len(args)}]\n" if args else ""  # (an op without call arguments: none)
+    source = f"def match(args):\n{unpack}    return {' and '.join(terms)}\n"
     return compile_functions(source, env, ("match",), "<interop torch entry match>")[0]
 
 
