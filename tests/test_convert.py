@@ -391,3 +391,196 @@ def test_torch_nested_and_sparse_are_refused_not_an_internal_error(dst):
             continue
         with pytest.raises(interop.ArgumentError, match=r"torch tensor has no dense strided memory"):
             interop.convert(t, to=dst)
+
+
+# ---- JAX arrays sharded over several devices -----------------------------------------------------
+SHARDED_SCRIPT = """
+import numpy as np, jax, jax.numpy as jnp, warp as wp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+wp.config.quiet = True
+import interop
+
+assert jax.device_count() == 2, jax.devices()
+mesh = Mesh(np.array(jax.devices("cpu")[:2]), ("x",))
+values = np.arange(8, dtype=np.float32)
+targets = TARGETS
+for spec in (P("x"), P()):  # split over both devices, and replicated on both
+    xs = jax.device_put(jnp.asarray(values, device=jax.devices("cpu")[0]), NamedSharding(mesh, spec))
+    assert len(xs.devices()) == 2
+    for to in targets:
+        try:
+            interop.convert(xs, to=to)
+            raise AssertionError(f"{to}: a sharded array was handed over without copy=True")
+        except interop.ArgumentError as e:
+            assert "it is sharded over 2 devices" in str(e) and "pass copy=True" in str(e), str(e)
+        y = interop.convert(xs, to=to, copy=True)
+        assert interop._frameworks.framework_of(y) == to, (to, type(y))
+        host = y if to == "numpy" else interop.convert(y, to="numpy", copy=True)
+        assert tuple(int(s) for s in y.shape) == (8,), (to, y.shape)
+        np.testing.assert_array_equal(np.asarray(host), values)
+    assert len(interop.convert(xs, to="jax").devices()) == 2  # the same framework: the array itself
+print("SHARDED_OK")
+"""
+
+
+def test_sharded_jax_array_copy_true_gathers_it_onto_one_device():
+    """Finding: copy=True (which the no-copy error asks for) failed with 'too many values to unpack'."""
+    pytest.importorskip("jax")
+    from _subprocess import run_script
+
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
+    targets = [f for f in FRAMEWORKS if f != "jax"]
+    assert "SHARDED_OK" in run_script(SHARDED_SCRIPT.replace("TARGETS", repr(targets)), env=env).stdout
+
+
+# ---- 0-d arrays --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("src", [f for f in FRAMEWORKS if f != "warp"])
+def test_zero_d_to_warp_is_refused_saying_warp_has_no_0d_arrays(src):
+    """Finding: NumPy 0-d became shape (1,) silently; the others failed with an internal IndexError
+    text and advice to pass copy=True, which failed the same way."""
+    x = make(src, np.array(3.0, np.float32))
+    for copy in (False, True):
+        for dtype in (None, wp.float32):
+            with pytest.raises(
+                interop.ArgumentError, match=rf"a 0-d {src} array cannot be handed to warp: Warp arrays have at least"
+            ) as e:
+                interop.convert(x, to="warp", dtype=dtype, copy=copy)
+            assert "copy=True" not in str(e.value)
+    w = interop.convert(x[None], to="warp")  # what the message offers: a (1,) view
+    assert w.shape == (1,) and w.numpy()[0] == 3.0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dst", [f for f in FRAMEWORKS if f != "warp"])
+@pytest.mark.parametrize("src", [f for f in FRAMEWORKS if f != "warp"])
+def test_zero_d_stays_zero_d_between_frameworks_with_0d_arrays(src, dst, dtype):
+    """Finding: a 0-d bfloat16 tensor to NumPy (routed through Warp) failed; 0-d stays 0-d, zero-copy."""
+    values = np.array(1.5, np.float32).astype(BF16 if dtype == "bfloat16" else np.float32)
+    x = make(src, values)
+    if (src, dst, dtype) == ("numpy", "jax", "bfloat16"):
+        # NumPy's DLPack knows no bfloat16: it goes through a (1,) Warp view, and JAX's reshape to () copies
+        with pytest.raises(interop.ArgumentError, match=r"cannot be handed to jax without a copy.*copy=True"):
+            interop.convert(x, to=dst)
+        y = interop.convert(x, to=dst, copy=True)
+    else:
+        y = interop.convert(x, to=dst)
+        assert data_ptr(y) == data_ptr(x), f"{src} -> {dst} copied"
+    assert shape_of(y) == ()
+    assert np_dtype_of(y) == values.dtype
+    if (src, dst) == ("jax", "numpy"):
+        assert not y.flags.writeable  # a view of an immutable JAX buffer, bfloat16 too
+    np.testing.assert_array_equal(to_numpy(y), values)
+
+
+# ---- refusals that no copy can fix do not ask for one --------------------------------------------------
+@wp.struct
+class Pair:
+    a: float
+    b: int
+
+
+def _deleted_jax():
+    import jax.numpy as jnp
+
+    x = jnp.arange(64, dtype=jnp.float32, device=jax_device("cpu"))
+    x.delete()
+    return x
+
+
+NO_COPY_HELPS = [
+    ("torch", "warp", lambda: __import__("torch").zeros(3, dtype=__import__("torch").complex64, device="cpu"),
+     r"a torch array of dtype complex64 cannot be handed to warp, not even as a copy: Warp has no arrays of complex64"),
+    ("warp", "torch", lambda: wp.zeros(3, dtype=Pair, device="cpu"),
+     r"a warp array of dtype .* cannot be handed to torch, not even as a copy: DLPack has no form for an array of "
+     r"Warp structs; to='numpy'"),
+    ("numpy", "warp", lambda: np.zeros(3, dtype=[("a", "f4")]),
+     r"a numpy array of dtype \[\('a', '<f4'\)\] cannot be handed to warp, not even as a copy: Warp has no arrays"),
+    ("numpy", "torch", lambda: np.zeros(3, dtype=[("a", "f4")]),
+     r"a numpy array of dtype .* cannot be handed to torch, not even as a copy: DLPack, and torch, have no arrays"),
+    ("jax", "torch", _deleted_jax, r"a jax array of shape \(64,\) has been deleted .*no memory left to hand to torch"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "src, dst, build, msg", NO_COPY_HELPS, ids=[f"{s}-{d}-{i}" for i, (s, d, *_) in enumerate(NO_COPY_HELPS)]
+)
+def test_refusal_no_copy_can_fix_names_the_reason_and_does_not_offer_copy(src, dst, build, msg):
+    """Finding: every failure said 'cannot be handed to X without a copy (...); pass copy=True'."""
+    for fw in (src, dst):
+        pytest.importorskip(fw)
+    x = build()
+    for copy in (False, True):
+        with pytest.raises(interop.ArgumentError, match="convert: " + msg) as e:
+            interop.convert(x, to=dst, copy=copy)
+        assert "pass copy=True" not in str(e.value) and "without a copy" not in str(e.value)
+
+
+def test_warp_struct_array_to_numpy_is_warps_structured_view():
+    """Finding: refused as a dtype change though Warp's own .numpy() is that zero-copy view."""
+    w = wp.zeros(3, dtype=Pair, device="cpu")
+    y = interop.convert(w, to="numpy")
+    assert data_ptr(y) == data_ptr(w)
+    assert y.dtype == w.numpy().dtype and y.dtype.names == ("a", "b") and y.shape == (3,)
+    y["a"][1] = 2.5  # shares memory
+    assert interop.convert(w, to="numpy")["a"][1] == 2.5
+    c = interop.convert(w, to="numpy", copy=True)  # nothing to copy: the view again
+    assert c.dtype == y.dtype and c["a"][1] == 2.5
+
+
+# ---- same-size reinterpreting views (dtype=) ------------------------------------------------------------
+VIEWS = [("bool", wp.int8), ("bool", wp.uint8), ("int8", wp.uint8), ("uint8", wp.int8), ("int32", wp.uint32)]
+
+
+@pytest.mark.parametrize("have, view", VIEWS, ids=[f"{h}-{v.__name__}" for h, v in VIEWS])
+@pytest.mark.parametrize("src", FRAMEWORKS)
+def test_same_size_alias_views_into_warp(src, have, view):
+    """Finding: bool -> int8/uint8 and int8 -> uint8 were refused as casts though Warp's DLPack makes
+    these views (the aliases Warp's DLPack import allows), without a copy."""
+    values = np.array([1, 0, 1, 1], bool) if have == "bool" else np.array([-1, 2, 3, -4]).astype(have)
+    x = make(src, values)
+    w = interop.convert(x, to="warp", dtype=view)
+    assert w.dtype == view and w.shape == (4,)
+    assert data_ptr(w) == data_ptr(x)
+    np.testing.assert_array_equal(w.numpy(), values.view(wp.dtype_to_numpy(view)))
+
+
+def test_alias_view_into_a_vector_type():
+    b = np.array([[True, False, True], [False, False, True]])
+    w = interop.convert(b, to="warp", dtype=wp.vec3ub)
+    assert w.dtype == wp.vec3ub and w.shape == (2,) and data_ptr(w) == data_ptr(b)
+    np.testing.assert_array_equal(w.numpy(), b.view(np.uint8))
+
+
+@pytest.mark.parametrize(
+    "have, view", [("float32", wp.int32), ("uint8", wp.bool), ("int8", wp.bool), ("int8", wp.int16)]
+)
+def test_other_dtype_views_are_refused(have, view):
+    x = np.zeros(4, have)
+    for copy in (False, True):
+        with pytest.raises(
+            interop.ArgumentError, match=rf"dtype={view.__name__} views an array of .*got a numpy array of dtype {have}"
+        ):
+            interop.convert(x, to="warp", dtype=view, copy=copy)
+
+
+# ---- NumPy masked arrays ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("dst", [f for f in FRAMEWORKS if f != "numpy"])
+def test_masked_array_with_masked_elements_is_refused(dst):
+    """Finding: the mask was dropped silently (the target saw -999), while interop.op refuses it."""
+    x = np.ma.array(aligned_numpy(np.array([1.0, -999.0, 3.0], np.float32)), mask=[0, 1, 0])
+    for copy in (False, True):
+        with pytest.raises(
+            interop.ArgumentError,
+            match=rf"a NumPy masked array with masked elements cannot be handed to {dst}: .*x.filled\(value\)",
+        ):
+            interop.convert(x, to=dst, copy=copy)
+    assert interop.convert(x, to="numpy") is x  # the same framework: the mask is kept
+    y = interop.convert(aligned_numpy(x.filled(0.0)), to=dst)  # (XLA aliases only aligned memory)
+    np.testing.assert_array_equal(to_numpy(y), [1.0, 0.0, 3.0])
+
+
+def test_masked_array_without_masked_elements_converts_as_interop_op_takes_it():
+    x = np.ma.array(aligned_numpy(np.array([1.0, 2.0], np.float32)), mask=[0, 0])
+    w = interop.convert(x, to="warp")
+    assert data_ptr(w) == data_ptr(x)
+    np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])
