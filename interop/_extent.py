@@ -473,6 +473,11 @@ def _output_writes(kernel: ast.FunctionDef, names: set[str], ndims: dict[str, in
             if isinstance(a, ast.Name) and a.id in names:
                 yield a.id, list(node.args[1 : 1 + ndims[a.id]]), node
             continue
+        elif isinstance(node, ast.Call) and node.args and _call_name(node) == "tile_store":
+            a = node.args[0]
+            if isinstance(a, ast.Name) and a.id in names:
+                yield a.id, _tile_offset(node, ndims[a.id]), node
+            continue
         else:
             continue
         for t in targets:
@@ -480,6 +485,20 @@ def _output_writes(kernel: ast.FunctionDef, names: set[str], ndims: dict[str, in
                 name, idx = _index_chain(t)
                 if name in names:
                     yield name, idx, node
+
+
+def _tile_offset(node: ast.Call, ndim: int) -> list[ast.AST]:
+    """The indices a ``wp.tile_store(out, t, offset)`` writes its tile at, one per dimension of
+    ``out`` (no offset: zeros). At the bare tile coordinates (``offset=i``, ``offset=(i, j)``) the
+    output is sized by the tile grid; at any other offset (``offset=(i * TILE_M, j * TILE_N)``,
+    Warp's GEMM example) its shape is the tiles' extent, not the grid's."""
+    off: ast.AST | None = node.args[2] if len(node.args) > 2 else None
+    for k in node.keywords:
+        if k.arg == "offset":
+            off = k.value
+    if off is None:
+        return [ast.Constant(0)] * ndim
+    return list(off.elts) if isinstance(off, ast.Tuple) else [off]
 
 
 def scattered_outputs(
@@ -494,9 +513,10 @@ def scattered_outputs(
     the thread index is ``out[i]`` with ``i = wp.tid()``, or ``out[i, j, ...]`` with
     ``i, j, ... = wp.tid()`` in launch order (each name bound once), or ``out[wp.tid()]``; component
     indices after the array's own (``out[i][0]``, ``out[i].x``) do not count, and a name bound once to
-    a thread index (``k = i``) or to ``wp.hash_grid_point_id(grid, i)`` is that index. Writes inside the
-    ``wp.func`` functions the kernel calls and tile stores (at tile coordinates, sized by the tile
-    grid) are not looked at: the result never claims a scatter that is not there.
+    a thread index (``k = i``) or to ``wp.hash_grid_point_id(grid, i)`` is that index. A tile store
+    writes at its offset (:func:`_tile_offset`): at the bare tile coordinates it is at the thread's
+    index (sized by the tile grid), at any other offset a scatter. Writes inside the ``wp.func``
+    functions the kernel calls are not looked at: the result never claims a scatter that is not there.
     """
     if kind != "kernel" or not outputs:
         return ()

@@ -592,6 +592,25 @@ def test_op_without_call_arguments(fw):
         np.testing.assert_array_equal(_np(_call(fw, op, framework=fw.split(".")[0])), [0.0, 1.0, 2.0])
 
 
+@pytest.mark.parametrize("fw", ALL)
+def test_tile_store_at_a_computed_offset_asks_for_output_dims(fw):
+    """Warp's tile GEMM example stores each tile at ``offset=(i * TILE_M, j * TILE_N)``: the output
+    was sized by the tile grid, a (2, 1) C for a (16, 4) product, its top-left corner, silently.
+    Its shape is not the grid's: the call asks for ``output_dims`` (as for any write at a computed
+    index), and with them gives ``A @ B``."""
+    op = interop.op(cat.tile_matmul_kernel, block_dim=cat.TILE_BLOCK)
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (2 * cat.TMM_M, 2 * cat.TMM_K)).astype(F)
+    b = rng.uniform(-1, 1, (2 * cat.TMM_K, cat.TMM_N)).astype(F)
+    with pytest.raises(
+        interop.ArgumentError,
+        match=r"output 'C': the kernel writes it at an index that is not the thread's .*tile_store",
+    ):
+        _call(fw, op, a, b, launch_dims=(2, 1))
+    got = _call(fw, op, a, b, launch_dims=(2, 1), output_dims={"C": (2 * cat.TMM_M, cat.TMM_N)})
+    np.testing.assert_allclose(_np(got), a @ b, rtol=1e-5, atol=1e-5)
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp
