@@ -33,7 +33,8 @@ from typing import Any, Sequence
 import warp as wp
 
 from ._errors import UnsupportedError
-from ._tangent import _is_builtin, _ns_of, _resolve, _Source, _static_value
+from ._source import source_of
+from ._tangent import _is_builtin, _ns_of, _resolve, _static_value
 from ._warp_compat import is_struct, warp_function_class
 
 # builtins whose adjoint needs none of its operands' values (linear in each, constants aside)
@@ -159,7 +160,7 @@ class _Function:
         if adj is None or getattr(self.fn, "custom_grad_func", None) is not None:
             return None
         try:
-            self.src = _Source(self.fn, adj)
+            self.src = source_of(self.fn)  # (a generated kernel's lines named in its origin)
             fdef = ast.parse(textwrap.dedent(adj.source)).body[0]
         except Exception:  # noqa: BLE001 (no Python source: a native function, nothing to read)
             return None
@@ -385,7 +386,7 @@ class _Function:
         carried = (assigned & bound) - loop_var - self.arrays
         first = assigned - bound - loop_var - self.arrays
         head = "for" if isinstance(loop, ast.For) else "while"
-        loop_line = f"the dynamic `{head}` loop at line {self.src.first + loop.lineno - 1}"
+        loop_line = f"the dynamic `{head}` loop at line {self.src.line(loop)[1]}"
         # inside the loop: the carried locals' values are stale in every iteration of the adjoint
         self._guards = {}
         hit = self._walk([loop], set(carried), self._needs_value, header=False)

@@ -55,7 +55,8 @@ class Source:
         if node is None or not hasattr(node, "lineno"):
             return f"in {self.name} ({self.file})"
         file, line, text = self.line(node)
-        return f"at {file}:{line} in {self.name}: `{text}`"
+        name = self.origin.name if self.origin is not None else self.name  # (the user's kernel)
+        return f"at {file}:{line} in {name}: `{text}`"
 
 
 # a generated line's mark: the line (1-based, in the source it was made from) it comes from

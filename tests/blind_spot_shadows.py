@@ -34,3 +34,18 @@ def in_out_read_through_alias(x: wp.array(dtype=float), acc: wp.array(dtype=floa
     a = acc
     out[i] = a[i] * x[i]
     wp.atomic_add(acc, i, x[i])
+
+
+@wp.struct
+class Material:
+    gain: float
+    w: wp.array(dtype=float)
+
+
+@wp.kernel
+def struct_loop_after(x: wp.array(dtype=float), m: Material, out: wp.array(dtype=float)):
+    i = wp.tid()
+    acc = float(0.0)  # noqa: UP018 - a Warp variable the loop mutates
+    for j in range(x.shape[0]):
+        acc = acc * m.gain + m.w[j]
+    out[i] = acc * x[i]

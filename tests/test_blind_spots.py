@@ -557,3 +557,21 @@ def test_names_hiding_globals_and_aliases_do_not_hide_a_blind_spot(fw, kernel):
 
         with pytest.raises(interop.UnsupportedError, match=match):
             jax.grad(loss)(jnp.asarray(xn, device=cpu))
+
+
+def test_struct_kernel_blind_spot_names_the_users_lines():
+    """A kernel with a struct parameter is launched as a generated flat kernel: its blind spot was
+    named at ``<interop flat kernel of ...>:6 in ..._interop_flat`` and "line 4", lines of the
+    generated source. It names the user's file, lines and kernel."""
+    import inspect
+
+    import blind_spot_shadows as bs
+
+    lines, first = inspect.getsourcelines(bs.struct_loop_after.func)
+    loop = first + next(k for k, text in enumerate(lines) if "for j in" in text)
+    read = first + next(k for k, text in enumerate(lines) if "out[i] = acc" in text)
+    spot = interop.op(bs.struct_loop_after).description.blind_spot
+    assert spot is not None
+    msg = spot.message("struct_loop_after")
+    assert f"loop at line {loop}," in msg, msg
+    assert f"blind_spot_shadows.py:{read} in struct_loop_after: `out[i] = acc * x[i]`" in msg, msg
