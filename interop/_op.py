@@ -15,6 +15,7 @@ from ._errors import ArgumentError, UnsupportedError
 from ._frameworks import adapter, framework_of, watch_framework_imports
 from ._launch import Runner
 from ._plan import CallPlan, make_plan
+from ._values import plain_number
 
 # Described ops, weakly: an op the user drops is freed (its plans, launch records, fast paths).
 # Describing an equal description while the op lives returns the same op.
@@ -242,6 +243,8 @@ class Op:
         params = self.description.call_params
         if kwargs and any(p.name in kwargs for p in params):
             args = self._bind_keywords(args, kwargs)
+        if any(not p.is_array for p in params):
+            args = tuple(a if i >= len(params) or params[i].is_array else plain_number(a) for i, a in enumerate(args))
         found = None
         found_name = None
         for i, a in enumerate(args):

@@ -676,6 +676,13 @@ def generic_build_error(desc: OpDescription, types: Sequence[Any], e: Exception)
             f"output_dtypes rule); if it holds another type, give it with output_dtypes=, e.g. interop.op(..., "
             f"output_dtypes={{{fix}}}) for the scalar type of {first.name!r}, or a Warp type"
         )
+    scalars = [p.name for p in desc.call_params if p.generic and not p.is_array]
+    if scalars and first is not None:
+        msg += (
+            f". Generic scalar(s) {scalars} took the scalar type of the first generic array {first.name!r}; "
+            "for a kernel whose generic scalars or arrays need other types (mixed precision), describe a "
+            "concrete overload: interop.op(wp.overload(kernel, {...}))"
+        )
     return ArgumentError(f"{msg}. Warp: {e}")
 
 

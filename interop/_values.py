@@ -199,3 +199,22 @@ def _rows_fit(value: tuple | list, inner: tuple) -> bool:
 
 # (min, max) per scalar type, made once: vector_components reads it under torch.compile's tracing
 _VALUE_RANGES = {t: value_range(t) for t in _dtypes._WP_TO_NP if value_range(t) is not None}
+
+
+#: Warp's scalar types and the NumPy scalar type of each (a ``wp.float64(0.5)`` object is a number of
+#: that type, as a ``np.float64(0.5)`` is)
+_WARP_NUMBERS = {
+    wp.float16: np.float16, wp.float32: np.float32, wp.float64: np.float64,
+    wp.int8: np.int8, wp.int16: np.int16, wp.int32: np.int32, wp.int64: np.int64,
+    wp.uint8: np.uint8, wp.uint16: np.uint16, wp.uint32: np.uint32, wp.uint64: np.uint64,
+}  # fmt: skip
+
+
+def plain_number(x: Any) -> Any:
+    """A scalar argument as the call's checks read it: a ``np.bool_`` as a ``bool`` (``wp.launch``
+    takes it for a ``wp.bool``), a Warp scalar object (``wp.float64(0.5)``) as the NumPy scalar of
+    its type; anything else as it is."""
+    if isinstance(x, np.bool_):
+        return bool(x)
+    to = _WARP_NUMBERS.get(type(x))
+    return x if to is None else to(x.value)

@@ -1498,3 +1498,21 @@ def tile_block_sum_kernel(output: wp.array(dtype=int)):
 def iota_kernel(out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = float(i)
+
+
+@wp.kernel
+def bool_pick_kernel(x: wp.array(dtype=float), flag: wp.bool, out: wp.array(dtype=float)):
+    i = wp.tid()
+    if flag:
+        out[i] = -x[i]
+    else:
+        out[i] = x[i]
+
+
+# warp.fem's mixed-precision axpy (float32 x, float64 y, float64 scalars)
+@wp.kernel
+def mixed_axpy_kernel(
+    x: wp.array(dtype=typing.Any), y: wp.array(dtype=typing.Any), alpha: typing.Any, beta: typing.Any
+):
+    i = wp.tid()
+    y[i] = beta * y[i] + alpha * y.dtype(x[i])

@@ -611,6 +611,41 @@ def test_tile_store_at_a_computed_offset_asks_for_output_dims(fw):
     np.testing.assert_allclose(_np(got), a @ b, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("fw", ALL)
+def test_numpy_bool_and_warp_scalar_objects_are_numbers(fw):
+    """``np.bool_(True)`` for a ``wp.bool`` parameter was refused as "expected bool (a number), got
+    bool", and a Warp scalar object (``wp.float32(2.0)``) as "expected float32 (a number), got
+    float32"; ``wp.launch`` takes both. Read as the numbers they are (a ``wp.float64`` as a
+    ``np.float64`` is: checked against the parameter's range)."""
+    import warp as wp
+
+    x = np.arange(3, dtype=F)
+    pick = interop.op(cat.bool_pick_kernel)
+    for flag, sign in ((np.bool_(True), -1), (np.bool_(False), 1), (True, -1)):
+        np.testing.assert_array_equal(_np(_call(fw, pick, x, flag)), sign * x)
+    scale = interop.op(cat.scale_kernel)
+    for s in (wp.float32(2.0), wp.float64(2.0), wp.int32(2)):
+        np.testing.assert_array_equal(_np(_call(fw, scale, x, s)), 2 * x)
+    with pytest.raises(interop.ArgumentError, match=r"parameter 's'.*float32"):
+        _call(fw, scale, x, wp.float64(1e40))
+
+
+def test_generic_scalars_of_another_type_name_the_overload_fix():
+    """A generic kernel whose scalars need another type than its first generic array (warp.fem's
+    mixed-precision axpy) cannot be built with the scalars the call resolves: the error says which
+    type they took and to describe a concrete overload, which then runs."""
+    import warp as wp
+
+    x, y = np.arange(4, dtype=F), np.ones(4)
+    with pytest.raises(interop.ArgumentError, match=r"Generic scalar\(s\) \['alpha', 'beta'\] took .*wp\.overload"):
+        interop.op(cat.mixed_axpy_kernel, outputs=0, in_out=["y"])(x, y.copy(), 0.5, 2.0)
+    k = wp.overload(
+        cat.mixed_axpy_kernel,
+        {"x": wp.array(dtype=wp.float32), "y": wp.array(dtype=wp.float64), "alpha": wp.float64, "beta": wp.float64},
+    )
+    np.testing.assert_array_equal(interop.op(k, outputs=0, in_out=["y"])(x, y, 0.5, 2.0), 2.0 + 0.5 * x)
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp
