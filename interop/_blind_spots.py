@@ -69,7 +69,7 @@ def refusal(fn: Any, label: str) -> UnsupportedError | None:
     return None if spot is None else UnsupportedError(spot.message(label))
 
 
-def in_out_spot(fn: Any, in_out: Sequence[str]) -> BlindSpot | None:
+def in_out_spot(fn: Any, in_out: Sequence[str], accumulations: bool = False) -> BlindSpot | None:
     """Where kernel ``fn`` reads one of its in-out parameters ``in_out`` as a value (``acc[i]`` in
     an expression, ``acc[i] = acc[i] + x[i]`` included), or None. An in-out parameter's gradient is
     its upstream gradient passed through, right for a kernel that only accumulates into it
@@ -78,7 +78,9 @@ def in_out_spot(fn: Any, in_out: Sequence[str]) -> BlindSpot | None:
     updated value), and Warp keeps one adjoint array for the in-out before and after the call, so
     the read's adjoint adds to the passed-through gradient (``acc[i] = acc[i] + x[i]`` gave 2 for 1).
     (A kernel that only stores into an in-out, ``w[j] = v``, gives its other parameters the right
-    gradients; the in-out's own gradient passes through where it was overwritten: docs/gradients.md.)"""
+    gradients; the in-out's own gradient passes through where it was overwritten: docs/gradients.md.)
+    ``accumulations``: a read that only adds to the element it reads (``acc[i] = acc[i] + v``, as
+    ``acc[i] += v``) does not count: the in-out's gradient alone passes through it unchanged."""
     from ._promises import accesses
 
     found = accesses(fn, list(in_out))
@@ -87,12 +89,14 @@ def in_out_spot(fn: Any, in_out: Sequence[str]) -> BlindSpot | None:
     adj: Any = getattr(fn, "adj", None)
     fdef = ast.parse(textwrap.dedent(adj.source)).body[0]
     names = _aliases(fdef, in_out)  # local name -> the in-out parameter it is (`a = acc`)
+    added = _accumulating_reads(fdef, names) if accumulations else set()
     for node in ast.walk(fdef):
         if (
             isinstance(node, ast.Subscript)
             and isinstance(node.value, ast.Name)
             and node.value.id in names
             and isinstance(node.ctx, ast.Load)
+            and id(node) not in added
         ):
             name = names[node.value.id]
             return BlindSpot(
@@ -103,6 +107,31 @@ def in_out_spot(fn: Any, in_out: Sequence[str]) -> BlindSpot | None:
                 f"values the kernel needs from an input (pass the old value as one), or make `{name}` an output",
             )
     return None
+
+
+def _accumulating_reads(fdef: ast.AST, names: dict[str, str]) -> set[int]:
+    """Ids of the reads ``a[k]`` in ``a[k] = a[k] + v``, ``a[k] = v + a[k]`` and ``a[k] = a[k] - v``
+    (``v`` not reading ``a``): an accumulation written out, the new value the old one plus ``v``."""
+    out: set[int] = set()
+    for node in ast.walk(fdef):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.BinOp)):
+            continue
+        t, v = node.targets[0], node.value
+        if not (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in names):
+            continue
+        sides = [(v.left, v.right)] + ([(v.right, v.left)] if isinstance(v.op, ast.Add) else [])
+        if not isinstance(v.op, (ast.Add, ast.Sub)):
+            continue
+        for read, other in sides:
+            if (
+                isinstance(read, ast.Subscript)
+                and ast.dump(read.value) == ast.dump(t.value)
+                and ast.dump(read.slice) == ast.dump(t.slice)
+                and not any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(other))
+            ):
+                out.add(id(read))
+                break
+    return out
 
 
 def _aliases(fdef: ast.AST, params: Sequence[str]) -> dict[str, str]:

@@ -280,13 +280,14 @@ class OpDescription:
         """Raises where an in-out array's gradient may not pass through the call unchanged (what a
         backward does when only in-out arrays need one, without running the adjoint): a kernel
         that reads an in-out as a value (``y[i] = beta * y[i] + ...``), with or without an adjoint.
-        A kernel that only accumulates into its in-outs passes their gradients through."""
+        A kernel that only accumulates into its in-outs (``acc[i] += v``, ``acc[i] = acc[i] + v``)
+        passes their gradients through."""
         if self.kind != "kernel" or self.backward is not None:
             return
         from . import _blind_spots
 
         in_out = [p.name for p in self.params if p.role == IN_OUT]
-        spot = _blind_spots.in_out_spot(self.fn, in_out) if in_out else None
+        spot = _blind_spots.in_out_spot(self.fn, in_out, accumulations=True) if in_out else None
         if spot is not None:
             raise UnsupportedError(spot.message(self.label))
 

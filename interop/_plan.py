@@ -7,6 +7,7 @@ call. Plans are cached per op by their argument specs.
 
 from __future__ import annotations
 
+import math
 import typing
 from typing import Any, NamedTuple, Sequence
 
@@ -202,9 +203,13 @@ def _scalar_type(desc: OpDescription, p: Param, spec: ScalarSpec, generic_scalar
             raise _err(
                 desc,
                 p,
-                f"a {_dtypes.type_name(target)} value (a 0-d array of {np.dtype(_dtypes.np_dtype(tscalar)).name}"
-                + (f" of shape {tinner}" if tinner else "")
-                + " or a Python number)",
+                f"a {_dtypes.type_name(target)} value ("
+                + (
+                    f"an array of {np.dtype(_dtypes.np_dtype(tscalar)).name} of shape {tuple(tinner)}, or a tuple "
+                    f"of {math.prod(tinner)} numbers)"
+                    if tinner
+                    else f"a 0-d array of {np.dtype(_dtypes.np_dtype(tscalar)).name} or a Python number)"
+                ),
                 f"an array of shape {tuple(spec.shape)} and dtype {np.dtype(spec.dtype).name}",
             )
     elif spec.kind == "py":
