@@ -646,6 +646,30 @@ def test_generic_scalars_of_another_type_name_the_overload_fix():
     np.testing.assert_array_equal(interop.op(k, outputs=0, in_out=["y"])(x, y, 0.5, 2.0), 2.0 + 0.5 * x)
 
 
+@TORCH
+@pytest.mark.parametrize("kind", ["kernel", "function"])
+def test_torch_batched_upstream_gradients_are_refused_naming_the_op(kind):
+    """``torch.autograd.grad(..., is_grads_batched=True)`` and ``jacobian(vectorize=True)`` hand the
+    backward legacy-vmap batched gradients, which have no storage: torch's "Cannot access data
+    pointer of Tensor that doesn't have storage" came from inside the op (or "Batching rule not
+    implemented"). Refused naming the op and the alternative, on every call (the first, and those of
+    a remembered signature); ``torch.func.jacrev`` gives the Jacobian."""
+    import torch
+
+    op = interop.op(cat.scale_kernel if kind == "kernel" else cat.clone_then_square_fn)
+    args = (lambda x: (x, 1.5)) if kind == "kernel" else (lambda x: (x,))
+    x = torch.linspace(-1, 1, 4, device="cpu", requires_grad=True)
+    want = torch.diag(torch.full((4,), 1.5, device="cpu") if kind == "kernel" else 2 * x.detach())
+    for _ in range(3):
+        op(*args(x)).sum().backward()  # (a remembered signature from the second call on)
+        with pytest.raises(interop.UnsupportedError, match=r"op '.*': batched upstream gradients .* torch.func.jacrev"):
+            torch.autograd.grad(op(*args(x)), x, torch.eye(4, device="cpu"), is_grads_batched=True)
+        with pytest.raises(interop.UnsupportedError, match=r"batched upstream gradients"):
+            torch.autograd.functional.jacobian(lambda v: op(*args(v)), x.detach(), vectorize=True)
+        got = torch.func.jacrev(lambda v: op(*args(v)))(x.detach())
+        torch.testing.assert_close(got, want)
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp

@@ -6,7 +6,7 @@ that ``torch.func`` transforms and forward-mode AD need (their jvp and second-or
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -15,6 +15,7 @@ from interop._errors import ArgumentError, UnsupportedError
 
 from .binding import _OVERLOADS, _Binding, _Entry, _launch_dims
 from .compat import (
+    any_legacy_batched,
     dynamo_never_traces,
     forward_ad_active,
     functorch_transforms_active,
@@ -144,6 +145,7 @@ def _make_backward(b: _Binding, mask: tuple, direct: bool = False):
                 if need[i]:
                     ret[i] = g
             return tuple(ret)
+        refuse_batched_grads(b.label, grads)
         if direct and not torch.is_grad_enabled() and plain_eager(grads):
             got = _eager_backward(b, mask, qual, (*args, *results, *grads, *dims, need), ctx.entry)
         else:
@@ -157,6 +159,18 @@ def _make_backward(b: _Binding, mask: tuple, direct: bool = False):
     # autograd's engine calls it, also where Dynamo's frame callback is set (a ``.backward()`` in a
     # compiled function's skipped frame or at a graph break): Dynamo would compile it frame by frame
     return dynamo_never_traces(backward)
+
+
+def refuse_batched_grads(label: str, grads: Sequence[Any]) -> None:
+    """Refuse upstream gradients batched by torch's legacy vmap (no storage to launch on), which
+    cannot batch a custom operator's backward either."""
+    if any_legacy_batched(grads):
+        raise UnsupportedError(
+            f"op {label!r}: batched upstream gradients (torch.autograd.grad(..., is_grads_batched=True), "
+            "torch.autograd.functional.jacobian/hessian(vectorize=True)) are not supported: torch's legacy "
+            "vmap cannot batch a custom operator's backward; use torch.func.jacrev / torch.func.vmap over "
+            "torch.func.vjp, or vectorize=False"
+        )
 
 
 def _hand_written_backward(b: _Binding, args, grads, ld, ods) -> dict[int, torch.Tensor]:

@@ -641,6 +641,24 @@ except ImportError:  # pragma: no cover - an older torch: its saved tensors are 
 _is_wrapped = getattr(getattr(_C, "_functorch", None), "is_functorch_wrapped_tensor", None)
 
 
+_legacy_batched = getattr(getattr(_C, "_functorch", None), "is_legacy_batchedtensor", None)
+
+
+def legacy_batched_check() -> Any:
+    """``check(tensor) -> bool``: whether a tensor is batched by torch's legacy vmap (see
+    :func:`any_legacy_batched`; never, where this torch cannot tell)."""
+    return _legacy_batched or (lambda t: False)
+
+
+def any_legacy_batched(tensors) -> bool:
+    """Whether a tensor among ``tensors`` is batched by torch's legacy vmap (the upstream gradients
+    of ``torch.autograd.grad(..., is_grads_batched=True)``, ``jacobian(vectorize=True)``): no storage,
+    so no data pointer. ``torch._C._functorch.is_legacy_batchedtensor`` (2.11-2.15)."""
+    if _legacy_batched is None:
+        return False
+    return any(isinstance(a, torch.Tensor) and _legacy_batched(a) for a in tensors)
+
+
 def any_wrapped(args) -> bool:
     """Whether a tensor among ``args`` is a torch.func wrapper (outside every transform: a dead one)."""
     if _is_wrapped is None:

@@ -33,7 +33,7 @@ from interop._description import IN_OUT
 from interop._launch import direct_env, direct_lines
 from interop._plan import refuse_overlaps
 
-from .compat import ctx_statements, eager_context_source
+from .compat import ctx_statements, eager_context_source, legacy_batched_check
 
 #: an expanded-scalar upstream gradient of at most this many elements is not copied (see _bodies)
 _READ_EXPANDED_UP_TO = 2048
@@ -442,7 +442,9 @@ def signature_function(b, sig, name: str, helpers: dict[str, Any]) -> Callable:
     call = f"{', '.join(args + rs + gs + ns)}"
     eager, eager_env = eager_context_source()  # inlined: _torch_compat.eager_context, no frame
     env.update(eager_env)
-    plain = " and ".join([f"type({g}) in PLAIN" for g in gs] + [f"({eager})"])
+    # (legacy-vmap batched gradients, is_grads_batched=True, have no storage: slow() refuses them)
+    env["LB"] = legacy_batched_check()
+    plain = " and ".join([f"type({g}) in PLAIN and not LB({g})" for g in gs] + [f"({eager})"])
     plain += _saved_layout_terms(e, env)
     lines.append(f"    if grad_enabled() or not ({plain}):")
     lines.append(f"        it = iter(slow({tuple_text(args)}, {tuple_text(rs)}, {tuple_text(gs)}, [{', '.join(ns)}]))")

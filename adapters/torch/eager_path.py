@@ -17,7 +17,7 @@ from interop._codegen import compile_functions
 from interop._op import NOT_EAGER
 
 from .autocast import would_cast
-from .autograd import _backward_call, _make_backward, _make_setup_context
+from .autograd import _backward_call, _make_backward, _make_setup_context, refuse_batched_grads
 from .binding import _OVERLOADS, _Binding, _current_stream, _Entry, _pointer
 from .compat import (
     PLAIN_TENSOR_TYPES,
@@ -284,6 +284,7 @@ def helpers(b: _Binding) -> dict[str, Any]:
 
         def slow(args, results, grads, need):
             # the backward operator, as the operator's own autograd rule calls it
+            refuse_batched_grads(b.label, grads)
             if qual not in _OVERLOADS:
                 raise RuntimeError(
                     f"op {b.label!r}: this backward (create_graph=True, or a traced backward) needs "
