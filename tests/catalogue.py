@@ -1516,3 +1516,9 @@ def mixed_axpy_kernel(
 ):
     i = wp.tid()
     y[i] = beta * y[i] + alpha * y.dtype(x[i])
+
+
+@wp.kernel
+def square_accumulate_kernel(x: wp.array(dtype=float), a: wp.array(dtype=float)):
+    i = wp.tid()
+    a[i] += x[i] * x[i]

@@ -670,6 +670,42 @@ def test_torch_batched_upstream_gradients_are_refused_naming_the_op(kind):
         torch.testing.assert_close(got, want)
 
 
+@TORCH
+def test_torch_export_of_an_in_out_op_keeps_its_gradient():
+    """A module calling an in-out op, exported with example inputs that need no gradient (the usual
+    way): the program held the in-place operator, functionalized by torch, which dropped the
+    gradient when it ran with one (``x.grad`` 1 for 1 + 2x). Exported, the op is its functional
+    operator and a ``copy_``: the program's gradient is eager torch's. Calling the in-place
+    operator itself with a tensor that wants a gradient is refused (torch would drop it)."""
+    import torch
+
+    op = interop.op(cat.square_accumulate_kernel, in_out=["a"], name="hostile::square_accumulate")
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            a = x.clone()
+            op(x, a)
+            return a
+
+    x = torch.arange(4.0, device="cpu")
+    program = torch.export.export(M(), (x,))
+    for run in (M(), program.module()):
+        xr = x.clone().requires_grad_()
+        out = run(xr)
+        out.sum().backward()
+        torch.testing.assert_close(out.detach(), x + x * x)
+        torch.testing.assert_close(xr.grad, 1 + 2 * x)
+    xr = x.clone().requires_grad_()
+    with pytest.raises(
+        interop.ArgumentError, match=r"in-place operator torch.ops.hostile.square_accumulate has no gradient"
+    ):
+        torch.ops.hostile.square_accumulate(xr, xr * 1.0)
+    a = x.clone()
+    with torch.no_grad():
+        torch.ops.hostile.square_accumulate(xr, a)
+    torch.testing.assert_close(a, x + x * x)
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp

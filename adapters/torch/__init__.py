@@ -282,6 +282,9 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
         and not forward_ad
         and not _torch_sharding.any_dtensor(args, b.inout_pos)
         and not _lazily_viewed(args, b.inout_pos)
+        # torch.export keeps the functional operator and a copy_ (autograd's when the program
+        # runs with gradients); its functionalized in-place operator would drop them
+        and not torch.compiler.is_exporting()
     ):
         if eager:
             res = _eager_forward(b, mask, "mutable", sargs, args)

@@ -543,6 +543,31 @@ _OVERRIDE = (
 )
 
 
+def refusing_autograd_kernel(cdef, refuse) -> bool:
+    """Register for ``cdef`` (a mutating ``CustomOpDef``, which has no autograd) an Autograd kernel
+    that calls ``refuse()`` where a tensor argument wants a gradient (torch's own kernel would drop
+    it without a word), torch's kernel otherwise. Returns whether it did."""
+    lib, opoverload, name = (
+        getattr(cdef, "_lib", None),
+        getattr(cdef, "_opoverload", None),
+        getattr(cdef, "_name", None),
+    )
+    if _make_autograd_impl is None or lib is None or opoverload is None or name is None:
+        return False
+    torch_kernel = _make_autograd_impl(opoverload, cdef)
+    grad_enabled = _C.is_grad_enabled
+
+    def kernel(keyset, *args, **kwargs):
+        if grad_enabled() and _any_requires_grad(*args, *kwargs.values()):
+            refuse()
+        return torch_kernel(keyset, *args, **kwargs)
+
+    with warnings.catch_warnings():  # (torch warns once that a registered kernel is overridden)
+        warnings.simplefilter("ignore", UserWarning)
+        lib.impl(name, dynamo_never_traces(kernel), "Autograd", with_keyset=True, **_OVERRIDE)
+    return True
+
+
 def direct_autograd_kernel(cdef, impl) -> bool:
     """Register for ``cdef`` (a functional ``CustomOpDef``) an Autograd kernel that runs ``impl``
     directly when no autograd node is needed and nothing but the CPU/CUDA kernel is left to dispatch

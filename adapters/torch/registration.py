@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from interop._errors import ArgumentError
+
 from . import sharding as _torch_sharding
 from .autocast import register_direct as register_autocast
 from .autograd import _make_backward, _make_setup_context
@@ -19,6 +21,7 @@ from .compat import (
     PLAIN_TENSOR_TYPES,
     assume_constant_result_of,
     direct_autograd_kernel,
+    refusing_autograd_kernel,
     unregister,
 )
 from .eager_path import _eager_hook
@@ -99,6 +102,15 @@ def variant(b: _Binding, mask: tuple) -> dict[str, Any]:
     return v
 
 
+def _refuse_mutable_grad(b: _Binding) -> None:
+    raise ArgumentError(
+        f"op {b.label!r}: its in-place operator torch.ops.{b.ns}.{b.base} has no gradient (PyTorch cannot "
+        "attach a backward to a mutating operator) and a tensor given to it requires grad, whose gradient "
+        "would be dropped: call the op itself, which then runs its functional operator under autograd and "
+        "copies the new values in, or call the operator under torch.no_grad()"
+    )
+
+
 def _register(b: _Binding, mask: tuple) -> dict[str, Any]:
     if b.backward_op is not None:
         # the hand-written backward's operator exists whenever the forward's does: a compiled
@@ -127,6 +139,10 @@ def _register(b: _Binding, mask: tuple) -> dict[str, Any]:
             # a call that needs no autograd node (every call inside a compiled graph) runs the
             # implementation without torch's second dispatch below Autograd
             direct_autograd_kernel(cdef, impl)
+        else:
+            # torch.ops.<ns>.<name> called directly with a tensor that wants a gradient: refused
+            # (torch would drop it; the op itself runs the functional operator then)
+            refusing_autograd_kernel(cdef, lambda b=b: _refuse_mutable_grad(b))
         cdef.register_vmap(_make_vmap(b, mask, kind))
         ops[kind] = cdef
         _OVERLOADS[qual] = cdef._opoverload
