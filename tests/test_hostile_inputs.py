@@ -706,6 +706,26 @@ def test_torch_export_of_an_in_out_op_keeps_its_gradient():
     torch.testing.assert_close(a, x + x * x)
 
 
+@TORCH
+def test_torch_reverse_transforms_of_vmap_of_an_op():
+    """``torch.func.grad`` / ``vjp`` / ``jacrev`` around ``vmap(op)``: inside the vmap the batched
+    tensors hide that the outer transform tracks them; the registered operator's autograd then ran
+    under the vmap rule and torch refused it ("must override the setup_context staticmethod",
+    naming no op). The gradients are ``2 X``, as ``vmap(grad(op))`` gives."""
+    import torch
+    from torch.func import grad, jacrev, vjp, vmap
+
+    op = interop.op(cat.square_kernel)
+    X = torch.linspace(-1, 1, 12, device="cpu").reshape(3, 4)
+    torch.testing.assert_close(grad(lambda X: vmap(op)(X).sum())(X), 2 * X)
+    out, pull = vjp(vmap(op), X)
+    torch.testing.assert_close(out, X * X)
+    torch.testing.assert_close(pull(torch.ones_like(X))[0], 2 * X)
+    jac = jacrev(vmap(op))(X)
+    torch.testing.assert_close(torch.einsum("ijij->ij", jac), 2 * X)
+    torch.testing.assert_close(vmap(grad(lambda x: op(x).sum()))(X), 2 * X)
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp

@@ -262,9 +262,16 @@ def _call(op, args: Sequence[Any], launch_dims: Any, output_dims: Any, functiona
     if grad and b.inout_pos and not functional:
         args = _inputs_sharing_in_outs_copied(b, args)
     mask, sargs = _scalar_args(b, args)
-    if functional and not grad and torch.is_grad_enabled() and functorch_grad_levels():
-        # forward mode's calls inside a vmap inside a reverse-mode transform (jacrev(jacfwd(f))): the
-        # batched tensors hide that the transform tracks them; the Function serves both cases
+    if (
+        not grad
+        and (functional or not torch.compiler.is_compiling())
+        and torch.is_grad_enabled()
+        and functorch_grad_levels()
+    ):
+        # a call inside a vmap inside a reverse-mode transform (grad(vmap(op)), jacrev(jacfwd(f))):
+        # the batched tensors hide that the transform tracks them; the Function serves both cases
+        # (the registered operator's autograd under the vmap rule is not functorch's). (Read while
+        # Dynamo traces only for forward mode's calls: Dynamo cannot trace the interpreter stack.)
         grad = True
     if grad:
         _check_grad_supported(b, args)
