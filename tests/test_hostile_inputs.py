@@ -726,6 +726,26 @@ def test_torch_reverse_transforms_of_vmap_of_an_op():
     torch.testing.assert_close(vmap(grad(lambda x: op(x).sum()))(X), 2 * X)
 
 
+@TORCH
+def test_torch_compile_vector_value_tuple_with_a_tensor_component():
+    """``op(x, (a, 2.0, 3.0))`` with ``a`` a 0-d tensor works eagerly; under
+    ``torch.compile(fullgraph=True)`` Dynamo could not read the tensor as a number ("Unsupported
+    ndarray attribute access", no op named). Read as eager calls read it; a component that wants a
+    gradient is refused, as eagerly."""
+    import torch
+
+    op = interop.op(cat.vec_offset_kernel)
+    x = torch.zeros(2, 3, device="cpu")
+    a = torch.tensor(0.5, device="cpu")
+    want = op(x, (a, 2.0, 3.0))
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, a: op(x, (a, 2.0, 3.0)), fullgraph=True)
+    for k in range(2):
+        torch.testing.assert_close(f(x, a + k), want + torch.tensor([k, 0.0, 0.0], device="cpu"))
+    with pytest.raises(Exception, match=r"parameter 'v'.*component 0, a torch tensor that requires a gradient"):
+        f(x, a.clone().requires_grad_())
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp

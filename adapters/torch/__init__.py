@@ -90,7 +90,7 @@ from . import forward_mode as _forward_mode
 from . import sharding as _torch_sharding
 from . import traced as _traced
 from .autograd import _apply, _backward_call, _check_grad_supported, _function_class
-from .binding import _BINDINGS, _OVERLOADS, _Binding, _current_stream  # noqa: F401  (_current_stream: tests)
+from .binding import _BINDINGS, _NP_TO_TORCH, _OVERLOADS, _Binding, _current_stream  # noqa: F401  (_current_stream: tests)
 from .compat import (
     any_wrapped,
     assume_constant_result_of,
@@ -197,6 +197,8 @@ def _scalar_args(b: _Binding, args: Sequence[Any]) -> tuple[tuple, list]:
     mask = []
     for pos in b.scalar_pos:
         x = args[pos]
+        if b.call_params[pos].inner and isinstance(x, (tuple, list)) and torch.compiler.is_compiling():
+            x = sargs[pos] = _components_tensor(b, b.call_params[pos], x)
         is_t = isinstance(x, torch.Tensor)
         mask.append(is_t)
         if not is_t:
@@ -548,6 +550,41 @@ def _block_dim_variant(op, block_dim: int) -> int | None:
     from interop import _op as core
 
     return core._with_block_dim(op, block_dim)
+
+
+def _components_tensor(b: _Binding, p: Param, value: tuple | list) -> Any:
+    """A tuple or list vec/mat value with torch tensors among its components (``(a, 2.0, 3.0)``, a
+    0-d tensor ``a``), while Dynamo traces: Dynamo cannot read the tensors as numbers; they are read
+    as eager calls read them (in the components' dtype, without a gradient: refused otherwise), as
+    one tensor of the vector's shape. A value of numbers alone is returned as it is."""
+    flat = [c for c in _flat(value)]
+    if not any(isinstance(c, torch.Tensor) for c in flat):
+        return value
+    dtype = _NP_TO_TORCH[np.dtype(_dtypes.np_dtype(p.scalar))]
+    device = next(c.device for c in flat if isinstance(c, torch.Tensor))
+    parts = []
+    for k, c in enumerate(flat):
+        if isinstance(c, torch.Tensor):
+            if c.requires_grad:
+                raise ArgumentError(
+                    f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()}: numbers, or a tensor of "
+                    f"the vector's shape for a value that is differentiated, got component {k}, a torch tensor "
+                    "that requires a gradient (it would get none)"
+                )
+            if c.dtype != dtype or c.dim() != 0:
+                raise ArgumentError(
+                    f"op {b.label!r}, parameter {p.name!r}: expected {p.expected_text()}: numbers or 0-d {dtype} "
+                    f"tensors, got component {k}, a tensor of dtype {c.dtype} and shape {tuple(c.shape)} (arrays are "
+                    "never cast)"
+                )
+            parts.append(c)
+        else:
+            parts.append(torch.tensor(float(c), dtype=dtype, device=device))
+    return torch.stack(parts).reshape(tuple(p.inner))
+
+
+def _flat(value: Any) -> list:
+    return [c for v in value for c in (_flat(v) if isinstance(v, (tuple, list)) else [v])]
 
 
 @assume_constant_result_of  # the value passed by identity, its components constants of the trace
