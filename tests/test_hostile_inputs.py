@@ -747,6 +747,30 @@ def test_torch_compile_vector_value_tuple_with_a_tensor_component():
 
 
 @JAX
+def test_jax_export_with_symbolic_shapes_is_refused_naming_the_op():
+    """``jax.export`` with a symbolic dimension failed inside JAX's dimension arithmetic or in a JSON
+    encoder ("_DimExpr is not JSON serializable"), naming no op: refused naming the op, the
+    parameter and the dimension; concrete shapes export."""
+    import jax
+    import jax.numpy as jnp
+    from jax import export
+
+    from adapters import jax as ij
+
+    op = interop.op(cat.scale_kernel)
+    (n,) = export.symbolic_shape("n")
+    f = jax.jit(lambda x: op(x, 2.0))
+    with pytest.raises(interop.UnsupportedError, match=r"op 'scale_kernel', parameter 'a': a symbolic dimension \(n\)"):
+        export.export(f, disabled_checks=ij.disabled_checks(op))(jax.ShapeDtypeStruct((n,), jnp.float32))
+    with pytest.raises(interop.UnsupportedError, match=r"op 'scale_kernel': a symbolic vmap batch size \(n\)"):
+        export.export(jax.jit(jax.vmap(lambda x: op(x, 2.0))), disabled_checks=ij.disabled_checks(op))(
+            jax.ShapeDtypeStruct((n, 4), jnp.float32)
+        )
+    e = export.export(f, disabled_checks=ij.disabled_checks(op))(jax.ShapeDtypeStruct((3,), jnp.float32))
+    np.testing.assert_allclose(np.asarray(e.call(jnp.ones(3, jnp.float32, device=jax_device("cpu")))), [2.0] * 3)
+
+
+@JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp
 

@@ -66,6 +66,19 @@ _X64_HINT = (
 )
 
 
+
+def _refuse_symbolic(desc, p, x) -> None:
+    """Refuse a symbolic dimension (``jax.export`` with shape polymorphism): the launch, the outputs
+    and the kernel's checks are planned from each call's concrete shapes (JAX's error came from inside
+    its dimension arithmetic or from a JSON encoder, naming no op)."""
+    for d in getattr(x, "shape", ()):
+        if not isinstance(d, (int, np.integer)):
+            raise UnsupportedError(
+                f"op {desc.label!r}, parameter {p.name!r}: a symbolic dimension ({d}) in shape {tuple(x.shape)} is not "
+                "supported (jax.export shape polymorphism): the op plans its launch and outputs from concrete "
+                "shapes; export with concrete shapes"
+            )
+
 class _Entry:
     """Plan, launches and the differentiable function for one static call configuration."""
 
@@ -87,6 +100,7 @@ class _Entry:
         self.dyn: list = []  # the call parameters passed as operands, in order
         for p, x in zip(desc.call_params, args):
             if _is_jax(x) or _is_scalar_operand(p, x) or isinstance(x, jax.ShapeDtypeStruct):
+                _refuse_symbolic(desc, p, x)
                 if p.is_array:
                     specs.append(ArraySpec(tuple(x.shape), np.dtype(x.dtype)))
                 else:

@@ -300,6 +300,11 @@ class _Launch:
         n_out = len(self.results)
         if not any(in_batched):
             return self._fn(levels)(*xs), (False,) * n_out
+        if not isinstance(axis_size, (int, np.integer)):
+            raise UnsupportedError(
+                f"op {self.entry.desc.label!r}: a symbolic vmap batch size ({axis_size}) is not supported (jax.export "
+                "shape polymorphism): the op batches its launch over a concrete size; export with concrete shapes"
+            )
         method = self.entry.vmap_method
         if method == "sequential":
             flags = list(in_batched)
