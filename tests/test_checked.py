@@ -515,3 +515,55 @@ def test_indexed_array_index_values_are_checked_against_the_data(fw, device):
         expect = np.zeros(N, np.float32)
         np.add.at(expect, good, 2.0)
         np.testing.assert_array_equal(to_np(d.grad), expect)
+
+
+def test_checked_kernel_whose_module_has_a_global_named_like_its_index():
+    """A global ``i`` (an array) in the kernel's module made the checked variant fail to build
+    (Warp resolved the checks' generic index arguments against it); the unchecked op worked. Both
+    give the gather, and the checked one still refuses an index out of range."""
+    import checked_shadows as cs
+
+    x = np.arange(4, dtype=np.float32)
+    for checked in (False, True):
+        np.testing.assert_array_equal(interop.op(cs.gather, checked=checked)(x, cs.i), [3.0, 2.0, 1.0])
+    with pytest.raises(interop.BoundsError, match=r"'idx'|'x'"):
+        interop.op(cs.gather, checked=True)(x, np.array([0, 7, 1], np.int32))
+
+
+@wp.kernel(module="unique")
+def _set_component(x: wp.array(dtype=wp.vec3), c: int, out: wp.array(dtype=float)):
+    i = wp.tid()
+    x[i][c] = 1.0
+    out[i] = x[i][c] * 2.0
+
+
+@wp.kernel(module="unique")
+def _matrix_entry(m: wp.array(dtype=wp.mat22), r: int, c: int, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = m[i][r, c] + m[i][r][c]
+
+
+@pytest.mark.parametrize("fw", ["numpy", "torch"])
+def test_checked_component_indices_of_vector_and_matrix_elements(fw):
+    """``x[i][c]`` of a vec3 array was checked for ``i`` only: ``c = 3`` wrote the next element
+    (memory past the argument: "double free or corruption"), and a large ``c`` read segfaulted.
+    Each component index is checked against the element's length (a matrix's rows, then columns):
+    a ``BoundsError`` naming the parameter, and no access; in range, the unchecked values."""
+    if fw == "torch":
+        pytest.importorskip("torch")
+    set_op = interop.op(_set_component, outputs=["out"], in_out=["x"], checked=True)
+    entry_op = interop.op(_matrix_entry, checked=True)
+    conv = (lambda a: a) if fw == "numpy" else (lambda a: interop.convert(a, to="torch"))
+    base = np.zeros((2, 3), np.float32)
+    x = conv(base)
+    got = set_op(x[0:1], 2)
+    np.testing.assert_array_equal(np.asarray(interop.convert(got[1], to="numpy")), [2.0])
+    for c in (3, -1, 100000000):
+        with pytest.raises(interop.BoundsError, match=rf"index {c} out of range for parameter 'x' along axis 1"):
+            set_op(x[0:1], c)
+    np.testing.assert_array_equal(np.asarray(interop.convert(x, to="numpy")), [[0, 0, 1], [0, 0, 0]])
+    m = conv(np.arange(8, dtype=np.float32).reshape(2, 2, 2))
+    np.testing.assert_array_equal(np.asarray(interop.convert(entry_op(m, 1, 0), to="numpy")), [4.0, 12.0])
+    for r, c, axis in ((2, 0, 1), (0, 2, 2)):
+        with pytest.raises(interop.BoundsError, match=rf"index 2 out of range for parameter 'm' along axis {axis}"):
+            entry_op(m, r, c)

@@ -51,13 +51,13 @@ def _shape_args(nd: int) -> str:
 
 
 def _ok(nd: int) -> str:
-    idx = ", ".join(f"i{k}: Any" for k in range(nd))
+    idx = ", ".join(f"i{k}: wp.int64" for k in range(nd))
     lines = [
         f"def _interop_ck_ok{nd}(a: wp.array(dtype=Any, ndim={nd}), {idx}, err: wp.array(dtype=wp.int64), site: Any):"
     ]
     for k in range(nd):
         lines += [
-            f"    j{k} = wp.int64(i{k})",
+            f"    j{k} = i{k}",
             f"    if j{k} < wp.int64(0) or j{k} >= wp.int64(a.shape[{k}]):",
             f"        _interop_ck_fail(err, site, {k}, j{k}, {nd}, {_shape_args(nd)})",
             "        return False",
@@ -68,7 +68,7 @@ def _ok(nd: int) -> str:
 def _load(nd: int) -> str:
     idx = ", ".join(f"i{k}" for k in range(nd))
     return (
-        f"def _interop_ck_load{nd}(a: wp.array(dtype=Any, ndim={nd}), {', '.join(f'i{k}: Any' for k in range(nd))}, "
+        f"def _interop_ck_load{nd}(a: wp.array(dtype=Any, ndim={nd}), {', '.join(f'i{k}: wp.int64' for k in range(nd))}, "
         "err: wp.array(dtype=wp.int64), site: Any):\n"
         f"    if _interop_ck_ok{nd}(a, {idx}, err, site):\n"
         f"        return a[{idx}]\n"
@@ -79,7 +79,7 @@ def _load(nd: int) -> str:
 def _atomic(name: str, nd: int) -> str:
     idx = ", ".join(f"i{k}" for k in range(nd))
     return (
-        f"def _interop_ck_{name}{nd}(a: wp.array(dtype=Any, ndim={nd}), {', '.join(f'i{k}: Any' for k in range(nd))}, "
+        f"def _interop_ck_{name}{nd}(a: wp.array(dtype=Any, ndim={nd}), {', '.join(f'i{k}: wp.int64' for k in range(nd))}, "
         "v: Any, err: wp.array(dtype=wp.int64), site: Any):\n"
         f"    if _interop_ck_ok{nd}(a, {idx}, err, site):\n"
         f"        return wp.{name}(a, {idx}, v)\n"
@@ -89,14 +89,37 @@ def _atomic(name: str, nd: int) -> str:
 
 def _offset(nd: int) -> str:
     return (
-        f"def _interop_ck_off{nd}(a: wp.array(dtype=Any, ndim={nd}), axis: int, o: Any, "
+        f"def _interop_ck_off{nd}(a: wp.array(dtype=Any, ndim={nd}), axis: int, o: wp.int64, "
         "err: wp.array(dtype=wp.int64), site: Any):\n"
-        "    j = wp.int64(o)\n"
+        "    j = o\n"
         "    n = a.shape[axis]\n"
         "    if j < wp.int64(0) or j >= wp.int64(n):\n"
         f"        _interop_ck_fail(err, site, axis, j, {nd}, {_shape_args(nd)})\n"
         "        return wp.int32(n)\n"
         "    return wp.int32(o)\n"
+    )
+
+
+def _component(nd: int) -> str:
+    """``_interop_ck_cok<N>(a, n, k, axis, err, site)``: whether ``k`` is a component index of an
+    element of ``a`` (``n`` components: a vector's length, a matrix's rows or columns), recording the
+    access where it is not, as an index along ``axis`` past the array's own; ``_interop_ck_cix<N>``:
+    the index, or 0 where it is out of range (a read then reads a component that is there)."""
+    shape = ", ".join([f"a.shape[{k}]" for k in range(nd)] + ["n"] + ["0"] * (MAX_NDIM - nd - 1))
+    shape = ", ".join(shape.split(", ")[:MAX_NDIM])
+    head = (
+        f"(a: wp.array(dtype=Any, ndim={nd}), n: int, k: wp.int64, axis: int, err: wp.array(dtype=wp.int64), site: Any)"
+    )
+    return (
+        f"def _interop_ck_cok{nd}{head}:\n"
+        "    if k < wp.int64(0) or k >= wp.int64(n):\n"
+        f"        _interop_ck_fail(err, site, axis, k, {min(nd + 1, MAX_NDIM)}, {shape})\n"
+        "        return False\n"
+        "    return True\n"
+        f"def _interop_ck_cix{nd}{head}:\n"
+        f"    if _interop_ck_cok{nd}(a, n, k, axis, err, site):\n"
+        "        return wp.int32(k)\n"
+        "    return wp.int32(0)\n"
     )
 
 
@@ -115,6 +138,8 @@ def helpers() -> dict[str, Any]:
         for nd in range(1, MAX_NDIM + 1):
             texts += [(f"_interop_ck_ok{nd}", _ok(nd)), (f"_interop_ck_load{nd}", _load(nd))]
             texts += [(f"_interop_ck_off{nd}", _offset(nd))]
+            ok, ix = _component(nd).split(f"def _interop_ck_cix{nd}")
+            texts += [(f"_interop_ck_cok{nd}", ok), (f"_interop_ck_cix{nd}", f"def _interop_ck_cix{nd}" + ix)]
             texts += [(f"_interop_ck_{a}{nd}", _atomic(a, nd)) for a in ATOMICS if builtin_function(a) is not None]
         for name, text in texts:
             fn = compile_function(text, name, ns, None, "checked")

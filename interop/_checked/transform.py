@@ -57,6 +57,13 @@ def _call(fname: str, args: list[ast.expr]) -> ast.Call:
     return ast.Call(func=_name(fname), args=args, keywords=[])
 
 
+def _i64(indices: list[ast.expr]) -> list[ast.expr]:
+    """Indices as the checks take them, ``wp.int64(i)``: concrete parameters (Warp 1.19 resolves a
+    generic ``Any`` argument against the module's globals, and a global named like the kernel's
+    index, an array ``i``, made the checked kernel fail to build)."""
+    return [_call("_interop_ck_wp.int64", [i]) for i in indices]
+
+
 class Checker(ast.NodeTransformer):
     """Rewrites one body. ``arrays``: array parameter -> rank; ``function``: makes the checked
     variant of a called ``wp.func`` (``(name, wp.func)`` or None where it needs none)."""
@@ -96,17 +103,45 @@ class Checker(ast.NodeTransformer):
         return node.value.id, idx
 
     def _guard(self, stmt: ast.stmt, array: str, idx: list[ast.expr], node: ast.AST) -> ast.If:
-        test = _call(f"_interop_ck_ok{len(idx)}", [_name(array), *idx, _name(ERR), self._site(array, node)])
+        test = _call(f"_interop_ck_ok{len(idx)}", [_name(array), *_i64(idx), _name(ERR), self._site(array, node)])
         return ast.copy_location(ast.If(test=test, body=[stmt], orelse=[]), stmt)
+
+    def _components_of(self, node: ast.AST) -> tuple[str, int, int] | None:
+        """``(array, its rank, level)`` where ``node`` indexes the components of an array's element
+        (``a[i][k]``: level 1; ``a[i][r][c]``: 2), else None."""
+        level, base = 0, node
+        while isinstance(base, ast.Subscript) and self._element(base) is None:
+            level, base = level + 1, base.value
+        el = self._element(base) if level and isinstance(base, ast.Subscript) else None
+        return None if el is None else (el[0], self.arrays[el[0]], level)
+
+    def _component_indices(self, array: str, nd: int, level: int, elem: ast.expr, slc: ast.expr, fn: str, node):
+        """Each component index of ``elem[slc]`` through ``_interop_ck_<fn><nd>``, against ``len(elem)``
+        (a vector's length, a matrix's rows) and, for a matrix's ``[r, c]``, ``len(elem[0])``."""
+        idx = list(slc.elts) if isinstance(slc, ast.Tuple) else [slc]
+        out = []
+        for k, i in enumerate(idx):
+            of = copy.deepcopy(elem) if k == 0 else ast.Subscript(value=copy.deepcopy(elem), slice=ast.Constant(0))
+            n = _call("len", [of])
+            axis = ast.Constant(nd + level - 1 + k)
+            out.append(
+                _call(f"_interop_ck_{fn}{nd}", [_name(array), n, *_i64([i]), axis, _name(ERR), self._site(array, node)])
+            )
+        return out
 
     # -- reads ---------------------------------------------------------------------------------------
     def visit_Subscript(self, node: ast.Subscript) -> Any:
+        comp = self._components_of(node) if isinstance(node.ctx, ast.Load) else None
         self.generic_visit(node)
+        if comp is not None:  # a component of an element: an index past its length reads component 0
+            ix = self._component_indices(*comp, node.value, node.slice, "cix", node)
+            node.slice = ix[0] if len(ix) == 1 else ast.Tuple(elts=ix, ctx=ast.Load())
+            return node
         el = self._element(node)
         if el is None or not isinstance(node.ctx, ast.Load):
             return node
         array, idx = el
-        call = _call(f"_interop_ck_load{len(idx)}", [_name(array), *idx, _name(ERR), self._site(array, node)])
+        call = _call(f"_interop_ck_load{len(idx)}", [_name(array), *_i64(idx), _name(ERR), self._site(array, node)])
         return ast.copy_location(call, node)
 
     # -- writes ----------------------------------------------------------------------------------------
@@ -124,7 +159,26 @@ class Checker(ast.NodeTransformer):
         stmt.value = self.visit(stmt.value)  # type: ignore[attr-defined]
         self._visit_target(target, base)  # type: ignore[arg-type]
         _, idx = self._element(base)  # type: ignore[misc]
-        return self._guard(stmt, array, [copy.deepcopy(i) for i in idx], base)
+        guard = self._guard(stmt, array, [copy.deepcopy(i) for i in idx], base)
+        comps = []  # the component subscripts written through, the element's first (a[i][r][c])
+        node = target
+        while node is not base:
+            if isinstance(node, ast.Subscript):
+                comps.insert(0, node)
+            node = node.value  # type: ignore[attr-defined]
+        if comps:  # each component index checked too (the element read through the checked load)
+            elem: ast.expr = _call(
+                f"_interop_ck_load{len(idx)}",
+                [_name(array), *_i64(copy.deepcopy(idx)), _name(ERR), self._site(array, base)],
+            )
+            tests = [guard.test]
+            for level, c in enumerate(comps, 1):
+                ix = self._component_indices(array, len(idx), level, elem, copy.deepcopy(c.slice), "cok", c)
+                tests += ix
+                cix = self._component_indices(array, len(idx), level, elem, copy.deepcopy(c.slice), "cix", c)
+                elem = ast.Subscript(value=elem, slice=cix[0] if len(cix) == 1 else ast.Tuple(elts=cix, ctx=ast.Load()))
+            guard.test = ast.BoolOp(op=ast.And(), values=tests)
+        return guard
 
     def _visit_target(self, target: ast.expr, base: ast.Subscript) -> None:
         node = target
@@ -173,7 +227,8 @@ class Checker(ast.NodeTransformer):
             name, array, idx = at
             node.args = [node.args[0], *[self.visit(a) for a in node.args[1:]]]
             site = self._site(array, node)
-            return ast.copy_location(_call(f"_interop_ck_{name}{len(idx)}", [*node.args, _name(ERR), site]), node)
+            args = [node.args[0], *_i64(node.args[1:-1]), node.args[-1], _name(ERR), site]
+            return ast.copy_location(_call(f"_interop_ck_{name}{len(idx)}", args), node)
         self.generic_visit(node)
         f = resolve(node.func, self.ns)
         if is_builtin(f) and f.key in TILE_ACCESSES:
@@ -199,7 +254,7 @@ class Checker(ast.NodeTransformer):
             return node
         site = self._site(arr.id, node)  # type: ignore[attr-defined]
         checked = [
-            _call(f"_interop_ck_off{nd}", [_name(arr.id), ast.Constant(k), o, _name(ERR), site])  # type: ignore[attr-defined]
+            _call(f"_interop_ck_off{nd}", [_name(arr.id), ast.Constant(k), *_i64([o]), _name(ERR), site])  # type: ignore[attr-defined]
             for k, o in enumerate(offs)
         ]
         kw.value = ast.Tuple(elts=checked, ctx=ast.Load()) if nd > 1 else checked[0]  # type: ignore[arg-type]
