@@ -353,6 +353,11 @@ def _exchange(src: Any, fw: str, to: str, dtype: Any) -> tuple[Any, Exception | 
     if fw == "jax" and len(src.devices()) > 1:
         n = len(src.devices())
         return None, ValueError(f"it is sharded over {n} devices, and {to} views one device's memory")
+    if to == "jax" and _size(src) > 0 and data_ptr(src) % 64 and _device_of(src, fw) == "cpu":
+        # XLA would copy it: not handed over (a copy XLA's CPU client made from a foreign buffer left
+        # the process hanging at exit, jax 0.10.2); convert(copy=True) copies it first
+        off = data_ptr(src) % 64
+        return None, ValueError(f"XLA only aliases 64-byte aligned CPU buffers, this one starts {off} bytes past")
     try:
         out = _to_warp(src, fw, dtype) if to == "warp" else _TARGETS[to](src, fw)
     except Exception as e:  # the framework refused a zero-copy exchange

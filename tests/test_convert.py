@@ -584,3 +584,28 @@ def test_masked_array_without_masked_elements_converts_as_interop_op_takes_it():
     w = interop.convert(x, to="warp")
     assert data_ptr(w) == data_ptr(x)
     np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax not installed")
+def test_unaligned_cpu_memory_to_jax_is_refused_before_xla_sees_it():
+    """A Warp array over NumPy memory that is not 64-byte aligned: XLA would copy it, so convert
+    refused, but only after handing it to JAX, whose CPU client then hung the process at exit
+    (jax 0.10.2). Refused before; ``copy=True`` copies it; the process exits."""
+    from _subprocess import run_script
+
+    run_script(
+        """
+import numpy as np, warp as wp, interop
+a = np.arange(1 << 12, dtype=np.float32)[1:]          # 4 bytes past an aligned start
+src = wp.array(a, dtype=wp.float32, device="cpu", copy=False)
+assert src.ptr % 64
+try:
+    interop.convert(src, to="jax")
+    raise SystemExit("not refused")
+except interop.ArgumentError as e:
+    assert "64-byte aligned" in str(e), e
+v = interop.convert(src, to="jax", copy=True)
+assert np.array_equal(np.asarray(v), a)
+""",
+        timeout=120,
+    )
