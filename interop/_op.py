@@ -15,7 +15,7 @@ from ._errors import ArgumentError, UnsupportedError
 from ._frameworks import adapter, framework_of, watch_framework_imports
 from ._launch import Runner
 from ._plan import CallPlan, make_plan
-from ._values import plain_number
+from ._values import numpy_value, plain_number
 
 # Described ops, weakly: an op the user drops is freed (its plans, launch records, fast paths).
 # Describing an equal description while the op lives returns the same op.
@@ -247,9 +247,13 @@ class Op:
             args = tuple(a if i >= len(params) or params[i].is_array else plain_number(a) for i, a in enumerate(args))
         found = None
         found_name = None
+        values = []  # NumPy arrays given for vec/mat values: numbers in any framework's call
         for i, a in enumerate(args):
             f = framework_of(a)
             if f is None:
+                continue
+            if f == "numpy" and i < len(params) and params[i].inner and not params[i].is_array:
+                values.append(i)
                 continue
             pname = params[i].name if i < len(params) else f"#{i}"
             if f == "unsupported":
@@ -270,6 +274,8 @@ class Op:
             raise ArgumentError(
                 f"op {self.description.label!r}: framework={fw!r} but the arrays passed are {found} arrays"
             )
+        if values and found != "numpy":
+            args = tuple(numpy_value(self.description, params[i], a) if i in values else a for i, a in enumerate(args))
         return adapter(found).call(self, args, launch_dims, output_dims, kwargs)
 
     def _call_structs(self, args: tuple, launch_dims: Any, output_dims: Any, block_dim: Any, kwargs: dict) -> Any:

@@ -218,3 +218,17 @@ def plain_number(x: Any) -> Any:
         return bool(x)
     to = _WARP_NUMBERS.get(type(x))
     return x if to is None else to(x.value)
+
+
+def numpy_value(desc: OpDescription, p: Param, a: np.ndarray) -> list:
+    """A NumPy array given for vec/mat value parameter ``p`` in another framework's call (a gravity
+    constant ``np.array([0, -9.8, 0])`` beside torch tensors): its numbers, as a list (a matrix's
+    rows), checked as a tuple value's are. Its shape must be the value's."""
+    if tuple(a.shape) != tuple(p.inner) or a.dtype.kind not in "iuf":
+        raise _err(
+            desc,
+            p,
+            f"{p.expected_text()} (numbers; a NumPy array of shape {tuple(p.inner)})",
+            f"a NumPy array of shape {tuple(a.shape)} and dtype {a.dtype.name}",
+        )
+    return a.tolist()

@@ -770,6 +770,29 @@ def test_jax_export_with_symbolic_shapes_is_refused_naming_the_op():
     np.testing.assert_allclose(np.asarray(e.call(jnp.ones(3, jnp.float32, device=jax_device("cpu")))), [2.0] * 3)
 
 
+@pytest.mark.parametrize("fw", [f for f in ALL if f != "numpy"])
+def test_numpy_array_for_a_vector_value_beside_another_frameworks_arrays(fw):
+    """A NumPy constant for a ``wp.vec3`` value (``g = np.array([0, -9.8, 0])``) beside torch, JAX or
+    Paddle arrays was refused as "arrays from two frameworks in one call": it is a value, read as
+    its numbers (as a tuple is); another shape is refused naming the parameter."""
+    op = interop.op(cat.vec_offset_kernel)
+    x = np.zeros((2, 3), F)
+    g = np.array([1.0, -9.8, 0.5])
+    xs = _to(fw, x)
+    if fw == "jax.jit":
+        import jax
+
+        got = jax.jit(lambda a: op(a, g))(xs)
+    else:
+        got = op(xs, g)
+    np.testing.assert_allclose(_np(got), x + g.astype(F))
+    with pytest.raises(
+        interop.ArgumentError,
+        match=r"parameter 'v': .*a NumPy array of shape \(3,\)\), got a NumPy array of shape \(4,\)",
+    ):
+        op(xs, np.ones(4))
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp
