@@ -15,7 +15,7 @@ from ._errors import ArgumentError, UnsupportedError
 from ._frameworks import adapter, framework_of, watch_framework_imports
 from ._launch import Runner
 from ._plan import CallPlan, make_plan
-from ._values import numpy_value, plain_number
+from ._values import absent_array, numpy_value, plain_number
 
 # Described ops, weakly: an op the user drops is freed (its plans, launch records, fast paths).
 # Describing an equal description while the op lives returns the same op.
@@ -276,7 +276,21 @@ class Op:
             )
         if values and found != "numpy":
             args = tuple(numpy_value(self.description, params[i], a) if i in values else a for i, a in enumerate(args))
+        if any(a is None for a in args[: len(params)]) and any(p.is_array for p in params):
+            args = self._absent_arrays(args, found)
         return adapter(found).call(self, args, launch_dims, output_dims, kwargs)
+
+    def _absent_arrays(self, args: tuple, found: str) -> tuple:
+        """``None`` for an input array parameter (Warp's optional array) as an empty array of the
+        call's framework, on the device of the call's first array (see :func:`_values.absent_array`)."""
+        params = self.description.call_params
+        like = next((a for a, p in zip(args, params) if p.is_array and a is not None), None)
+        return tuple(
+            absent_array(self.description, params[i], found, like)
+            if i < len(params) and a is None and params[i].is_array
+            else a
+            for i, a in enumerate(args)
+        )
 
     def _call_structs(self, args: tuple, launch_dims: Any, output_dims: Any, block_dim: Any, kwargs: dict) -> Any:
         """A call of a kernel with struct parameters: each struct argument (a Warp struct instance,

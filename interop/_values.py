@@ -232,3 +232,43 @@ def numpy_value(desc: OpDescription, p: Param, a: np.ndarray) -> list:
             f"a NumPy array of shape {tuple(a.shape)} and dtype {a.dtype.name}",
         )
     return a.tolist()
+
+
+def absent_array(desc: OpDescription, p: Param, fw: str, like: Any) -> Any:
+    """The array standing for ``None`` given for input array parameter ``p`` (Warp's idiom for an
+    optional array: ``wp.launch`` takes ``None`` as a null array, which a kernel's ``if arr:``
+    tells apart): an empty array of ``p``'s dtype in framework ``fw``, on the device of ``like``
+    (another array of the call, or None), which reaches the kernel as a null array."""
+    if p.role != "input" or p.generic:
+        what = "a generic" if p.generic else f"an {p.role}"
+        raise _err(desc, p, f"{p.expected_text()} (None stands for an absent input of a concrete dtype only)",
+                   f"None for {what} array parameter")  # fmt: skip
+    shape = (0,) * p.ndim + tuple(p.inner)
+    dtype = np.dtype(_dtypes.np_dtype(p.scalar))
+    if fw == "warp":
+        return wp.empty((0,) * p.ndim, dtype=p.dtype, device=getattr(like, "device", "cpu"))
+    if fw == "torch":
+        import torch
+
+        from adapters.torch.binding import _NP_TO_TORCH
+
+        return torch.empty(shape, dtype=_NP_TO_TORCH[dtype], device=getattr(like, "device", "cpu"))
+    if fw == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        device = (
+            next(iter(like.devices())) if hasattr(like, "devices") and not isinstance(like, jax.core.Tracer) else None
+        )
+        return jnp.zeros(shape, dtype, device=device) if device is not None else jnp.zeros(shape, dtype)
+    if fw == "paddle":
+        import paddle
+
+        place = like.place if like is not None else paddle.CPUPlace()
+        return paddle.to_tensor(np.empty(shape, dtype), place=place)
+    if fw == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(like.device.id if like is not None else 0):
+            return cupy.empty(shape, dtype)
+    return np.empty(shape, dtype)

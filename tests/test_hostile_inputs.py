@@ -793,6 +793,43 @@ def test_numpy_array_for_a_vector_value_beside_another_frameworks_arrays(fw):
         op(xs, np.ones(4))
 
 
+@pytest.mark.parametrize("fw", ALL + ["warp"])
+def test_none_for_an_optional_input_array_is_a_null_array(fw):
+    """``wp.launch`` takes ``None`` for an array parameter (a null array: Warp's optional array, as
+    newton's ``eval_articulation_fk(articulation_mask=None, ...)`` is called); it was refused in
+    every framework. An empty array of the parameter's dtype on the call's device stands for it:
+    the kernel's ``if idx:`` takes its else branch, with gradients through the other inputs."""
+    import warp as wp
+
+    op = interop.op(cat.optional_gather_kernel, output_dims={"out": 4}, launch_dims=4)
+    x = np.arange(4, dtype=F)
+    for _ in range(2):
+        if fw == "warp":
+            got = op(None, wp.array(x, device="cpu"))
+        elif fw == "jax.jit":
+            import jax
+
+            got = jax.jit(lambda v: op(None, v))(_to("jax", x))
+        else:
+            got = op(None, _to(fw, x))
+        np.testing.assert_array_equal(_np(got), 2 * x)
+    if fw == "torch":
+        import torch
+
+        xt = torch.tensor(x, requires_grad=True, device="cpu")
+        op(None, xt).sum().backward()
+        np.testing.assert_array_equal(xt.grad.numpy(), [2.0] * 4)
+
+
+def test_none_is_refused_where_no_array_can_stand_for_it():
+    """None for an in-out, or for a generic array (whose dtype the call gives), is refused naming
+    the parameter."""
+    with pytest.raises(interop.ArgumentError, match=r"parameter 'acc': .*got None for an in_out array parameter"):
+        interop.op(cat.reverse_accumulate_kernel, in_out=["acc"])(np.ones(3, F), None)
+    with pytest.raises(interop.ArgumentError, match=r"parameter 'x': .*got None for a generic array parameter"):
+        interop.op(cat.mixed_axpy_kernel, outputs=0, in_out=["y"])(None, np.ones(3), 0.5, 2.0)
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp

@@ -160,7 +160,7 @@ class Checker(ast.NodeTransformer):
         self._visit_target(target, base)  # type: ignore[arg-type]
         _, idx = self._element(base)  # type: ignore[misc]
         guard = self._guard(stmt, array, [copy.deepcopy(i) for i in idx], base)
-        comps = []  # the component subscripts written through, the element's first (a[i][r][c])
+        comps: list[ast.Subscript] = []  # the component subscripts written through, the element's first (a[i][r][c])
         node = target
         while node is not base:
             if isinstance(node, ast.Subscript):
