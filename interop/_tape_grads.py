@@ -84,6 +84,10 @@ def give_temporaries_grads(tape: Any, own: Sequence[Any], label: str) -> None:
     grads: dict[tuple, Any] = {k: a.grad for k, a in seen.items() if a.grad is not None}
     for a, name, kernel in needs:
         key = _key(a)
+        view = _view_of_own_grad(a, own)
+        if view is not None:  # a view of the op's own array (x[1:], out[: n - 1]): that part of its gradient
+            a.grad = grads[key] = view
+            continue
         where = f"op {label!r}: the function's launch of {getattr(kernel, 'key', kernel)!r} passes {name!r}"
         fix = "allocate it with requires_grad=True (its views then share its gradient)"
         if not a.is_contiguous:
@@ -103,3 +107,22 @@ def give_temporaries_grads(tape: Any, own: Sequence[Any], label: str) -> None:
         if g is None:
             g = grads[key] = wp.zeros(a.shape, dtype=a.dtype, device=a.device)
         a.grad = g
+
+
+def _view_of_own_grad(a: Any, own: Sequence[Any]) -> Any:
+    """The same view of an own array's gradient where ``a`` is a view inside one of the op's own
+    arrays (the function sliced its input or output: ``x[1:]``) whose gradient has the array's
+    layout, else None."""
+    start, end = _span(a)
+    if end <= start:
+        return None
+    for o in own:
+        if not isinstance(o, wp.array) or o.grad is None or o.dtype != a.dtype:
+            continue
+        s, e = _span(o)
+        g = o.grad
+        if s <= start and end <= e and tuple(g.strides) == tuple(o.strides) and g.dtype == o.dtype:
+            return wp.array(
+                ptr=g.ptr + (a.ptr - o.ptr), shape=a.shape, strides=a.strides, dtype=a.dtype, device=a.device
+            )
+    return None

@@ -1522,3 +1522,15 @@ def mixed_axpy_kernel(
 def square_accumulate_kernel(x: wp.array(dtype=float), a: wp.array(dtype=float)):
     i = wp.tid()
     a[i] += x[i] * x[i]
+
+
+@wp.kernel
+def mul_kernel(a: wp.array(dtype=float), b: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] * b[i]
+
+
+def neighbours_fn(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    # launches on views of its own input and output: out[i] = x[i + 1] * x[i], the last left zero
+    n = x.shape[0]
+    wp.launch(mul_kernel, dim=n - 1, inputs=[x[1:], x[: n - 1], out[: n - 1]], device=x.device)

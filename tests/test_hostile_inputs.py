@@ -830,6 +830,36 @@ def test_none_is_refused_where_no_array_can_stand_for_it():
         interop.op(cat.mixed_axpy_kernel, outputs=0, in_out=["y"])(None, np.ones(3), 0.5, 2.0)
 
 
+@pytest.mark.parametrize("fw", [f for f in ("torch", "paddle", "jax") if f in ALL])
+def test_python_function_op_launching_on_views_of_its_own_arrays(fw):
+    """A Python-function op launching on slices of its input and output (``x[1:]``, ``out[: n - 1]``):
+    right on the first call, then every backward was refused (torch, Paddle) as "an array the
+    function made without a gradient", which the function never made. The views get the same view
+    of the op's gradients: ``wp.Tape``'s gradient, every call."""
+    op = interop.op(cat.neighbours_fn)
+    xn = np.array([1.0, 2.0, 3.0, 4.0], F)
+    want = np.array([2.0, 4.0, 6.0, 3.0], F)  # d/dx of sum(x[i + 1] * x[i])
+    for _ in range(3):
+        if fw == "torch":
+            import torch
+
+            x = torch.tensor(xn, requires_grad=True, device="cpu")
+            op(x).sum().backward()
+            g = x.grad.numpy()
+        elif fw == "paddle":
+            import paddle
+
+            x = paddle.to_tensor(xn, stop_gradient=False, place=paddle.CPUPlace())
+            op(x).sum().backward()
+            g = x.grad.numpy()
+        else:
+            import jax
+            import jax.numpy as jnp
+
+            g = np.asarray(jax.grad(lambda v: op(v).sum())(jnp.asarray(xn, device=jax_device("cpu"))))
+        np.testing.assert_allclose(g, want)
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp
