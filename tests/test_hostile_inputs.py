@@ -860,6 +860,30 @@ def test_python_function_op_launching_on_views_of_its_own_arrays(fw):
         np.testing.assert_allclose(g, want)
 
 
+@pytest.mark.parametrize("fw", [f for f in ("torch", "jax") if f in ALL])
+def test_python_function_op_forward_mode_follows_copies(fw):
+    """``t = wp.clone(x)`` then a launch on ``t``: reverse mode gave 2x (``wp.Tape`` records the
+    copy), forward mode x and the second derivative 1 (the tangent tape did not follow the copy):
+    the two modes disagreed without a word. Both give 2x, and the Hessian 2."""
+    op = interop.op(cat.clone_then_square_fn)
+    xn = np.array([0.5, -1.0, 2.0], F)
+    if fw == "torch":
+        import torch
+
+        x = torch.tensor(xn, device="cpu")
+        fwd = torch.func.jacfwd(op)(x).diagonal().numpy()
+        hess = torch.func.hessian(lambda v: op(v).sum())(x).diagonal().numpy()
+    else:
+        import jax
+        import jax.numpy as jnp
+
+        x = jnp.asarray(xn, device=jax_device("cpu"))
+        fwd = np.diagonal(np.asarray(jax.jacfwd(op)(x)))
+        hess = np.diagonal(np.asarray(jax.hessian(lambda v: op(v).sum())(x)))
+    np.testing.assert_allclose(fwd, 2 * xn, rtol=1e-6)
+    np.testing.assert_allclose(hess, [2.0] * 3, rtol=1e-6)
+
+
 @JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp

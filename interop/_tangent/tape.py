@@ -15,9 +15,10 @@ a kernel the generator refuses (its error names the builtin and line), an array 
 ``wp.array`` (indexed, fabric), an array that overlaps another the tape already follows without
 being it (a view of a temporary: its tangent would not alias), an adjoint or recorded-command
 launch, and a tangent with respect to a float scalar parameter (the function hands scalars to its
-launches as Python numbers, which the tape cannot follow; a zero tangent is fine). Work outside
-``wp.launch`` (``wp.copy``, NumPy, host code, a launch function bound before the call) carries no
-tangent, as it carries no gradient in the op's reverse mode (``wp.Tape`` records launches only).
+launches as Python numbers, which the tape cannot follow; a zero tangent is fine). ``wp.copy`` and
+``wp.clone`` copy the tangents too (as ``wp.Tape`` records a copy for the reverse mode). Other work
+outside ``wp.launch`` (NumPy, host code, a launch function bound before the call) carries no
+tangent.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .._warp_compat import active_tape
 _state = threading.local()  # .tape: the tangent tape of the function this thread runs, or None
 _install_lock = threading.Lock()
 _original_launch: list[Callable] = []  # wp.launch as Warp defines it, while the wrapper is installed
+_original_copy: list[Callable] = []  # wp.copy and wp.clone as Warp defines them, likewise
 _installed = [0]  # how many tangent tapes use the wrapper now
 
 
@@ -43,6 +45,26 @@ def _launch(kernel: Any, dim: Any, inputs: Sequence[Any] = (), outputs: Sequence
     if tape is None or args:
         return _original_launch[0](kernel, dim, inputs, outputs, *args, **kw)
     return tape.launch(kernel, dim, list(inputs), list(outputs), kw)
+
+
+def _copy(dest: Any, src: Any, *args: Any, **kw: Any) -> Any:
+    """``wp.copy`` while a tangent tape is installed: the tangents copied too (this thread's tape)."""
+    tape = getattr(_state, "tape", None)
+    if tape is None:
+        return _original_copy[0](dest, src, *args, **kw)
+    return tape.copy(dest, src, *args, **kw)
+
+
+def _clone(src: Any, *args: Any, **kw: Any) -> Any:
+    """``wp.clone`` while a tangent tape is installed: the clone's tangent a clone of the source's."""
+    tape = getattr(_state, "tape", None)
+    if tape is None:
+        return _original_copy[1](src, *args, **kw)
+    return tape.clone(src, *args, **kw)
+
+
+class _Named:
+    key = "wp.copy"
 
 
 class TangentTape:
@@ -124,11 +146,31 @@ class TangentTape:
         else:
             _original_launch[0](tk.kernel, dim, [*values, *tangents], [], **kw)
 
+    def _follows(self, *arrays: Any) -> bool:
+        return all(type(a) is wp.array and self.float_like(a.dtype) for a in arrays)
+
+    def copy(self, dest: Any, src: Any, *args: Any, **kw: Any) -> Any:
+        """``wp.copy(dest, src, ...)``, and the same copy of ``src``'s tangent into ``dest``'s."""
+        run = self._previous.copy if self._previous is not None else _original_copy[0]
+        out = run(dest, src, *args, **kw)
+        if self._follows(dest, src):
+            run(self.tangent_of(dest, "dest", _Named), self.tangent_of(src, "src", _Named), *args, **kw)
+        return out
+
+    def clone(self, src: Any, *args: Any, **kw: Any) -> Any:
+        """``wp.clone(src, ...)``, its tangent a clone of ``src``'s."""
+        run = self._previous.clone if self._previous is not None else _original_copy[1]
+        out = run(src, *args, **kw)
+        if self._follows(src, out):
+            self.seed(out, run(self.tangent_of(src, "src", _Named), *args, **kw))
+        return out
+
     def __enter__(self) -> TangentTape:
         with _install_lock:
             if _installed[0] == 0:
                 _original_launch[:] = [wp.launch]
-                wp.launch = _launch
+                _original_copy[:] = [wp.copy, wp.clone]
+                wp.launch, wp.copy, wp.clone = _launch, _copy, _clone
             _installed[0] += 1
         self._previous = getattr(_state, "tape", None)
         _state.tape = self
@@ -141,7 +183,10 @@ class TangentTape:
             if _installed[0] == 0:
                 if wp.launch is _launch:
                     wp.launch = _original_launch[0]
+                if wp.copy is _copy:
+                    wp.copy, wp.clone = _original_copy
                 _original_launch.clear()
+                _original_copy.clear()
 
 
 def function_tangent(desc: Any, names: dict[str, str], tangent_kernel: Callable, float_like: Callable) -> Callable:
