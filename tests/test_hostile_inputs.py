@@ -885,6 +885,34 @@ def test_python_function_op_forward_mode_follows_copies(fw):
 
 
 @JAX
+def test_jax_in_out_op_under_sharded_jit_and_checkpoint():
+    """An in-out op was a side-effecting call: under ``jax.jit`` on a mesh of 4 devices XLA failed
+    ("Side-effect HLO must have sharding", naming no op), and ``jax.checkpoint`` refused it. It is
+    functional now: the unsharded values, gradients through ``jax.checkpoint``."""
+    from _subprocess import run_script
+
+    run_script(
+        """
+import numpy as np, jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import interop, catalogue as cat
+op = interop.op(cat.square_accumulate_kernel, in_out=["a"])
+cpu = jax.devices("cpu")
+x = jnp.arange(8.0, device=cpu[0]); a = jnp.ones(8, device=cpu[0])
+want = np.asarray(op(x, a))
+mesh = Mesh(np.array(cpu[:4]), ("d",))
+for spec in (P("d"), P()):
+    xs, as_ = (jax.device_put(v, NamedSharding(mesh, spec)) for v in (x, a))
+    np.testing.assert_allclose(np.asarray(jax.jit(op)(xs, as_)), want)
+f = lambda x, a: op(x, a).sum()
+np.testing.assert_allclose(np.asarray(jax.grad(jax.checkpoint(f))(x, a)), 2 * np.arange(8.0))
+""",
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"},
+        timeout=300,
+    )
+
+
+@JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp
 

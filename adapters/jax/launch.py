@@ -101,7 +101,7 @@ def _forward_launch(entry, plan, keep: bool = False) -> _Launch:
             aliases[[b.index for b in ops].index(p.index)] = len(res) - 1
     if keep:  # zero-filled: 0 is no kept tape (the adjoint replays the function)
         res.append(_Binding(-1, "token", TOKEN, zero=True))
-    launch = _Launch(entry, plan, "fwd", ops, res, aliases, side_effect=bool(aliases))
+    launch = _Launch(entry, plan, "fwd", ops, res, aliases, side_effect=False)
     launch.keep = keep
     return launch
 
