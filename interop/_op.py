@@ -252,8 +252,8 @@ class Op:
             f = framework_of(a)
             if f is None:
                 continue
-            if f == "numpy" and i < len(params) and params[i].inner and not params[i].is_array:
-                values.append(i)
+            if f == "numpy" and i < len(params) and not params[i].is_array and (params[i].inner or a.ndim == 0):
+                values.append(i)  # (a value: its numbers, whatever the call's framework)
                 continue
             pname = params[i].name if i < len(params) else f"#{i}"
             if f == "unsupported":
@@ -275,7 +275,10 @@ class Op:
                 f"op {self.description.label!r}: framework={fw!r} but the arrays passed are {found} arrays"
             )
         if values and found != "numpy":
-            args = tuple(numpy_value(self.description, params[i], a) if i in values else a for i, a in enumerate(args))
+            args = tuple(
+                (numpy_value(self.description, params[i], a) if params[i].inner else a[()]) if i in values else a
+                for i, a in enumerate(args)
+            )
         if any(a is None for a in args[: len(params)]) and any(p.is_array for p in params):
             args = self._absent_arrays(args, found)
         return adapter(found).call(self, args, launch_dims, output_dims, kwargs)

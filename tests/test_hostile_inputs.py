@@ -913,6 +913,31 @@ np.testing.assert_allclose(np.asarray(jax.grad(jax.checkpoint(f))(x, a)), 2 * np
 
 
 @JAX
+@pytest.mark.parametrize("method", ["loop", "sequential", "fold"])
+def test_jax_vmap_of_an_empty_batch(method):
+    """``vmap`` over a batch of 0 with ``vmap_method="fold"`` raised ``ZeroDivisionError`` from the
+    fold's reshape; every method gives the empty result, as ``jnp`` does."""
+    import jax
+    import jax.numpy as jnp
+
+    op = interop.op(cat.scale_kernel, vmap_method=method)
+    out = jax.vmap(lambda a: op(a, 2.0))(jnp.zeros((0, 3), jnp.float32, device=jax_device("cpu")))
+    assert out.shape == (0, 3)
+
+
+@pytest.mark.parametrize("fw", [f for f in ALL if f != "numpy"])
+def test_numpy_0d_array_for_a_scalar_beside_another_frameworks_arrays(fw):
+    """A 0-d NumPy array for a scalar was refused beside JAX (or torch, Paddle) arrays as "arrays from
+    two frameworks" while ``np.float64(2.0)`` was taken: a value, read as the number it holds."""
+    op = interop.op(cat.scale_kernel)
+    x = np.arange(3, dtype=F)
+    np.testing.assert_allclose(_np(_call(fw, op, x, np.float64(2.0))), 2 * x)
+    xs = _to(fw, x)
+    got = op(xs, np.array(2.0)) if fw != "jax.jit" else __import__("jax").jit(lambda v: op(v, np.array(2.0)))(xs)
+    np.testing.assert_allclose(_np(got), 2 * x)
+
+
+@JAX
 def test_jax_in_out_given_its_input_reads_the_values_before_the_call():
     import jax.numpy as jnp
 

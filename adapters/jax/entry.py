@@ -66,7 +66,6 @@ _X64_HINT = (
 )
 
 
-
 def _refuse_symbolic(desc, p, x) -> None:
     """Refuse a symbolic dimension (``jax.export`` with shape polymorphism): the launch, the outputs
     and the kernel's checks are planned from each call's concrete shapes (JAX's error came from inside
@@ -78,6 +77,7 @@ def _refuse_symbolic(desc, p, x) -> None:
                 "supported (jax.export shape polymorphism): the op plans its launch and outputs from concrete "
                 "shapes; export with concrete shapes"
             )
+
 
 class _Entry:
     """Plan, launches and the differentiable function for one static call configuration."""

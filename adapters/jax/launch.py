@@ -318,7 +318,14 @@ class _Launch:
             return tuple(outs), (True,) * n_out
         if method == "fold" and self.entry.desc.fold_refusal is not None:
             raise UnsupportedError(self.entry.desc.fold_refusal)
-        if method == "fold" and not levels and all(b.spec.shape for b in self.operands) and self._foldable():
+        if (
+            method == "fold"
+            and axis_size
+            and not levels
+            and all(b.spec.shape for b in self.operands)
+            and self._foldable()
+        ):
+            # (an empty batch takes the loop below: no launch to fold into)
             return self._fold(axis_size, in_batched, xs), (True,) * n_out
         # loop: aliased operands must be batched like their results
         xs = list(xs)
