@@ -243,6 +243,9 @@ def absent_array(desc: OpDescription, p: Param, fw: str, like: Any) -> Any:
         what = "a generic" if p.generic else f"an {p.role}"
         raise _err(desc, p, f"{p.expected_text()} (None stands for an absent input of a concrete dtype only)",
                    f"None for {what} array parameter")  # fmt: skip
+    if any(entry[0] == p.name for entry in desc.direct_index):
+        # every thread reads it at its thread index (not under an `if`): not an optional array
+        raise _err(desc, p, p.expected_text(), "None (an absent array, but the kernel indexes it with wp.tid())")
     shape = (0,) * p.ndim + tuple(p.inner)
     dtype = np.dtype(_dtypes.np_dtype(p.scalar))
     if fw == "warp":
