@@ -15,7 +15,7 @@ from ._errors import ArgumentError, UnsupportedError
 from ._frameworks import adapter, framework_of, watch_framework_imports
 from ._launch import Runner
 from ._plan import CallPlan, make_plan
-from ._values import absent_array, numpy_value, plain_number
+from ._values import NUMBER_OBJECTS, absent_array, numpy_value, plain_number
 
 # Described ops, weakly: an op the user drops is freed (its plans, launch records, fast paths).
 # Describing an equal description while the op lives returns the same op.
@@ -243,14 +243,15 @@ class Op:
         params = self.description.call_params
         if kwargs and any(p.name in kwargs for p in params):
             args = self._bind_keywords(args, kwargs)
-        if any(not p.is_array for p in params):
-            args = tuple(a if i >= len(params) or params[i].is_array else plain_number(a) for i, a in enumerate(args))
         found = None
         found_name = None
         values = []  # NumPy arrays given for vec/mat values: numbers in any framework's call
+        absent = converted = False
         for i, a in enumerate(args):
             f = framework_of(a)
             if f is None:
+                absent = absent or a is None
+                converted = converted or type(a) in NUMBER_OBJECTS  # (np.bool_, wp.float32(2.0)...)
                 continue
             if f == "numpy" and i < len(params) and not params[i].is_array and (params[i].inner or a.ndim == 0):
                 values.append(i)  # (a value: its numbers, whatever the call's framework)
@@ -274,12 +275,14 @@ class Op:
             raise ArgumentError(
                 f"op {self.description.label!r}: framework={fw!r} but the arrays passed are {found} arrays"
             )
+        if converted:
+            args = tuple(a if i >= len(params) or params[i].is_array else plain_number(a) for i, a in enumerate(args))
         if values and found != "numpy":
             args = tuple(
                 (numpy_value(self.description, params[i], a) if params[i].inner else a[()]) if i in values else a
                 for i, a in enumerate(args)
             )
-        if any(a is None for a in args[: len(params)]) and any(p.is_array for p in params):
+        if absent:
             args = self._absent_arrays(args, found)
         return adapter(found).call(self, args, launch_dims, output_dims, kwargs)
 

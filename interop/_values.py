@@ -210,6 +210,10 @@ _WARP_NUMBERS = {
 }  # fmt: skip
 
 
+#: the types :func:`plain_number` converts
+NUMBER_OBJECTS = frozenset({np.bool_, *_WARP_NUMBERS})
+
+
 def plain_number(x: Any) -> Any:
     """A scalar argument as the call's checks read it: a ``np.bool_`` as a ``bool`` (``wp.launch``
     takes it for a ``wp.bool``), a Warp scalar object (``wp.float64(0.5)``) as the NumPy scalar of
