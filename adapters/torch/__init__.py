@@ -560,7 +560,7 @@ def _components_tensor(b: _Binding, p: Param, value: tuple | list) -> Any:
     flat = [c for c in _flat(value)]
     if not any(isinstance(c, torch.Tensor) for c in flat):
         return value
-    dtype = _NP_TO_TORCH[np.dtype(_dtypes.np_dtype(p.scalar))]
+    dtype = _COMPONENT_DTYPES[p.scalar]  # (by Warp type: Dynamo 2.11 cannot hash a NumPy dtype)
     device = next(c.device for c in flat if isinstance(c, torch.Tensor))
     parts = []
     for k, c in enumerate(flat):
@@ -581,6 +581,9 @@ def _components_tensor(b: _Binding, p: Param, value: tuple | list) -> Any:
         else:
             parts.append(torch.tensor(float(c), dtype=dtype, device=device))
     return torch.stack(parts).reshape(tuple(p.inner))
+
+
+_COMPONENT_DTYPES = {w: _NP_TO_TORCH[np.dtype(n)] for w, n in _dtypes._WP_TO_NP.items() if np.dtype(n) in _NP_TO_TORCH}
 
 
 def _flat(value: Any) -> list:
