@@ -34,6 +34,9 @@ from ._extent import (
     written_outputs,
 )
 from ._options import (  # noqa: F401 (re-exported)
+    IN_OUT,
+    INPUT,
+    OUTPUT,
     VMAP_METHODS,
     _check_vmap_method,
     _checked_option,
@@ -41,10 +44,7 @@ from ._options import (  # noqa: F401 (re-exported)
     normalize_output_dims,
     operator_index,
 )
-
-INPUT = "input"
-IN_OUT = "in_out"
-OUTPUT = "output"
+from ._output_dtypes import DtypeOf, check_output_dtypes, rule_text  # noqa: F401 (DtypeOf re-exported)
 
 Dims = typing.Union[int, Sequence[int]]
 # partition="rows": the launch is independent along its first dimension; "elementwise": along
@@ -101,24 +101,6 @@ class Param:
         if self.inner:
             return f"a {self.ndim}-d array of {elem}, i.e. a {self.framework_ndim}-d framework array"
         return f"a {self.ndim}-d array of {elem}"
-
-
-@dataclass(frozen=True)
-class DtypeOf:
-    """The dtype of a generic output: the scalar type a call parameter resolves to in each call
-    (``float32`` of a ``vec3f``), with the vec/mat shape ``inner`` (see :func:`interop.scalar_of`).
-
-    Attributes:
-        param: the input (or in-out) parameter whose type is read.
-        inner: the vec/mat shape of the output's elements (``()``: scalars, or the output's own
-            annotation where it is a generic vec/mat).
-    """
-
-    param: str
-    inner: tuple[int, ...] = ()
-
-    def __repr__(self) -> str:
-        return f"scalar_of({self.param!r}" + (f", inner={self.inner}" if self.inner else "") + ")"
 
 
 @dataclass(frozen=True)
@@ -449,7 +431,7 @@ def describe(
     ld, od, vm, bd = _launch_options(
         opname, kind, params, launch_dims, output_dims, zero_outputs, vmap_method, block_dim, partition
     )
-    odt = _check_output_dtypes(output_dtypes, params, opname)
+    odt = check_output_dtypes(output_dtypes, params, opname)
     bwd = None if backward is None else _describe_backward(backward, params, opname, checked)
     if name is None:
         # options are part of the derived name, so describing one kernel two ways gives two ops
@@ -659,7 +641,7 @@ def _derived_name(fn: Any, kind: str, key: str, params: tuple, options: tuple) -
         + (() if jvp is None else (("jvp", str(getattr(jvp, "key", jvp))),))
         + (() if bd is None else (("block_dim", bd),))
         + (() if partition is None else (partition,))
-        + (() if not odt else (("output_dtypes", tuple((n, _rule_text(r)) for n, r in odt)),))
+        + (() if not odt else (("output_dtypes", tuple((n, rule_text(r)) for n, r in odt)),))
         + (("checked",) if checked else ())
         + (() if tile_launch is None else (("tile_launch", tile_launch),))
     )
@@ -706,61 +688,6 @@ def _source_facts(fn: Any, kind: str, params: tuple, bwd: Any) -> dict[str, Any]
         "scattered": scattered_outputs(fn, kind, outs),
         "permuted": permuted_outputs(fn, kind, outs),
     }
-
-
-def _rule_text(rule: Any) -> str:
-    """A stable text of an output dtype rule (part of the op's derived name)."""
-    return repr(rule) if isinstance(rule, DtypeOf) else _dtypes.type_name(rule)
-
-
-def _check_output_dtypes(value: Any, params: Sequence[Param], opname: str) -> tuple:
-    """``output_dtypes`` as sorted ``(output name, rule)`` pairs, each rule checked, or an error."""
-    if value is None:
-        return ()
-    if not isinstance(value, Mapping):
-        raise ArgumentError(
-            f"op {opname!r}: output_dtypes must be a dict from output names to interop.scalar_of(...), "
-            f"or a Warp type, got {type(value).__name__}"
-        )
-    by_name = {p.name: p for p in params}
-    out = []
-    for name, rule in value.items():
-        p = by_name.get(name)
-        if p is None or p.role != OUTPUT:
-            outs = [q.name for q in params if q.role == OUTPUT]
-            raise ArgumentError(
-                f"op {opname!r}: output_dtypes names {name!r}, which is not an output; outputs are {outs} "
-                "(an in-out array has the dtype of the array passed)"
-            )
-        if not p.generic:
-            raise ArgumentError(
-                f"op {opname!r}: output_dtypes[{name!r}]: the output is annotated {p.expected_text()}, a "
-                "concrete dtype; output_dtypes applies to generic outputs (dtype=typing.Any, wp.Float...)"
-            )
-        if isinstance(rule, DtypeOf):
-            src = by_name.get(rule.param)
-            if src is None or src.role == OUTPUT:
-                ins = [q.name for q in params if q.role != OUTPUT]
-                raise ArgumentError(
-                    f"op {opname!r}: output_dtypes[{name!r}] = {rule!r} names {rule.param!r}, which is not an "
-                    f"input or in-out parameter; those are {ins}"
-                )
-            if p.inner and rule.inner and rule.inner != p.inner:
-                raise ArgumentError(
-                    f"op {opname!r}: output_dtypes[{name!r}] = {rule!r} has inner shape {rule.inner}, but the "
-                    f"output is annotated {p.expected_text()}"
-                )
-        else:
-            t = _dtypes.normalize(rule)
-            scalar, inner = _dtypes.split(t) if isinstance(t, type) else (None, ())
-            if _dtypes.is_generic(t) or (not inner and scalar not in _dtypes._WP_TO_NP):
-                raise ArgumentError(
-                    f"op {opname!r}: output_dtypes[{name!r}] must be interop.scalar_of(<parameter>), "
-                    f"or a concrete Warp scalar, vector or matrix type, got {rule!r}"
-                )
-            rule = t
-        out.append((name, rule))
-    return tuple(sorted(out, key=lambda nr: nr[0]))
 
 
 TILE_LAUNCHES = {"launch": "threads", "launch_tiled": "tiled"}

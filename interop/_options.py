@@ -9,6 +9,11 @@ from typing import Any, Mapping, Sequence
 
 from ._errors import ArgumentError
 
+# a parameter's role (interop._description.Param.role)
+INPUT = "input"
+IN_OUT = "in_out"
+OUTPUT = "output"
+
 # JAX batching rules (see adapters/jax/launch.py): "loop" (default, correct for every kernel),
 # "sequential" (lax.map), "fold" (opt-in: batch folded into the first launch dim)
 VMAP_METHODS = ("loop", "sequential", "fold")
