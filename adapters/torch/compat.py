@@ -543,10 +543,9 @@ _OVERRIDE = (
 )
 
 
-def refusing_autograd_kernel(cdef, refuse) -> bool:
-    """Register for ``cdef`` (a mutating ``CustomOpDef``, which has no autograd) an Autograd kernel
-    that calls ``refuse()`` where a tensor argument wants a gradient (torch's own kernel would drop
-    it without a word), torch's kernel otherwise. Returns whether it did."""
+def _autograd_kernel(cdef, make) -> bool:
+    """Register for ``cdef`` (a ``CustomOpDef``) the Autograd kernel ``make(torch_kernel, is_mutable)``
+    returns (None: none), around torch's own (``torch_kernel``). Returns whether it did."""
     lib, opoverload, name = (
         getattr(cdef, "_lib", None),
         getattr(cdef, "_opoverload", None),
@@ -554,51 +553,56 @@ def refusing_autograd_kernel(cdef, refuse) -> bool:
     )
     if _make_autograd_impl is None or lib is None or opoverload is None or name is None:
         return False
-    torch_kernel = _make_autograd_impl(opoverload, cdef)
-    grad_enabled = _C.is_grad_enabled
-
-    def kernel(keyset, *args, **kwargs):
-        if grad_enabled() and _any_requires_grad(*args, *kwargs.values()):
-            refuse()
-        return torch_kernel(keyset, *args, **kwargs)
-
-    with warnings.catch_warnings():  # (torch warns once that a registered kernel is overridden)
+    kernel = make(_make_autograd_impl(opoverload, cdef), opoverload._schema.is_mutable)
+    if kernel is None:
+        return False
+    with warnings.catch_warnings():  # torch warns (once) that a registered kernel is overridden: ours is meant to
         warnings.simplefilter("ignore", UserWarning)
         lib.impl(name, dynamo_never_traces(kernel), "Autograd", with_keyset=True, **_OVERRIDE)
     return True
+
+
+def refusing_autograd_kernel(cdef, refuse) -> bool:
+    """Register for ``cdef`` (a mutating ``CustomOpDef``, which has no autograd) an Autograd kernel
+    that calls ``refuse()`` where a tensor argument wants a gradient (torch's own kernel would drop
+    it without a word), torch's kernel otherwise. Returns whether it did."""
+    grad_enabled = _C.is_grad_enabled
+
+    def make(torch_kernel, mutable):
+        def kernel(keyset, *args, **kwargs):
+            if grad_enabled() and _any_requires_grad(*args, *kwargs.values()):
+                refuse()
+            return torch_kernel(keyset, *args, **kwargs)
+
+        return kernel
+
+    return _autograd_kernel(cdef, make)
 
 
 def direct_autograd_kernel(cdef, impl) -> bool:
     """Register for ``cdef`` (a functional ``CustomOpDef``) an Autograd kernel that runs ``impl``
     directly when no autograd node is needed and nothing but the CPU/CUDA kernel is left to dispatch
     to, torch's own kernel otherwise (see the module's docstring). Returns whether it did."""
-    lib, opoverload, name = (
-        getattr(cdef, "_lib", None),
-        getattr(cdef, "_opoverload", None),
-        getattr(cdef, "_name", None),
-    )
-    if _make_autograd_impl is None or lib is None or opoverload is None or name is None:
-        return False
-    if opoverload._schema.is_mutable:  # ADInplaceOrView bumps the version of a mutated tensor
-        return False
-    torch_kernel = _make_autograd_impl(opoverload, cdef)
     grad_enabled = _C.is_grad_enabled
     direct = _direct_keysets
 
-    def kernel(keyset, *args, **kwargs):
-        if not kwargs and not (grad_enabled() and _any_requires_grad(*args)):
-            raw = keyset.raw_repr()
-            d = direct.get(raw)
-            if d is None:
-                d = direct[raw] = _is_direct(keyset)
-            if d:
-                return impl(*args)
-        return torch_kernel(keyset, *args, **kwargs)
+    def make(torch_kernel, mutable):
+        if mutable:  # ADInplaceOrView bumps the version of a mutated tensor
+            return None
 
-    with warnings.catch_warnings():  # torch warns (once) that a registered kernel is overridden: ours is meant to
-        warnings.simplefilter("ignore", UserWarning)
-        lib.impl(name, dynamo_never_traces(kernel), "Autograd", with_keyset=True, **_OVERRIDE)
-    return True
+        def kernel(keyset, *args, **kwargs):
+            if not kwargs and not (grad_enabled() and _any_requires_grad(*args)):
+                raw = keyset.raw_repr()
+                d = direct.get(raw)
+                if d is None:
+                    d = direct[raw] = _is_direct(keyset)
+                if d:
+                    return impl(*args)
+            return torch_kernel(keyset, *args, **kwargs)
+
+        return kernel
+
+    return _autograd_kernel(cdef, make)
 
 
 try:
