@@ -14,6 +14,7 @@ import weakref
 import numpy as np
 import pytest
 import warp as wp
+from _grads import grad_of_sum
 
 import interop
 from benchmarks.training_paths import PATHS, grad_rtol
@@ -92,25 +93,7 @@ def test_function_op_handing_its_input_on_keeps_the_gradient(fw, fn):
     op = interop.op(getattr(cat, fn))
     xn = np.linspace(-1, 1, 5).astype(np.float32)
     for _ in range(3):
-        if fw == "torch":
-            import torch
-
-            x = torch.tensor(xn, requires_grad=True, device="cpu")
-            op(x).sum().backward()
-            g = x.grad.numpy()
-        elif fw == "paddle":
-            import paddle
-
-            x = paddle.to_tensor(xn, stop_gradient=False, place=paddle.CPUPlace())
-            op(x).sum().backward()
-            g = x.grad.numpy()
-        else:
-            import jax
-            import jax.numpy as jnp
-            from _devices import jax_device
-
-            g = np.asarray(jax.grad(lambda x: op(x).sum())(jnp.asarray(xn, device=jax_device("cpu"))))
-        np.testing.assert_allclose(g, 2 * xn, rtol=1e-6)
+        np.testing.assert_allclose(grad_of_sum(fw, op, xn), 2 * xn, rtol=1e-6)
 
 
 # ---- a Python-function op keeps its tape --------------------------------------------------------
